@@ -1,0 +1,41 @@
+"""simaccel: a simulated on-GPU accelerator for testing TVM BYOC flows.
+
+The folders `kernels/` and `tvm_integration/` are installed as `simaccel.kernels` and
+`simaccel.tvm_integration`: a top-level `kernels` package would clash with an unrelated
+PyPI project of that name.
+"""
+
+from setuptools import setup
+
+setup(
+    name="simaccel",
+    version="0.1.0",
+    description="A simulated on-GPU accelerator (Numba CUDA kernels) integrated into Apache TVM Relax through BYOC",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=["simaccel", "simaccel.ops", "simaccel.engines", "simaccel.kernels", "simaccel.tvm_integration"],
+    package_dir={
+        "simaccel": "simaccel",
+        "simaccel.kernels": "kernels",
+        "simaccel.tvm_integration": "tvm_integration",
+    },
+    install_requires=[
+        # Checked together on 2026-11-30 (docs/design.md, "Facts checked").
+        "apache-tvm==0.27.*",
+        "apache-tvm-ffi>=0.1.15,<0.2",
+        "numba-cuda==0.30.*",
+        # numba-cuda 0.30.4 fails to import with numpy 2.5 (np.row_stack was removed).
+        "numpy>=2,<2.5",
+    ],
+    extras_require={
+        "test": ["pytest>=8"],
+        "bench": ["matplotlib>=3.8"],
+    },
+    entry_points={
+        "console_scripts": ["simaccel = simaccel.cli:main"],
+        # A plain `import tvm` calls this hook: it registers simaccel's codegen and runtime.
+        "tvm.backends": ["simaccel = simaccel.tvm_integration.autoload:_autoload"],
+    },
+)
