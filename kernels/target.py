@@ -1,0 +1,77 @@
+"""Kernel targets: where a module-scope kernel function runs.
+
+Every kernel in this package is a plain Python function at module scope, written against
+the `numba.cuda` API. A `KernelTarget` turns it into a launchable kernel for one target and
+caches the result:
+
+* ``"sim"``  - `numba.cuda.simulator.jit`: runs on the CPU, one Python thread per CUDA thread.
+  Arrays are `FakeCUDAArray` wrappers around numpy views, so kernels write the caller's
+  memory in place (no copies).
+* ``"cuda"`` - `numba.cuda.jit`: runs on an NVIDIA GPU, on the stream given to the target.
+
+Both can coexist in one process, so the engine is chosen per call.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_COMPILED: dict[tuple[object, str], object] = {}
+_LOCK = threading.Lock()
+
+TARGETS = ("sim", "cuda")
+
+
+def compile_kernel(fn, target: str):
+    """Return `fn` wrapped as a kernel for `target` ("sim" or "cuda"), cached per (fn, target)."""
+    key = (fn, target)
+    kernel = _COMPILED.get(key)
+    if kernel is None:
+        with _LOCK:
+            kernel = _COMPILED.get(key)
+            if kernel is None:
+                if target == "sim":
+                    from numba.cuda import simulator
+
+                    kernel = simulator.jit(fn)
+                elif target == "cuda":
+                    from numba import cuda
+
+                    kernel = cuda.jit(fn)
+                else:
+                    raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")
+                _COMPILED[key] = kernel
+    return kernel
+
+
+class KernelTarget:
+    """What a launch function needs to know about where it runs.
+
+    Parameters
+    ----------
+    name:
+        "sim" or "cuda".
+    stream:
+        The stream kernels are launched on ("cuda": a numba stream; "sim": 0).
+    """
+
+    def __init__(self, name: str, stream=0):
+        if name not in TARGETS:
+            raise ValueError(f"unknown kernel target {name!r} (expected one of {TARGETS})")
+        self.name = name
+        self.stream = stream
+
+    def launch(self, fn, grid, block, *args, shared_bytes: int = 0):
+        """Launch module-scope kernel `fn` with the given grid and block on this target's stream."""
+        kernel = compile_kernel(fn, self.name)
+        kernel[grid, block, self.stream, shared_bytes](*args)
+
+    def reshape(self, array, shape):
+        """A view of contiguous device `array` with a new shape (never a copy)."""
+        shape = tuple(int(d) for d in shape)
+        if self.name == "sim":
+            from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+            host = array._ary if isinstance(array, FakeCUDAArray) else array
+            return FakeCUDAArray(host.reshape(shape))
+        return array.reshape(shape)
