@@ -1,0 +1,32 @@
+"""simaccel.engines: where a Program's ops execute.
+
+* ``ref``  - numpy references on host memory.
+* ``sim``  - Numba CUDA kernels on the Numba CUDA simulator (host memory).
+"""
+
+from __future__ import annotations
+
+from ..errors import EngineError
+from .base import Engine
+from .ref import RefEngine
+from .sim import SimEngine
+
+_ENGINES: dict[str, Engine] = {}
+_FACTORIES = {"ref": RefEngine, "sim": SimEngine}
+ENGINE_NAMES = tuple(_FACTORIES)
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called `name` (one instance per process)."""
+    if name not in _FACTORIES:
+        raise EngineError(f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    engine = _ENGINES.get(name)
+    if engine is None:
+        engine = _ENGINES[name] = _FACTORIES[name]()
+    reason = engine.available()
+    if reason:
+        raise EngineError(f"engine {name!r} cannot run here: {reason}")
+    return engine
+
+
+__all__ = ["ENGINE_NAMES", "Engine", "get_engine"]
