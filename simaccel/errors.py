@@ -4,6 +4,18 @@ They are raised at the boundaries (partition check, codegen, runtime validation,
 choice) and name the op, tensor, shape, dtype or device involved.
 """
 
+__all__ = [
+    "SimAccelError",
+    "UnsupportedOpError",
+    "ShapeError",
+    "DtypeError",
+    "DeviceError",
+    "LayoutError",
+    "ProgramError",
+    "EngineError",
+    "CodegenError",
+]
+
 
 class SimAccelError(Exception):
     """Base class of every error raised by simaccel."""

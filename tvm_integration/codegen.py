@@ -1,0 +1,95 @@
+"""The BYOC codegen ``relax.ext.simaccel``: regions -> Programs -> one forwarder module.
+
+`relax.transform.RunCodegen` calls it with every function marked ``Codegen="simaccel"``.
+Each region's composite calls become the ops of a Program: inputs are the region's
+parameters, outputs its results (DPS outputs at run time), everything in between an
+intermediate. The op's inputs and attributes are read by matching the composite's body
+against the same pattern that created it. Nothing is written to disk.
+"""
+
+from __future__ import annotations
+
+from tvm import relax
+
+from ..errors import CodegenError, SimAccelError
+from ..ops import get_op
+from ..program import OpNode, Program, TensorSpec
+from .forwarder import forwarder_module
+from .patterns import SPECS, tensor_info
+
+
+def codegen(functions, options=None, constant_names=None) -> list:
+    """Entry point registered as ``relax.ext.simaccel``: returns one runtime module."""
+    regions = []
+    for func in functions:
+        symbol = str(func.attrs["global_symbol"])
+        program = region_program(symbol, func)
+        regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json()))
+    return [forwarder_module(regions)] if regions else []
+
+
+def region_program(symbol: str, func: relax.Function) -> Program:
+    """The validated Program for one region function."""
+    tensors: list[TensorSpec] = []
+    ids: dict[relax.Var, int] = {}
+
+    def add_tensor(var, role: str) -> int:
+        shape, dtype = tensor_info(var)
+        if shape is None:
+            raise CodegenError(f"region {symbol}: {role} {var.name} has no static tensor shape ({var.ty})")
+        ids[var] = len(tensors)
+        tensors.append(TensorSpec(var.name, shape, dtype))
+        return ids[var]
+
+    inputs = tuple(add_tensor(p, "parameter") for p in func.params)
+    composites: dict[relax.Var, relax.Function] = {}
+    ops: list[OpNode] = []
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function):
+                composites[binding.var] = value
+            elif isinstance(value, relax.Call) and value.op in composites:
+                name, role_args, attrs = composite_call(symbol, composites[value.op], value.args)
+                missing = [a for a in role_args if a not in ids]
+                if missing:
+                    raise CodegenError(f"region {symbol}: {name} reads {missing}, which the region does not define")
+                output = add_tensor(binding.var, "result")
+                ops.append(OpNode(name, tuple(ids[a] for a in role_args), output, attrs))
+            elif isinstance(value, relax.Var) and value in ids:
+                ids[binding.var] = ids[value]
+            else:
+                raise CodegenError(f"region {symbol}: cannot offload binding {binding.var.name} = {value}")
+    results = func.body.body
+    fields = results.fields if isinstance(results, relax.Tuple) else [results]
+    try:
+        outputs = tuple(ids[f] for f in fields)
+    except (KeyError, TypeError):
+        raise CodegenError(f"region {symbol}: its result {results} is not a tensor the region computes") from None
+    program = Program(symbol, tuple(tensors), inputs, outputs, tuple(ops))
+    try:
+        return program.validate()
+    except SimAccelError as e:
+        raise CodegenError(f"region {symbol}: {e}") from e
+
+
+def composite_call(symbol: str, composite: relax.Function, args) -> tuple[str, list, dict]:
+    """(op name, region vars in the op's input order, attributes) for one composite call."""
+    name = str(composite.attrs["Composite"])
+    spec = SPECS.get(name)
+    if spec is None:
+        raise CodegenError(f"region {symbol}: composite {name} is not a simaccel op")
+    var2val = relax.analysis.get_var2val(composite)
+    body = composite.body.body
+    matched = spec.pattern.extract_matched_expr(var2val.get(body, body), var2val)
+    if matched is None:
+        raise CodegenError(f"region {symbol}: composite {name} does not match its own pattern")
+    ann = {role: matched[pattern] for role, pattern in spec.annotations.items()}
+    param_to_arg = dict(zip(composite.params, args))
+    op = get_op(name)
+    try:
+        role_args = [param_to_arg[ann[role]] for role in op.inputs]
+    except KeyError as e:
+        raise CodegenError(f"region {symbol}: {name} input {e} is not a parameter of its composite") from None
+    attrs = spec.attrs(ann["root"]) if spec.attrs else {}
+    return name, role_args, attrs
