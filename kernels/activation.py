@@ -1,0 +1,52 @@
+"""Activation functions shared by simaccel's Numba CUDA kernels.
+
+`apply_activation` is a device helper: `register_jitable` leaves it a plain Python function
+(so the "sim" engine's simulated kernels call it directly) and also makes it callable from
+`numba.cuda.jit` kernels (the "cuda" engine). Kernels in this package (matmul, conv2d and
+elementwise, launched by the simaccel runtime's "sim"/"cuda" engines through the op
+registry) take the integer code from `ACTIVATIONS` as a scalar argument.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+from numba.cuda.extending import register_jitable
+
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
+
+ACT_NONE = 0
+ACT_RELU = 1
+ACT_GELU = 2
+
+_INV_SQRT2 = 0.7071067811865476
+
+
+def activation_code(name) -> int:
+    """The kernel code for activation `name` (None means "none"); ValueError if unknown."""
+    if name is None:
+        return ACT_NONE
+    try:
+        return ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown activation {name!r} (expected one of {sorted(ACTIVATIONS)})"
+        ) from None
+
+
+@register_jitable
+def apply_activation(v, code):
+    """Apply activation `code` (see ACTIVATIONS) to scalar `v`; returns float32.
+
+    gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))).
+    """
+    x = numba.float32(v)
+    if code == 1:
+        if x < numba.float32(0.0):
+            return numba.float32(0.0)
+        return x
+    if code == 2:
+        e = numba.float32(math.erf(x * numba.float32(_INV_SQRT2)))
+        return numba.float32(numba.float32(0.5) * x * (numba.float32(1.0) + e))
+    return x

@@ -1,0 +1,118 @@
+"""2-D convolution kernel (NCHW data, OIHW weight, groups=1) with fused bias + activation.
+
+Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
+(simaccel.conv2d, simaccel.conv2d_bias, simaccel.conv2d_relu, simaccel.conv2d_bias_relu).
+Direct convolution, one thread per output element (output width fastest, so neighbouring
+threads write neighbouring addresses), float32 accumulation also for float16 inputs.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32
+
+from .activation import activation_code, apply_activation
+
+BLOCK = 256
+_MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
+
+
+def _conv2d_kernel(out, x, w, bias, C, H, W, O, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
+                   has_bias, act, total):
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for idx in range(start, total, step):
+        ow = idx % OW
+        t = idx // OW
+        oh = t % OH
+        t = t // OH
+        o = t % O
+        n = t // O
+        ih0 = oh * sh - pt
+        iw0 = ow * sw - pl
+        acc = float32(0.0)
+        for c in range(C):
+            for kh in range(KH):
+                ih = ih0 + kh * dh
+                if ih >= 0 and ih < H:
+                    for kw in range(KW):
+                        iw = iw0 + kw * dw
+                        if iw >= 0 and iw < W:
+                            acc += float32(x[n, c, ih, iw]) * float32(w[o, c, kh, kw])
+        if has_bias:
+            acc += float32(bias[o])
+        out[n, o, oh, ow] = apply_activation(acc, act)
+
+
+def _pair(v, name):
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(e) for e in v)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) != 2:
+        raise ValueError(f"conv2d {name} must have 2 values, got {v}")
+    return v
+
+
+def _padding4(p):
+    if isinstance(p, int):
+        return (p, p, p, p)
+    p = tuple(int(e) for e in p)
+    if len(p) == 1:
+        return p * 4
+    if len(p) == 2:
+        return (p[0], p[1], p[0], p[1])
+    if len(p) != 4:
+        raise ValueError(f"conv2d padding must be (top, left, bottom, right), got {p}")
+    return p
+
+
+def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dilation,
+                  activation) -> int:
+    """Launch the direct conv2d on `target`; returns the number of kernel launches.
+
+    data (N, C, H, W); weight (O, C, KH, KW); bias None, (1, O, 1, 1) or (O,);
+    strides (sh, sw); padding (top, left, bottom, right); dilation (dh, dw);
+    out (N, O, OH, OW), OH = (H + top + bottom - dh * (KH - 1) - 1) // sh + 1.
+    """
+    if len(data.shape) != 4 or len(weight.shape) != 4:
+        raise ValueError(
+            f"conv2d wants NCHW data and OIHW weight, got {tuple(data.shape)}, {tuple(weight.shape)}"
+        )
+    N, C, H, W = (int(d) for d in data.shape)
+    O, Cw, KH, KW = (int(d) for d in weight.shape)
+    if Cw != C:
+        raise ValueError(f"conv2d channels differ (groups=1): data C={C}, weight C={Cw}")
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilation, "dilation")
+    pt, pl, pb, pr = _padding4(padding)
+    OH = (H + pt + pb - dh * (KH - 1) - 1) // sh + 1
+    OW = (W + pl + pr - dw * (KW - 1) - 1) // sw + 1
+    if tuple(int(d) for d in out.shape) != (N, O, OH, OW):
+        raise ValueError(f"conv2d out shape {tuple(out.shape)} != expected {(N, O, OH, OW)}")
+    if bias is not None:
+        size = 1
+        for d in bias.shape:
+            size *= int(d)
+        if size != O:
+            raise ValueError(f"conv2d bias shape {tuple(bias.shape)} does not hold {O} values")
+    act = activation_code(activation)
+    total = N * O * OH * OW
+    if total <= 0:
+        return 0
+
+    if bias is not None:
+        b1 = target.reshape(bias, (O,))
+        has_bias = 1
+    else:
+        # Never read (has_bias=0): a 1-D view of the weight, so nothing is allocated.
+        b1 = target.reshape(weight, (O * C * KH * KW,))
+        has_bias = 0
+    block = min(BLOCK, total)
+    grid = min((total + block - 1) // block, _MAX_BLOCKS)
+    target.launch(
+        _conv2d_kernel, grid, block,
+        out, data, weight, b1, C, H, W, O, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
+        has_bias, act, total,
+    )
+    return 1

@@ -1,0 +1,140 @@
+"""Elementwise kernels: broadcasting add / multiply, and relu / gelu.
+
+Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
+(simaccel.add, simaccel.multiply, simaccel.relu, simaccel.gelu). One thread per output
+element (grid-stride loop), consecutive threads on consecutive addresses. Binary ops
+broadcast numpy-style up to rank 4: shapes are padded to rank 4 on the left and the kernel
+gets the output dims and each input's element strides as scalar arguments (stride 0 on
+broadcast dims), so a launch copies nothing from the host. Inputs may be float32 or
+float16 (also mixed); math is float32 and the result is stored in the out dtype.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32
+
+from .activation import ACT_GELU, ACT_RELU, apply_activation
+
+BLOCK = 256
+_MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
+_RANK = 4
+
+OP_ADD = 0
+OP_MULTIPLY = 1
+
+
+def _binary_kernel(out, a, b, d1, d2, d3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total):
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for idx in range(start, total, step):
+        i3 = idx % d3
+        t = idx // d3
+        i2 = t % d2
+        t = t // d2
+        i1 = t % d1
+        i0 = t // d1
+        va = float32(a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3])
+        vb = float32(b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3])
+        if op == 0:
+            r = va + vb
+        else:
+            r = va * vb
+        out[idx] = r
+
+
+def _unary_kernel(out, x, act, total):
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for idx in range(start, total, step):
+        out[idx] = apply_activation(x[idx], act)
+
+
+def _size(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _grid(total: int):
+    block = min(BLOCK, total)
+    return min((total + block - 1) // block, _MAX_BLOCKS), block
+
+
+def _broadcast_strides(shape, out_shape):
+    """Element strides of a C-contiguous array of `shape` broadcast to rank-4 `out_shape`."""
+    shape = (1,) * (_RANK - len(shape)) + tuple(int(d) for d in shape)
+    strides = [0] * _RANK
+    s = 1
+    for i in range(_RANK - 1, -1, -1):
+        if shape[i] != 1:
+            if shape[i] != out_shape[i]:
+                raise ValueError(f"shape {shape} does not broadcast to {out_shape}")
+            strides[i] = s
+        s *= shape[i]
+    return strides
+
+
+def _launch_binary(target, out, a, b, op, name) -> int:
+    a_shape = tuple(int(d) for d in a.shape)
+    b_shape = tuple(int(d) for d in b.shape)
+    out_shape = tuple(int(d) for d in out.shape)
+    if max(len(a_shape), len(b_shape), len(out_shape)) > _RANK:
+        raise ValueError(f"{name} supports rank <= {_RANK}, got {a_shape}, {b_shape}")
+    # numpy broadcasting of the two inputs must give exactly the out shape
+    rank = max(len(a_shape), len(b_shape))
+    pa = (1,) * (rank - len(a_shape)) + a_shape
+    pb = (1,) * (rank - len(b_shape)) + b_shape
+    expected = []
+    for da, db in zip(pa, pb):
+        if da != db and da != 1 and db != 1:
+            raise ValueError(f"{name}: shapes {a_shape} and {b_shape} do not broadcast")
+        expected.append(db if da == 1 else da)
+    if tuple(expected) != out_shape:
+        raise ValueError(f"{name} out shape {out_shape} != broadcast shape {tuple(expected)}")
+    total = _size(out_shape)
+    if total == 0:
+        return 0
+    o4 = (1,) * (_RANK - len(out_shape)) + out_shape
+    sa = _broadcast_strides(a_shape, o4)
+    sb = _broadcast_strides(b_shape, o4)
+    a1 = target.reshape(a, (_size(a_shape),))
+    b1 = target.reshape(b, (_size(b_shape),))
+    o1 = target.reshape(out, (total,))
+    grid, block = _grid(total)
+    target.launch(_binary_kernel, grid, block, o1, a1, b1, o4[1], o4[2], o4[3],
+                  *sa, *sb, op, total)
+    return 1
+
+
+def _launch_unary(target, out, data, act, name) -> int:
+    shape = tuple(int(d) for d in data.shape)
+    if tuple(int(d) for d in out.shape) != shape:
+        raise ValueError(f"{name} out shape {tuple(out.shape)} != data shape {shape}")
+    total = _size(shape)
+    if total == 0:
+        return 0
+    grid, block = _grid(total)
+    target.launch(_unary_kernel, grid, block, target.reshape(out, (total,)),
+                  target.reshape(data, (total,)), act, total)
+    return 1
+
+
+def launch_add(target, out, a, b) -> int:
+    """out = a + b with numpy broadcasting (rank <= 4); returns the launch count."""
+    return _launch_binary(target, out, a, b, OP_ADD, "add")
+
+
+def launch_multiply(target, out, a, b) -> int:
+    """out = a * b with numpy broadcasting (rank <= 4); returns the launch count."""
+    return _launch_binary(target, out, a, b, OP_MULTIPLY, "multiply")
+
+
+def launch_relu(target, out, data) -> int:
+    """out = max(data, 0); returns the launch count."""
+    return _launch_unary(target, out, data, ACT_RELU, "relu")
+
+
+def launch_gelu(target, out, data) -> int:
+    """out = exact (erf) gelu(data); returns the launch count."""
+    return _launch_unary(target, out, data, ACT_GELU, "gelu")

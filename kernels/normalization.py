@@ -1,0 +1,153 @@
+"""Row-wise softmax and layer normalization kernels (over the last axis).
+
+Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
+(simaccel.softmax, simaccel.layer_norm). One block per row; its threads stride over the
+row and combine partial results with a shared-memory tree reduction. The block size is
+the smallest power of two >= the row length, capped at MAX_BLOCK, so short rows do not
+spawn idle threads (each one a Python thread on the simulator). Math is float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32
+
+MAX_BLOCK = 256  # power of two; also the size of the shared reduction buffer
+_MAX_GRID = 1 << 20  # rows beyond that are walked by a loop in the kernels
+
+
+def _softmax_kernel(out, x, rows, D):
+    buf = cuda.shared.array(MAX_BLOCK, float32)
+    tid = cuda.threadIdx.x
+    nthreads = cuda.blockDim.x
+    # The row loop is uniform over the block, so every thread reaches every syncthreads.
+    for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+        # 1. row max
+        m = float32(-math.inf)
+        for i in range(tid, D, nthreads):
+            v = float32(x[r, i])
+            if v > m:
+                m = v
+        buf[tid] = m
+        cuda.syncthreads()
+        s = nthreads // 2
+        while s > 0:
+            if tid < s:
+                other = buf[tid + s]
+                if other > buf[tid]:
+                    buf[tid] = other
+            cuda.syncthreads()
+            s //= 2
+        row_max = buf[0]
+        cuda.syncthreads()
+        # 2. sum of exp(x - max)
+        acc = float32(0.0)
+        for i in range(tid, D, nthreads):
+            acc += float32(math.exp(float32(x[r, i]) - row_max))
+        buf[tid] = acc
+        cuda.syncthreads()
+        s = nthreads // 2
+        while s > 0:
+            if tid < s:
+                buf[tid] += buf[tid + s]
+            cuda.syncthreads()
+            s //= 2
+        inv = float32(1.0) / buf[0]
+        cuda.syncthreads()
+        # 3. normalize
+        for i in range(tid, D, nthreads):
+            out[r, i] = float32(math.exp(float32(x[r, i]) - row_max)) * inv
+
+
+def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
+    buf = cuda.shared.array(MAX_BLOCK, float32)
+    tid = cuda.threadIdx.x
+    nthreads = cuda.blockDim.x
+    inv_d = float32(1.0) / float32(D)
+    for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+        # 1. mean
+        acc = float32(0.0)
+        for i in range(tid, D, nthreads):
+            acc += float32(x[r, i])
+        buf[tid] = acc
+        cuda.syncthreads()
+        s = nthreads // 2
+        while s > 0:
+            if tid < s:
+                buf[tid] += buf[tid + s]
+            cuda.syncthreads()
+            s //= 2
+        mean = buf[0] * inv_d
+        cuda.syncthreads()
+        # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
+        acc = float32(0.0)
+        for i in range(tid, D, nthreads):
+            d = float32(x[r, i]) - mean
+            acc += d * d
+        buf[tid] = acc
+        cuda.syncthreads()
+        s = nthreads // 2
+        while s > 0:
+            if tid < s:
+                buf[tid] += buf[tid + s]
+            cuda.syncthreads()
+            s //= 2
+        rstd = float32(1.0) / float32(math.sqrt(buf[0] * inv_d + float32(eps)))
+        cuda.syncthreads()
+        # 3. scale and shift
+        for i in range(tid, D, nthreads):
+            y = (float32(x[r, i]) - mean) * rstd
+            out[r, i] = y * float32(gamma[i]) + float32(beta[i])
+
+
+def _block_size(D: int) -> int:
+    """Smallest power of two >= D, capped at MAX_BLOCK."""
+    b = 1
+    while b < D and b < MAX_BLOCK:
+        b *= 2
+    return b
+
+
+def _rows_view(target, out, data):
+    shape = tuple(int(d) for d in data.shape)
+    if len(shape) < 1:
+        raise ValueError("row-wise op needs an input of rank >= 1")
+    if tuple(int(d) for d in out.shape) != shape:
+        raise ValueError(f"out shape {tuple(out.shape)} != data shape {shape}")
+    D = shape[-1]
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    if rows == 0 or D == 0:
+        return None
+    return rows, D, target.reshape(data, (rows, D)), target.reshape(out, (rows, D))
+
+
+def launch_softmax(target, out, data) -> int:
+    """Softmax over the last axis (subtracting the row max); returns the launch count."""
+    view = _rows_view(target, out, data)
+    if view is None:
+        return 0
+    rows, D, x2, o2 = view
+    target.launch(_softmax_kernel, min(rows, _MAX_GRID), _block_size(D), o2, x2, rows, D)
+    return 1
+
+
+def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
+    """Layer norm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta."""
+    view = _rows_view(target, out, data)
+    if view is None:
+        return 0
+    rows, D, x2, o2 = view
+    for name, p in (("gamma", gamma), ("beta", beta)):
+        size = 1
+        for d in p.shape:
+            size *= int(d)
+        if size != D:
+            raise ValueError(f"layer_norm {name} shape {tuple(p.shape)} does not hold {D} values")
+    g1 = target.reshape(gamma, (D,))
+    b1 = target.reshape(beta, (D,))
+    target.launch(_layer_norm_kernel, min(rows, _MAX_GRID), _block_size(D),
+                  o2, x2, g1, b1, rows, D, float(epsilon))
+    return 1

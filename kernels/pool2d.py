@@ -1,0 +1,141 @@
+"""2-D max and average pooling kernels (NCHW).
+
+Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
+(simaccel.max_pool2d, simaccel.avg_pool2d). One thread per output element, output width
+fastest. Padding is (top, left, bottom, right); padded positions never contribute to the
+max; the average divides by the window area (KH * KW) when count_include_pad, else by the
+number of in-bounds elements (TVM / PyTorch semantics). Math is float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32
+
+BLOCK = 256
+_MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
+
+
+def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, total):
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for idx in range(start, total, step):
+        ow = idx % OW
+        t = idx // OW
+        oh = t % OH
+        nc = t // OH
+        ih0 = oh * sh - pt
+        iw0 = ow * sw - pl
+        best = float32(-math.inf)
+        for kh in range(KH):
+            ih = ih0 + kh * dh
+            if ih >= 0 and ih < H:
+                for kw in range(KW):
+                    iw = iw0 + kw * dw
+                    if iw >= 0 and iw < W:
+                        v = float32(x[nc, ih, iw])
+                        if v > best:
+                            best = v
+        out[nc, oh, ow] = best
+
+
+def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
+                       count_include_pad, total):
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for idx in range(start, total, step):
+        ow = idx % OW
+        t = idx // OW
+        oh = t % OH
+        nc = t // OH
+        ih0 = oh * sh - pt
+        iw0 = ow * sw - pl
+        acc = float32(0.0)
+        count = 0
+        for kh in range(KH):
+            ih = ih0 + kh * dh
+            if ih >= 0 and ih < H:
+                for kw in range(KW):
+                    iw = iw0 + kw * dw
+                    if iw >= 0 and iw < W:
+                        acc += float32(x[nc, ih, iw])
+                        count += 1
+        if count_include_pad:
+            count = KH * KW
+        if count > 0:
+            out[nc, oh, ow] = acc / float32(count)
+        else:
+            out[nc, oh, ow] = float32(0.0)
+
+
+def _pair(v, name):
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(e) for e in v)
+    if len(v) == 1:
+        return (v[0], v[0])
+    if len(v) != 2:
+        raise ValueError(f"pool2d {name} must have 2 values, got {v}")
+    return v
+
+
+def _padding4(p):
+    if isinstance(p, int):
+        return (p, p, p, p)
+    p = tuple(int(e) for e in p)
+    if len(p) == 1:
+        return p * 4
+    if len(p) == 2:
+        return (p[0], p[1], p[0], p[1])
+    if len(p) != 4:
+        raise ValueError(f"pool2d padding must be (top, left, bottom, right), got {p}")
+    return p
+
+
+def _prepare(target, out, data, pool_size, strides, padding, dilation):
+    """Validate shapes; returns (x3, o3, scalar args) or None when the output is empty."""
+    if len(data.shape) != 4:
+        raise ValueError(f"pool2d wants NCHW data, got shape {tuple(data.shape)}")
+    N, C, H, W = (int(d) for d in data.shape)
+    KH, KW = _pair(pool_size, "pool_size")
+    sh, sw = _pair(strides, "strides")
+    dh, dw = _pair(dilation, "dilation")
+    pt, pl, pb, pr = _padding4(padding)
+    OH = (H + pt + pb - dh * (KH - 1) - 1) // sh + 1
+    OW = (W + pl + pr - dw * (KW - 1) - 1) // sw + 1
+    if tuple(int(d) for d in out.shape) != (N, C, OH, OW):
+        raise ValueError(f"pool2d out shape {tuple(out.shape)} != expected {(N, C, OH, OW)}")
+    total = N * C * OH * OW
+    if total <= 0:
+        return None
+    # (N, C) flattened: fewer index computations per thread.
+    x3 = target.reshape(data, (N * C, H, W))
+    o3 = target.reshape(out, (N * C, OH, OW))
+    block = min(BLOCK, total)
+    grid = min((total + block - 1) // block, _MAX_BLOCKS)
+    return grid, block, o3, x3, (H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw)
+
+
+def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilation) -> int:
+    """Launch max pooling on `target`; returns the number of kernel launches."""
+    prep = _prepare(target, out, data, pool_size, strides, padding, dilation)
+    if prep is None:
+        return 0
+    grid, block, o3, x3, dims = prep
+    total = int(o3.shape[0]) * dims[2] * dims[3]
+    target.launch(_max_pool2d_kernel, grid, block, o3, x3, *dims, total)
+    return 1
+
+
+def launch_avg_pool2d(target, out, data, *, pool_size, strides, padding, dilation,
+                      count_include_pad) -> int:
+    """Launch average pooling on `target`; returns the number of kernel launches."""
+    prep = _prepare(target, out, data, pool_size, strides, padding, dilation)
+    if prep is None:
+        return 0
+    grid, block, o3, x3, dims = prep
+    total = int(o3.shape[0]) * dims[2] * dims[3]
+    target.launch(_avg_pool2d_kernel, grid, block, o3, x3, *dims,
+                  1 if count_include_pad else 0, total)
+    return 1

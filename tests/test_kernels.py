@@ -1,0 +1,324 @@
+"""simaccel.kernels on the Numba CUDA simulator ("sim" target) against the op registry's
+numpy references.
+
+Every registered op is run through `op.kernel` on tiny shapes (the simulator runs one Python
+thread per CUDA thread), including sizes that are not multiples of the matmul tile and
+float16 inputs, and compared with `op.reference`. Launches go through a recording target
+that also checks each launch passes only views of the caller's arrays (no host copies).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+from simaccel.kernels import KernelTarget
+from simaccel.kernels.activation import ACTIVATIONS, apply_activation
+from simaccel.ops import get_op, list_ops
+
+DTYPES = ("float32", "float16")
+TOL = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2)}
+
+
+class RecordingTarget(KernelTarget):
+    """The "sim" target, recording every launch's grid, block and arguments."""
+
+    def __init__(self):
+        super().__init__("sim")
+        self.launches = []
+
+    def launch(self, fn, grid, block, *args, shared_bytes=0):
+        self.launches.append((fn, grid, block, args))
+        super().launch(fn, grid, block, *args, shared_bytes=shared_bytes)
+
+
+def _random(rng, shape, dtype, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def run_op(name, arrays, attrs=None, *, expected_launches=1):
+    """Run op `name` on the simulator; return (kernel output, reference output)."""
+    op = get_op(name)
+    attrs = op.all_attrs(attrs or {})
+    assert len(arrays) == len(op.inputs), (name, op.inputs)
+    shape, dtype = op.infer([a.shape for a in arrays], [str(a.dtype) for a in arrays], **attrs)
+    originals = [a.copy() for a in arrays]
+    # Fill with NaN so any output element the kernel fails to write shows up.
+    out = np.full(shape, np.nan, dtype=dtype)
+    target = RecordingTarget()
+    launches = op.kernel(target, FakeCUDAArray(out), *[FakeCUDAArray(a) for a in arrays], **attrs)
+    assert launches == expected_launches == len(target.launches)
+    for _, _, _, args in target.launches:
+        for arg in args:
+            if isinstance(arg, FakeCUDAArray):
+                # Only no-copy views of the caller's arrays may reach a kernel.
+                assert any(np.shares_memory(arg._ary, a) for a in (out, *arrays)), name
+            else:
+                assert isinstance(arg, (int, float)), (name, type(arg))
+    for a, orig in zip(arrays, originals):
+        np.testing.assert_array_equal(a, orig)  # inputs are left alone
+    ref = op.reference(*arrays, **attrs)
+    assert ref.shape == out.shape and ref.dtype == out.dtype
+    return out, ref
+
+
+def check(name, arrays, attrs=None):
+    out, ref = run_op(name, arrays, attrs)
+    assert not np.isnan(out).any(), f"{name}: kernel left output elements unwritten"
+    np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[str(out.dtype)])
+    return out, ref
+
+
+# ---------------------------------------------------------------------------------------
+# matmul / dense: 12 op variants
+
+
+MATMUL_OPS = [
+    f"simaccel.{kind}{bias}{act}"
+    for kind in ("matmul", "dense")
+    for bias in ("", "_bias")
+    for act in ("", "_relu", "_gelu")
+]
+
+# (data shape, N): rank 2..4, K and N not multiples of the 16-wide tile, K > 16 somewhere.
+MATMUL_SHAPES = [((3, 5), 7), ((2, 3, 17), 5), ((2, 1, 4, 9), 3), ((1, 1), 1)]
+
+
+def _matmul_inputs(name, data_shape, n, dtype, rng, bias_2d=False):
+    transpose_b = name.startswith("simaccel.dense")
+    k = data_shape[-1]
+    arrays = [_random(rng, data_shape, dtype), _random(rng, (n, k) if transpose_b else (k, n), dtype)]
+    if "_bias" in name:
+        arrays.append(_random(rng, (1, n) if bias_2d else (n,), dtype))
+    return arrays
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", MATMUL_OPS)
+def test_matmul_ops(name, dtype):
+    idx = MATMUL_OPS.index(name)
+    data_shape, n = MATMUL_SHAPES[idx % len(MATMUL_SHAPES)]
+    rng = np.random.default_rng(idx)
+    arrays = _matmul_inputs(name, data_shape, n, dtype, rng, bias_2d=idx % 2 == 1)
+    out, ref = check(name, arrays)
+    if "_relu" in name:
+        assert (out >= 0).all() and (out.size < 8 or (out == 0).any())
+
+
+@pytest.mark.parametrize(
+    "name,data_shape,n,dtype",
+    [
+        ("simaccel.matmul_bias_gelu", (17, 20), 17, "float32"),  # 2x2 output tiles, K tail
+        ("simaccel.dense_bias_relu", (2, 9, 20), 18, "float32"),  # 18 rows x 18 cols
+        ("simaccel.dense", (17, 33), 3, "float16"),  # 3 K tiles
+    ],
+)
+def test_matmul_multi_tile(name, data_shape, n, dtype):
+    rng = np.random.default_rng(7)
+    check(name, _matmul_inputs(name, data_shape, n, dtype, rng, bias_2d=True))
+
+
+@pytest.mark.parametrize("name", ["simaccel.matmul", "simaccel.dense"])
+def test_matmul_float16_accumulates_in_float32(name):
+    # sum = 2048 + 63 * 1: exact in float32 (2111 -> 2112 in float16), but a float16
+    # accumulator gets stuck at 2048 (2048 + 1 rounds back to 2048).
+    k = 64
+    data = np.ones((1, k), np.float16)
+    weight = np.ones((1, k) if name.endswith("dense") else (k, 1), np.float16)
+    weight.reshape(-1)[0] = 2048
+    out, ref = check(name, [data, weight])
+    assert out[0, 0] == np.float16(2112) == ref[0, 0]
+
+
+# ---------------------------------------------------------------------------------------
+# conv2d: 4 op variants
+
+CONV_OPS = ["simaccel.conv2d", "simaccel.conv2d_bias", "simaccel.conv2d_relu", "simaccel.conv2d_bias_relu"]
+
+# (data shape, weight shape, strides, padding (top, left, bottom, right), dilation)
+CONV_CASES = [
+    ((1, 3, 5, 6), (4, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
+    ((2, 2, 7, 6), (3, 2, 3, 2), (2, 1), (1, 0, 2, 1), (1, 2)),
+    ((1, 3, 6, 5), (2, 3, 1, 1), (1, 2), (0, 0, 0, 0), (1, 1)),
+    ((1, 1, 6, 6), (5, 1, 2, 3), (3, 2), (2, 1, 0, 1), (2, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", CONV_OPS)
+def test_conv2d_ops(name, dtype):
+    idx = CONV_OPS.index(name)
+    rng = np.random.default_rng(100 + idx)
+    for case, (dshape, wshape, strides, padding, dilation) in enumerate(CONV_CASES):
+        arrays = [_random(rng, dshape, dtype), _random(rng, wshape, dtype, scale=0.5)]
+        if "_bias" in name:
+            o = wshape[0]
+            arrays.append(_random(rng, (1, o, 1, 1) if case % 2 == 0 else (o,), dtype))
+        out, _ = check(name, arrays, dict(strides=strides, padding=padding, dilation=dilation))
+        if "_relu" in name:
+            assert (out >= 0).all()
+
+
+# ---------------------------------------------------------------------------------------
+# pooling
+
+# (data shape, pool_size, strides, padding, dilation)
+POOL_CASES = [
+    ((1, 2, 4, 6), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1)),
+    ((2, 1, 5, 7), (3, 2), (1, 2), (1, 1, 1, 0), (1, 2)),
+    ((1, 2, 5, 5), (3, 3), (2, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 1, 7, 5), (2, 3), (3, 1), (0, 2, 1, 2), (2, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_max_pool2d(case, dtype):
+    dshape, pool_size, strides, padding, dilation = POOL_CASES[case]
+    rng = np.random.default_rng(200 + case)
+    # All-negative data: a kernel that let padded zeros into the max would be caught.
+    data = -np.abs(_random(rng, dshape, dtype)) - np.array(0.5, dtype)
+    attrs = dict(pool_size=pool_size, strides=strides, padding=padding, dilation=dilation)
+    out, ref = check("simaccel.max_pool2d", [data], attrs)
+    np.testing.assert_array_equal(out, ref)  # max is exact
+    assert (out < 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_avg_pool2d(case, count_include_pad, dtype):
+    dshape, pool_size, strides, padding, dilation = POOL_CASES[case]
+    rng = np.random.default_rng(300 + case)
+    data = _random(rng, dshape, dtype) + np.array(2.0, dtype)  # positive: padding visibly matters
+    attrs = dict(pool_size=pool_size, strides=strides, padding=padding, dilation=dilation,
+                 count_include_pad=count_include_pad)
+    check("simaccel.avg_pool2d", [data], attrs)
+
+
+def test_avg_pool2d_count_include_pad_differs():
+    # A corner window of a padded all-ones input: 1 (in-bounds only) vs 4/9 (window area).
+    data = np.ones((1, 1, 3, 3), np.float32)
+    attrs = dict(pool_size=(3, 3), strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
+    excl, _ = check("simaccel.avg_pool2d", [data], {**attrs, "count_include_pad": False})
+    incl, _ = check("simaccel.avg_pool2d", [data], {**attrs, "count_include_pad": True})
+    np.testing.assert_allclose(excl, 1.0, rtol=1e-6)
+    assert incl[0, 0, 0, 0] == pytest.approx(4 / 9) and incl[0, 0, 1, 1] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------------
+# softmax / layer_norm
+
+# Row lengths 1, 5, 17 (odd block), 300 (> 256 threads: threads stride over the row).
+ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 2, 2, 17), (2, 300), (7,)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+def test_softmax(shape, dtype):
+    rng = np.random.default_rng(len(shape) * 1000 + shape[-1])
+    data = _random(rng, shape, dtype, scale=4.0)
+    data.reshape(-1)[0] = 30.0  # exp(30) overflows float16 and stresses the max subtraction
+    out, _ = check("simaccel.softmax", [data])
+    np.testing.assert_allclose(out.astype(np.float32).sum(axis=-1), 1.0, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+def test_layer_norm(shape, dtype):
+    rng = np.random.default_rng(len(shape) * 2000 + shape[-1])
+    d = shape[-1]
+    data = _random(rng, shape, dtype, scale=3.0) + np.array(5.0, dtype)  # non-zero mean
+    gamma = _random(rng, (d,), dtype)
+    beta = _random(rng, (d,), dtype)
+    check("simaccel.layer_norm", [data, gamma, beta], dict(epsilon=1e-5))
+
+
+def test_layer_norm_unit_affine_is_normalized():
+    rng = np.random.default_rng(5)
+    data = _random(rng, (3, 40), "float32", scale=10.0) - 7
+    out, _ = check("simaccel.layer_norm", [data, np.ones(40, np.float32), np.zeros(40, np.float32)],
+                   dict(epsilon=1e-6))
+    np.testing.assert_allclose(out.mean(axis=-1), 0.0, atol=1e-5)
+    np.testing.assert_allclose(out.var(axis=-1), 1.0, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------
+# elementwise
+
+BROADCAST_CASES = [
+    ((2, 3, 4), (4,)),
+    ((3, 1), (1, 5)),
+    ((2, 1, 3, 1), (4, 1, 1)),
+    ((), (3, 2)),
+    ((5,), (5,)),
+    ((2, 3, 1, 2), (2, 3, 4, 2)),
+    ((1, 4), (3, 2, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.add", "simaccel.multiply"])
+def test_binary(name, dtype):
+    rng = np.random.default_rng(17 if name.endswith("add") else 18)
+    for lhs_shape, rhs_shape in BROADCAST_CASES:
+        for a_shape, b_shape in ((lhs_shape, rhs_shape), (rhs_shape, lhs_shape)):
+            check(name, [_random(rng, a_shape, dtype), _random(rng, b_shape, dtype)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.relu", "simaccel.gelu"])
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 1, 3, 4)], ids=str)
+def test_unary(name, shape, dtype):
+    rng = np.random.default_rng(len(shape))
+    out, _ = check(name, [_random(rng, shape, dtype, scale=3.0)])
+    if name.endswith("relu"):
+        assert (out >= 0).all()
+
+
+def test_apply_activation_scalar():
+    # Plain Python on the simulator: the same helper the kernels call.
+    assert apply_activation(-2.0, ACTIVATIONS["relu"]) == 0.0
+    assert apply_activation(-2.0, ACTIVATIONS["none"]) == np.float32(-2.0)
+    assert apply_activation(1.0, ACTIVATIONS["gelu"]) == pytest.approx(0.8413447460685429, rel=1e-6)
+    assert isinstance(apply_activation(1.0, ACTIVATIONS["gelu"]), np.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# coverage and launcher checks
+
+
+def test_every_op_has_a_kernel_test():
+    tested = set(MATMUL_OPS) | set(CONV_OPS) | {
+        "simaccel.max_pool2d", "simaccel.avg_pool2d", "simaccel.softmax", "simaccel.layer_norm",
+        "simaccel.add", "simaccel.multiply", "simaccel.relu", "simaccel.gelu",
+    }
+    assert set(list_ops()) == tested
+
+
+def test_launch_shapes():
+    rng = np.random.default_rng(0)
+    # matmul: 2D grid of 16x16 tiles covering (rows, N)
+    target = RecordingTarget()
+    op = get_op("simaccel.dense")
+    data, weight = _random(rng, (2, 9, 5), "float32"), _random(rng, (17, 5), "float32")
+    out = np.zeros((2, 9, 17), np.float32)
+    op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **op.all_attrs({}))
+    (_, grid, block, _), = target.launches
+    assert tuple(grid) == (2, 2) and tuple(block) == (16, 16)
+    # softmax: one block per row, block = next power of two >= D (capped at 256)
+    for d, want in ((1, 1), (5, 8), (17, 32), (300, 256)):
+        target = RecordingTarget()
+        x = _random(rng, (3, d), "float32")
+        get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
+        (_, grid, block, _), = target.launches
+        assert (grid, block) == (3, want)
+
+
+def test_shape_mismatch_is_rejected():
+    op = get_op("simaccel.matmul")
+    data, weight = np.zeros((3, 4), np.float32), np.zeros((5, 2), np.float32)
+    with pytest.raises(ValueError):
+        op.kernel(KernelTarget("sim"), FakeCUDAArray(np.zeros((3, 2), np.float32)),
+                  FakeCUDAArray(data), FakeCUDAArray(weight), **op.all_attrs({}))
