@@ -1,0 +1,41 @@
+"""Shared fixtures: a fresh runtime state per test and the GPU marker's skip rule."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import simaccel
+
+
+def _has_gpu() -> bool:
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:  # no driver, no numba-cuda binding: no GPU for our purpose
+        return False
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with a working CUDA driver (none found by numba.cuda)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def clean_runtime(monkeypatch):
+    """Each test starts with the default engine choice and an empty ledger."""
+    monkeypatch.delenv("SIMACCEL_ENGINE", raising=False)
+    runtime = simaccel.get_runtime()
+    runtime.set_engine(None)
+    runtime.ledger.reset()
+    yield runtime
+    runtime.set_engine(None)
