@@ -1,0 +1,138 @@
+"""Partitioning: what is offloaded, what stays on TVM, and why (no execution)."""
+
+import pytest
+import tvm
+from tvm import relax
+
+from harness import offloaded_ops
+from model_zoo import single_op
+from simaccel.ops import list_ops
+from simaccel.profile import DeviceProfile
+from simaccel.tvm_integration import partition_for_simaccel, partition_report
+from simaccel.tvm_integration.patterns import registered_patterns
+
+op = relax.op
+
+
+def test_one_name_per_op_across_layers():
+    """Op keys, registered pattern names (= composite names), references and kernels agree."""
+    from simaccel.ops import get_op
+
+    patterns = [p.name for p in registered_patterns()]
+    assert sorted(patterns) == list_ops()
+    for name in list_ops():
+        definition = get_op(name)
+        assert callable(definition.reference) and callable(definition.kernel) and callable(definition.infer)
+
+
+def dense(x, w):
+    return op.matmul(x, op.permute_dims(w))
+
+
+F32 = "float32"
+CASES = [
+    # (id, make, input (shape, dtype) list, expected offloaded ops)
+    ("matmul", lambda x, w: op.matmul(x, w), [((4, 8), F32), ((8, 6), F32)], ["simaccel.matmul"]),
+    ("matmul_batched_data", lambda x, w: op.matmul(x, w), [((2, 3, 8), F32), ((8, 6), F32)], ["simaccel.matmul"]),
+    ("dense", dense, [((4, 8), F32), ((6, 8), F32)], ["simaccel.dense"]),
+    ("matmul_bias_relu", lambda x, w, b: op.nn.relu(op.add(op.matmul(x, w), b)),
+     [((4, 8), F32), ((8, 6), F32), ((6,), F32)], ["simaccel.matmul_bias_relu"]),
+    ("dense_bias_gelu", lambda x, w, b: op.nn.gelu(op.add(dense(x, w), b)),
+     [((4, 8), F32), ((6, 8), F32), ((1, 6), F32)], ["simaccel.dense_bias_gelu"]),
+    ("dense_float16", dense, [((4, 8), "float16"), ((6, 8), "float16")], ["simaccel.dense"]),
+    ("matmul_full_bias_splits", lambda x, w, b: op.add(op.matmul(x, w), b),
+     [((4, 8), F32), ((8, 6), F32), ((4, 6), F32)], ["simaccel.matmul", "simaccel.add"]),
+    ("matmul_float64", lambda x, w: op.matmul(x, w), [((4, 8), "float64"), ((8, 6), "float64")], []),
+    ("matmul_int32", lambda x, w: op.matmul(x, w), [((4, 8), "int32"), ((8, 6), "int32")], []),
+    ("matmul_batched_weight", lambda x, w: op.matmul(x, w), [((2, 4, 8), F32), ((2, 8, 6), F32)], []),
+    ("matmul_vector", lambda x, w: op.matmul(x, w), [((8,), F32), ((8, 6), F32)], []),
+    ("conv2d_bias_relu", lambda x, w, b: op.nn.relu(op.add(op.nn.conv2d(x, w, padding=1), b)),
+     [((1, 3, 8, 8), F32), ((4, 3, 3, 3), F32), ((1, 4, 1, 1), F32)], ["simaccel.conv2d_bias_relu"]),
+    ("conv2d_strided_dilated", lambda x, w: op.nn.conv2d(x, w, strides=2, padding=(1, 0, 2, 1), dilation=2),
+     [((1, 3, 9, 9), F32), ((4, 3, 3, 3), F32)], ["simaccel.conv2d"]),
+    ("conv2d_groups", lambda x, w: op.nn.conv2d(x, w, groups=2), [((1, 4, 8, 8), F32), ((4, 2, 3, 3), F32)], []),
+    ("conv2d_nhwc", lambda x, w: op.nn.conv2d(x, w, data_layout="NHWC", kernel_layout="OHWI"),
+     [((1, 8, 8, 3), F32), ((4, 3, 3, 3), F32)], []),
+    ("max_pool2d", lambda x: op.nn.max_pool2d(x, 3, strides=2, padding=1), [((1, 2, 7, 7), F32)], ["simaccel.max_pool2d"]),
+    ("avg_pool2d", lambda x: op.nn.avg_pool2d(x, 2, count_include_pad=True), [((1, 2, 6, 6), F32)], ["simaccel.avg_pool2d"]),
+    ("pool_ceil_mode", lambda x: op.nn.max_pool2d(x, 2, strides=2, ceil_mode=True), [((1, 2, 7, 7), F32)], []),
+    ("softmax_last", lambda x: op.nn.softmax(x, axis=-1), [((3, 5), F32)], ["simaccel.softmax"]),
+    ("softmax_axis0", lambda x: op.nn.softmax(x, axis=0), [((3, 5), F32)], []),
+    ("layer_norm", lambda x, g, b: op.nn.layer_norm(x, g, b, axes=[-1]), [((2, 3, 8), F32), ((8,), F32), ((8,), F32)],
+     ["simaccel.layer_norm"]),
+    ("layer_norm_two_axes", lambda x, g, b: op.nn.layer_norm(x, g, b, axes=[-2, -1]),
+     [((2, 3, 8), F32), ((3, 8), F32), ((3, 8), F32)], []),
+    ("add_broadcast", lambda x, y: op.add(x, y), [((2, 3, 4), F32), ((4,), F32)], ["simaccel.add"]),
+    ("multiply_float16", lambda x, y: op.multiply(x, y), [((2, 3), "float16"), ((2, 3), "float16")], ["simaccel.multiply"]),
+    ("add_rank5", lambda x, y: op.add(x, y), [((1, 2, 1, 2, 3), F32), ((3,), F32)], []),
+    ("add_int32", lambda x, y: op.add(x, y), [((4,), "int32"), ((4,), "int32")], []),
+    ("gelu", lambda x: op.nn.gelu(x), [((3, 5), F32)], ["simaccel.gelu"]),
+    ("tanh", lambda x: op.tanh(x), [((3, 5), F32)], []),
+]
+
+
+@pytest.mark.parametrize("make, inputs, expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_partition(make, inputs, expected):
+    mod = single_op(make, inputs)
+    assert offloaded_ops(mod) == expected
+
+
+def test_rejections_say_why():
+    mod = single_op(lambda x, w: op.nn.conv2d(x, w, groups=2), [((1, 4, 8, 8), F32), ((4, 2, 3, 3), F32)])
+    _, report = partition_report(mod)
+    assert report.regions == {}
+    [(var, relax_op, reason)] = report.kept
+    assert relax_op == "relax.nn.conv2d"
+    assert "groups=2" in reason
+
+
+@pytest.mark.parametrize(
+    "inputs, reason",
+    [
+        ([((4, 8), "float64"), ((8, 6), "float64")], "dtype float64 is not supported"),
+        ([((2, 4, 8), F32), ((2, 8, 6), F32)], "weight must have rank 2"),
+    ],
+)
+def test_matmul_rejection_reasons(inputs, reason):
+    _, report = partition_report(single_op(lambda x, w: op.matmul(x, w), inputs))
+    assert any(reason in r for _, _, r in report.kept), report.format()
+
+
+def test_ops_without_a_pattern_are_reported():
+    _, report = partition_report(single_op(lambda x: op.tanh(x), [((3,), F32)]))
+    assert report.kept[0][1:] == ("relax.tanh", "simaccel has no pattern for relax.tanh")
+
+
+def test_dynamic_shapes_stay_on_tvm():
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 8), F32))
+    w = relax.Var("w", relax.TensorType((8, 6), F32))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(op.matmul(x, w))
+        bb.emit_func_output(out)
+    _, report = partition_report(bb.get())
+    assert report.regions == {}
+    assert "dynamic" in report.kept[0][2]
+
+
+def test_adjacent_ops_merge_into_one_region_and_tvm_ops_split_regions():
+    make = lambda x, w, g, b: op.nn.layer_norm(op.tanh(op.nn.softmax(op.matmul(x, w))), g, b, axes=[-1])  # noqa: E731
+    mod = single_op(make, [((4, 8), F32), ((8, 6), F32), ((6,), F32), ((6,), F32)])
+    _, report = partition_report(mod)
+    assert list(report.regions.values()) == [["simaccel.matmul", "simaccel.softmax"], ["simaccel.layer_norm"]]
+    assert [k[1] for k in report.kept] == ["relax.tanh"]
+
+
+def test_profile_is_read_by_the_checks():
+    mod = single_op(lambda x, w: op.matmul(x, w), [((4, 8), F32), ((8, 6), F32)])
+    fp16_only = DeviceProfile(name="fp16-only", dtypes=("float16",))
+    assert offloaded_ops(mod) == ["simaccel.matmul"]
+    _, report = partition_report(mod, fp16_only)
+    assert report.regions == {} and "profile fp16-only" in report.kept[0][2]
+    small = DeviceProfile(name="small", max_elements=16)
+    assert partition_for_simaccel(mod, small).functions.keys() == mod.functions.keys()
+    no_matmul = DeviceProfile(name="no-matmul", ops=frozenset({"simaccel.softmax"}))
+    _, report = partition_report(mod, no_matmul)
+    assert "not enabled in profile no-matmul" in report.kept[0][2]
