@@ -1,0 +1,78 @@
+"""Export and load: a compiled model runs in a fresh process that imports only `tvm`."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from harness import run_vm
+from model_zoo import random_model
+from simaccel.tvm_integration import build, build_tvm_only
+from simaccel.tvm_integration.models import demo_cnn, random_inputs
+
+LOAD_AND_RUN = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import tvm
+
+    lib = tvm.runtime.load_module(sys.argv[1])
+    vm = tvm.runtime.vm.VirtualMachine(lib, tvm.cpu())
+    data = np.load(sys.argv[2])
+    args = [tvm.runtime.tensor(data[f"arg{i}"]) for i in range(len(data.files))]
+    np.save(sys.argv[3], vm["main"](*args).numpy())
+    print("simaccel modules loaded:", sorted(m for m in sys.modules if m.startswith("simaccel")))
+    """
+)
+
+
+def export_and_run(tmp_path, mod, seed=0, env=None):
+    lib = tmp_path / "model.so"
+    build(mod).export_library(str(lib))
+    arrays = random_inputs(mod, seed)
+    np.savez(tmp_path / "inputs.npz", **{f"arg{i}": a for i, a in enumerate(arrays)})
+    script = tmp_path / "load_and_run.py"
+    script.write_text(LOAD_AND_RUN)
+    result = subprocess.run(
+        [sys.executable, str(script), str(lib), str(tmp_path / "inputs.npz"), str(tmp_path / "out.npy")],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **(env or {})}, timeout=300,
+    )
+    return result, arrays
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_exported_demo_runs_in_a_fresh_process(tmp_path, engine):
+    mod = demo_cnn(batch=1)
+    result, arrays = export_and_run(tmp_path, mod, env={"SIMACCEL_ENGINE": engine})
+    assert result.returncode == 0, result.stderr
+    assert "simaccel.runtime" in result.stdout  # the regions really ran through simaccel
+    got = np.load(tmp_path / "out.npy")
+    want = run_vm(build_tvm_only(mod), arrays)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_exported_random_model(tmp_path, seed):
+    mod = random_model(seed)
+    result, arrays = export_and_run(tmp_path, mod, seed)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), run_vm(build_tvm_only(mod), arrays), rtol=1e-4, atol=1e-5)
+
+
+def test_missing_runtime_is_a_clear_error(tmp_path):
+    """A process where simaccel is not registered gets told what is missing and how to fix it."""
+    result, _ = export_and_run(tmp_path, demo_cnn(batch=1), env={"TVM_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode != 0
+    assert "simaccel runtime not found" in result.stderr
+    assert "pip install simaccel" in result.stderr
+    assert "Segmentation fault" not in result.stderr and result.returncode > 0
+
+
+def test_codegen_writes_nothing_into_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    executable = build(demo_cnn(batch=1))
+    assert list(tmp_path.iterdir()) == []
+    assert run_vm(executable, random_inputs(demo_cnn(batch=1))).shape == (1, 10)
