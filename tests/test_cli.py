@@ -7,11 +7,12 @@ import pytest
 
 
 def simaccel(*args, env=None):
+    """Run the installed `simaccel` command (from outside the source tree)."""
     import os
 
     return subprocess.run(
         [sys.executable, "-m", "simaccel.cli", *args], capture_output=True, text=True, timeout=600,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **(env or {})}, cwd="/",
     )
 
 

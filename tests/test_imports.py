@@ -5,7 +5,8 @@ import sys
 
 
 def run(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # Run outside the source tree, so the installed package is what gets imported.
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
