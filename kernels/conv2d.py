@@ -18,9 +18,9 @@ _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
 
 def _conv2d_kernel(out, x, w, bias, C, H, W, O, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
                    has_bias, act, total):
-    start = cuda.grid(1)
+    idx = cuda.grid(1)
     step = cuda.gridsize(1)
-    for idx in range(start, total, step):
+    while idx < total:
         ow = idx % OW
         t = idx // OW
         oh = t % OH
@@ -41,6 +41,7 @@ def _conv2d_kernel(out, x, w, bias, C, H, W, O, OH, OW, KH, KW, sh, sw, pt, pl, 
         if has_bias:
             acc += float32(bias[o])
         out[n, o, oh, ow] = apply_activation(acc, act)
+        idx += step
 
 
 def _pair(v, name):

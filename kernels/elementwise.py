@@ -5,13 +5,16 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 element (grid-stride loop), consecutive threads on consecutive addresses. Binary ops
 broadcast numpy-style up to rank 4: shapes are padded to rank 4 on the left and the kernel
 gets the output dims and each input's element strides as scalar arguments (stride 0 on
-broadcast dims), so a launch copies nothing from the host. Inputs may be float32 or
+broadcast dims), so a launch copies nothing from the host. Dims are collapsed first (same
+shapes become one flat dim, a bias add two), so common cases skip most index divisions. Inputs may be float32 or
 float16 (also mixed); math is float32 and the result is stored in the out dtype.
 """
 
 from __future__ import annotations
 
+import numba
 from numba import cuda, float32
+from numba.cuda.extending import register_jitable
 
 from .activation import ACT_GELU, ACT_RELU, apply_activation
 
@@ -23,30 +26,61 @@ OP_ADD = 0
 OP_MULTIPLY = 1
 
 
-def _binary_kernel(out, a, b, d1, d2, d3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total):
-    start = cuda.grid(1)
+@register_jitable
+def divmod_fast(n, d, inv_d):
+    """(n // d, n % d) for 0 <= n < 2**51 and d >= 1, given inv_d = 1.0 / d.
+
+    A float64 estimate of the quotient (off by at most one) and one correction step:
+    64-bit integer division is a long software routine on GPUs, and Numba does all integer
+    index math in 64 bits.
+    """
+    q = numba.int64(numba.float64(n) * inv_d)
+    r = n - q * d
+    if r < 0:
+        q -= 1
+        r += d
+    elif r >= d:
+        q += 1
+        r -= d
+    return q, r
+
+
+def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
+                   sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total):
+    # nd: how many of the (collapsed, right-aligned) dims are used; the branch is uniform
+    # over the launch and spares the common cases most of the index math.
+    idx = cuda.grid(1)
     step = cuda.gridsize(1)
-    for idx in range(start, total, step):
-        i3 = idx % d3
-        t = idx // d3
-        i2 = t % d2
-        t = t // d2
-        i1 = t % d1
-        i0 = t // d1
-        va = float32(a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3])
-        vb = float32(b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3])
+    while idx < total:
+        if nd <= 1:
+            ia = idx * sa3
+            ib = idx * sb3
+        elif nd == 2:
+            t, i3 = divmod_fast(idx, d3, inv3)
+            ia = t * sa2 + i3 * sa3
+            ib = t * sb2 + i3 * sb3
+        else:
+            t, i3 = divmod_fast(idx, d3, inv3)
+            t, i2 = divmod_fast(t, d2, inv2)
+            i0, i1 = divmod_fast(t, d1, inv1)
+            ia = i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3
+            ib = i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3
+        va = float32(a[ia])
+        vb = float32(b[ib])
         if op == 0:
             r = va + vb
         else:
             r = va * vb
         out[idx] = r
+        idx += step
 
 
 def _unary_kernel(out, x, act, total):
-    start = cuda.grid(1)
+    idx = cuda.grid(1)
     step = cuda.gridsize(1)
-    for idx in range(start, total, step):
+    while idx < total:
         out[idx] = apply_activation(x[idx], act)
+        idx += step
 
 
 def _size(shape) -> int:
@@ -75,6 +109,33 @@ def _broadcast_strides(shape, out_shape):
     return strides
 
 
+def collapse_dims(out_shape, sa, sb):
+    """Merge the rank-4 iteration space into as few dims as possible.
+
+    Size-1 dims are dropped, and an outer dim is merged into its inner neighbour when both
+    inputs continue contiguously across them (or are broadcast along both). Returns
+    (nd, dims, sa, sb): `nd` dims used, right-aligned and left-padded to rank 4 with size
+    1 / stride 0. The element offsets stay those of the original strides.
+    """
+    dims = [(d, x, y) for d, x, y in zip(out_shape, sa, sb) if d != 1]
+    merged = []
+    for d, x, y in dims:
+        if merged:
+            pd, px, py = merged[-1]
+            if px == x * d and py == y * d:
+                merged[-1] = (pd * d, x, y)
+                continue
+        merged.append((d, x, y))
+    nd = len(merged)
+    merged = [(1, 0, 0)] * (_RANK - nd) + merged
+    return (
+        nd,
+        [d for d, _, _ in merged],
+        [x for _, x, _ in merged],
+        [y for _, _, y in merged],
+    )
+
+
 def _launch_binary(target, out, a, b, op, name) -> int:
     a_shape = tuple(int(d) for d in a.shape)
     b_shape = tuple(int(d) for d in b.shape)
@@ -96,14 +157,15 @@ def _launch_binary(target, out, a, b, op, name) -> int:
     if total == 0:
         return 0
     o4 = (1,) * (_RANK - len(out_shape)) + out_shape
-    sa = _broadcast_strides(a_shape, o4)
-    sb = _broadcast_strides(b_shape, o4)
+    nd, dims, sa, sb = collapse_dims(
+        o4, _broadcast_strides(a_shape, o4), _broadcast_strides(b_shape, o4)
+    )
     a1 = target.reshape(a, (_size(a_shape),))
     b1 = target.reshape(b, (_size(b_shape),))
     o1 = target.reshape(out, (total,))
     grid, block = _grid(total)
-    target.launch(_binary_kernel, grid, block, o1, a1, b1, o4[1], o4[2], o4[3],
-                  *sa, *sb, op, total)
+    target.launch(_binary_kernel, grid, block, o1, a1, b1, nd, dims[1], dims[2], dims[3],
+                  1.0 / dims[1], 1.0 / dims[2], 1.0 / dims[3], *sa, *sb, op, total)
     return 1
 
 

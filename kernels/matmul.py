@@ -16,6 +16,9 @@ from numba import cuda, float32
 from .activation import activation_code, apply_activation
 
 TILE = 16
+# Row length of the B tile: one padding column (a literal constant, as cuda.shared.array
+# needs; `TILE + 1` inside the kernel is not folded).
+TILE_PAD = TILE + 1
 
 # CUDA caps gridDim.y at 65535; row tiles beyond that are walked by a loop in the kernel.
 _MAX_GRID_Y = 65535
@@ -26,7 +29,7 @@ def _matmul_kernel(out, a, b, bias, M, N, K, transpose_b, has_bias, act):
     sa = cuda.shared.array((TILE, TILE), float32)
     # One padding column: the transposed load writes sb column-wise; without it the
     # threads of a warp would hit the same shared-memory banks.
-    sb = cuda.shared.array((TILE, TILE + 1), float32)
+    sb = cuda.shared.array((TILE, TILE_PAD), float32)
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
     col0 = cuda.blockIdx.x * TILE

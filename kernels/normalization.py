@@ -22,13 +22,16 @@ def _softmax_kernel(out, x, rows, D):
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
     # The row loop is uniform over the block, so every thread reaches every syncthreads.
-    for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+    r = cuda.blockIdx.x
+    while r < rows:
         # 1. row max
         m = float32(-math.inf)
-        for i in range(tid, D, nthreads):
+        i = tid
+        while i < D:
             v = float32(x[r, i])
             if v > m:
                 m = v
+            i += nthreads
         buf[tid] = m
         cuda.syncthreads()
         s = nthreads // 2
@@ -43,8 +46,10 @@ def _softmax_kernel(out, x, rows, D):
         cuda.syncthreads()
         # 2. sum of exp(x - max)
         acc = float32(0.0)
-        for i in range(tid, D, nthreads):
+        i = tid
+        while i < D:
             acc += float32(math.exp(float32(x[r, i]) - row_max))
+            i += nthreads
         buf[tid] = acc
         cuda.syncthreads()
         s = nthreads // 2
@@ -56,8 +61,12 @@ def _softmax_kernel(out, x, rows, D):
         inv = float32(1.0) / buf[0]
         cuda.syncthreads()
         # 3. normalize
-        for i in range(tid, D, nthreads):
+        i = tid
+        while i < D:
             out[r, i] = float32(math.exp(float32(x[r, i]) - row_max)) * inv
+            i += nthreads
+        # (buf is free again: everyone read buf[0] before the last syncthreads)
+        r += cuda.gridDim.x
 
 
 def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
@@ -65,11 +74,14 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
     inv_d = float32(1.0) / float32(D)
-    for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+    r = cuda.blockIdx.x
+    while r < rows:
         # 1. mean
         acc = float32(0.0)
-        for i in range(tid, D, nthreads):
+        i = tid
+        while i < D:
             acc += float32(x[r, i])
+            i += nthreads
         buf[tid] = acc
         cuda.syncthreads()
         s = nthreads // 2
@@ -82,9 +94,11 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
         cuda.syncthreads()
         # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
         acc = float32(0.0)
-        for i in range(tid, D, nthreads):
+        i = tid
+        while i < D:
             d = float32(x[r, i]) - mean
             acc += d * d
+            i += nthreads
         buf[tid] = acc
         cuda.syncthreads()
         s = nthreads // 2
@@ -96,9 +110,12 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
         rstd = float32(1.0) / float32(math.sqrt(buf[0] * inv_d + float32(eps)))
         cuda.syncthreads()
         # 3. scale and shift
-        for i in range(tid, D, nthreads):
+        i = tid
+        while i < D:
             y = (float32(x[r, i]) - mean) * rstd
             out[r, i] = y * float32(gamma[i]) + float32(beta[i])
+            i += nthreads
+        r += cuda.gridDim.x
 
 
 def _block_size(D: int) -> int:

@@ -13,18 +13,19 @@ import math
 
 from numba import cuda, float32
 
+from .elementwise import divmod_fast
+
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
 
 
-def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, total):
-    start = cuda.grid(1)
+def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv_oh, inv_ow,
+                       total):
+    idx = cuda.grid(1)
     step = cuda.gridsize(1)
-    for idx in range(start, total, step):
-        ow = idx % OW
-        t = idx // OW
-        oh = t % OH
-        nc = t // OH
+    while idx < total:
+        t, ow = divmod_fast(idx, OW, inv_ow)
+        nc, oh = divmod_fast(t, OH, inv_oh)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
         best = float32(-math.inf)
@@ -38,17 +39,16 @@ def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, tot
                         if v > best:
                             best = v
         out[nc, oh, ow] = best
+        idx += step
 
 
-def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
+def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv_oh, inv_ow,
                        count_include_pad, total):
-    start = cuda.grid(1)
+    idx = cuda.grid(1)
     step = cuda.gridsize(1)
-    for idx in range(start, total, step):
-        ow = idx % OW
-        t = idx // OW
-        oh = t % OH
-        nc = t // OH
+    while idx < total:
+        t, ow = divmod_fast(idx, OW, inv_ow)
+        nc, oh = divmod_fast(t, OH, inv_oh)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
         acc = float32(0.0)
@@ -67,6 +67,7 @@ def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
             out[nc, oh, ow] = acc / float32(count)
         else:
             out[nc, oh, ow] = float32(0.0)
+        idx += step
 
 
 def _pair(v, name):
@@ -114,7 +115,7 @@ def _prepare(target, out, data, pool_size, strides, padding, dilation):
     o3 = target.reshape(out, (N * C, OH, OW))
     block = min(BLOCK, total)
     grid = min((total + block - 1) // block, _MAX_BLOCKS)
-    return grid, block, o3, x3, (H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw)
+    return grid, block, o3, x3, (H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, 1.0 / OH, 1.0 / OW)
 
 
 def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilation) -> int:

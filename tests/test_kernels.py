@@ -34,7 +34,7 @@ class RecordingTarget(KernelTarget):
 
 
 def _random(rng, shape, dtype, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(dtype)
+    return np.asarray(rng.standard_normal(shape) * scale).astype(dtype)
 
 
 def run_op(name, arrays, attrs=None, *, expected_launches=1):
@@ -211,7 +211,7 @@ def test_avg_pool2d_count_include_pad_differs():
 # softmax / layer_norm
 
 # Row lengths 1, 5, 17 (odd block), 300 (> 256 threads: threads stride over the row).
-ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 2, 2, 17), (2, 300), (7,)]
+ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -237,7 +237,7 @@ def test_layer_norm(shape, dtype):
 
 def test_layer_norm_unit_affine_is_normalized():
     rng = np.random.default_rng(5)
-    data = _random(rng, (3, 40), "float32", scale=10.0) - 7
+    data = _random(rng, (2, 40), "float32", scale=10.0) - 7
     out, _ = check("simaccel.layer_norm", [data, np.ones(40, np.float32), np.zeros(40, np.float32)],
                    dict(epsilon=1e-6))
     np.testing.assert_allclose(out.mean(axis=-1), 0.0, atol=1e-5)
@@ -255,6 +255,7 @@ BROADCAST_CASES = [
     ((5,), (5,)),
     ((2, 3, 1, 2), (2, 3, 4, 2)),
     ((1, 4), (3, 2, 1, 1)),
+    ((2, 1, 3, 1), (1, 4, 1, 5)),  # nothing collapses: all four dims indexed
 ]
 
 
@@ -277,6 +278,33 @@ def test_unary(name, shape, dtype):
         assert (out >= 0).all()
 
 
+@pytest.mark.parametrize(
+    "a_shape,b_shape,nd",
+    [((2, 3, 4), (2, 3, 4), 1), ((), (3, 2), 1), ((2, 3, 4), (4,), 2), ((1, 4), (3, 2, 1, 1), 2),
+     ((2, 3, 1, 2), (2, 3, 4, 2), 3), ((2, 1, 3, 1), (1, 4, 1, 5), 4)],
+)
+def test_binary_collapses_dims(a_shape, b_shape, nd):
+    # Same shapes run as one flat loop, a bias add as two dims: checked on the launch args.
+    target = PlanOnlyTarget()
+    a, b = np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)
+    out = np.zeros(np.broadcast_shapes(a_shape, b_shape), np.float32)
+    get_op("simaccel.add").kernel(target, FakeCUDAArray(out), FakeCUDAArray(a), FakeCUDAArray(b))
+    (_, _, _, args), = target.launches
+    assert args[3] == nd
+
+
+def test_divmod_fast():
+    # The index helper of the elementwise and pooling kernels (float64 quotient estimate).
+    from simaccel.kernels.elementwise import divmod_fast
+
+    rng = np.random.default_rng(3)
+    for d in (1, 2, 3, 7, 16, 17, 1000, 65535, 3 * 2**20 + 1):
+        ns = list(range(0, min(2 * d + 3, 200))) + [d * k + e for k in (10**6, 2**30 + 1) for e in (-1, 0, 1)]
+        ns += [int(v) for v in rng.integers(0, 2**48, 200)]
+        for n in ns:
+            assert tuple(int(v) for v in divmod_fast(n, d, 1.0 / d)) == divmod(n, d), (n, d)
+
+
 def test_apply_activation_scalar():
     # Plain Python on the simulator: the same helper the kernels call.
     assert apply_activation(-2.0, ACTIVATIONS["relu"]) == 0.0
@@ -297,23 +325,36 @@ def test_every_op_has_a_kernel_test():
     assert set(list_ops()) == tested
 
 
+class PlanOnlyTarget(KernelTarget):
+    """Records launches without running them (for checking launch geometry cheaply)."""
+
+    def __init__(self):
+        super().__init__("sim")
+        self.launches = []
+
+    def launch(self, fn, grid, block, *args, shared_bytes=0):
+        self.launches.append((fn, grid, block, args))
+
+
 def test_launch_shapes():
     rng = np.random.default_rng(0)
-    # matmul: 2D grid of 16x16 tiles covering (rows, N)
-    target = RecordingTarget()
+    # matmul: 2D grid of 16x16 tiles covering (N, rows)
+    target = PlanOnlyTarget()
     op = get_op("simaccel.dense")
     data, weight = _random(rng, (2, 9, 5), "float32"), _random(rng, (17, 5), "float32")
     out = np.zeros((2, 9, 17), np.float32)
     op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **op.all_attrs({}))
     (_, grid, block, _), = target.launches
     assert tuple(grid) == (2, 2) and tuple(block) == (16, 16)
-    # softmax: one block per row, block = next power of two >= D (capped at 256)
-    for d, want in ((1, 1), (5, 8), (17, 32), (300, 256)):
-        target = RecordingTarget()
+    # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256)
+    for d, want in ((1, 1), (5, 8), (17, 32), (256, 256), (300, 256)):
         x = _random(rng, (3, d), "float32")
+        g = np.ones(d, np.float32)
+        target = PlanOnlyTarget()
         get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
-        (_, grid, block, _), = target.launches
-        assert (grid, block) == (3, want)
+        get_op("simaccel.layer_norm").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x),
+                                             FakeCUDAArray(g), FakeCUDAArray(g), epsilon=1e-5)
+        assert [(grid, block) for _, grid, block, _ in target.launches] == [(3, want)] * 2
 
 
 def test_shape_mismatch_is_rejected():
