@@ -36,7 +36,11 @@ def compile_kernel(fn, target: str):
                     kernel = simulator.jit(fn)
                 elif target == "cuda":
                     from numba import cuda
+                    from numba.cuda.core import config
 
+                    # Small regions launch small grids on purpose; numba's low-occupancy
+                    # warning would fire (and cost time) on every such launch.
+                    config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
                     kernel = cuda.jit(fn)
                 else:
                     raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")

@@ -11,24 +11,39 @@ import time
 
 import numpy as np
 
+from ..errors import DeviceError
 from ..runtime import get_runtime
 from . import models
 
 TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol)
 
 
-def run_demo(engine: str = "auto", seed: int = 0, dtype: str = "float32", out=print) -> int:
+def gpu_present() -> bool:
+    import tvm
+
+    return bool(tvm.cuda(0).exist)
+
+
+def run_demo(
+    engine: str = "auto", seed: int = 0, dtype: str = "float32", device: str = "auto", staged: bool = False, out=print
+) -> int:
+    """Run the demo on `device` ("cpu", "cuda", or "auto": the GPU when there is one)."""
     import tvm
     from tvm import relax
 
     from .partition import partition_report
     from .pipeline import build, build_tvm_only, default_target
 
+    if device == "auto":
+        device = "cuda" if gpu_present() else "cpu"
+    if device == "cuda" and not gpu_present():
+        raise DeviceError("--device cuda: TVM finds no CUDA GPU on this machine")
     runtime = get_runtime()
     if engine != "auto":
         runtime.set_engine(engine)
-    device = tvm.cpu()
-    target = default_target("cpu")
+    runtime.set_staged(staged or None)
+    tvm_device = tvm.device(device, 0)
+    target = default_target(device)
     mod = models.demo_cnn(dtype)
 
     step = _Steps(out)
@@ -36,18 +51,18 @@ def run_demo(engine: str = "auto", seed: int = 0, dtype: str = "float32", out=pr
     _, report = partition_report(mod)
     out(_indent(report.format()))
 
-    step(f"compile with simaccel (target {target.kind.name})")
+    step(f"compile with simaccel (target {target.kind.name}{', host-staged' if staged else ''})")
     simaccel_exec = build(mod, target)
     step("compile with TVM alone (the reference)")
     reference_exec = build_tvm_only(mod, target)
 
     inputs = models.random_inputs(mod, seed)
-    tensors = [tvm.runtime.tensor(a, device) for a in inputs]
+    tensors = [tvm.runtime.tensor(a, tvm_device) for a in inputs]
     runtime.ledger.reset()
-    step(f"run on simaccel engine {runtime.engine_name('cpu')!r}")
-    got = relax.VirtualMachine(simaccel_exec, device)["main"](*tensors).numpy()
+    step(f"run on {tvm_device}, simaccel engine {runtime.engine_name(device)!r}")
+    got = relax.VirtualMachine(simaccel_exec, tvm_device)["main"](*tensors).numpy()
     step("run the TVM-only build")
-    want = relax.VirtualMachine(reference_exec, device)["main"](*tensors).numpy()
+    want = relax.VirtualMachine(reference_exec, tvm_device)["main"](*tensors).numpy()
 
     rtol, atol = TOLERANCE[dtype]
     error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))

@@ -10,6 +10,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ..data import random_arrays
+
 
 def _param(name: str, shape, dtype: str) -> relax.Var:
     return relax.Var(name, relax.TensorType(shape, dtype))
@@ -50,14 +52,67 @@ def demo_cnn(dtype: str = "float32", batch: int = 2) -> tvm.IRModule:
     return bb.get()
 
 
+def param_specs(mod: tvm.IRModule, func: str = "main") -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of every parameter of `func`."""
+    return [
+        (p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in mod[func].params
+    ]
+
+
 def random_inputs(mod: tvm.IRModule, seed: int = 0, func: str = "main") -> list[np.ndarray]:
-    """Random arrays for every parameter of `func`: N(0, 1) scaled by 1/sqrt(fan-in) for weights."""
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for param in mod[func].params:
-        shape = [int(d) for d in param.ty.shape.values]
-        dtype = str(param.ty.dtype)
-        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        scale = 1.0 / np.sqrt(fan_in) if "_w" in param.name else 1.0
-        arrays.append((rng.standard_normal(shape) * scale).astype(dtype))
-    return arrays
+    """Seeded random arrays for every parameter of `func` (see simaccel.data.random_arrays)."""
+    return random_arrays(param_specs(mod, func), seed)
+
+
+def hetero_chain(dtype: str = "float32", rows: int = 64, features: int = 256, hidden: int = 512) -> tvm.IRModule:
+    """TVM -> simaccel -> TVM, returning every stage so buffers can be checked.
+
+    h0 = tanh(x)                     (TVM kernel)
+    h1 = relu(h0 @ fc_w^T + fc_b)    (simaccel region: reads h0 where TVM wrote it)
+    h2 = sigmoid(h1)                 (TVM kernel: reads h1 where simaccel wrote it)
+    returns (h0, h1, h2)
+    """
+    bb = relax.BlockBuilder()
+    x = _param("x", (rows, features), dtype)
+    w, b = _param("fc_w", (hidden, features), dtype), _param("fc_b", (hidden,), dtype)
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            h0 = bb.emit(relax.op.tanh(x))
+            h1 = bb.emit(relax.op.matmul(h0, bb.emit(relax.op.permute_dims(w))))
+            h1 = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(h1, b))))
+            h2 = bb.emit(relax.op.sigmoid(h1))
+            out = bb.emit_output(relax.Tuple([h0, h1, h2]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def long_upstream(dtype: str = "float32", channels: int = 32, size: int = 512) -> tvm.IRModule:
+    """A slow TVM kernel right before a simaccel region, to test stream ordering.
+
+    depthwise conv2d 9x9 (groups=channels: TVM only, milliseconds on a GPU) ->
+    max_pool2d 8x8 -> conv2d+bias+relu (simaccel) -> sigmoid (TVM)
+    """
+    bb = relax.BlockBuilder()
+    x = _param("x", (1, channels, size, size), dtype)
+    dw = _param("dw_w", (channels, 1, 9, 9), dtype)
+    w, b = _param("conv_w", (16, channels, 3, 3), dtype), _param("conv_b", (1, 16, 1, 1), dtype)
+    with bb.function("main", [x, dw, w, b]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.nn.conv2d(x, dw, padding=4, groups=channels))
+            h = bb.emit(relax.op.nn.max_pool2d(h, pool_size=(8, 8), strides=(8, 8)))
+            h = bb.emit(relax.op.nn.conv2d(h, w, padding=1))
+            h = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(h, b))))
+            out = bb.emit_output(relax.op.sigmoid(h))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def matmul_relu(n: int, dtype: str = "float32") -> tvm.IRModule:
+    """One region: relu(x @ mm_w) with n x n operands (the benchmark's GEMM cases)."""
+    bb = relax.BlockBuilder()
+    x, w = _param("x", (n, n), dtype), _param("mm_w", (n, n), dtype)
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.op.matmul(x, w))))
+        bb.emit_func_output(out)
+    return bb.get()

@@ -13,11 +13,18 @@ from ..profile import DeviceProfile
 from .partition import partition_for_simaccel
 
 
+CROSS_COMPILE_GPU = "nvidia/nvidia-h100"  # used when no GPU is present to read the target from
+
+
 def default_target(device: str = "cpu") -> tvm.target.Target:
+    """The target for `device`: "cpu" (llvm), or "cuda" (the GPU present, else an H100)."""
     if device == "cpu":
         return tvm.target.Target("llvm")
     if device == "cuda":
-        return tvm.target.Target("nvidia/nvidia-h100", host="llvm")
+        gpu = tvm.cuda(0)
+        if gpu.exist:
+            return tvm.target.Target(tvm.target.Target.from_device(gpu), host="llvm")
+        return tvm.target.Target(CROSS_COMPILE_GPU, host="llvm")
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda'")
 
 

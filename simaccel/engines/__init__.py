@@ -2,17 +2,19 @@
 
 * ``ref``  - numpy references on host memory.
 * ``sim``  - Numba CUDA kernels on the Numba CUDA simulator (host memory).
+* ``cuda`` - Numba CUDA kernels on an NVIDIA GPU, zero-copy on the caller's stream.
 """
 
 from __future__ import annotations
 
 from ..errors import EngineError
-from .base import Engine
+from .base import Call, Engine
+from .cuda import CudaEngine
 from .ref import RefEngine
 from .sim import SimEngine
 
 _ENGINES: dict[str, Engine] = {}
-_FACTORIES = {"ref": RefEngine, "sim": SimEngine}
+_FACTORIES = {"ref": RefEngine, "sim": SimEngine, "cuda": CudaEngine}
 ENGINE_NAMES = tuple(_FACTORIES)
 
 
@@ -29,4 +31,4 @@ def get_engine(name: str) -> Engine:
     return engine
 
 
-__all__ = ["ENGINE_NAMES", "Engine", "get_engine"]
+__all__ = ["ENGINE_NAMES", "Call", "Engine", "get_engine"]

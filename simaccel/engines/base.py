@@ -1,19 +1,42 @@
-"""Engine interface: how the runtime binds tensors, allocates intermediates and runs one op.
+"""Engine interface: how the runtime binds tensors, allocates intermediates and runs ops.
 
-An engine is chosen per call (simaccel.runtime); engines never copy the caller's tensors.
+An engine is chosen per call (simaccel.runtime). For each region call the runtime makes a
+`Call` (device, stream, staging choice, ledger), enters `engine.activate(call)`, binds every
+boundary tensor, executes the ops in order and calls `engine.finish(call)`. In the default
+zero-copy mode no engine copies the caller's tensors.
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
 import numpy as np
 
+from ..errors import EngineError
+from ..ledger import Ledger
 from ..ops.registry import OpDef
 from ..program import OpNode, TensorSpec
-from ..tensors import host_view
+from ..tensors import describe, host_view
+
+
+@dataclass
+class Call:
+    """One region call as an engine sees it."""
+
+    region: str
+    device: tuple[str, int]
+    stream: int | None  # the caller's raw stream handle on `device` (None: default)
+    staged: bool  # copy through host memory instead of zero-copy (comparison mode)
+    ledger: Ledger
+    scratch: dict  # plan-owned buffers (staging copies), reused across calls
+    target: Any = None  # engine-specific launch target, set by activate()
+    writebacks: list = field(default_factory=list)  # staged outputs to copy back in finish()
 
 
 class Engine:
-    """Base class. Subclasses set `name` and `device_type` and implement `execute`."""
+    """Base class: a host-memory engine. Subclasses set `name` and implement `execute`."""
 
     name = "base"
     device_type = "cpu"
@@ -23,17 +46,29 @@ class Engine:
         """None if this engine can run here, else a one-line reason."""
         return None
 
-    def bind(self, tensor, spec: TensorSpec, region: str, role: str, ledger=None):
-        """The engine's view of a caller tensor (validated, never a copy)."""
-        return host_view(tensor, spec, region, role)
+    @contextlib.contextmanager
+    def activate(self, call: Call):
+        """Make the call's device current for the duration of the call."""
+        if call.staged:
+            raise EngineError(
+                f"region {call.region}: host-staged mode applies to GPU tensors (engine 'cuda'); "
+                f"engine {self.name!r} already works on host memory"
+            )
+        yield
+
+    def bind(self, call: Call, tensor, index: int, spec: TensorSpec, role: str):
+        """The engine's view of a caller tensor (validated; never a copy in zero-copy mode)."""
+        array = host_view(tensor, spec, call.region, role)
+        call.ledger.record_tensor(call.region, role, spec.name, describe(call.device), array.ctypes.data)
+        return array
 
     def allocate(self, spec: TensorSpec, device_id: int = 0):
         """Memory for an intermediate tensor, owned by a plan and reused across calls."""
         return np.empty(spec.shape, dtype=spec.dtype)
 
-    def execute(self, node: OpNode, op: OpDef, inputs: list, output) -> int:
+    def execute(self, call: Call, node: OpNode, op: OpDef, inputs: list, output) -> int:
         """Run one op, writing `output` in place; return the number of kernels launched."""
         raise NotImplementedError
 
-    def finish(self, outputs, ledger=None) -> None:
-        """Called after the last op of a region (hook for engines that stage data)."""
+    def finish(self, call: Call) -> None:
+        """Called after the last op of a region."""

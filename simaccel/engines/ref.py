@@ -15,6 +15,6 @@ class RefEngine(Engine):
     name = "ref"
     description = "numpy references on host memory (fast, no GPU needed)"
 
-    def execute(self, node, op, inputs, output) -> int:
+    def execute(self, call, node, op, inputs, output) -> int:
         np.copyto(output, op.reference(*inputs, **op.all_attrs(node.attrs)), casting="same_kind")
         return 0

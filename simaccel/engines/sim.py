@@ -14,16 +14,11 @@ class SimEngine(Engine):
     name = "sim"
     description = "Numba CUDA kernels on the Numba CUDA simulator (CPU; tiny shapes)"
 
-    def __init__(self):
-        self._target = None
-
-    def execute(self, node, op, inputs, output) -> int:
+    def execute(self, call, node, op, inputs, output) -> int:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
         from ..kernels import KernelTarget
 
-        if self._target is None:
-            self._target = KernelTarget("sim")
         return op.kernel(
-            self._target, FakeCUDAArray(output), *[FakeCUDAArray(a) for a in inputs], **op.all_attrs(node.attrs)
+            KernelTarget("sim"), FakeCUDAArray(output), *[FakeCUDAArray(a) for a in inputs], **op.all_attrs(node.attrs)
         )

@@ -1,0 +1,167 @@
+"""The "cuda" engine: the accelerator's Numba CUDA kernels on a real NVIDIA GPU.
+
+Zero-copy and stream-ordered: every boundary tensor is viewed in place as a Numba device
+array (the caller's device pointer, no allocation, no copy, no synchronisation), and every
+kernel is launched on the caller's current stream for that device, so TVM kernels before and
+after a region are ordered with it without any device-wide or host synchronisation.
+Intermediates come from the plan (one per Program, device and stream) and are reused.
+
+Host-staged mode (opt-in, for comparison only) copies each input device->host->accelerator
+memory and each output back the same way, as a host-mediated integration would; the ledger
+counts those bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import DeviceError, LayoutError
+from ..tensors import check_spec, describe, device_of
+from .base import Call, Engine
+
+_VIEW_CACHE_SIZE = 512
+
+
+class CudaEngine(Engine):
+    name = "cuda"
+    device_type = "cuda"
+    description = "Numba CUDA kernels on an NVIDIA GPU, zero-copy on the caller's stream"
+
+    def __init__(self):
+        self._streams: dict[tuple[int, int], object] = {}
+        self._views: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def available(self) -> str | None:
+        try:
+            from numba import cuda
+
+            if cuda.is_available():
+                return None
+            return "numba-cuda finds no usable CUDA GPU and driver on this machine"
+        except Exception as e:  # a broken driver install: say what numba said
+            return f"numba-cuda cannot reach a GPU: {type(e).__name__}: {e}"
+
+    # -- per call ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def activate(self, call: Call):
+        from numba import cuda
+
+        from ..kernels import KernelTarget
+
+        with cuda.gpus[call.device[1]]:
+            call.target = KernelTarget("cuda", self._stream(call.device[1], call.stream))
+            yield
+
+    def _stream(self, device_id: int, handle: int | None):
+        from numba import cuda
+
+        key = (device_id, int(handle or 0))
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = cuda.external_stream(key[1]) if key[1] else cuda.default_stream()
+            self._streams[key] = stream
+        return stream
+
+    def bind(self, call: Call, tensor, index: int, spec, role: str):
+        array = self._view(call, tensor, spec, role)
+        if not call.staged:
+            return array
+        return self._stage(call, array, index, spec, role)
+
+    def allocate(self, spec, device_id: int = 0):
+        from numba import cuda
+
+        with cuda.gpus[device_id]:
+            return cuda.device_array(spec.shape, dtype=spec.dtype)
+
+    def execute(self, call: Call, node, op, inputs, output) -> int:
+        return op.kernel(call.target, output, *inputs, **op.all_attrs(node.attrs))
+
+    def finish(self, call: Call) -> None:
+        if not call.writebacks:
+            return
+        stream = call.target.stream
+        for staging, destination in call.writebacks:
+            host = staging.copy_to_host(stream=stream)
+            stream.synchronize()
+            call.ledger.record_copy("device_to_host", host.nbytes)
+            destination.copy_to_device(host, stream=stream)
+            call.ledger.record_copy("host_to_device", host.nbytes)
+        stream.synchronize()
+        call.writebacks.clear()
+
+    # -- zero-copy views -----------------------------------------------------------------
+    def _view(self, call: Call, tensor, spec, role: str):
+        """A Numba device array over the caller's memory, checked against `spec`."""
+        from cuda.core.utils import StridedMemoryView
+        from numba import cuda
+
+        device = device_of(tensor)
+        where = f"region {call.region}: {role} {spec.name!r}"
+        if device != call.device:
+            raise DeviceError(f"{where} is on {describe(device)}, the region runs on {describe(call.device)}")
+        try:
+            view = StridedMemoryView.from_dlpack(tensor, stream_ptr=None)
+        except Exception as e:
+            raise DeviceError(f"{where} cannot be viewed through DLPack: {type(e).__name__}: {e}") from e
+        dtype = np.dtype(view.dtype)
+        check_spec(call.region, role, spec, view.shape, dtype, device)
+        if view.strides is not None and not _is_compact(spec.shape, view.strides):
+            raise LayoutError(f"{where} {spec.shape} must be compact row-major, got element strides {view.strides}")
+        if view.ptr % dtype.itemsize:
+            raise LayoutError(
+                f"{where} data pointer {view.ptr:#x} (byte_offset included) is not aligned to its "
+                f"{dtype.itemsize}-byte {spec.dtype} elements"
+            )
+        if role == "output" and view.readonly:
+            raise LayoutError(f"{where} is read-only")
+        call.ledger.record_tensor(call.region, role, spec.name, describe(device), view.ptr)
+        key = (view.ptr, spec.shape, spec.dtype, device[1])
+        with self._lock:
+            array = self._views.get(key)
+            if array is not None:
+                self._views.move_to_end(key)
+                return array
+        array = cuda.from_cuda_array_interface(
+            {"shape": spec.shape, "strides": None, "typestr": dtype.str, "data": (view.ptr, False), "version": 3},
+            owner=None,
+            sync=False,
+        )
+        with self._lock:
+            self._views[key] = array
+            if len(self._views) > _VIEW_CACHE_SIZE:
+                self._views.popitem(last=False)
+        return array
+
+    # -- host-staged comparison mode -------------------------------------------------------
+    def _stage(self, call: Call, array, index: int, spec, role: str):
+        """Accelerator-owned copy of a boundary tensor, filled through host memory."""
+        staging = call.scratch.get(index)
+        if staging is None:
+            staging = call.scratch[index] = self.allocate(spec, call.device[1])
+        if role == "output":
+            call.writebacks.append((staging, array))
+            return staging
+        stream = call.target.stream
+        host = array.copy_to_host(stream=stream)
+        stream.synchronize()
+        call.ledger.record_copy("device_to_host", host.nbytes)
+        staging.copy_to_device(host, stream=stream)
+        stream.synchronize()
+        call.ledger.record_copy("host_to_device", host.nbytes)
+        return staging
+
+
+def _is_compact(shape, strides) -> bool:
+    """Row-major without gaps (element strides; the stride of an extent-1 axis is irrelevant)."""
+    step = 1
+    for dim, stride in zip(reversed(shape), reversed(tuple(strides))):
+        if dim != 1 and stride != step:
+            return False
+        step *= dim
+    return True

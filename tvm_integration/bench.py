@@ -1,0 +1,185 @@
+"""`simaccel bench`: TVM alone vs simaccel zero-copy vs simaccel host-staged, on one GPU.
+
+A benchmark, not a test. For each case (the demo model; relu(x @ W) at 1024^3 and 4096^3;
+an 8x8 region that shows the per-call overhead) it loads the prebuilt libraries
+(simaccel.tvm_integration.artifacts), checks that the builds agree, then times one call of
+each mode in turn (interleaved, so drift hits all modes alike), each call followed by a
+device synchronisation, and reports medians after warm-up. Where PyTorch is present its
+cuBLAS matmul+relu (TF32 off) is timed in the same loop as a peer. Writes bench.json (with
+the date, device name and versions) and bench.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from ..runtime import get_runtime
+from . import deploy
+from .artifacts import case_inputs, load_manifest
+
+CASES = ["mm8", "mm1024", "mm4096", "demo_f32"]
+MODES = ["tvm_only", "simaccel_zero_copy", "simaccel_staged"]
+GEMM_SIZE = {"mm8": 8, "mm1024": 1024, "mm4096": 4096}
+
+
+def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, log=print) -> int:
+    import tvm
+
+    manifest = load_manifest(artifacts_dir)
+    runtime = get_runtime()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for name in CASES:
+        results[name] = _bench_case(artifacts_dir, manifest, name, runtime, repeat, warmup)
+        summary = ", ".join(f"{m} {v['median_us']:.1f} us" for m, v in results[name]["modes"].items())
+        log(f"{name}: {summary}")
+    from numba import cuda
+
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": _device_name(cuda),
+        "versions": {pkg: _version(pkg) for pkg in ("simaccel", "apache-tvm", "apache-tvm-ffi", "numba-cuda", "numpy", "torch")},
+        "method": f"median of {repeat} timed calls after {warmup} warm-up calls; modes interleaved; "
+        "each call followed by a device synchronisation; wall clock",
+        "cases": results,
+    }
+    (out / "bench.json").write_text(json.dumps(report, indent=1))
+    _chart(report, out / "bench.png")
+    log(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
+    return 0
+
+
+def _bench_case(directory, manifest, name, runtime, repeat, warmup) -> dict:
+    import tvm
+
+    simaccel_vm, dev = deploy.load(os.path.join(directory, f"{name}.simaccel.so"), "cuda")
+    tvm_vm, _ = deploy.load(os.path.join(directory, f"{name}.tvm.so"), "cuda")
+    arrays = case_inputs(manifest, name)
+    tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+
+    def call(vm, staged=False):
+        def go():
+            with runtime.use_staged(staged):
+                vm["main"](*tensors)
+            dev.sync()
+
+        return go
+
+    calls = {
+        "tvm_only": call(tvm_vm),
+        "simaccel_zero_copy": call(simaccel_vm),
+        "simaccel_staged": call(simaccel_vm, staged=True),
+    }
+    peer = _torch_peer(arrays, GEMM_SIZE.get(name))
+    if peer is not None:
+        calls["torch_cublas"] = peer
+
+    want = tvm_vm["main"](*tensors).numpy()
+    got = simaccel_vm["main"](*tensors).numpy()
+    error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+
+    bytes_per_call = {}
+    for mode in ("simaccel_zero_copy", "simaccel_staged"):
+        runtime.ledger.reset()
+        calls[mode]()
+        bytes_per_call[mode] = runtime.ledger.snapshot()["bytes"]
+
+    samples = {mode: [] for mode in calls}
+    for _ in range(warmup):
+        for go in calls.values():
+            go()
+    for _ in range(repeat):
+        for mode, go in calls.items():
+            start = time.perf_counter()
+            go()
+            samples[mode].append(time.perf_counter() - start)
+
+    modes = {}
+    for mode, times in samples.items():
+        times_us = sorted(t * 1e6 for t in times)
+        entry = {
+            "median_us": statistics.median(times_us),
+            "p10_us": times_us[len(times_us) // 10],
+            "p90_us": times_us[(len(times_us) * 9) // 10],
+            "runs": len(times_us),
+        }
+        if name in GEMM_SIZE:
+            entry["tflops"] = 2 * GEMM_SIZE[name] ** 3 / (entry["median_us"] * 1e-6) / 1e12
+        if mode in bytes_per_call:
+            entry["bytes_copied_per_call"] = bytes_per_call[mode]
+        modes[mode] = entry
+    base = modes["tvm_only"]["median_us"]
+    return {
+        "regions": manifest["cases"][name]["regions"],
+        "max_abs_error_vs_tvm_only": error,
+        "modes": modes,
+        "time_ratio_vs_tvm_only": {mode: v["median_us"] / base for mode, v in modes.items()},
+        "staged_over_zero_copy": modes["simaccel_staged"]["median_us"] / modes["simaccel_zero_copy"]["median_us"],
+    }
+
+
+def _torch_peer(arrays, size):
+    """relu(x @ W) with cuBLAS (TF32 off), if PyTorch is installed; else None."""
+    if size is None:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    x, w = (torch.from_numpy(a).cuda() for a in arrays)
+
+    def go():
+        torch.relu(x @ w)
+        torch.cuda.synchronize()
+
+    return go
+
+
+def _chart(report, path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    cases = list(report["cases"])
+    modes = [m for m in ("tvm_only", "simaccel_zero_copy", "simaccel_staged", "torch_cublas")
+             if any(m in report["cases"][c]["modes"] for c in cases)]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        values = [report["cases"][c]["modes"].get(mode, {}).get("median_us", 0) for c in cases]
+        bars = ax.bar([x + i * width for x in range(len(cases))], values, width, label=mode)
+        for bar, v in zip(bars, values):
+            if v:
+                ax.annotate(f"{v:.0f}" if v >= 10 else f"{v:.1f}", (bar.get_x() + bar.get_width() / 2, v),
+                            ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks([x + width * (len(modes) - 1) / 2 for x in range(len(cases))], cases)
+    ax.set_ylabel("median time per call (us, log scale)")
+    ax.set_title(f"simaccel on {report['device']} ({report['date'][:10]})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _device_name(cuda) -> str:
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
