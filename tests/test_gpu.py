@@ -121,7 +121,7 @@ def test_non_default_stream_long_upstream_many_calls(artifacts, clean_runtime):
     inputs = [case.tensors(seed) for seed in range(8)]
     wants = [case.run(t, reference=True) for t in inputs]
     stream = cuda.stream()
-    handle = int(stream.handle.value)
+    handle = int(stream)
     results = []
     with tvm_ffi.use_raw_stream(case.dev, handle):
         assert tvm_ffi.get_raw_stream(case.dev) == handle

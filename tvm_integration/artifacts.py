@@ -21,17 +21,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import models
+
+def _models():
+    from . import models  # needs tvm.relax (full TVM); loading artifacts does not
+
+    return models
+
 
 CASES = {
-    "demo_f32": lambda: models.demo_cnn("float32", batch=8),
-    "demo_f16": lambda: models.demo_cnn("float16", batch=8),
-    "hetero_f32": lambda: models.hetero_chain("float32"),
-    "hetero_f16": lambda: models.hetero_chain("float16"),
-    "upstream_f32": lambda: models.long_upstream("float32"),
-    "mm8": lambda: models.matmul_relu(8),
-    "mm1024": lambda: models.matmul_relu(1024),
-    "mm4096": lambda: models.matmul_relu(4096),
+    "demo_f32": lambda: _models().demo_cnn("float32", batch=8),
+    "demo_f16": lambda: _models().demo_cnn("float16", batch=8),
+    "hetero_f32": lambda: _models().hetero_chain("float32"),
+    "hetero_f16": lambda: _models().hetero_chain("float16"),
+    "upstream_f32": lambda: _models().long_upstream("float32"),
+    "mm8": lambda: _models().matmul_relu(8),
+    "mm1024": lambda: _models().matmul_relu(1024),
+    "mm4096": lambda: _models().matmul_relu(4096),
 }
 CROSS_CHECK = "demo_f32"  # also checked against the CPU build, through `simaccel run`
 MANIFEST = "manifest.json"
@@ -42,6 +47,7 @@ def build_artifacts(out_dir, target=None, cases=None, log=print) -> Path:
     from .partition import partition_report
     from .pipeline import build, build_tvm_only, default_target
 
+    models = _models()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     target = target or default_target("cuda")
@@ -71,7 +77,7 @@ def _write_cpu_check(out: Path, name: str, mod) -> None:
 
     from .pipeline import build_tvm_only
 
-    inputs = models.random_inputs(mod, 0)
+    inputs = _models().random_inputs(mod, 0)
     vm = relax.VirtualMachine(build_tvm_only(mod), tvm.cpu())
     want = vm["main"](*[tvm.runtime.tensor(a) for a in inputs]).numpy()
     np.savez(out / f"{name}.inputs.npz", **{f"arg{i}": a for i, a in enumerate(inputs)})

@@ -96,6 +96,7 @@ def _register_cuda_compile() -> None:
 def load(path: str | os.PathLike, device: str = "cpu"):
     """Load an exported library and return a VM on `device` ("cpu" or "cuda", "cuda:1", ...)."""
     import tvm
+    from tvm.runtime.vm import VirtualMachine  # not tvm.relax: absent from a runtime-only TVM
 
     kind, _, index = device.partition(":")
     if kind == "cuda":
@@ -107,7 +108,7 @@ def load(path: str | os.PathLike, device: str = "cpu"):
     dev = tvm.device(kind, int(index or 0))
     if not dev.exist:
         raise DeviceError(f"device {device} is not present on this machine")
-    return tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(str(path)), dev), dev
+    return VirtualMachine(tvm.runtime.load_module(str(path)), dev), dev
 
 
 def read_arrays(path: str | os.PathLike) -> list[np.ndarray]:

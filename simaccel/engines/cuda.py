@@ -106,9 +106,12 @@ class CudaEngine(Engine):
         if device != call.device:
             raise DeviceError(f"{where} is on {describe(device)}, the region runs on {describe(call.device)}")
         try:
-            view = StridedMemoryView.from_dlpack(tensor, stream_ptr=None)
+            # -1: the producer must not synchronise; we run on the caller's own stream.
+            view = StridedMemoryView.from_dlpack(tensor, stream_ptr=-1)
         except Exception as e:
-            raise DeviceError(f"{where} cannot be viewed through DLPack: {type(e).__name__}: {e}") from e
+            raise DeviceError(
+                f"{where} (on {describe(device)}) cannot be viewed through DLPack: {type(e).__name__}: {e}"
+            ) from e
         dtype = np.dtype(view.dtype)
         check_spec(call.region, role, spec, view.shape, dtype, device)
         if view.strides is not None and not _is_compact(spec.shape, view.strides):
