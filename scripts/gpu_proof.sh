@@ -12,8 +12,9 @@ out=${1:?usage: scripts/gpu_proof.sh OUT_DIR}
 mkdir -p "$out"
 nvidia-smi -L > "$out/devices.txt" 2>&1
 
-python3 -P -m pytest tests/test_gpu.py tests/test_kernels.py tests/test_runtime.py tests/test_program.py \
+python3 -P -X faulthandler -m pytest tests/test_gpu.py tests/test_kernels.py tests/test_runtime.py tests/test_program.py \
   -v -rs -p no:cacheprovider --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
+echo "exit status: ${PIPESTATUS[0]}" >> "$out/gpu-tests.log"
 
 python3 -P -m simaccel.cli run "$art/demo_f32.simaccel.so" --inputs "$art/demo_f32.inputs.npz" \
   --expect "$art/demo_f32.expect_cpu.npz" --device cuda 2>&1 | tee "$out/runtime-only-run.log"
@@ -22,3 +23,4 @@ echo "exit status: ${PIPESTATUS[0]}" >> "$out/runtime-only-run.log"
 python3 -P -m simaccel.cli bench --artifacts "$art" --out "$out" --repeat 50 2>&1 | tee "$out/bench.log"
 
 python3 scripts/summarize_gpu_run.py "$out"
+python3 -P scripts/profile_call.py "$art" mm8 2>&1 | tail -40

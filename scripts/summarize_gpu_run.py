@@ -27,11 +27,13 @@ def main(out_dir: str) -> None:
         outcomes[name] = outcome
     gpu_tests = {k: v for k, v in outcomes.items() if "test_gpu" in k}
     run_log = (out / "runtime-only-run.log").read_text()
+    test_log = (out / "gpu-tests.log").read_text().strip().splitlines()
     summary = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "devices": (out / "devices.txt").read_text().strip().splitlines(),
         "tvm_runtime_only": os.environ.get("TVM_USE_RUNTIME_LIB") == "1",
         "tests": {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")},
+        "pytest_process": test_log[-1] if test_log else None,
         "gpu_tests": {
             "total": len(gpu_tests),
             "passed": sum(v == "passed" for v in gpu_tests.values()),

@@ -47,7 +47,7 @@ class Ledger:
             self._bytes[direction] += int(nbytes)
 
     def record_tensor(self, region: str, role: str, name: str, device: str, address: int) -> None:
-        """Trace one boundary tensor (only while `tracing` is on)."""
+        """Trace one boundary tensor (callers check `tracing` first, to skip the formatting)."""
         if self.tracing:
             with self._lock:
                 self._trace.append(

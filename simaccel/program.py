@@ -9,10 +9,13 @@ in-process after `tvm.compile` and after export and load.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from .errors import ProgramError
 from .profile import DEFAULT_PROFILE, DeviceProfile
@@ -26,6 +29,10 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str
+
+    @functools.cached_property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
 
     @property
     def nbytes(self) -> int:

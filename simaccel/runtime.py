@@ -14,6 +14,7 @@ SIMACCEL_STAGED=1.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import os
@@ -217,4 +218,7 @@ def get_runtime() -> Runtime:
         with _RUNTIME_LOCK:
             if _RUNTIME is None:
                 _RUNTIME = Runtime()
+                # Free device memory while the GPU drivers are still loaded, not during
+                # interpreter teardown.
+                atexit.register(_RUNTIME.clear)
     return _RUNTIME

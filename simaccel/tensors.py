@@ -28,14 +28,15 @@ def describe(device: tuple[str, int]) -> str:
     return f"{device[0]}:{device[1]}"
 
 
-def check_spec(region: str, role: str, spec: TensorSpec, shape, dtype: str, device) -> None:
+def check_spec(region: str, role: str, spec: TensorSpec, shape, dtype, device) -> None:
     """Raise ShapeError / DtypeError when a tensor's shape or dtype differs from its spec."""
+    if dtype == spec.np_dtype and tuple(shape) == spec.shape:
+        return
     shape = tuple(int(d) for d in shape)
     where = f"region {region}: {role} {spec.name!r}"
     if str(dtype) != spec.dtype:
         raise DtypeError(f"{where} expects dtype {spec.dtype}, got {dtype} (shape {shape}, on {describe(device)})")
-    if shape != spec.shape:
-        raise ShapeError(f"{where} expects shape {spec.shape}, got {shape} ({dtype}, on {describe(device)})")
+    raise ShapeError(f"{where} expects shape {spec.shape}, got {shape} ({dtype}, on {describe(device)})")
 
 
 def host_view(tensor, spec: TensorSpec, region: str, role: str) -> np.ndarray:
@@ -51,15 +52,16 @@ def host_view(tensor, spec: TensorSpec, region: str, role: str) -> np.ndarray:
     except (BufferError, TypeError, ValueError) as e:
         raise DeviceError(f"region {region}: {role} {spec.name!r} cannot be viewed through DLPack: {e}") from e
     check_spec(region, role, spec, array.shape, array.dtype, device)
-    if not array.flags.c_contiguous:
+    flags = array.flags
+    if not flags.c_contiguous:
         raise LayoutError(
             f"region {region}: {role} {spec.name!r} {spec.shape} must be compact row-major, got strides {array.strides}"
         )
-    if array.ctypes.data % array.dtype.itemsize:
+    if not flags.aligned:
         raise LayoutError(
             f"region {region}: {role} {spec.name!r} data pointer {array.ctypes.data:#x} (byte_offset included) "
             f"is not aligned to its {array.dtype.itemsize}-byte {spec.dtype} elements"
         )
-    if role == "output" and not array.flags.writeable:
+    if role == "output" and not flags.writeable:
         raise LayoutError(f"region {region}: output {spec.name!r} is read-only")
     return array

@@ -204,14 +204,16 @@ def test_second_gpu_runs_its_own_regions(artifacts, clean_runtime):
     assert {e["device"] for e in clean_runtime.ledger.trace()} == {"cuda:1"}
     plans = [p for key, p in clean_runtime._plans.items() if key[2] == ("cuda", 1)]
     assert plans
-    for plan in plans:
-        for array in plan.slots:
-            if array is not None:
-                pointer = array.__cuda_array_interface__["data"][0]
-                err, ordinal = driver.cuPointerGetAttribute(
-                    driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer
-                )
-                assert int(ordinal) == 1
+    intermediates = [a for plan in plans for a in plan.slots if a is not None]
+    assert intermediates
+    with cuda.gpus[0]:  # ask from GPU 0's context: the answer must still be GPU 1
+        for array in intermediates:
+            pointer = array.__cuda_array_interface__["data"][0]
+            err, ordinal = driver.cuPointerGetAttribute(
+                driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer
+            )
+            assert err == driver.CUresult.CUDA_SUCCESS, err
+            assert int(ordinal) == 1
 
 
 # -- each kernel at real sizes on the GPU, against its numpy reference -----------------------

@@ -24,10 +24,11 @@ def get_engine(name: str) -> Engine:
         raise EngineError(f"unknown engine {name!r}; choose one of {', '.join(ENGINE_NAMES)}")
     engine = _ENGINES.get(name)
     if engine is None:
-        engine = _ENGINES[name] = _FACTORIES[name]()
-    reason = engine.available()
-    if reason:
-        raise EngineError(f"engine {name!r} cannot run here: {reason}")
+        candidate = _FACTORIES[name]()
+        reason = candidate.available()  # asked once per process: a driver does not come and go
+        if reason:
+            raise EngineError(f"engine {name!r} cannot run here: {reason}")
+        engine = _ENGINES[name] = candidate
     return engine
 
 

@@ -13,6 +13,7 @@ counts those bytes.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 from collections import OrderedDict
@@ -35,6 +36,13 @@ class CudaEngine(Engine):
         self._streams: dict[tuple[int, int], object] = {}
         self._views: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
+        atexit.register(self.release)
+
+    def release(self) -> None:
+        """Drop cached views and streams (also at exit, before the drivers unload)."""
+        with self._lock:
+            self._views.clear()
+            self._streams.clear()
 
     def available(self) -> str | None:
         try:
@@ -123,7 +131,8 @@ class CudaEngine(Engine):
             )
         if role == "output" and view.readonly:
             raise LayoutError(f"{where} is read-only")
-        call.ledger.record_tensor(call.region, role, spec.name, describe(device), view.ptr)
+        if call.ledger.tracing:
+            call.ledger.record_tensor(call.region, role, spec.name, describe(device), view.ptr)
         key = (view.ptr, spec.shape, spec.dtype, device[1])
         with self._lock:
             array = self._views.get(key)
