@@ -36,7 +36,7 @@ class CudaEngine(Engine):
         self._streams: dict[tuple[int, int], object] = {}
         self._views: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
-        atexit.register(self.release)
+        self._exit_hook = False
 
     def release(self) -> None:
         """Drop cached views and streams (also at exit, before the drivers unload)."""
@@ -55,12 +55,30 @@ class CudaEngine(Engine):
             return f"numba-cuda cannot reach a GPU: {type(e).__name__}: {e}"
 
     # -- per call ------------------------------------------------------------------------
+    def _at_exit(self) -> None:
+        """Leave device memory and modules to the driver when the process exits.
+
+        numba-cuda's finalizers unload kernel modules during interpreter teardown once more
+        than CUDA_DEALLOCS_COUNT are pending; by then the CUDA context may be gone (TVM's
+        CUDA runtime tears down too), and the unload crashes the process. The driver frees
+        everything of an exiting process anyway, so at exit nothing is flushed.
+        """
+        from numba.cuda.core import config
+
+        self.release()
+        config.CUDA_DEALLOCS_COUNT = 1 << 62
+        config.CUDA_DEALLOCS_RATIO = 1e12
+
     @contextlib.contextmanager
     def activate(self, call: Call):
         from numba import cuda
 
         from ..kernels import KernelTarget
 
+        if not self._exit_hook:
+            # Registered after numba's own exit hooks, so it runs before them (LIFO).
+            atexit.register(self._at_exit)
+            self._exit_hook = True
         with cuda.gpus[call.device[1]]:
             call.target = KernelTarget("cuda", self._stream(call.device[1], call.stream))
             yield
