@@ -15,7 +15,6 @@ import logging
 from dataclasses import dataclass
 from typing import Callable
 
-import tvm
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
@@ -198,10 +197,9 @@ def why_not(spec: PatternSpec, ann, context=None) -> str | None:
     op = get_op(spec.name)
     shapes, dtypes = [], []
     for role in op.inputs:
-        expr = ann[role]
-        if isinstance(expr, tvm.ir.expr.Constant):
-            return f"{role} is a constant; simaccel takes tensors as function parameters (bind_constants=False)"
-        shape, dtype = tensor_info(expr)
+        # Constants are fine: with bind_constants=False they become region parameters, which
+        # TVM materialises and passes like any other tensor.
+        shape, dtype = tensor_info(ann[role])
         if shape is None:
             return f"{role} has a dynamic or unknown shape"
         reason = profile.why_not_tensor(role, shape, dtype)
