@@ -11,6 +11,7 @@ from __future__ import annotations
 from numba import cuda, float32
 
 from .activation import activation_code, apply_activation
+from .window import padding4, pair
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -44,30 +45,6 @@ def _conv2d_kernel(out, x, w, bias, C, H, W, O, OH, OW, KH, KW, sh, sw, pt, pl, 
         idx += step
 
 
-def _pair(v, name):
-    if isinstance(v, int):
-        return (v, v)
-    v = tuple(int(e) for e in v)
-    if len(v) == 1:
-        return (v[0], v[0])
-    if len(v) != 2:
-        raise ValueError(f"conv2d {name} must have 2 values, got {v}")
-    return v
-
-
-def _padding4(p):
-    if isinstance(p, int):
-        return (p, p, p, p)
-    p = tuple(int(e) for e in p)
-    if len(p) == 1:
-        return p * 4
-    if len(p) == 2:
-        return (p[0], p[1], p[0], p[1])
-    if len(p) != 4:
-        raise ValueError(f"conv2d padding must be (top, left, bottom, right), got {p}")
-    return p
-
-
 def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dilation,
                   activation) -> int:
     """Launch the direct conv2d on `target`; returns the number of kernel launches.
@@ -84,9 +61,9 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
     O, Cw, KH, KW = (int(d) for d in weight.shape)
     if Cw != C:
         raise ValueError(f"conv2d channels differ (groups=1): data C={C}, weight C={Cw}")
-    sh, sw = _pair(strides, "strides")
-    dh, dw = _pair(dilation, "dilation")
-    pt, pl, pb, pr = _padding4(padding)
+    sh, sw = pair(strides, "conv2d", "strides")
+    dh, dw = pair(dilation, "conv2d", "dilation")
+    pt, pl, pb, pr = padding4(padding, "conv2d")
     OH = (H + pt + pb - dh * (KH - 1) - 1) // sh + 1
     OW = (W + pl + pr - dw * (KW - 1) - 1) // sw + 1
     if tuple(int(d) for d in out.shape) != (N, O, OH, OW):

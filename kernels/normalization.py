@@ -12,9 +12,35 @@ from __future__ import annotations
 import math
 
 from numba import cuda, float32
+from numba.cuda.extending import register_jitable
 
 MAX_BLOCK = 256  # power of two; also the size of the shared reduction buffer
 _MAX_GRID = 1 << 20  # rows beyond that are walked by a loop in the kernels
+
+
+@register_jitable
+def _block_reduce(buf, value, take_max):
+    """Combine `value` over the block (sum, or max if `take_max`); every thread gets the result.
+
+    A shared-memory tree reduction: every thread of the block must call it (it syncs).
+    """
+    tid = cuda.threadIdx.x
+    buf[tid] = value
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            other = buf[tid + s]
+            if take_max:
+                if other > buf[tid]:
+                    buf[tid] = other
+            else:
+                buf[tid] += other
+        cuda.syncthreads()
+        s //= 2
+    result = buf[0]
+    cuda.syncthreads()  # buf is free again once everyone has read the result
+    return result
 
 
 def _softmax_kernel(out, x, rows, D):
@@ -32,40 +58,19 @@ def _softmax_kernel(out, x, rows, D):
             if v > m:
                 m = v
             i += nthreads
-        buf[tid] = m
-        cuda.syncthreads()
-        s = nthreads // 2
-        while s > 0:
-            if tid < s:
-                other = buf[tid + s]
-                if other > buf[tid]:
-                    buf[tid] = other
-            cuda.syncthreads()
-            s //= 2
-        row_max = buf[0]
-        cuda.syncthreads()
+        row_max = _block_reduce(buf, m, True)
         # 2. sum of exp(x - max)
         acc = float32(0.0)
         i = tid
         while i < D:
             acc += float32(math.exp(float32(x[r, i]) - row_max))
             i += nthreads
-        buf[tid] = acc
-        cuda.syncthreads()
-        s = nthreads // 2
-        while s > 0:
-            if tid < s:
-                buf[tid] += buf[tid + s]
-            cuda.syncthreads()
-            s //= 2
-        inv = float32(1.0) / buf[0]
-        cuda.syncthreads()
+        inv = float32(1.0) / _block_reduce(buf, acc, False)
         # 3. normalize
         i = tid
         while i < D:
             out[r, i] = float32(math.exp(float32(x[r, i]) - row_max)) * inv
             i += nthreads
-        # (buf is free again: everyone read buf[0] before the last syncthreads)
         r += cuda.gridDim.x
 
 
@@ -82,16 +87,7 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
         while i < D:
             acc += float32(x[r, i])
             i += nthreads
-        buf[tid] = acc
-        cuda.syncthreads()
-        s = nthreads // 2
-        while s > 0:
-            if tid < s:
-                buf[tid] += buf[tid + s]
-            cuda.syncthreads()
-            s //= 2
-        mean = buf[0] * inv_d
-        cuda.syncthreads()
+        mean = _block_reduce(buf, acc, False) * inv_d
         # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
         acc = float32(0.0)
         i = tid
@@ -99,16 +95,7 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
             d = float32(x[r, i]) - mean
             acc += d * d
             i += nthreads
-        buf[tid] = acc
-        cuda.syncthreads()
-        s = nthreads // 2
-        while s > 0:
-            if tid < s:
-                buf[tid] += buf[tid + s]
-            cuda.syncthreads()
-            s //= 2
-        rstd = float32(1.0) / float32(math.sqrt(buf[0] * inv_d + float32(eps)))
-        cuda.syncthreads()
+        rstd = float32(1.0) / float32(math.sqrt(_block_reduce(buf, acc, False) * inv_d + float32(eps)))
         # 3. scale and shift
         i = tid
         while i < D:

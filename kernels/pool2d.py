@@ -14,6 +14,7 @@ import math
 from numba import cuda, float32
 
 from .elementwise import divmod_fast
+from .window import padding4, pair
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -70,39 +71,15 @@ def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv
         idx += step
 
 
-def _pair(v, name):
-    if isinstance(v, int):
-        return (v, v)
-    v = tuple(int(e) for e in v)
-    if len(v) == 1:
-        return (v[0], v[0])
-    if len(v) != 2:
-        raise ValueError(f"pool2d {name} must have 2 values, got {v}")
-    return v
-
-
-def _padding4(p):
-    if isinstance(p, int):
-        return (p, p, p, p)
-    p = tuple(int(e) for e in p)
-    if len(p) == 1:
-        return p * 4
-    if len(p) == 2:
-        return (p[0], p[1], p[0], p[1])
-    if len(p) != 4:
-        raise ValueError(f"pool2d padding must be (top, left, bottom, right), got {p}")
-    return p
-
-
 def _prepare(target, out, data, pool_size, strides, padding, dilation):
     """Validate shapes; returns (x3, o3, scalar args) or None when the output is empty."""
     if len(data.shape) != 4:
         raise ValueError(f"pool2d wants NCHW data, got shape {tuple(data.shape)}")
     N, C, H, W = (int(d) for d in data.shape)
-    KH, KW = _pair(pool_size, "pool_size")
-    sh, sw = _pair(strides, "strides")
-    dh, dw = _pair(dilation, "dilation")
-    pt, pl, pb, pr = _padding4(padding)
+    KH, KW = pair(pool_size, "pool2d", "pool_size")
+    sh, sw = pair(strides, "pool2d", "strides")
+    dh, dw = pair(dilation, "pool2d", "dilation")
+    pt, pl, pb, pr = padding4(padding, "pool2d")
     OH = (H + pt + pb - dh * (KH - 1) - 1) // sh + 1
     OW = (W + pl + pr - dw * (KW - 1) - 1) // sw + 1
     if tuple(int(d) for d in out.shape) != (N, C, OH, OW):

@@ -22,6 +22,7 @@ from tvm.relax.dpl import is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
 from ..errors import SimAccelError
+from ..kernels.window import padding4
 from ..ops import get_op, list_ops
 from ..ops.matmul import ACTIVATIONS, matmul_name
 from ..ops.conv2d import conv2d_name
@@ -82,7 +83,7 @@ def ints(values) -> list[int]:
 
 def conv2d_attrs(call) -> dict:
     a = call.attrs
-    return {"strides": ints(a.strides), "padding": _four(ints(a.padding)), "dilation": ints(a.dilation)}
+    return {"strides": ints(a.strides), "padding": list(padding4(ints(a.padding), "conv2d")), "dilation": ints(a.dilation)}
 
 
 def pool2d_attrs(call) -> dict:
@@ -90,7 +91,7 @@ def pool2d_attrs(call) -> dict:
     attrs = {
         "pool_size": ints(a.pool_size),
         "strides": ints(a.strides),
-        "padding": _four(ints(a.padding)),
+        "padding": list(padding4(ints(a.padding), "pool2d")),
         "dilation": ints(a.dilation),
     }
     if call.op.name == "relax.nn.avg_pool2d":
@@ -100,15 +101,6 @@ def pool2d_attrs(call) -> dict:
 
 def layer_norm_attrs(call) -> dict:
     return {"epsilon": float(call.attrs.epsilon)}
-
-
-def _four(padding: list[int]) -> list[int]:
-    """Relax padding of length 1, 2 or 4 as (top, left, bottom, right)."""
-    if len(padding) == 1:
-        return padding * 4
-    if len(padding) == 2:
-        return padding * 2
-    return padding
 
 
 # -- per-family checks: a reason string, or None -------------------------------------------

@@ -1,0 +1,33 @@
+"""Window attributes shared by the convolution and pooling launchers (host side).
+
+Programs carry strides, dilation and pool sizes as pairs and padding as
+(top, left, bottom, right); direct callers may also pass one int or a 1- or 2-tuple.
+"""
+
+from __future__ import annotations
+
+
+def pair(value, op: str, name: str) -> tuple[int, int]:
+    """`value` as (height, width)."""
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(int(e) for e in value)
+    if len(value) == 1:
+        return (value[0], value[0])
+    if len(value) != 2:
+        raise ValueError(f"{op} {name} must have 2 values, got {value}")
+    return value
+
+
+def padding4(padding, op: str) -> tuple[int, int, int, int]:
+    """`padding` as (top, left, bottom, right)."""
+    if isinstance(padding, int):
+        return (padding,) * 4
+    padding = tuple(int(e) for e in padding)
+    if len(padding) == 1:
+        return padding * 4
+    if len(padding) == 2:
+        return padding * 2
+    if len(padding) != 4:
+        raise ValueError(f"{op} padding must be (top, left, bottom, right), got {padding}")
+    return padding
