@@ -67,3 +67,34 @@ def test_demo_exits_1_on_a_mismatch(monkeypatch):
     finally:
         simaccel.get_runtime().clear()
     assert lines[-1] == "RESULT: MISMATCH"
+
+
+def test_run_checks_an_exported_library(tmp_path):
+    import numpy as np
+
+    from harness import run_vm
+    from simaccel.tvm_integration import build, build_tvm_only
+    from simaccel.tvm_integration.models import demo_cnn, random_inputs
+
+    mod = demo_cnn(batch=1)
+    build(mod).export_library(str(tmp_path / "demo.so"))
+    inputs = random_inputs(mod, 5)
+    want = run_vm(build_tvm_only(mod), inputs)
+    np.savez(tmp_path / "in.npz", **{f"arg{i}": a for i, a in enumerate(inputs)})
+    np.savez(tmp_path / "good.npz", arg0=want)
+    np.savez(tmp_path / "bad.npz", arg0=want[:, ::-1])
+
+    ok = simaccel("run", str(tmp_path / "demo.so"), "--inputs", str(tmp_path / "in.npz"),
+                  "--expect", str(tmp_path / "good.npz"), "--save", str(tmp_path / "out.npz"))
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip().endswith("RESULT: match")
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["arg0"], want, rtol=1e-4, atol=1e-5)
+
+    mismatch = simaccel("run", str(tmp_path / "demo.so"), "--inputs", str(tmp_path / "in.npz"),
+                        "--expect", str(tmp_path / "bad.npz"))
+    assert mismatch.returncode == 1 and "RESULT: MISMATCH" in mismatch.stdout
+
+    np.savez(tmp_path / "short.npz", arg0=inputs[0])
+    wrong = simaccel("run", str(tmp_path / "demo.so"), "--inputs", str(tmp_path / "short.npz"))
+    assert wrong.returncode == 2
+    assert "expects 11 arguments" in wrong.stderr and "Traceback" not in wrong.stderr

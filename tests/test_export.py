@@ -76,3 +76,16 @@ def test_codegen_writes_nothing_into_the_working_directory(tmp_path, monkeypatch
     executable = build(demo_cnn(batch=1))
     assert list(tmp_path.iterdir()) == []
     assert run_vm(executable, random_inputs(demo_cnn(batch=1))).shape == (1, 10)
+
+
+def test_missing_cpp_compiler_is_a_clear_error(tmp_path, monkeypatch):
+    from simaccel import CodegenError
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(CodegenError, match="no C\\+\\+ compiler was found.*apt-get install g\\+\\+"):
+        build(demo_cnn(batch=1))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    with pytest.raises(CodegenError, match="no-such-g\\+\\+"):
+        build(demo_cnn(batch=1))

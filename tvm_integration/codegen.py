@@ -20,12 +20,29 @@ from .patterns import SPECS, tensor_info
 
 def codegen(functions, options=None, constant_names=None) -> list:
     """Entry point registered as ``relax.ext.simaccel``: returns one runtime module."""
+    if functions:
+        require_compiler()
     regions = []
     for func in functions:
         symbol = str(func.attrs["global_symbol"])
         program = region_program(symbol, func)
         regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json()))
     return [forwarder_module(regions)] if regions else []
+
+
+def require_compiler() -> None:
+    """Fail early, and clearly, where TVM would later fail obscurely without a C++ compiler."""
+    import shutil
+
+    from tvm.support.cc import get_cc
+
+    compiler = get_cc()
+    if compiler is None or shutil.which(compiler) is None:
+        raise CodegenError(
+            "simaccel's regions are called through a small C++ forwarder that TVM compiles into "
+            f"the executable, and no C++ compiler was found ({'$CXX/$CC = ' + compiler if compiler else 'no g++, gcc, clang++, clang, c++ or cc on PATH'}). "
+            "Install one (e.g. `apt-get install g++`) or point $CXX at it."
+        )
 
 
 def region_program(symbol: str, func: relax.Function) -> Program:

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from ..errors import DeviceError
+from ..errors import DeviceError, SimAccelError
 from ..runtime import get_runtime
 from . import models
 
@@ -28,6 +28,14 @@ def run_demo(
     engine: str = "auto", seed: int = 0, dtype: str = "float32", device: str = "auto", staged: bool = False, out=print
 ) -> int:
     """Run the demo on `device` ("cpu", "cuda", or "auto": the GPU when there is one)."""
+    from .deploy import runtime_only
+
+    if runtime_only():
+        raise SimAccelError(
+            "simaccel demo compiles its model, which needs the full TVM (with its compiler); this "
+            "TVM is runtime-only (TVM_USE_RUNTIME_LIB=1). Build libraries elsewhere and run them "
+            "here with `simaccel run LIB.so --inputs in.npz --device cuda`."
+        )
     import tvm
     from tvm import relax
 

@@ -136,4 +136,13 @@ def run_library(path, inputs, device: str = "cpu", func: str = "main") -> list[n
 
     vm, dev = load(path, device)
     args = [tvm.runtime.tensor(a, dev) for a in inputs]
-    return [t.numpy() for t in outputs_as_list(vm[func](*args))]
+    try:
+        return [t.numpy() for t in outputs_as_list(vm[func](*args))]
+    except SimAccelError:
+        raise
+    except Exception as e:  # TVM's own errors (e.g. wrong argument count or shapes)
+        shapes = ", ".join(f"{a.shape} {a.dtype}" for a in inputs)
+        raise SimAccelError(
+            f"running {func} of {path} on {device} with {len(inputs)} inputs ({shapes}) failed: "
+            f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+        ) from e
