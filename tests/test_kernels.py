@@ -81,7 +81,7 @@ MATMUL_OPS = [
     for act in ("", "_relu", "_gelu")
 ]
 
-# (data shape, N): rank 2..4, K and N not multiples of the 16-wide tile, K > 16 somewhere.
+# (data shape, N): rank 2..4, single-block shapes; K > 16 (two K slices) somewhere.
 MATMUL_SHAPES = [((3, 5), 7), ((2, 3, 17), 5), ((2, 1, 4, 9), 3), ((1, 1), 1)]
 
 
@@ -109,14 +109,50 @@ def test_matmul_ops(name, dtype):
 @pytest.mark.parametrize(
     "name,data_shape,n,dtype",
     [
-        ("simaccel.matmul_bias_gelu", (17, 20), 17, "float32"),  # 2x2 output tiles, K tail
+        ("simaccel.matmul_bias_gelu", (17, 20), 17, "float32"),  # 2 K slices, K tail
         ("simaccel.dense_bias_relu", (2, 9, 20), 18, "float32"),  # 18 rows x 18 cols
-        ("simaccel.dense", (17, 33), 3, "float16"),  # 3 K tiles
+        ("simaccel.dense", (17, 33), 3, "float16"),  # 3 K slices
     ],
 )
 def test_matmul_multi_tile(name, data_shape, n, dtype):
     rng = np.random.default_rng(7)
     check(name, _matmul_inputs(name, data_shape, n, dtype, rng, bias_2d=True))
+
+
+# Shapes that cross the 64x64 block tile and the 16-deep K slice (tails everywhere), and the
+# degenerate K = 1, M = 1, N = 1; both weight layouts, both dtypes, with and without
+# bias/activation. Rows 65..70 and columns 65..67 put 1..6 valid rows/columns in the second
+# block, so every thread's 4x4 micro-tile is partly out of bounds somewhere.
+@pytest.mark.parametrize(
+    "name,data_shape,n,dtype",
+    [
+        ("simaccel.matmul", (70, 17), 67, "float32"),
+        ("simaccel.dense", (65, 17), 67, "float16"),
+        ("simaccel.matmul_bias_gelu", (2, 35, 33), 65, "float16"),  # rank 3: 70 rows, 3 K slices
+        ("simaccel.dense_bias_relu", (66, 17), 70, "float32"),
+        ("simaccel.matmul_bias", (70, 1), 67, "float16"),  # K = 1
+        ("simaccel.dense_relu", (67, 1), 65, "float32"),  # K = 1
+        ("simaccel.matmul_gelu", (1, 17), 67, "float32"),  # M = 1
+        ("simaccel.dense_bias", (1, 1, 20), 66, "float16"),  # M = 1, rank 3
+        ("simaccel.matmul_relu", (70, 17), 1, "float16"),  # N = 1
+        ("simaccel.dense_bias_gelu", (65, 18), 1, "float32"),  # N = 1
+    ],
+)
+def test_matmul_crosses_block_tiles(name, data_shape, n, dtype):
+    rng = np.random.default_rng(11)
+    out, _ = check(name, _matmul_inputs(name, data_shape, n, dtype, rng, bias_2d=data_shape[0] == 1))
+    if "_relu" in name:
+        assert (out >= 0).all() and (out == 0).any()
+
+
+@pytest.mark.parametrize("name", ["simaccel.matmul_bias", "simaccel.dense_relu"])
+def test_matmul_row_tiles_beyond_grid_y(name, monkeypatch):
+    # With gridDim.y capped at 2, 3 row tiles (130 rows) make block y=0 also do tile 2.
+    from simaccel.kernels import matmul as matmul_kernels
+
+    monkeypatch.setattr(matmul_kernels, "_MAX_GRID_Y", 2)
+    rng = np.random.default_rng(12)
+    check(name, _matmul_inputs(name, (130, 3), 5, "float32", rng))
 
 
 @pytest.mark.parametrize("name", ["simaccel.matmul", "simaccel.dense"])
@@ -338,14 +374,17 @@ class PlanOnlyTarget(KernelTarget):
 
 def test_launch_shapes():
     rng = np.random.default_rng(0)
-    # matmul: 2D grid of 16x16 tiles covering (N, rows)
-    target = PlanOnlyTarget()
+    # matmul: 2D grid of 64x64 block tiles covering (N, rows), 16x16 threads per block,
+    # gridDim.y capped at 65535 (the kernel loops over the remaining row tiles)
     op = get_op("simaccel.dense")
-    data, weight = _random(rng, (2, 9, 5), "float32"), _random(rng, (17, 5), "float32")
-    out = np.zeros((2, 9, 17), np.float32)
-    op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **op.all_attrs({}))
-    (_, grid, block, _), = target.launches
-    assert tuple(grid) == (2, 2) and tuple(block) == (16, 16)
+    for data_shape, n, want in (((2, 9, 5), 17, (1, 1)), ((65, 5), 129, (3, 2)), ((64, 5), 128, (2, 1)),
+                                ((65535 * 64 + 1, 1), 1, (1, 65535))):
+        target = PlanOnlyTarget()
+        data, weight = np.empty(data_shape, np.float32), np.empty((n, data_shape[-1]), np.float32)
+        out = np.empty(data_shape[:-1] + (n,), np.float32)
+        op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **op.all_attrs({}))
+        (_, grid, block, _), = target.launches
+        assert tuple(grid) == want and tuple(block) == (16, 16), data_shape
     # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256)
     for d, want in ((1, 1), (5, 8), (17, 32), (256, 256), (300, 256)):
         x = _random(rng, (3, d), "float32")
