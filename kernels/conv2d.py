@@ -11,7 +11,7 @@ from __future__ import annotations
 from numba import cuda, float32
 
 from .activation import activation_code, apply_activation
-from .window import padding4, pair
+from .window import padding4, pair, window_extent
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -64,8 +64,8 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
     sh, sw = pair(strides, "conv2d", "strides")
     dh, dw = pair(dilation, "conv2d", "dilation")
     pt, pl, pb, pr = padding4(padding, "conv2d")
-    OH = (H + pt + pb - dh * (KH - 1) - 1) // sh + 1
-    OW = (W + pl + pr - dw * (KW - 1) - 1) // sw + 1
+    OH = window_extent(H, KH, sh, pt, pb, dh)
+    OW = window_extent(W, KW, sw, pl, pr, dw)
     if tuple(int(d) for d in out.shape) != (N, O, OH, OW):
         raise ValueError(f"conv2d out shape {tuple(out.shape)} != expected {(N, O, OH, OW)}")
     if bias is not None:

@@ -14,7 +14,7 @@ import math
 from numba import cuda, float32
 
 from .elementwise import divmod_fast
-from .window import padding4, pair
+from .window import padding4, pair, window_extent
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -80,8 +80,8 @@ def _prepare(target, out, data, pool_size, strides, padding, dilation):
     sh, sw = pair(strides, "pool2d", "strides")
     dh, dw = pair(dilation, "pool2d", "dilation")
     pt, pl, pb, pr = padding4(padding, "pool2d")
-    OH = (H + pt + pb - dh * (KH - 1) - 1) // sh + 1
-    OW = (W + pl + pr - dw * (KW - 1) - 1) // sw + 1
+    OH = window_extent(H, KH, sh, pt, pb, dh)
+    OW = window_extent(W, KW, sw, pl, pr, dw)
     if tuple(int(d) for d in out.shape) != (N, C, OH, OW):
         raise ValueError(f"pool2d out shape {tuple(out.shape)} != expected {(N, C, OH, OW)}")
     total = N * C * OH * OW

@@ -1,4 +1,4 @@
-"""Window attributes shared by the convolution and pooling launchers (host side).
+"""Window attributes shared by convolution and pooling: the launchers and the op rules.
 
 Programs carry strides, dilation and pool sizes as pairs and padding as
 (top, left, bottom, right); direct callers may also pass one int or a 1- or 2-tuple.
@@ -31,3 +31,8 @@ def padding4(padding, op: str) -> tuple[int, int, int, int]:
     if len(padding) != 4:
         raise ValueError(f"{op} padding must be (top, left, bottom, right), got {padding}")
     return padding
+
+
+def window_extent(size: int, window: int, stride: int, pad_lo: int, pad_hi: int, dilation: int) -> int:
+    """Output length of a strided, padded, dilated window sliding along one axis."""
+    return (size + pad_lo + pad_hi - dilation * (window - 1) - 1) // stride + 1

@@ -32,11 +32,6 @@ def check_rank(op: str, role: str, shape, low: int, high: int) -> None:
         raise ShapeError(f"{op}: {role} must have {want}, got shape {tuple(shape)}")
 
 
-def pooled_extent(size: int, window: int, stride: int, pad_lo: int, pad_hi: int, dilation: int) -> int:
-    """Output length of a strided, padded, dilated window along one axis."""
-    return (size + pad_lo + pad_hi - dilation * (window - 1) - 1) // stride + 1
-
-
 def erf(x: np.ndarray) -> np.ndarray:
     """Elementwise erf (numpy has none): Abramowitz-Stegun 7.1.26, max abs error 1.5e-7."""
     x = np.asarray(x, dtype=np.float64)

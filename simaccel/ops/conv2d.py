@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from .common import activate, check_rank, f32, kernel, pooled_extent, same_dtype
+from ..kernels.window import window_extent
+from .common import activate, check_rank, f32, kernel, same_dtype
 from .registry import register_op
 
 CONV_ATTRS = ("strides", "padding", "dilation")
@@ -34,8 +35,8 @@ def infer_conv2d(shapes, dtypes, *, strides, padding, dilation, activation):
         raise ShapeError(f"{op}: bias must have shape (1, {o}, 1, 1), got {tuple(shapes[2])}")
     if min(strides) < 1 or min(dilation) < 1 or min(padding) < 0:
         raise ShapeError(f"{op}: bad strides {strides}, padding {padding} or dilation {dilation}")
-    oh = pooled_extent(h, kh, strides[0], padding[0], padding[2], dilation[0])
-    ow = pooled_extent(w, kw, strides[1], padding[1], padding[3], dilation[1])
+    oh = window_extent(h, kh, strides[0], padding[0], padding[2], dilation[0])
+    ow = window_extent(w, kw, strides[1], padding[1], padding[3], dilation[1])
     if oh < 1 or ow < 1:
         raise ShapeError(f"{op}: kernel {kh}x{kw} does not fit data {tuple(data)} with padding {padding}")
     return (n, o, oh, ow), dtype
@@ -48,8 +49,8 @@ def conv2d(data, weight, bias=None, *, strides, padding, dilation, activation):
     (sh, sw), (pt, pl, pb, pr), (dh, dw) = strides, padding, dilation
     _, _, kh, kw = wt.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    oh = pooled_extent(x.shape[2], kh, sh, pt, pb, dh)
-    ow = pooled_extent(x.shape[3], kw, sw, pl, pr, dw)
+    oh = window_extent(x.shape[2], kh, sh, pt, pb, dh)
+    ow = window_extent(x.shape[3], kw, sw, pl, pr, dw)
     y = np.zeros((x.shape[0], wt.shape[0], oh, ow), np.float32)
     for i in range(kh):
         for j in range(kw):

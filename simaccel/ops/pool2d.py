@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from .common import check_rank, f32, kernel, pooled_extent, same_dtype
+from ..kernels.window import window_extent
+from .common import check_rank, f32, kernel, same_dtype
 from .registry import register_op
 
 POOL_ATTRS = ("pool_size", "strides", "padding", "dilation")
@@ -18,8 +19,8 @@ POOL_ATTRS = ("pool_size", "strides", "padding", "dilation")
 def _windows(x: np.ndarray, pad_value, *, pool_size, strides, padding, dilation):
     """Yield, for each window tap, the strided slice of the padded input it reads."""
     (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = pool_size, strides, padding, dilation
-    oh = pooled_extent(x.shape[2], kh, sh, pt, pb, dh)
-    ow = pooled_extent(x.shape[3], kw, sw, pl, pr, dw)
+    oh = window_extent(x.shape[2], kh, sh, pt, pb, dh)
+    ow = window_extent(x.shape[3], kw, sw, pl, pr, dw)
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
     for i in range(kh):
         for j in range(kw):
@@ -33,8 +34,8 @@ def make_infer(op: str):
         n, c, h, w = shapes[0]
         if min(pool_size) < 1 or min(strides) < 1 or min(dilation) < 1 or min(padding) < 0:
             raise ShapeError(f"{op}: bad pool_size {pool_size}, strides {strides}, padding {padding} or dilation {dilation}")
-        oh = pooled_extent(h, pool_size[0], strides[0], padding[0], padding[2], dilation[0])
-        ow = pooled_extent(w, pool_size[1], strides[1], padding[1], padding[3], dilation[1])
+        oh = window_extent(h, pool_size[0], strides[0], padding[0], padding[2], dilation[0])
+        ow = window_extent(w, pool_size[1], strides[1], padding[1], padding[3], dilation[1])
         if oh < 1 or ow < 1:
             raise ShapeError(f"{op}: window {tuple(pool_size)} does not fit data {tuple(shapes[0])}")
         return (n, c, oh, ow), dtype
