@@ -98,3 +98,13 @@ def test_run_checks_an_exported_library(tmp_path):
     wrong = simaccel("run", str(tmp_path / "demo.so"), "--inputs", str(tmp_path / "short.npz"))
     assert wrong.returncode == 2
     assert "expects 11 arguments" in wrong.stderr and "Traceback" not in wrong.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(("--staged",), "needs --device cuda"), (("--engine", "cuda", "--device", "cpu"), "cuda engine works on GPU tensors")],
+)
+def test_demo_rejects_impossible_combinations_before_compiling(args, message):
+    result = simaccel("demo", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "[2] compile" not in result.stdout

@@ -46,6 +46,13 @@ def run_demo(
         device = "cuda" if gpu_present() else "cpu"
     if device == "cuda" and not gpu_present():
         raise DeviceError("--device cuda: TVM finds no CUDA GPU on this machine")
+    if staged and device != "cuda":
+        raise DeviceError("--staged copies GPU tensors through host memory; it needs --device cuda")
+    if (engine == "cuda") != (device == "cuda") and engine != "auto":
+        raise DeviceError(
+            f"--engine {engine} cannot run a model on {device}: "
+            + ("the cuda engine works on GPU tensors" if engine == "cuda" else f"the {engine} engine works on host memory")
+        )
     runtime = get_runtime()
     if engine != "auto":
         runtime.set_engine(engine)
