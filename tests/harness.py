@@ -8,6 +8,7 @@ from tvm import relax
 
 import simaccel
 from simaccel.tvm_integration import build, build_tvm_only, partition_report
+from simaccel.tvm_integration.deploy import outputs_as_list
 from simaccel.tvm_integration.models import random_inputs
 
 TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-5), "float16": dict(rtol=2e-2, atol=2e-2)}
@@ -20,9 +21,11 @@ def offloaded_ops(mod) -> list[str]:
 
 
 def run_vm(executable, arrays):
+    """Run `main`; one numpy array, or a list of them when the model returns a tuple."""
     device = tvm.cpu()
     out = relax.VirtualMachine(executable, device)["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
-    return out.numpy()
+    outputs = [t.numpy() for t in outputs_as_list(out)]
+    return outputs[0] if hasattr(out, "numpy") else outputs
 
 
 def compare_with_tvm(mod, engine: str, seed: int = 0, expect_offload: bool = True):
@@ -40,7 +43,8 @@ def compare_with_tvm(mod, engine: str, seed: int = 0, expect_offload: bool = Tru
     snapshot = runtime.ledger.snapshot()
     if expect_offload:
         assert snapshot["offloaded_calls"] >= 1, "nothing ran on simaccel"
-    assert got.shape == want.shape and got.dtype == want.dtype
-    assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
+    for g, w in zip(*(x if isinstance(x, list) else [x] for x in (got, want)), strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert np.all(np.isfinite(g))
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), **TOLERANCE[dtype])
     return got, want, snapshot
