@@ -11,8 +11,6 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from simaccel.tvm_integration.models import random_inputs  # noqa: F401  (re-exported for tests)
-
 
 class ModelBuilder:
     """Collects parameters while the body is emitted, then makes `main`."""

@@ -104,8 +104,6 @@ def test_repeated_calls_reuse_the_plan_and_stay_correct():
 @pytest.mark.parametrize("engine", ["ref", "sim"])
 def test_constant_weights_are_offloaded_as_region_inputs(engine):
     """Weights bound as Relax constants (as importers often emit) still go to simaccel."""
-    import tvm
-
     rng = np.random.default_rng(3)
     x = relax.Var("x", relax.TensorType((3, 8), F32))
     bb = relax.BlockBuilder()

@@ -14,7 +14,6 @@ import threading
 import numpy as np
 import pytest
 
-import simaccel
 from simaccel import DeviceError
 from simaccel.tvm_integration import deploy
 from simaccel.tvm_integration.artifacts import case_inputs, load_manifest
@@ -39,8 +38,6 @@ class Case:
     """One prebuilt case: its two libraries loaded as VMs on one device."""
 
     def __init__(self, artifacts, name: str, device: str = "cuda:0"):
-        import tvm  # noqa: F401  (tvm.runtime only)
-
         directory, manifest = artifacts
         self.name, self.manifest = name, manifest
         self.dtype = manifest["cases"][name]["params"][0][2]

@@ -30,8 +30,6 @@ GEMM_SIZE = {"mm8": 8, "mm1024": 1024, "mm4096": 4096}
 
 
 def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, log=print) -> int:
-    import tvm
-
     manifest = load_manifest(artifacts_dir)
     runtime = get_runtime()
     out = Path(out_dir)
