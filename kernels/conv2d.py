@@ -11,7 +11,7 @@ from __future__ import annotations
 from numba import cuda, float32
 
 from .activation import activation_code, apply_activation
-from .window import padding4, pair, window_extent
+from .window import output_hw, padding4, pair
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -64,8 +64,7 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
     sh, sw = pair(strides, "conv2d", "strides")
     dh, dw = pair(dilation, "conv2d", "dilation")
     pt, pl, pb, pr = padding4(padding, "conv2d")
-    OH = window_extent(H, KH, sh, pt, pb, dh)
-    OW = window_extent(W, KW, sw, pl, pr, dw)
+    OH, OW = output_hw((H, W), (KH, KW), (sh, sw), (pt, pl, pb, pr), (dh, dw))
     if tuple(int(d) for d in out.shape) != (N, O, OH, OW):
         raise ValueError(f"conv2d out shape {tuple(out.shape)} != expected {(N, O, OH, OW)}")
     if bias is not None:

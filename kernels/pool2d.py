@@ -14,7 +14,7 @@ import math
 from numba import cuda, float32
 
 from .elementwise import divmod_fast
-from .window import padding4, pair, window_extent
+from .window import output_hw, padding4, pair
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -80,8 +80,7 @@ def _prepare(target, out, data, pool_size, strides, padding, dilation):
     sh, sw = pair(strides, "pool2d", "strides")
     dh, dw = pair(dilation, "pool2d", "dilation")
     pt, pl, pb, pr = padding4(padding, "pool2d")
-    OH = window_extent(H, KH, sh, pt, pb, dh)
-    OW = window_extent(W, KW, sw, pl, pr, dw)
+    OH, OW = output_hw((H, W), (KH, KW), (sh, sw), (pt, pl, pb, pr), (dh, dw))
     if tuple(int(d) for d in out.shape) != (N, C, OH, OW):
         raise ValueError(f"pool2d out shape {tuple(out.shape)} != expected {(N, C, OH, OW)}")
     total = N * C * OH * OW

@@ -33,6 +33,7 @@ def padding4(padding, op: str) -> tuple[int, int, int, int]:
     return padding
 
 
-def window_extent(size: int, window: int, stride: int, pad_lo: int, pad_hi: int, dilation: int) -> int:
-    """Output length of a strided, padded, dilated window sliding along one axis."""
-    return (size + pad_lo + pad_hi - dilation * (window - 1) - 1) // stride + 1
+def output_hw(hw, window, strides, padding, dilation) -> tuple[int, int]:
+    """(OH, OW) of a strided, padded (top, left, bottom, right), dilated window over (H, W)."""
+    (h, w), (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = hw, window, strides, padding, dilation
+    return (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1

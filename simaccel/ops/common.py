@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ..errors import DtypeError, ShapeError
+from ..kernels.window import output_hw
 
 FLOAT_DTYPES = ("float32", "float16")
 
@@ -72,3 +73,16 @@ def kernel(module: str, name: str):
     launch.__name__ = name
     launch.__qualname__ = f"kernels.{module}.{name}"
     return launch
+
+
+def window_taps(x: np.ndarray, pad_value, window, strides, padding, dilation):
+    """For each tap (i, j) of a 2-D window over NCHW `x`: ((i, j), the strided slice it reads).
+
+    The slice has the output's spatial shape; `x` is padded with `pad_value` first.
+    """
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = window, strides, padding, dilation
+    oh, ow = output_hw(x.shape[2:], window, strides, padding, dilation)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
+    for i in range(kh):
+        for j in range(kw):
+            yield (i, j), xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]

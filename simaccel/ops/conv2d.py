@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..kernels.window import window_extent
-from .common import activate, check_rank, f32, kernel, same_dtype
+from ..kernels.window import output_hw
+from .common import activate, check_rank, f32, kernel, same_dtype, window_taps
 from .registry import register_op
 
 CONV_ATTRS = ("strides", "padding", "dilation")
@@ -35,8 +35,7 @@ def infer_conv2d(shapes, dtypes, *, strides, padding, dilation, activation):
         raise ShapeError(f"{op}: bias must have shape (1, {o}, 1, 1), got {tuple(shapes[2])}")
     if min(strides) < 1 or min(dilation) < 1 or min(padding) < 0:
         raise ShapeError(f"{op}: bad strides {strides}, padding {padding} or dilation {dilation}")
-    oh = window_extent(h, kh, strides[0], padding[0], padding[2], dilation[0])
-    ow = window_extent(w, kw, strides[1], padding[1], padding[3], dilation[1])
+    oh, ow = output_hw((h, w), (kh, kw), strides, padding, dilation)
     if oh < 1 or ow < 1:
         raise ShapeError(f"{op}: kernel {kh}x{kw} does not fit data {tuple(data)} with padding {padding}")
     return (n, o, oh, ow), dtype
@@ -44,18 +43,9 @@ def infer_conv2d(shapes, dtypes, *, strides, padding, dilation, activation):
 
 def conv2d(data, weight, bias=None, *, strides, padding, dilation, activation):
     """Numpy reference: one tensordot per kernel tap over a zero-padded input."""
-    x = f32(data)
     wt = f32(weight)
-    (sh, sw), (pt, pl, pb, pr), (dh, dw) = strides, padding, dilation
-    _, _, kh, kw = wt.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    oh = window_extent(x.shape[2], kh, sh, pt, pb, dh)
-    ow = window_extent(x.shape[3], kw, sw, pl, pr, dw)
-    y = np.zeros((x.shape[0], wt.shape[0], oh, ow), np.float32)
-    for i in range(kh):
-        for j in range(kw):
-            tap = xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]
-            y += np.einsum("nchw,oc->nohw", tap, wt[:, :, i, j], optimize=True)
+    taps = window_taps(f32(data), 0.0, wt.shape[2:], strides, padding, dilation)
+    y = sum(np.einsum("nchw,oc->nohw", tap, wt[:, :, i, j], optimize=True) for (i, j), tap in taps)
     if bias is not None:
         y += f32(bias).reshape(1, -1, 1, 1)
     return activate(y, activation).astype(np.asarray(data).dtype)
