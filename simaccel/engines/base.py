@@ -58,7 +58,7 @@ class Engine:
 
     def bind(self, call: Call, tensor, index: int, spec: TensorSpec, role: str):
         """The engine's view of a caller tensor (validated; never a copy in zero-copy mode)."""
-        array = host_view(tensor, spec, call.region, role)
+        array = host_view(tensor, spec, call.region, role, call.device)
         if call.ledger.tracing:
             call.ledger.record_tensor(call.region, role, spec.name, describe(call.device), array.ctypes.data)
         return array
