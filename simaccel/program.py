@@ -39,7 +39,7 @@ class TensorSpec:
         count = 1
         for dim in self.shape:
             count *= dim
-        return count * (2 if self.dtype == "float16" else 4)
+        return count * self.np_dtype.itemsize
 
     def __str__(self) -> str:
         return f"{self.name}: {self.shape} {self.dtype}"
@@ -79,46 +79,73 @@ class Program:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return self._json
 
     def fingerprint(self) -> str:
         """Short content hash: two Programs with the same fingerprint execute the same way."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        return self._fingerprint
+
+    @functools.cached_property
+    def _json(self) -> str:
+        try:
+            return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise ProgramError(f"Program {self.name!r} cannot be written as JSON: {e}") from e
+
+    @functools.cached_property
+    def _fingerprint(self) -> str:
+        return hashlib.sha256(self._json.encode()).hexdigest()[:16]
 
     @classmethod
     def from_json(cls, text: str) -> "Program":
         try:
             data = json.loads(text)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, RecursionError) as e:
             raise ProgramError(f"Program is not valid JSON: {e}") from e
         return cls.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Program":
+        """The Program `data` describes; ProgramError naming the field for anything malformed.
+
+        Types are checked strictly (a dim is an int, never a string, float or bool; ids are
+        ints; names are strings), so nothing is silently reinterpreted.
+        """
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ProgramError(f"not a simaccel Program (expected format {FORMAT!r})")
-        if data.get("version") != VERSION:
+        name = data.get("name")
+        label = repr(name) if isinstance(name, str) else "(unnamed)"
+        version = data.get("version")
+        if type(version) is not int:
+            raise ProgramError(f"Program {label}: version must be an integer, got {version!r} ({type(version).__name__})")
+        if version != VERSION:
             raise ProgramError(
-                f"Program {data.get('name')!r} has version {data.get('version')}, this simaccel reads "
-                f"version {VERSION}: rebuild the model with this simaccel, or install the simaccel "
-                "version that built it"
+                f"Program {label} has version {version}, this simaccel reads version {VERSION}: rebuild the "
+                "model with this simaccel, or install the simaccel version that built it"
             )
-        try:
-            return cls(
-                name=str(data["name"]),
-                tensors=tuple(
-                    TensorSpec(str(t["name"]), tuple(int(d) for d in t["shape"]), str(t["dtype"]))
-                    for t in data["tensors"]
-                ),
-                inputs=tuple(int(i) for i in data["inputs"]),
-                outputs=tuple(int(i) for i in data["outputs"]),
-                ops=tuple(
-                    OpNode(str(n["op"]), tuple(int(i) for i in n["inputs"]), int(n["output"]), dict(n["attrs"]))
-                    for n in data["ops"]
-                ),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ProgramError(f"malformed Program {data.get('name')!r}: {e!r}") from e
+        read = _Reader(label)
+        read.keys(data, "Program", {"format", "version", "name", "tensors", "inputs", "outputs", "ops"})
+        tensors = []
+        for i, t in enumerate(read.items(data["tensors"], "tensors")):
+            where = f"tensors[{i}]"
+            read.keys(t, where, {"name", "shape", "dtype"})
+            tensors.append(TensorSpec(read.text(t["name"], f"{where}.name"), read.dims(t["shape"], f"{where}.shape"),
+                                      read.dtype(t["dtype"], f"{where}.dtype")))
+        ops = []
+        for i, n in enumerate(read.items(data["ops"], "ops")):
+            where = f"ops[{i}]"
+            read.keys(n, where, {"op", "inputs", "output", "attrs"})
+            if not isinstance(n["attrs"], dict):
+                raise ProgramError(f"Program {label}: {where}.attrs must be an object, got {n['attrs']!r}")
+            ops.append(OpNode(read.text(n["op"], f"{where}.op"), read.ids(n["inputs"], f"{where}.inputs"),
+                              read.integer(n["output"], f"{where}.output"), dict(n["attrs"])))
+        return cls(
+            name=read.text(name, "name"),
+            tensors=tuple(tensors),
+            inputs=read.ids(data["inputs"], "inputs"),
+            outputs=read.ids(data["outputs"], "outputs"),
+            ops=tuple(ops),
+        )
 
     # -- validation ----------------------------------------------------------------------
     def validate(self, profile: DeviceProfile = DEFAULT_PROFILE) -> "Program":
@@ -155,9 +182,7 @@ class Program:
                 raise ProgramError(
                     f"Program {self.name}: {where} takes {len(op.inputs)} inputs {op.inputs}, got {len(node.inputs)}"
                 )
-            missing = [a for a in op.attrs if a not in node.attrs]
-            if missing:
-                raise ProgramError(f"Program {self.name}: {where} lacks attributes {missing}")
+            self._check_attrs(where, op, node.attrs)
             unready = [self.tensors[i].name for i in node.inputs if i not in ready]
             if unready:
                 raise ProgramError(f"Program {self.name}: {where} reads {unready} before they are written")
@@ -170,8 +195,8 @@ class Program:
             profile.check_tensor(node.op, "output", out.shape, out.dtype)
             try:
                 shape, dtype = op.infer([t.shape for t in ins], [t.dtype for t in ins], **op.all_attrs(node.attrs))
-            except (TypeError, ValueError, IndexError) as e:
-                raise ProgramError(f"Program {self.name}: {where} has bad attributes {node.attrs}: {e}") from e
+            except (TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+                raise ProgramError(f"Program {self.name}: {where} cannot be checked with attributes {node.attrs}: {e}") from e
             if tuple(shape) != out.shape or dtype != out.dtype:
                 raise ProgramError(
                     f"Program {self.name}: {where} produces {tuple(shape)} {dtype}, but its output "
@@ -182,3 +207,74 @@ class Program:
         if unwritten:
             raise ProgramError(f"Program {self.name}: outputs {unwritten} are never written")
         return self
+
+    def _check_attrs(self, where: str, op, attrs) -> None:
+        """Exactly the op's attributes, each of its declared kind (simaccel.ops.attrs)."""
+        if not isinstance(attrs, dict):
+            raise ProgramError(f"Program {self.name}: {where} attributes must be a mapping, got {attrs!r}")
+        missing = [a for a in op.attrs if a not in attrs]
+        if missing:
+            raise ProgramError(f"Program {self.name}: {where} lacks attributes {missing}")
+        unknown = sorted(set(attrs) - set(op.attrs))
+        if unknown:
+            raise ProgramError(f"Program {self.name}: {where} has unknown attributes {unknown} (it takes {list(op.attrs)})")
+        for name, kind in op.attrs.items():
+            try:
+                kind(attrs[name])
+            except ValueError as e:
+                raise ProgramError(f"Program {self.name}: {where} attribute {name} {e}") from e
+
+
+MAX_DIM = 2**63 - 1
+
+
+class _Reader:
+    """Strict readers for the fields of a Program's JSON form (each raises ProgramError)."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def fail(self, what: str, problem: str):
+        raise ProgramError(f"Program {self.label}: {what} {problem}")
+
+    def keys(self, obj, what: str, expected: set) -> None:
+        if not isinstance(obj, dict):
+            self.fail(what, f"must be an object, got {obj!r}")
+        missing, unknown = expected - set(obj), set(obj) - expected
+        if missing:
+            self.fail(what, f"lacks {sorted(missing)}")
+        if unknown:
+            self.fail(what, f"has unknown fields {sorted(unknown)}")
+
+    def items(self, value, what: str) -> list:
+        if not isinstance(value, list):
+            self.fail(what, f"must be a list, got {value!r}")
+        return value
+
+    def text(self, value, what: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(what, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def integer(self, value, what: str) -> int:
+        if type(value) is not int:
+            self.fail(what, f"must be an integer, got {value!r} ({type(value).__name__})")
+        return value
+
+    def ids(self, value, what: str) -> tuple[int, ...]:
+        return tuple(self.integer(v, f"{what}[{i}]") for i, v in enumerate(self.items(value, what)))
+
+    def dims(self, value, what: str) -> tuple[int, ...]:
+        dims = self.ids(value, what)
+        for i, d in enumerate(dims):
+            if not 0 <= d <= MAX_DIM:
+                self.fail(f"{what}[{i}]", f"must be between 0 and 2**63-1, got {d}")
+        return dims
+
+    def dtype(self, value, what: str) -> str:
+        self.text(value, what)
+        try:
+            np.dtype(value)
+        except TypeError:
+            self.fail(what, f"is not a dtype: {value!r}")
+        return value

@@ -1,15 +1,23 @@
 """The simaccel runtime: executes Programs on the tensors a caller (TVM) hands over.
 
-TVM's forwarder calls `Runtime.invoke(key, program_json, *tensors, stream=...)` with the
-region's inputs followed by its DPS outputs and the caller's current stream. The runtime
-parses and validates each Program once, picks an engine, binds every tensor as a zero-copy
-view after checking dtype, shape, device and layout, runs the ops in order with
-intermediates from a per-plan pool, and records the call in its ledger.
+TVM's compiled region function calls `Runtime.invoke(key, program_json, *tensors, stream=...)`
+with the region's inputs followed by its DPS outputs and the caller's current stream. The
+runtime parses and validates each Program once, picks an engine, checks every tensor
+(dtype, shape, device, layout, alignment) and binds it as a zero-copy view, runs the ops in
+order with intermediates from a per-plan pool, and records the call in its ledger.
+
+An output whose memory is also one of the call's inputs (an aliased DPS output) is computed
+into plan-owned scratch and copied into place after the last op, so no op reads what an
+earlier op of the same call already overwrote; the ledger counts that copy. Two outputs that
+share memory are refused.
+
+Parsed Programs and plans live in LRU caches of `max_plans` entries (default 256, or
+$SIMACCEL_MAX_PLANS); an evicted plan gives its intermediates back at once.
 
 Engine choice, first match wins: `use_engine(...)` (a context), `set_engine(...)`, the
 environment variable SIMACCEL_ENGINE, then "auto" (CPU tensors -> "ref", CUDA -> "cuda").
 Host-staged mode (GPU only, for comparison): `set_staged(True)`, `use_staged()` or
-SIMACCEL_STAGED=1.
+SIMACCEL_STAGED=1 (also true/yes/on; 0/false/no/off or unset: zero-copy).
 """
 
 from __future__ import annotations
@@ -20,19 +28,24 @@ import contextvars
 import os
 import threading
 import time
+from collections import OrderedDict
 
 from .engines import ENGINE_NAMES, Call, get_engine
-from .errors import DeviceError, EngineError, ProgramError, SimAccelError
+from .errors import DeviceError, EngineError, LayoutError, ProgramError, SimAccelError
 from .ledger import Ledger
 from .ops import get_op
 from .profile import DEFAULT_PROFILE, DeviceProfile
 from .program import Program
-from .tensors import describe, device_of
+from .tensors import TensorRef, check, describe, device_of, from_dlpack, overlaps
 
 ENGINE_ENV = "SIMACCEL_ENGINE"
 STAGED_ENV = "SIMACCEL_STAGED"
+MAX_PLANS_ENV = "SIMACCEL_MAX_PLANS"
+DEFAULT_MAX_PLANS = 256
 AUTO = "auto"
 _DEFAULT_ENGINE_FOR_DEVICE = {"cpu": "ref", "cuda": "cuda"}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 _scoped_engine: contextvars.ContextVar[str | None] = contextvars.ContextVar("simaccel_engine", default=None)
 _scoped_staged: contextvars.ContextVar[bool | None] = contextvars.ContextVar("simaccel_staged", default=None)
 
@@ -40,8 +53,9 @@ _scoped_staged: contextvars.ContextVar[bool | None] = contextvars.ContextVar("si
 class Plan:
     """One Program bound to one engine, device and stream: resolved ops and reusable memory.
 
-    Intermediates are allocated once, here. Keying plans by stream keeps two streams from
-    sharing (and racing on) one set of intermediates; calls on one stream are ordered by it.
+    Intermediates are allocated once, here; so is the scratch an aliased output is computed
+    into. Keying plans by stream keeps two streams from sharing (and racing on) one set of
+    intermediates; calls on one stream are ordered by it, calls from several threads by `lock`.
     """
 
     def __init__(self, program: Program, engine, device: tuple[str, int]):
@@ -53,19 +67,46 @@ class Plan:
         for i in program.intermediates:
             self.slots[i] = engine.allocate(program.tensors[i], device[1])
         self.scratch: dict = {}  # staging buffers, host-staged mode only
+        self.alias_scratch: dict = {}  # tensor id -> buffer an aliased output is computed into
         self.lock = threading.Lock()
+
+    def alias_buffer(self, index: int):
+        buffer = self.alias_scratch.get(index)
+        if buffer is None:
+            buffer = self.alias_scratch[index] = self.engine.allocate(self.program.tensors[index], self.device[1])
+        return buffer
+
+    def free(self) -> None:
+        """Give the plan's device or host memory back (it is evicted from the cache)."""
+        with self.lock:
+            buffers = [b for b in self.slots if b is not None]
+            buffers += list(self.scratch.values()) + list(self.alias_scratch.values())
+            self.slots = [None] * len(self.slots)
+            self.scratch.clear()
+            self.alias_scratch.clear()
+            self.engine.free(buffers, self.device[1])
 
 
 class Runtime:
-    """Plan cache, engine choice and ledger. Use `simaccel.get_runtime()` for the shared one."""
+    """Plan cache, engine choice and ledger. Use `simaccel.get_runtime()` for the shared one.
 
-    def __init__(self, profile: DeviceProfile = DEFAULT_PROFILE):
+    Parameters
+    ----------
+    profile:
+        The device profile every Program is validated against.
+    max_plans:
+        How many parsed Programs, and how many plans, stay cached (least recently used first
+        out). Default: $SIMACCEL_MAX_PLANS, else 256.
+    """
+
+    def __init__(self, profile: DeviceProfile = DEFAULT_PROFILE, max_plans: int | None = None):
         self.profile = profile
         self.ledger = Ledger()
+        self.max_plans = _max_plans(max_plans)
         self._engine: str | None = None
         self._staged: bool | None = None
-        self._programs: dict[str, Program] = {}
-        self._plans: dict[tuple, Plan] = {}
+        self._programs: OrderedDict[str, tuple[str, Program]] = OrderedDict()
+        self._plans: OrderedDict[tuple, Plan] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- engine choice -------------------------------------------------------------------
@@ -104,7 +145,14 @@ class Runtime:
         for value in (_scoped_staged.get(), self._staged):
             if value is not None:
                 return value
-        return os.environ.get(STAGED_ENV, "0") not in ("", "0")
+        value = os.environ.get(STAGED_ENV, "").strip().lower()
+        if value in _TRUE:
+            return True
+        if value in _FALSE:
+            return False
+        raise EngineError(
+            f"{STAGED_ENV}={os.environ[STAGED_ENV]!r} is not a boolean; use 1/true/yes/on or 0/false/no/off"
+        )
 
     def engine_name(self, device_type: str = "cpu") -> str:
         """The engine a call on `device_type` tensors would use now."""
@@ -122,40 +170,55 @@ class Runtime:
 
     # -- execution -----------------------------------------------------------------------
     def program(self, key: str, program_json: str) -> Program:
-        """The validated Program cached under `key` (parsed on first use only)."""
-        program = self._programs.get(key)
-        if program is None:
-            program = Program.from_json(program_json).validate(self.profile)
-            with self._lock:
-                self._programs[key] = program
+        """The validated Program of `program_json`, cached under `key` (parsed on first use only).
+
+        A cached entry is used only if its JSON is the same text, so two different Programs
+        can never share a key's entry.
+        """
+        with self._lock:
+            entry = self._programs.get(key)
+            if entry is not None and (entry[0] is program_json or entry[0] == program_json):
+                self._programs.move_to_end(key)
+                return entry[1]
+        if not isinstance(program_json, str):
+            raise ProgramError(f"region {key!r}: a Program is JSON text, got {type(program_json).__name__}")
+        program = Program.from_json(program_json).validate(self.profile)
+        with self._lock:
+            self._programs[key] = (program_json, program)
+            self._programs.move_to_end(key)
+            while len(self._programs) > self.max_plans:
+                self._programs.popitem(last=False)
         return program
 
     def invoke(self, key: str, program_json: str, *tensors, stream: int | None = None) -> None:
         """Run one region: `tensors` are the inputs, then the DPS outputs, in Program order.
 
-        `stream` is the caller's current raw stream handle on the tensors' device (GPU only).
+        Each tensor is a `simaccel.tensors.TensorRef` (what TVM's region functions pass) or
+        any DLPack tensor. `stream` is the caller's current raw stream handle on the
+        tensors' device (GPU only).
         """
-        self.execute(self.program(key, program_json), tensors, key, stream)
+        self.execute(self.program(key, program_json), tensors, stream)
 
     def run(self, program: Program, *tensors, stream: int | None = None) -> None:
-        """Run `program` on DLPack tensors (inputs then outputs) from any producer."""
-        key = program.fingerprint()
-        if key not in self._programs:
-            with self._lock:
-                self._programs[key] = program.validate(self.profile)
-        self.execute(self._programs[key], tensors, key, stream)
+        """Run `program` on DLPack tensors (inputs then outputs) from any producer.
 
-    def execute(self, program: Program, tensors, key: str, stream: int | None = None) -> None:
+        The Program is checked the way a loaded library's would be (through its JSON form).
+        """
+        if not isinstance(program, Program):
+            raise ProgramError(f"Runtime.run takes a simaccel Program, got {type(program).__name__}")
+        self.invoke(f"{program.name}:{program.fingerprint()}", program.to_json(), *tensors, stream=stream)
+
+    def execute(self, program: Program, tensors, stream: int | None = None) -> None:
         n_in, n_out = len(program.inputs), len(program.outputs)
         if len(tensors) != n_in + n_out:
             raise ProgramError(
                 f"region {program.name} takes {n_in} inputs and {n_out} outputs, got {len(tensors)} tensors"
             )
-        devices = [device_of(t) for t in tensors]
+        ids = program.inputs + program.outputs
+        roles = ["input"] * n_in + ["output"] * n_out
+        devices = [t.device if isinstance(t, TensorRef) else device_of(t) for t in tensors]
         if len(set(devices)) > 1:
-            listing = ", ".join(
-                f"{program.tensors[i].name}@{describe(d)}" for i, d in zip(program.inputs + program.outputs, devices)
-            )
+            listing = ", ".join(f"{program.tensors[i].name}@{describe(d)}" for i, d in zip(ids, devices))
             raise DeviceError(f"region {program.name}: tensors are on mixed devices ({listing})")
         device = devices[0]
         engine = get_engine(self.engine_name(device[0]))
@@ -164,14 +227,23 @@ class Runtime:
                 f"region {program.name}: engine {engine.name!r} runs on {engine.device_type} memory, "
                 f"but the tensors are on {describe(device)}"
             )
-        plan = self._plan((key, engine.name, device, stream), program, engine, device)
+        refs = []
+        for i, role, tensor in zip(ids, roles, tensors):
+            spec = program.tensors[i]
+            ref = tensor if isinstance(tensor, TensorRef) else from_dlpack(tensor, device, program.name, role, spec.name)
+            check(program.name, role, spec, ref)
+            refs.append(ref)
+        aliased = self._aliased_outputs(program, refs)
+        plan = self._plan((program.fingerprint(), engine.name, device, stream), program, engine, device)
         call = Call(program.name, device, stream, self.staged, self.ledger, plan.scratch)
         with plan.lock, engine.activate(call):
             start = time.perf_counter()
             slots = list(plan.slots)
-            for role, ids, group in (("input", program.inputs, tensors[:n_in]), ("output", program.outputs, tensors[n_in:])):
-                for i, tensor in zip(ids, group):
-                    slots[i] = engine.bind(call, tensor, i, program.tensors[i], role)
+            for i, role, ref in zip(ids, roles, refs):
+                slots[i] = engine.bind(call, ref, i, program.tensors[i], role)
+            views = {i: slots[i] for i in aliased}
+            for i in aliased:
+                slots[i] = plan.alias_buffer(i)
             for node, op in plan.steps:
                 try:
                     launches = engine.execute(call, node, op, [slots[i] for i in node.inputs], slots[node.output])
@@ -183,23 +255,70 @@ class Runtime:
                         f"({', '.join(str(program.tensors[i]) for i in node.inputs)}): {type(e).__name__}: {e}"
                     ) from e
                 self.ledger.record_op(node.op, launches)
+            for i, view in views.items():
+                engine.copy(call, view, slots[i])
+                self.ledger.record_copy("device_to_device", program.tensors[i].nbytes)
             engine.finish(call)
             self.ledger.record_region(program.name, time.perf_counter() - start)
 
+    @staticmethod
+    def _aliased_outputs(program: Program, refs) -> list[int]:
+        """Tensor ids of outputs that share memory with an input; refuse outputs sharing with outputs."""
+        n_in = len(program.inputs)
+        ids = program.inputs + program.outputs
+        aliased = []
+        for out, other in overlaps(refs, n_in):
+            if other >= n_in:
+                names = sorted(program.tensors[ids[k]].name for k in (out, other))
+                raise LayoutError(
+                    f"region {program.name}: outputs {names[0]!r} and {names[1]!r} share memory "
+                    f"({refs[out].address:#x}, {refs[other].address:#x}); each output needs a buffer of its own"
+                )
+            if ids[out] not in aliased:
+                aliased.append(ids[out])
+        return aliased
+
     def _plan(self, plan_key: tuple, program: Program, engine, device) -> Plan:
-        plan = self._plans.get(plan_key)
-        if plan is None:
-            with self._lock:
-                plan = self._plans.get(plan_key)
-                if plan is None:
-                    plan = self._plans[plan_key] = Plan(program, engine, device)
+        with self._lock:
+            plan = self._plans.get(plan_key)
+            if plan is not None:
+                self._plans.move_to_end(plan_key)
+                return plan
+        plan = Plan(program, engine, device)  # allocates: outside the lock
+        evicted = []
+        with self._lock:
+            plan = self._plans.setdefault(plan_key, plan)
+            self._plans.move_to_end(plan_key)
+            while len(self._plans) > self.max_plans:
+                evicted.append(self._plans.popitem(last=False)[1])
+        for old in evicted:
+            old.free()
         return plan
 
     def clear(self) -> None:
-        """Drop cached Programs and plans (their intermediates are freed)."""
+        """Drop cached Programs and plans, freeing the plans' memory."""
         with self._lock:
+            plans = list(self._plans.values())
             self._programs.clear()
             self._plans.clear()
+        for plan in plans:
+            plan.free()
+
+
+def _max_plans(value: int | None) -> int:
+    source = "max_plans"
+    if value is None:
+        text = os.environ.get(MAX_PLANS_ENV)
+        if text is None:
+            return DEFAULT_MAX_PLANS
+        source = MAX_PLANS_ENV
+        try:
+            value = int(text)
+        except ValueError:
+            raise EngineError(f"{MAX_PLANS_ENV}={text!r} is not a whole number") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EngineError(f"{source} must be a whole number >= 1, got {value!r}")
+    return value
 
 
 def _check_engine_name(name: str, source: str = "engine") -> None:

@@ -63,12 +63,11 @@ def test_exported_random_model(tmp_path, seed):
 
 
 def test_missing_runtime_is_a_clear_error(tmp_path):
-    """A process where simaccel is not registered gets told what is missing and how to fix it."""
+    """A process where simaccel is not registered fails the call, naming the missing runtime entry."""
     result, _ = export_and_run(tmp_path, demo_cnn(batch=1), env={"TVM_DEVICE_BACKEND_AUTOLOAD": "0"})
-    assert result.returncode != 0
-    assert "simaccel runtime not found" in result.stderr
-    assert "pip install simaccel" in result.stderr
-    assert "Segmentation fault" not in result.stderr and result.returncode > 0
+    assert result.returncode == 1
+    assert "Cannot find function simaccel.runtime.invoke" in result.stderr
+    assert "Segmentation fault" not in result.stderr
 
 
 def test_codegen_writes_nothing_into_the_working_directory(tmp_path, monkeypatch):
@@ -78,14 +77,11 @@ def test_codegen_writes_nothing_into_the_working_directory(tmp_path, monkeypatch
     assert run_vm(executable, random_inputs(demo_cnn(batch=1))).shape == (1, 10)
 
 
-def test_missing_cpp_compiler_is_a_clear_error(tmp_path, monkeypatch):
-    from simaccel import CodegenError
-
+def test_build_and_run_need_no_cpp_compiler(tmp_path, monkeypatch):
+    """Region functions are compiled by TVM's LLVM backend: only export_library links with one."""
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.delenv("CC", raising=False)
-    with pytest.raises(CodegenError, match="no C\\+\\+ compiler was found.*apt-get install g\\+\\+"):
-        build(demo_cnn(batch=1))
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
-    with pytest.raises(CodegenError, match="no-such-g\\+\\+"):
-        build(demo_cnn(batch=1))
+    mod = demo_cnn(batch=1)
+    arrays = random_inputs(mod)
+    np.testing.assert_allclose(run_vm(build(mod), arrays), run_vm(build_tvm_only(mod), arrays), rtol=1e-4, atol=1e-5)

@@ -57,7 +57,7 @@ def test_garbage_is_a_program_error(text):
 def test_malformed_fields_are_a_program_error():
     data = mlp_program().to_dict()
     del data["ops"][0]["output"]
-    with pytest.raises(ProgramError, match="malformed"):
+    with pytest.raises(ProgramError, match="ops\\[0\\] lacks \\['output'\\]"):
         Program.from_dict(data)
 
 

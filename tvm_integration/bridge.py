@@ -1,24 +1,30 @@
-"""The runtime side of the forwarder: TVM tensors and TVM's stream in, simaccel runtime out.
+"""The runtime side of a region function: TVM's tensors and stream in, simaccel runtime out.
 
-The compiled forwarder calls the global function ``simaccel.runtime.invoke`` with the
-region key, its Program (JSON) and the region's tensors (inputs, then DPS outputs) exactly
-as TVM passes them. For GPU tensors this also reads TVM's current stream for their device
+A compiled region function (simaccel.tvm_integration.forwarder) calls the global function
+``simaccel.runtime.invoke`` with the region key, its Program (JSON) and one `DLTensor*` per
+tensor (inputs, then DPS outputs), exactly the buffers TVM passed. They are read in place as
+`TensorRef`s. For GPU tensors this also reads TVM's current stream for their device
 (`tvm_ffi.get_raw_stream`), so the accelerator's kernels are queued behind TVM's.
 """
 
 from __future__ import annotations
 
+import functools
+
 import tvm_ffi
 
 from ..runtime import get_runtime
+from ..tensors import from_dltensor
 
-_CPU = 1  # DLPack device type of host memory
+
+@functools.lru_cache(maxsize=None)
+def _ffi_device(kind: str, index: int):
+    return tvm_ffi.device(kind, index)
 
 
-def invoke(key: str, program_json: str, *tensors) -> None:
+def invoke(key: str, program_json: str, *handles) -> None:
+    refs = [from_dltensor(h) for h in handles]
     stream = None
-    if tensors:
-        device = tensors[0].device
-        if device.dlpack_device_type() != _CPU:
-            stream = tvm_ffi.get_raw_stream(device)
-    get_runtime().invoke(key, program_json, *tensors, stream=stream)
+    if refs and refs[0].device[0] != "cpu":
+        stream = tvm_ffi.get_raw_stream(_ffi_device(*refs[0].device))
+    get_runtime().invoke(key, program_json, *refs, stream=stream)

@@ -4,7 +4,8 @@
 Each region's composite calls become the ops of a Program: inputs are the region's
 parameters, outputs its results (DPS outputs at run time), everything in between an
 intermediate. The op's inputs and attributes are read by matching the composite's body
-against the same pattern that created it. Nothing is written to disk.
+against the same pattern that created it. The regions' functions are compiled by TVM's
+LLVM backend (simaccel.tvm_integration.forwarder); nothing is written to disk.
 """
 
 from __future__ import annotations
@@ -20,29 +21,13 @@ from .patterns import SPECS, tensor_info
 
 def codegen(functions, options=None, constant_names=None) -> list:
     """Entry point registered as ``relax.ext.simaccel``: returns one runtime module."""
-    if functions:
-        require_compiler()
     regions = []
     for func in functions:
         symbol = str(func.attrs["global_symbol"])
         program = region_program(symbol, func)
-        regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json()))
+        arity = len(program.inputs) + len(program.outputs)
+        regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json(), arity))
     return [forwarder_module(regions)] if regions else []
-
-
-def require_compiler() -> None:
-    """Fail early, and clearly, where TVM would later fail obscurely without a C++ compiler."""
-    import shutil
-
-    from tvm.support.cc import get_cc
-
-    compiler = get_cc()
-    if compiler is None or shutil.which(compiler) is None:
-        raise CodegenError(
-            "simaccel's regions are called through a small C++ forwarder that TVM compiles into "
-            f"the executable, and no C++ compiler was found ({'$CXX/$CC = ' + compiler if compiler else 'no g++, gcc, clang++, clang, c++ or cc on PATH'}). "
-            "Install one (e.g. `apt-get install g++`) or point $CXX at it."
-        )
 
 
 def region_program(symbol: str, func: relax.Function) -> Program:

@@ -1,9 +1,10 @@
 """Engine interface: how the runtime binds tensors, allocates intermediates and runs ops.
 
-An engine is chosen per call (simaccel.runtime). For each region call the runtime makes a
-`Call` (device, stream, staging choice, ledger), enters `engine.activate(call)`, binds every
-boundary tensor, executes the ops in order and calls `engine.finish(call)`. In the default
-zero-copy mode no engine copies the caller's tensors.
+An engine is chosen per call (simaccel.runtime). For each region call the runtime checks
+every boundary tensor (simaccel.tensors), makes a `Call` (device, stream, staging choice,
+ledger), enters `engine.activate(call)`, binds every boundary tensor, executes the ops in
+order and calls `engine.finish(call)`. In the default zero-copy mode no engine copies the
+caller's tensors.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..errors import EngineError
 from ..ledger import Ledger
 from ..ops.registry import OpDef
 from ..program import OpNode, TensorSpec
-from ..tensors import describe, host_view
+from ..tensors import TensorRef, describe, host_array
 
 
 @dataclass
@@ -56,16 +57,23 @@ class Engine:
             )
         yield
 
-    def bind(self, call: Call, tensor, index: int, spec: TensorSpec, role: str):
-        """The engine's view of a caller tensor (validated; never a copy in zero-copy mode)."""
-        array = host_view(tensor, spec, call.region, role, call.device)
+    def bind(self, call: Call, ref: TensorRef, index: int, spec: TensorSpec, role: str):
+        """The engine's view of a checked caller tensor (never a copy in zero-copy mode)."""
         if call.ledger.tracing:
-            call.ledger.record_tensor(call.region, role, spec.name, describe(call.device), array.ctypes.data)
-        return array
+            call.ledger.record_tensor(call.region, role, spec.name, describe(call.device), ref.address)
+        return host_array(ref)
 
     def allocate(self, spec: TensorSpec, device_id: int = 0):
         """Memory for an intermediate tensor, owned by a plan and reused across calls."""
         return np.empty(spec.shape, dtype=spec.dtype)
+
+    def copy(self, call: Call, destination, source) -> None:
+        """Copy one bound tensor into another of the same shape and dtype (on the call's stream)."""
+        np.copyto(destination, source)
+
+    def free(self, arrays: list, device_id: int) -> None:
+        """Give back the memory of plan-owned `arrays` (an evicted plan's buffers); empties the list."""
+        arrays.clear()
 
     def execute(self, call: Call, node: OpNode, op: OpDef, inputs: list, output) -> int:
         """Run one op, writing `output` in place; return the number of kernels launched."""

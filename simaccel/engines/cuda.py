@@ -18,10 +18,7 @@ import contextlib
 import threading
 from collections import OrderedDict
 
-import numpy as np
-
-from ..errors import DeviceError, LayoutError
-from ..tensors import check_spec, describe
+from ..tensors import describe
 from .base import Call, Engine
 
 _VIEW_CACHE_SIZE = 512
@@ -38,7 +35,7 @@ class CudaEngine(Engine):
         self._lock = threading.Lock()
         self._exit_hook = False
 
-    def release(self) -> None:
+    def drop_caches(self) -> None:
         """Drop cached views and streams (also at exit, before the drivers unload)."""
         with self._lock:
             self._views.clear()
@@ -65,7 +62,7 @@ class CudaEngine(Engine):
         """
         from numba.cuda.core import config
 
-        self.release()
+        self.drop_caches()
         config.CUDA_DEALLOCS_COUNT = 1 << 62
         config.CUDA_DEALLOCS_RATIO = 1e12
 
@@ -93,8 +90,8 @@ class CudaEngine(Engine):
             self._streams[key] = stream
         return stream
 
-    def bind(self, call: Call, tensor, index: int, spec, role: str):
-        array = self._view(call, tensor, spec, role)
+    def bind(self, call: Call, ref, index: int, spec, role: str):
+        array = self._view(call, ref, spec, role)
         if not call.staged:
             return array
         return self._stage(call, array, index, spec, role)
@@ -104,6 +101,17 @@ class CudaEngine(Engine):
 
         with cuda.gpus[device_id]:
             return cuda.device_array(spec.shape, dtype=spec.dtype)
+
+    def copy(self, call: Call, destination, source) -> None:
+        destination.copy_to_device(source, stream=call.target.stream)
+
+    def free(self, arrays: list, device_id: int) -> None:
+        """Free an evicted plan's device memory now, not at numba's next batch of frees."""
+        from numba import cuda
+
+        arrays.clear()
+        with cuda.gpus[device_id]:
+            cuda.current_context().deallocations.clear()
 
     def execute(self, call: Call, node, op, inputs, output) -> int:
         return op.kernel(call.target, output, *inputs, **op.all_attrs(node.attrs))
@@ -122,41 +130,20 @@ class CudaEngine(Engine):
         call.writebacks.clear()
 
     # -- zero-copy views -----------------------------------------------------------------
-    def _view(self, call: Call, tensor, spec, role: str):
-        """A Numba device array over the caller's memory, checked against `spec`."""
-        from cuda.core.utils import StridedMemoryView
+    def _view(self, call: Call, ref, spec, role: str):
+        """A Numba device array over the caller's memory (a checked TensorRef), cached by address."""
         from numba import cuda
 
-        device = call.device  # the runtime has checked that every tensor of the call is on it
-        where = f"region {call.region}: {role} {spec.name!r}"
-        try:
-            # -1: the producer must not synchronise; we run on the caller's own stream.
-            view = StridedMemoryView.from_dlpack(tensor, stream_ptr=-1)
-        except Exception as e:
-            raise DeviceError(
-                f"{where} (on {describe(device)}) cannot be viewed through DLPack: {type(e).__name__}: {e}"
-            ) from e
-        dtype = np.dtype(view.dtype)
-        check_spec(call.region, role, spec, view.shape, dtype, device)
-        if view.strides is not None and not _is_compact(spec.shape, view.strides):
-            raise LayoutError(f"{where} {spec.shape} must be compact row-major, got element strides {view.strides}")
-        if view.ptr % dtype.itemsize:
-            raise LayoutError(
-                f"{where} data pointer {view.ptr:#x} (byte_offset included) is not aligned to its "
-                f"{dtype.itemsize}-byte {spec.dtype} elements"
-            )
-        if role == "output" and view.readonly:
-            raise LayoutError(f"{where} is read-only")
         if call.ledger.tracing:
-            call.ledger.record_tensor(call.region, role, spec.name, describe(device), view.ptr)
-        key = (view.ptr, spec.shape, spec.dtype, device[1])
+            call.ledger.record_tensor(call.region, role, spec.name, describe(call.device), ref.address)
+        key = (ref.address, spec.shape, spec.dtype, call.device[1])
         with self._lock:
             array = self._views.get(key)
             if array is not None:
                 self._views.move_to_end(key)
                 return array
         array = cuda.from_cuda_array_interface(
-            {"shape": spec.shape, "strides": None, "typestr": dtype.str, "data": (view.ptr, False), "version": 3},
+            {"shape": spec.shape, "strides": None, "typestr": spec.np_dtype.str, "data": (ref.address, False), "version": 3},
             owner=None,
             sync=False,
         )
@@ -184,12 +171,3 @@ class CudaEngine(Engine):
         call.ledger.record_copy("host_to_device", host.nbytes)
         return staging
 
-
-def _is_compact(shape, strides) -> bool:
-    """Row-major without gaps (element strides; the stride of an extent-1 axis is irrelevant)."""
-    step = 1
-    for dim, stride in zip(reversed(shape), reversed(tuple(strides))):
-        if dim != 1 and stride != step:
-            return False
-        step *= dim
-    return True

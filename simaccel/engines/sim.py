@@ -3,16 +3,30 @@
 The same kernel code as the "cuda" engine, executed on the CPU one Python thread per CUDA
 thread: slow, so meant for tiny shapes. Arrays are FakeCUDAArray wrappers of numpy views of
 the caller's buffers, so kernels write TVM's memory in place.
+
+Numba's simulator runs one launch at a time per process (it keeps the simulated thread
+indices in process-wide state), so region calls on this engine take turns: callers on
+several threads are serialised, not failed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from .base import Engine
+
+_ONE_AT_A_TIME = threading.Lock()
 
 
 class SimEngine(Engine):
     name = "sim"
     description = "Numba CUDA kernels on the Numba CUDA simulator (CPU; tiny shapes)"
+
+    @contextlib.contextmanager
+    def activate(self, call):
+        with super().activate(call), _ONE_AT_A_TIME:
+            yield
 
     def execute(self, call, node, op, inputs, output) -> int:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray

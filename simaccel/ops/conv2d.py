@@ -10,10 +10,11 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..kernels.window import output_hw
+from . import attrs as kinds
 from .common import activate, check_rank, f32, kernel, same_dtype, window_taps
 from .registry import register_op
 
-CONV_ATTRS = ("strides", "padding", "dilation")
+CONV_ATTRS = {"strides": kinds.pair, "padding": kinds.padding, "dilation": kinds.pair}
 
 
 def conv2d_name(bias: bool, activation: str) -> str:

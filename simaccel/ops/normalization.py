@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
+from . import attrs as kinds
 from .common import check_rank, f32, kernel, same_dtype
 from .registry import register_op
 
@@ -38,7 +39,7 @@ def infer_layer_norm(shapes, dtypes, *, epsilon):
 @register_op(
     "simaccel.layer_norm",
     inputs=("data", "gamma", "beta"),
-    attrs=("epsilon",),
+    attrs={"epsilon": kinds.positive_float},
     infer=infer_layer_norm,
     kernel=kernel("normalization", "launch_layer_norm"),
 )

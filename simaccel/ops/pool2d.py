@@ -10,10 +10,11 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..kernels.window import output_hw
+from . import attrs as kinds
 from .common import check_rank, f32, kernel, same_dtype, window_taps
 from .registry import register_op
 
-POOL_ATTRS = ("pool_size", "strides", "padding", "dilation")
+POOL_ATTRS = {"pool_size": kinds.pair, "strides": kinds.pair, "padding": kinds.padding, "dilation": kinds.pair}
 
 
 def _windows(x: np.ndarray, pad_value, *, pool_size, strides, padding, dilation):
@@ -51,7 +52,7 @@ def max_pool2d(data, **attrs):
 @register_op(
     "simaccel.avg_pool2d",
     inputs=("data",),
-    attrs=POOL_ATTRS + ("count_include_pad",),
+    attrs={**POOL_ATTRS, "count_include_pad": kinds.flag},
     infer=make_infer("simaccel.avg_pool2d"),
     kernel=kernel("pool2d", "launch_avg_pool2d"),
 )

@@ -25,7 +25,8 @@ class OpDef:
     inputs:
         Input roles in call order, e.g. ``("data", "weight", "bias")``.
     attrs:
-        Attribute names a Program must give (beyond `fixed`).
+        The attributes a Program must give (beyond `fixed`): name -> kind, a checker from
+        `simaccel.ops.attrs` that refuses a value of the wrong type or range.
     fixed:
         Attributes fixed by the op variant (e.g. ``{"activation": "relu"}``); passed to the
         reference, the rule and the kernel together with the Program's attributes.
@@ -43,7 +44,7 @@ class OpDef:
     infer: Callable[..., tuple[tuple[int, ...], str]]
     reference: Callable[..., Any]
     kernel: Callable[..., int]
-    attrs: tuple[str, ...] = ()
+    attrs: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
     fixed: Mapping[str, Any] = field(default_factory=dict)
 
     def all_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,7 +54,7 @@ class OpDef:
 _OPS: dict[str, OpDef] = {}
 
 
-def register_op(name: str, *, inputs, infer, kernel, attrs=(), fixed=None, reference=None):
+def register_op(name: str, *, inputs, infer, kernel, attrs=None, fixed=None, reference=None):
     """Register an op. Works as a decorator on its numpy reference, or as a plain call.
 
     Examples
@@ -75,7 +76,7 @@ def register_op(name: str, *, inputs, infer, kernel, attrs=(), fixed=None, refer
             infer=infer,
             reference=ref,
             kernel=kernel,
-            attrs=tuple(attrs),
+            attrs=dict(attrs or {}),
             fixed=dict(fixed or {}),
         )
         return ref

@@ -1,0 +1,43 @@
+"""Attribute kinds of the ISA: what a Program may give for each attribute of an op.
+
+Each kind checks one value as it stands in a Program (JSON types: lists, ints, floats,
+bools) and returns it normalised, or raises ValueError saying what is wrong; the Program
+validator turns that into a ProgramError naming the op and the attribute. Nothing is
+coerced: a stride of 1.5, "2" or True is refused, not rounded or parsed.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _ints(value, count: int, low: int, what: str) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or len(value) != count:
+        raise ValueError(f"must be a list of {count} {what}, got {value!r}")
+    if any(type(v) is not int or v < low for v in value):
+        raise ValueError(f"must be a list of {count} {what}, got {value!r}")
+    return tuple(value)
+
+
+def pair(value) -> tuple[int, int]:
+    """(height, width), both >= 1: strides, dilation, pool sizes."""
+    return _ints(value, 2, 1, "integers >= 1")
+
+
+def padding(value) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right), each >= 0."""
+    return _ints(value, 4, 0, "integers >= 0 (top, left, bottom, right)")
+
+
+def flag(value) -> bool:
+    """true or false."""
+    if type(value) is not bool:
+        raise ValueError(f"must be true or false, got {value!r}")
+    return value
+
+
+def positive_float(value) -> float:
+    """A finite number > 0 (an epsilon)."""
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a finite number > 0, got {value!r}")
+    return float(value)
