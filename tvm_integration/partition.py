@@ -2,8 +2,11 @@
 
 `partition_for_simaccel` fuses every accepted pattern match into a composite function and
 merges adjacent composites into one region (a function with ``Codegen="simaccel"``), the
-unit the codegen turns into a Program. `partition_report` says, for every op of the
-original module, whether it was offloaded and, if not, why.
+unit the codegen turns into a Program. Every Relax function of the module is partitioned,
+whatever its name: TVM's MergeCompositeFunctions reads only a function called "main" and
+fails on calls to other functions, so each function is merged in a module of its own
+(`merge_regions`). `partition_report` says, for every op of every function, whether it was
+offloaded and, if not, why.
 """
 
 from __future__ import annotations
@@ -61,29 +64,113 @@ def partition_report(mod: tvm.IRModule, profile: DeviceProfile | None = None) ->
 
 def _partition(mod, profile, rejections):
     with checking(profile, rejections):
-        mod = relax.transform.FuseOpsByPattern(
+        fused = relax.transform.FuseOpsByPattern(
             registered_patterns(), bind_constants=False, annotate_codegen=False
         )(mod)
-    return relax.transform.MergeCompositeFunctions()(mod)
+    return merge_regions(fused, mod)
+
+
+def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
+    """MergeCompositeFunctions for every public Relax function of `mod` that calls composites.
+
+    Private functions get their `original` bodies back: TVM's RunCodegen rewrites region
+    calls only in public functions, so a region in a private one would never be compiled.
+    """
+    composites = {gv for gv, f in mod.functions.items() if _attr(f, "Composite")}
+    rest = {gv: f for gv, f in mod.functions.items() if gv not in composites}
+    for gvar, func in rest.items():
+        if _private(func):
+            rest[gvar] = original[gvar.name_hint]
+    builder = relax.BlockBuilder(tvm.IRModule(rest, attrs=mod.attrs, global_infos=mod.global_infos))
+    for gvar, func in rest.items():
+        if not isinstance(func, relax.Function) or _private(func) or _attr(func, "Codegen"):
+            continue
+        if not _calls(func, composites):
+            continue
+        hide = _Rewriter({})
+        alone = {gv: f for gv, f in mod.functions.items() if gv in composites or not isinstance(f, relax.Function)}
+        entry = tvm.ir.GlobalVar("main")
+        alone[entry] = hide.hide_calls(func, composites)
+        grouped = relax.transform.MergeCompositeFunctions()(tvm.IRModule(alone))
+        regions = {}
+        for region_gvar, region in grouped.functions.items():
+            if _attr(region, "Codegen"):
+                new_gvar = builder.add_func(region, region_gvar.name_hint)  # a unique name
+                builder.update_func(new_gvar, region.with_attr("global_symbol", new_gvar.name_hint))
+                regions[region_gvar.name_hint] = new_gvar
+        builder.update_func(gvar, _Rewriter({**hide.hidden, **regions}).visit_expr(grouped[entry]))
+    return builder.get()
+
+
+@relax.expr_functor.mutator
+class _Rewriter(relax.PyExprMutator):
+    """Swaps the callee of calls: to hide calls of other functions from MergeCompositeFunctions
+    (which cannot group them) behind placeholders, and to put them back with renamed regions."""
+
+    def __init__(self, callees: dict):
+        super().__init__()
+        self.callees = callees  # callee name -> replacement callee
+        self.hidden: dict = {}
+
+    def hide_calls(self, func, composites):
+        self.composites = composites
+        self.hiding = True
+        try:
+            return self.visit_expr(func)
+        finally:
+            self.hiding = False
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        callee = call.op
+        if getattr(self, "hiding", False):
+            if isinstance(callee, tvm.ir.GlobalVar) and callee not in self.composites:
+                placeholder = relax.ExternFunc(f"simaccel.hidden.{callee.name_hint}")
+                self.hidden[placeholder.global_symbol] = callee
+                return relax.Call(placeholder, call.args, call.attrs, [call.ty])
+            return call
+        name = callee.global_symbol if isinstance(callee, relax.ExternFunc) else getattr(callee, "name_hint", None)
+        if name in self.callees:
+            return relax.Call(self.callees[name], call.args, call.attrs)
+        return call
+
+
+def _private(func) -> bool:
+    """A Relax function without a global symbol (not a composite or a region)."""
+    return isinstance(func, relax.Function) and not _attr(func, "global_symbol")
+
+
+def _attr(func, name: str):
+    return func.attrs.get(name) if getattr(func, "attrs", None) else None
+
+
+def _calls(func, gvars) -> bool:
+    return any(isinstance(e, tvm.ir.GlobalVar) and e in gvars for e in relax.analysis.all_global_vars(func))
 
 
 def _report(mod, rejections) -> PartitionReport:
     report = PartitionReport()
     for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function) and func.attrs and func.attrs.get("Codegen") == "simaccel":
+        if isinstance(func, relax.Function) and _attr(func, "Codegen") == "simaccel":
             report.regions[gvar.name_hint] = _composites(func)
     reasons: dict[str, str] = {}
     for r in rejections:  # the most fused pattern is checked first; keep its reason
         reasons.setdefault(r.var, f"{r.pattern} rejected: {r.reason}")
-    main = mod["main"]
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
-                name = binding.var.name
-                report.kept.append(
-                    (name, value.op.name, reasons.get(name, f"simaccel has no pattern for {value.op.name}"))
-                )
+    entries = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, relax.Function) and not _attr(f, "Codegen")]
+    for gvar, func in sorted(entries, key=lambda e: e[0].name_hint != "main"):
+        prefix = "" if len(entries) == 1 else f"{gvar.name_hint}."
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
+                    name = binding.var.name
+                    if _private(func):
+                        reason = f"in private function {gvar.name_hint} (TVM's RunCodegen compiles regions of public functions only)"
+                    elif not isinstance(block, relax.DataflowBlock):
+                        reason = "outside a dataflow block (TVM fuses patterns only inside R.dataflow())"
+                    else:
+                        reason = reasons.get(name, f"simaccel has no pattern for {value.op.name}")
+                    report.kept.append((prefix + name, value.op.name, reason))
     return report
 
 
