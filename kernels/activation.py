@@ -43,9 +43,10 @@ def apply_activation(v, code):
     """
     x = numba.float32(v)
     if code == 1:
-        if x < numba.float32(0.0):
-            return numba.float32(0.0)
-        return x
+        # TVM's relu is max(x, 0): NaN gives 0 (so "x > 0", not "x < 0", picks x).
+        if x > numba.float32(0.0):
+            return x
+        return numba.float32(0.0)
     if code == 2:
         e = numba.float32(math.erf(x * numba.float32(_INV_SQRT2)))
         return numba.float32(numba.float32(0.5) * x * (numba.float32(1.0) + e))

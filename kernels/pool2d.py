@@ -4,13 +4,16 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.max_pool2d, simaccel.avg_pool2d). One thread per output element, output width
 fastest. Padding is (top, left, bottom, right); padded positions never contribute to the
 max; the average divides by the window area (KH * KW) when count_include_pad, else by the
-number of in-bounds elements (TVM / PyTorch semantics). Math is float32.
+number of in-bounds elements (TVM / PyTorch semantics), and gives 0 for a window entirely
+in padding. Max pooling is TVM's: a running `best = best if best > v else v` over every tap
+of the window in row-major order, padded taps included as `lowest` (the dtype's lowest finite
+value, also the start value), so NaN and all-padding windows come out as in TVM's CPU build.
+Math is float32.
 """
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 from numba import cuda, float32
 
 from .elementwise import divmod_fast
@@ -21,7 +24,7 @@ _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
 
 
 def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv_oh, inv_ow,
-                       total):
+                       lowest, total):
     idx = cuda.grid(1)
     step = cuda.gridsize(1)
     while idx < total:
@@ -29,16 +32,16 @@ def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv
         nc, oh = divmod_fast(t, OH, inv_oh)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
-        best = float32(-math.inf)
+        best = lowest
         for kh in range(KH):
             ih = ih0 + kh * dh
-            if ih >= 0 and ih < H:
-                for kw in range(KW):
-                    iw = iw0 + kw * dw
-                    if iw >= 0 and iw < W:
-                        v = float32(x[nc, ih, iw])
-                        if v > best:
-                            best = v
+            for kw in range(KW):
+                iw = iw0 + kw * dw
+                v = lowest
+                if ih >= 0 and ih < H and iw >= 0 and iw < W:
+                    v = float32(x[nc, ih, iw])
+                if not best > v:
+                    best = v
         out[nc, oh, ow] = best
         idx += step
 
@@ -101,7 +104,8 @@ def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilatio
         return 0
     grid, block, o3, x3, dims = prep
     total = int(o3.shape[0]) * dims[2] * dims[3]
-    target.launch(_max_pool2d_kernel, grid, block, o3, x3, *dims, total)
+    lowest = float(np.finfo(np.dtype(str(out.dtype))).min)
+    target.launch(_max_pool2d_kernel, grid, block, o3, x3, *dims, lowest, total)
     return 1
 
 

@@ -208,6 +208,12 @@ def why_not(spec: PatternSpec, ann, context=None) -> str | None:
         shape, dtype = op.infer(shapes, dtypes, **op.all_attrs(attrs))
     except SimAccelError as e:
         return str(e)
+    if context is not None:
+        # The fused op must compute what the matched Relax ops compute; its shape is the
+        # first thing that would differ (e.g. a bias whose broadcasting grows the result).
+        relax_shape, relax_dtype = tensor_info(context.matched_expr)
+        if (tuple(shape), dtype) != (relax_shape, relax_dtype):
+            return f"{spec.name} would give {tuple(shape)} {dtype} where Relax gives {relax_shape} {relax_dtype}"
     return profile.why_not_tensor("output", shape, dtype)
 
 

@@ -44,11 +44,14 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def activate(x: np.ndarray, activation: str) -> np.ndarray:
-    """Apply "none", "relu" or "gelu" (erf form) to a float32 array."""
+    """Apply "none", "relu" or "gelu" (erf form) to a float32 array.
+
+    relu is TVM's max(x, 0), which maps NaN to 0 (a select on x > 0, not numpy's maximum).
+    """
     if activation == "none":
         return x
     if activation == "relu":
-        return np.maximum(x, np.float32(0))
+        return np.where(x > 0, x, np.float32(0)).astype(np.float32)
     if activation == "gelu":
         return (0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))).astype(np.float32)
     raise ValueError(f"unknown activation {activation!r}")

@@ -32,14 +32,23 @@ def infer_conv2d(shapes, dtypes, *, strides, padding, dilation, activation):
     o, c_w, kh, kw = weight
     if c != c_w:
         raise ShapeError(f"{op}: data {tuple(data)} has {c} channels, weight {tuple(weight)} expects {c_w}")
-    if len(shapes) == 3 and tuple(shapes[2]) not in ((1, o, 1, 1), (o,)):
-        raise ShapeError(f"{op}: bias must have shape (1, {o}, 1, 1), got {tuple(shapes[2])}")
+    if len(shapes) == 3 and not is_channel_bias(shapes[2], o):
+        raise ShapeError(
+            f"{op}: bias {tuple(shapes[2])} is not one value per output channel: numpy broadcasting "
+            f"adds it along the channels only as (1, {o}, 1, 1) or ({o}, 1, 1)"
+        )
     if min(strides) < 1 or min(dilation) < 1 or min(padding) < 0:
         raise ShapeError(f"{op}: bad strides {strides}, padding {padding} or dilation {dilation}")
     oh, ow = output_hw((h, w), (kh, kw), strides, padding, dilation)
     if oh < 1 or ow < 1:
         raise ShapeError(f"{op}: kernel {kh}x{kw} does not fit data {tuple(data)} with padding {padding}")
     return (n, o, oh, ow), dtype
+
+
+def is_channel_bias(shape, channels: int) -> bool:
+    """Whether adding `shape` to an NCHW output (numpy broadcasting) adds one value per channel."""
+    shape = tuple(shape)
+    return len(shape) <= 4 and (1,) * (4 - len(shape)) + shape == (1, channels, 1, 1)
 
 
 def conv2d(data, weight, bias=None, *, strides, padding, dilation, activation):

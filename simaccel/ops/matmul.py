@@ -38,9 +38,19 @@ def infer_matmul(shapes, dtypes, *, transpose_b, activation):
             f"{op}: reduction sizes differ: data {tuple(data)} has K={data[-1]}, "
             f"weight {tuple(weight)} has K={k_w}"
         )
-    if len(shapes) == 3 and tuple(shapes[2]) not in ((n,), (1, n)):
-        raise ShapeError(f"{op}: bias must have shape ({n},) or (1, {n}), got {tuple(shapes[2])}")
-    return tuple(data[:-1]) + (n,), dtype
+    out = tuple(data[:-1]) + (n,)
+    if len(shapes) == 3 and not is_row_bias(shapes[2], len(out), n):
+        raise ShapeError(
+            f"{op}: bias {tuple(shapes[2])} is not one value per output column: numpy broadcasting "
+            f"adds it to every row of the {out} result only as ({n},), (1, {n}), ..."
+        )
+    return out, dtype
+
+
+def is_row_bias(shape, rank: int, columns: int) -> bool:
+    """Whether adding `shape` to a rank-`rank` (..., N) result (numpy broadcasting) adds one value per column."""
+    shape = tuple(shape)
+    return 1 <= len(shape) <= rank and all(d == 1 for d in shape[:-1]) and shape[-1] == columns
 
 
 def matmul(data, weight, bias=None, *, transpose_b, activation):

@@ -19,7 +19,7 @@ def infer_softmax(shapes, dtypes):
 @register_op("simaccel.softmax", inputs=("data",), infer=infer_softmax, kernel=kernel("normalization", "launch_softmax"))
 def softmax(data):
     x = f32(data)
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    e = np.exp(x - x.max(axis=-1, keepdims=True, initial=-np.inf))  # initial: rows may be empty
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.asarray(data).dtype)
 
 
@@ -45,6 +45,8 @@ def infer_layer_norm(shapes, dtypes, *, epsilon):
 )
 def layer_norm(data, gamma, beta, *, epsilon):
     x = f32(data)
+    if x.shape[-1] == 0:
+        return np.empty_like(np.asarray(data))  # rows of no elements: nothing to normalise
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     y = (x - mean) / np.sqrt(var + np.float32(epsilon)) * f32(gamma) + f32(beta)

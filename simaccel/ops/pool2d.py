@@ -45,8 +45,18 @@ def make_infer(op: str):
     kernel=kernel("pool2d", "launch_max_pool2d"),
 )
 def max_pool2d(data, **attrs):
-    x = f32(data)
-    return np.maximum.reduce(_windows(x, -np.inf, **attrs)).astype(np.asarray(data).dtype)
+    """TVM's max pooling: a running max(acc, v) = (acc if acc > v else v) over the window's taps
+    in row-major order, starting from (and padding with) the dtype's lowest finite value.
+
+    So a window entirely in padding gives that lowest value (not -inf), and a NaN survives
+    only if no later tap replaces it, exactly as in TVM's CPU build.
+    """
+    lowest = np.float32(np.finfo(np.asarray(data).dtype).min)
+    taps = _windows(f32(data), lowest, **attrs)
+    acc = np.full(taps[0].shape, lowest)
+    for tap in taps:
+        acc = np.where(acc > tap, acc, tap)
+    return acc.astype(np.asarray(data).dtype)
 
 
 @register_op(
@@ -61,6 +71,8 @@ def avg_pool2d(data, *, count_include_pad, **attrs):
     total = sum(_windows(x, 0.0, **attrs))
     if count_include_pad:
         count = attrs["pool_size"][0] * attrs["pool_size"][1]
-    else:
+    else:  # in-bounds taps only; a window entirely in padding gives 0, as in TVM
         count = sum(_windows(np.ones_like(x[:1, :1]), 0.0, **attrs))
+        total = np.where(count > 0, total, np.float32(0))
+        count = np.maximum(count, 1)
     return (total / count).astype(np.asarray(data).dtype)
