@@ -1,15 +1,28 @@
-"""The `simaccel` command line."""
+"""The `simaccel` command line: its commands, and its answers to user mistakes.
 
+Exit status: 0 success, 1 results mismatch, 2 user error (one line on stderr, no traceback),
+3 internal error, 130 interrupted. The fault catalogue below runs each kind of bad
+invocation in a subprocess and checks that answer.
+"""
+
+import json
+import os
+import re
 import subprocess
 import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
+
+from simaccel import cli
+from simaccel.errors import SimAccelError
+from simaccel.tvm_integration.deploy import read_arrays
 
 
 def simaccel(*args, env=None):
     """Run the installed `simaccel` command (from outside the source tree)."""
-    import os
-
     return subprocess.run(
         [sys.executable, "-m", "simaccel.cli", *args], capture_output=True, text=True, timeout=600,
         env={**os.environ, **(env or {})}, cwd="/",
@@ -69,35 +82,191 @@ def test_demo_exits_1_on_a_mismatch(monkeypatch):
     assert lines[-1] == "RESULT: MISMATCH"
 
 
-def test_run_checks_an_exported_library(tmp_path):
-    import numpy as np
-
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A folder with the demo model exported once, its inputs and output, and bad files of every kind."""
     from harness import run_vm
     from simaccel.tvm_integration import build, build_tvm_only
     from simaccel.tvm_integration.models import demo_cnn, random_inputs
 
+    d = tmp_path_factory.mktemp("cli")
     mod = demo_cnn(batch=1)
-    build(mod).export_library(str(tmp_path / "demo.so"))
+    build(mod).export_library(str(d / "demo.so"))
     inputs = random_inputs(mod, 5)
     want = run_vm(build_tvm_only(mod), inputs)
-    np.savez(tmp_path / "in.npz", **{f"arg{i}": a for i, a in enumerate(inputs)})
-    np.savez(tmp_path / "good.npz", arg0=want)
-    np.savez(tmp_path / "bad.npz", arg0=want[:, ::-1])
+    np.savez(d / "in.npz", **{f"arg{i}": a for i, a in enumerate(inputs)})
+    np.savez(d / "good.npz", arg0=want)
+    np.savez(d / "bad.npz", arg0=want[:, ::-1])
+    np.savez(d / "short.npz", arg0=inputs[0])
+    _write_bad_files(d)
+    return d
 
-    ok = simaccel("run", str(tmp_path / "demo.so"), "--inputs", str(tmp_path / "in.npz"),
-                  "--expect", str(tmp_path / "good.npz"), "--save", str(tmp_path / "out.npz"))
+
+def _write_bad_files(d):
+    x = np.zeros(2, np.float32)
+    (d / "notes.txt").write_text("not a library, not an npz\n")
+    (d / "empty.so").write_bytes(b"")
+    (d / "folder").mkdir()
+    np.save(d / "one.npy", x)
+    (d / "corrupt.npz").write_bytes((d / "in.npz").read_bytes()[:100])
+    np.savez(d / "gap.npz", arg0=x, arg2=x)
+    np.savez(d / "duplicate.npz", arg1=x, arr_1=x)
+    np.savez(d / "unknown.npz", arg0=x, weights=x)
+    np.savez(d / "strings.npz", arg0=np.array(["a"]))
+    with zipfile.ZipFile(d / "raw.npz", "w") as z:
+        z.writestr("arg0", "bytes, not an array")
+    case = {"params": [["x", [8, 8], "float32"]], "regions": {}, "seed": 0}
+    manifests = {
+        "art_none": None,
+        "art_notjson": "{not json",
+        "art_nocases": {"target": "cuda"},
+        "art_nokeys": {"cases": {"mm8": {"params": []}}},
+        "art_badparams": {"cases": {"mm8": {**case, "params": [["x", [8], "float99"]]}}},
+        "art_nolibs": {"cases": {name: case for name in ("mm8", "mm1024", "mm4096", "demo_f32")}},
+        "art_fewcases": {"cases": {"mm8": case}},
+        "art_ok": {"cases": {name: case for name in ("mm8", "mm1024", "mm4096", "demo_f32")}},
+    }
+    for name, manifest in manifests.items():
+        (d / name).mkdir()
+        if manifest is not None:
+            text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+            (d / name / "manifest.json").write_text(text)
+    for name in manifests["art_ok"]["cases"]:
+        for build in ("simaccel", "tvm"):
+            (d / "art_ok" / f"{name}.{build}.so").write_bytes(b"")  # never loaded: --out fails first
+
+
+def test_run_checks_an_exported_library(files):
+    ok = simaccel("run", str(files / "demo.so"), "--inputs", str(files / "in.npz"),
+                  "--expect", str(files / "good.npz"), "--save", str(files / "outputs"))
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip().endswith("RESULT: match")
-    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["arg0"], want, rtol=1e-4, atol=1e-5)
+    saved = read_arrays(files / "outputs")  # written at exactly that path, no ".npz" added
+    np.testing.assert_allclose(saved[0], np.load(files / "good.npz")["arg0"], rtol=1e-4, atol=1e-5)
 
-    mismatch = simaccel("run", str(tmp_path / "demo.so"), "--inputs", str(tmp_path / "in.npz"),
-                        "--expect", str(tmp_path / "bad.npz"))
+    mismatch = simaccel("run", str(files / "demo.so"), "--inputs", str(files / "in.npz"),
+                        "--expect", str(files / "bad.npz"))
     assert mismatch.returncode == 1 and "RESULT: MISMATCH" in mismatch.stdout
 
-    np.savez(tmp_path / "short.npz", arg0=inputs[0])
-    wrong = simaccel("run", str(tmp_path / "demo.so"), "--inputs", str(tmp_path / "short.npz"))
-    assert wrong.returncode == 2
-    assert "expects 11 arguments" in wrong.stderr and "Traceback" not in wrong.stderr
+
+RUN = ("run", "{d}/demo.so", "--inputs", "{d}/in.npz")
+NO_SYS = pytest.mark.skipif(not os.path.isdir("/sys"), reason="needs /sys, which not even root may write into")
+
+
+def fault(args, names, env=None, *, id, marks=()):
+    """A bad invocation: its arguments ({d}: the files folder), what its error line must say."""
+    return pytest.param(args, names, {"SIMACCEL_DEBUG": "", **(env or {})}, id=id, marks=marks)
+
+
+FAULTS = [
+    fault(("run", "{d}/notes.txt", "--inputs", "{d}/in.npz"), "library {d}/notes.txt: TVM cannot load it", id="lib-text"),
+    fault(("run", "{d}/empty.so", "--inputs", "{d}/in.npz"), "library {d}/empty.so: TVM cannot load it", id="lib-empty"),
+    fault(("run", "{d}/folder", "--inputs", "{d}/in.npz"), "library {d}/folder: not a file", id="lib-folder"),
+    fault(("run", "{d}/nothing.so", "--inputs", "{d}/in.npz"), "library {d}/nothing.so: no such file", id="lib-missing"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/short.npz"), "expects 11 arguments", id="inputs-too-few"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/nothing.npz"), "--inputs {d}/nothing.npz: no such file", id="inputs-missing"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/folder"), "--inputs {d}/folder: not a file", id="inputs-folder"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/notes.txt"), "--inputs {d}/notes.txt: not an .npz", id="inputs-text"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/empty.so"), "--inputs {d}/empty.so: not an .npz", id="inputs-empty"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/one.npy"), "--inputs {d}/one.npy: a single .npy", id="inputs-npy"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/corrupt.npz"), "--inputs {d}/corrupt.npz: a damaged", id="inputs-corrupt"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/gap.npz"), "keys arg0, arg2 leave out position(s) 1", id="inputs-gap"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/duplicate.npz"), "keys arg1, arr_1 mix", id="inputs-duplicate"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/unknown.npz"), "weights", id="inputs-unknown-name"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/strings.npz"), "'arg0' is not a numeric array", id="inputs-strings"),
+    fault(("run", "{d}/demo.so", "--inputs", "{d}/raw.npz"), "'arg0' is not a numeric array", id="inputs-raw-member"),
+    fault((*RUN, "--expect", "{d}/notes.txt"), "--expect {d}/notes.txt: not an .npz", id="expect-text"),
+    fault((*RUN, "--expect", "{d}/gap.npz"), "--expect {d}/gap.npz: keys arg0, arg2", id="expect-gap"),
+    fault((*RUN, "--save", "{d}/nowhere/out.npz"), "--save {d}/nowhere/out.npz: cannot write", id="save-no-folder"),
+    fault((*RUN, "--save", "{d}/notes.txt/out.npz"), "--save {d}/notes.txt/out.npz: cannot write", id="save-under-file"),
+    fault((*RUN, "--save", "{d}/folder"), "--save {d}/folder: cannot write", id="save-folder"),
+    fault((*RUN, "--save", "/sys/simaccel-out.npz"), "--save /sys/simaccel-out.npz: cannot write", id="save-read-only", marks=NO_SYS),
+    fault((*RUN, "--device", "cuda:x"), "unknown device 'cuda:x'", id="device-malformed"),
+    fault((*RUN, "--device", "tpu"), "unknown device 'tpu'", id="device-unknown"),
+    fault((*RUN, "--device", "cuda:-1"), "unknown device 'cuda:-1'", id="device-negative"),
+    fault((*RUN, "--device", "cuda:99"), "device cuda:99", id="device-absent"),
+    fault((*RUN, "--rtol", "-1"), "--rtol -1.0: must be a finite number >= 0", id="rtol-negative"),
+    fault((*RUN, "--atol", "nan"), "--atol nan", id="atol-nan"),
+    fault((*RUN, "--atol", "inf"), "--atol inf", id="atol-inf"),
+    fault(("demo", "--seed", "-1"), "--seed -1: must be >= 0", id="demo-seed-negative"),
+    fault(("bench", "--artifacts", "{d}/art_ok", "--repeat", "0"), "--repeat 0: must be >= 1", id="bench-repeat-0"),
+    fault(("bench", "--artifacts", "{d}/nothing"), "artifacts folder {d}/nothing: no such folder", id="bench-no-folder"),
+    fault(("bench", "--artifacts", "{d}/art_none"), "no manifest.json in {d}/art_none", id="bench-no-manifest"),
+    fault(("bench", "--artifacts", "{d}/art_notjson"), "{d}/art_notjson/manifest.json: not valid JSON", id="bench-not-json"),
+    fault(("bench", "--artifacts", "{d}/art_nocases"), 'manifest.json: no "cases" object', id="bench-no-cases"),
+    fault(("bench", "--artifacts", "{d}/art_nokeys"), "case 'mm8' lacks regions, seed", id="bench-missing-keys"),
+    fault(("bench", "--artifacts", "{d}/art_badparams"), "case 'mm8': params must be", id="bench-bad-params"),
+    fault(("bench", "--artifacts", "{d}/art_fewcases"), "has no case mm1024, mm4096, demo_f32", id="bench-missing-cases"),
+    fault(("bench", "--artifacts", "{d}/art_nolibs"), "{d}/art_nolibs lacks mm8.simaccel.so", id="bench-missing-libraries"),
+    fault(("bench", "--artifacts", "{d}/art_ok", "--out", "{d}/notes.txt/bench"), "output folder {d}/notes.txt/bench", id="bench-out-under-file"),
+    fault(("demo",), "this TVM is runtime-only", {"TVM_USE_RUNTIME_LIB": "1"}, id="demo-runtime-only"),
+]
+
+
+@pytest.fixture(scope="module")
+def fault_results(files):
+    """Every invocation of the catalogue, run concurrently (each is its own process), by id."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {p.id: pool.submit(simaccel, *(a.format(d=files) for a in p.values[0]), env=p.values[2]) for p in FAULTS}
+    return {id_: future.result() for id_, future in futures.items()}
+
+
+@pytest.mark.parametrize("args, names, env", FAULTS)
+def test_fault_catalogue(request, fault_results, files, args, names, env):
+    """Each user mistake: exit 2, one line on stderr naming what is wrong, nothing run, no traceback."""
+    result = fault_results[request.node.callspec.id]
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(lines) == 1 and lines[0].startswith("simaccel: error: "), result.stderr
+    assert names.format(d=files) in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [(("run", "lib.so"), "--inputs"), (("demo", "--seed", "x"), "--seed"), (("run", "lib.so", "--inputs", "a", "--device"), "--device")],
+)
+def test_usage_errors_stay_with_argparse(args, message):
+    result = simaccel(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: simaccel") and message in result.stderr.splitlines()[-1]
+    assert "Traceback" not in result.stderr
+
+
+def test_read_arrays_orders_by_position_and_refuses_ambiguous_names(tmp_path):
+    arrays = {f"arg{i}": np.full(1, i) for i in range(12)}  # arg10 sorts after arg9, not after arg1
+    np.savez(tmp_path / "twelve.npz", **arrays)
+    assert [int(a[0]) for a in read_arrays(tmp_path / "twelve.npz")] == list(range(12))
+    np.savez(tmp_path / "positional.npz", np.zeros(1), np.ones(1))  # numpy names them arr_0, arr_1
+    assert [a[0] for a in read_arrays(tmp_path / "positional.npz")] == [0, 1]
+    for keys, message in [(("arg1",), "leave out position(s) 0"), (("arg0", "arg01"), "names arg01 are not argN"),
+                          (("arr_0", "arg1"), "mix argN and arr_N"), (("arg0", "arg3", "arg5"), "position(s) 1, 2, 4")]:
+        np.savez(tmp_path / "bad.npz", **{key: np.zeros(1) for key in keys})
+        with pytest.raises(SimAccelError, match=re.escape(message)):
+            read_arrays(tmp_path / "bad.npz", "--inputs")
+
+
+@pytest.mark.parametrize(
+    "raised, status, line",
+    [
+        (KeyboardInterrupt(), 130, "simaccel: interrupted"),
+        (ZeroDivisionError("float division by zero"), 3,
+         "simaccel: internal error: ZeroDivisionError: float division by zero (set SIMACCEL_DEBUG=1 for the traceback; please report it)"),
+    ],
+)
+def test_interrupts_and_internal_errors_are_one_line(monkeypatch, capsys, raised, status, line):
+    def dispatch(args):
+        raise raised
+
+    monkeypatch.setattr(cli, "_dispatch", dispatch)
+    monkeypatch.delenv("SIMACCEL_DEBUG", raising=False)
+    assert cli.main(["ops"]) == status
+    assert capsys.readouterr().err.splitlines() == [line]
+
+    monkeypatch.setenv("SIMACCEL_DEBUG", "1")  # the traceback too; the exit status stays
+    assert cli.main(["ops"]) == status
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.splitlines()[-1] == line
 
 
 @pytest.mark.parametrize(

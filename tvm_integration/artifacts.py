@@ -8,7 +8,8 @@ the two builds on the GPU. A GPU machine with the full TVM can skip this step: t
 then build in-process.
 
 For the runtime-only check of `simaccel run`, the demo case also gets its inputs and the
-output of the TVM-only CPU build as .npz files.
+output of the TVM-only CPU build as .npz files. `load_manifest` and `require_cases` refuse
+a folder whose manifest is missing, not JSON or incomplete, or whose libraries are missing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from ..errors import SimAccelError
 
 
 def _models():
@@ -84,16 +87,71 @@ def _write_cpu_check(out: Path, name: str, mod) -> None:
     np.savez(out / f"{name}.expect_cpu.npz", arg0=want)
 
 
-def load_manifest(directory) -> dict:
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        from ..errors import SimAccelError
+CASE_KEYS = ("params", "regions", "seed")  # what the tests and the bench read from each case
 
-        raise SimAccelError(
-            f"no {MANIFEST} in {directory}: build the GPU libraries first with "
-            f"`python -m simaccel.tvm_integration.artifacts {directory}` (needs the full TVM)"
-        )
-    return json.loads(path.read_text())
+
+def load_manifest(directory) -> dict:
+    """DIR/manifest.json, checked: a "cases" object whose cases have params, regions and a seed."""
+    path = Path(directory) / MANIFEST
+    if not Path(directory).is_dir():
+        raise SimAccelError(f"artifacts folder {directory}: no such folder; {_build_hint(directory)}")
+    if not path.is_file():
+        raise SimAccelError(f"no {MANIFEST} in {directory}: {_build_hint(directory)}")
+    try:
+        manifest = json.loads(path.read_text())
+    except OSError as e:
+        raise SimAccelError(f"{path}: cannot read it: {e.strerror or e}") from e
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise SimAccelError(f"{path}: not valid JSON ({e}); {_build_hint(directory)}") from e
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise SimAccelError(f"{path}: {problem}; {_build_hint(directory)}")
+    return manifest
+
+
+def _manifest_problem(manifest) -> str | None:
+    cases = manifest.get("cases") if isinstance(manifest, dict) else None
+    if not isinstance(cases, dict):
+        return 'no "cases" object'
+    for name, case in cases.items():
+        missing = [key for key in CASE_KEYS if not isinstance(case, dict) or key not in case]
+        if missing:
+            return f"case {name!r} lacks {', '.join(missing)}"
+        if not isinstance(case["params"], list) or not all(map(_spec_ok, case["params"])):
+            return f"case {name!r}: params must be a list of [name, shape, dtype]"
+        if not _is_count(case["seed"]):
+            return f"case {name!r}: seed must be an integer >= 0"
+    return None
+
+
+def _spec_ok(spec) -> bool:
+    """[name, shape, dtype]: a string, a list of sizes, a numeric numpy dtype name."""
+    if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str) and isinstance(spec[2], str)):
+        return False
+    try:
+        numeric = np.dtype(spec[2]).kind in "biuf"
+    except TypeError:
+        return False
+    return numeric and isinstance(spec[1], list) and all(map(_is_count, spec[1]))
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def require_cases(directory, manifest: dict, names) -> None:
+    """Refuse, before anything runs, cases that the manifest lacks or whose libraries are missing."""
+    absent = [name for name in names if name not in manifest["cases"]]
+    if absent:
+        raise SimAccelError(f"{Path(directory) / MANIFEST} has no case {', '.join(absent)}; {_build_hint(directory)}")
+    files = [f"{name}.{build}.so" for name in names for build in ("simaccel", "tvm")]
+    missing = [f for f in files if not (Path(directory) / f).is_file()]
+    if missing:
+        raise SimAccelError(f"artifacts folder {directory} lacks {', '.join(missing)}; {_build_hint(directory)}")
+
+
+def _build_hint(directory) -> str:
+    return f"build the GPU libraries with `python -m simaccel.tvm_integration.artifacts {directory}` (needs the full TVM)"
 
 
 def case_inputs(manifest: dict, name: str, seed: int | None = None) -> list[np.ndarray]:

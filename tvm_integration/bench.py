@@ -6,7 +6,8 @@ an 8x8 region that shows the per-call overhead) it loads the prebuilt libraries
 each mode in turn (interleaved, so drift hits all modes alike), each call followed by a
 device synchronisation, and reports medians after warm-up. Where PyTorch is present its
 cuBLAS matmul+relu (TF32 off) is timed in the same loop as a peer. Writes bench.json (with
-the date, device name and versions) and bench.png.
+the date, device name and versions) and bench.png. The artifacts and the output folder
+are checked before anything is timed.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import SimAccelError
 from ..runtime import get_runtime
 from . import deploy
-from .artifacts import case_inputs, load_manifest
+from .artifacts import case_inputs, load_manifest, require_cases
 
 CASES = ["mm8", "mm1024", "mm4096", "demo_f32"]
 MODES = ["tvm_only", "simaccel_zero_copy", "simaccel_staged"]
@@ -31,9 +33,9 @@ GEMM_SIZE = {"mm8": 8, "mm1024": 1024, "mm4096": 4096}
 
 def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, log=print) -> int:
     manifest = load_manifest(artifacts_dir)
+    require_cases(artifacts_dir, manifest, CASES)
+    out = _output_folder(out_dir)
     runtime = get_runtime()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     results = {}
     for name in CASES:
         results[name] = _bench_case(artifacts_dir, manifest, name, runtime, repeat, warmup)
@@ -53,6 +55,17 @@ def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, log=pri
     _chart(report, out / "bench.png")
     log(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
     return 0
+
+
+def _output_folder(out_dir) -> Path:
+    """Create `out_dir` if needed and check that bench.json can be written there."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SimAccelError(f"output folder {out_dir}: cannot create it: {e.strerror or e}") from e
+    deploy.check_writable(out / "bench.json", "output file")
+    return out
 
 
 def _bench_case(directory, manifest, name, runtime, repeat, warmup) -> dict:

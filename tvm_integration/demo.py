@@ -2,7 +2,8 @@
 
 Builds the demo CNN, partitions it (printing what went where and why), compiles it with
 simaccel and with TVM alone, runs both on the same inputs, and compares. Returns the
-process exit status: 0 when the results match, 1 when they do not.
+process exit status: 0 when the results match, 1 when they do not. On a runtime-only TVM
+it refuses at once, before importing anything that needs the full TVM.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import time
 import numpy as np
 
 from ..errors import DeviceError, SimAccelError
-from ..runtime import get_runtime
-from . import models
 
 TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol)
 
@@ -39,6 +38,8 @@ def run_demo(
     import tvm
     from tvm import relax
 
+    from ..runtime import get_runtime
+    from . import models
     from .partition import partition_report
     from .pipeline import build, build_tvm_only, default_target
 

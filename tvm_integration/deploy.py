@@ -9,12 +9,19 @@ has three quirks, handled here so users do not have to:
    after ``libcudart`` (global symbols), so CUDA modules in the library can be created;
 3. the callback that compiles the library's CUDA source at load time cannot pick an
    architecture by itself: one is registered that compiles with NVRTC for the GPU present.
+
+Every problem with what the user gives (a path that is not a TVM library; an .npz that is
+missing, corrupt, or whose arrays are not named arg0, arg1, ...; a malformed or absent
+device; an output path that cannot be written) is raised as a SimAccelError naming it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +54,9 @@ def prepare_cuda() -> None:
                 package="tvm", target_name="tvm_runtime_cuda", extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL"
             )
         except (OSError, FileNotFoundError, RuntimeError) as e:
-            raise DeviceError(f"cannot load TVM's CUDA runtime (libtvm_runtime_cuda.so): {e}") from e
+            raise DeviceError(
+                f"cannot load TVM's CUDA runtime (libtvm_runtime_cuda.so): {e}; it needs an NVIDIA GPU and its driver"
+            ) from e
     if runtime_only():
         _register_cuda_compile()
     _cuda_ready = True
@@ -83,7 +92,10 @@ def cuda_arch(device_id: int = 0) -> str:
 def _register_cuda_compile() -> None:
     import tvm_ffi
 
-    arch = cuda_arch(0)
+    try:
+        arch = cuda_arch(0)
+    except Exception as e:  # numba's own errors: no driver, no GPU
+        raise DeviceError(f"cannot query the GPU's architecture through numba: {type(e).__name__}: {e}") from e
 
     def compile_cuda(code, *_):
         from tvm.support import nvcc
@@ -93,34 +105,154 @@ def _register_cuda_compile() -> None:
     tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_cuda, override=True)
 
 
+DEVICE_FORM = re.compile(r"cpu|cuda(?::(?:0|[1-9][0-9]*))?")
+NPZ_KEY = re.compile(r"(arg|arr_)(0|[1-9][0-9]*)")
+NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)  # what numpy raises on bad files
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """("cuda", 1) for "cuda:1"; refuses anything but cpu, cuda and cuda:N."""
+    if not DEVICE_FORM.fullmatch(device):
+        raise DeviceError(f"unknown device {device!r}: expected cpu, cuda or cuda:N (N = 0, 1, ...)")
+    kind, _, index = device.partition(":")
+    return kind, int(index or 0)
+
+
 def load(path: str | os.PathLike, device: str = "cpu"):
     """Load an exported library and return a VM on `device` ("cpu" or "cuda", "cuda:1", ...)."""
+    kind, index = parse_device(device)
+    check_readable(path, "library")
     import tvm
     from tvm.runtime.vm import VirtualMachine  # not tvm.relax: absent from a runtime-only TVM
 
-    kind, _, index = device.partition(":")
     if kind == "cuda":
-        prepare_cuda()
-    elif kind != "cpu":
-        raise DeviceError(f"unknown device {device!r}; expected cpu or cuda[:N]")
-    if not Path(path).is_file():
-        raise SimAccelError(f"no library at {path}")
-    dev = tvm.device(kind, int(index or 0))
+        try:
+            prepare_cuda()
+        except DeviceError as e:
+            raise DeviceError(f"device {device}: {e}") from e
+    dev = tvm.device(kind, index)
     if not dev.exist:
         raise DeviceError(f"device {device} is not present on this machine")
-    return VirtualMachine(tvm.runtime.load_module(str(path)), dev), dev
+    try:
+        return VirtualMachine(tvm.runtime.load_module(str(path)), dev), dev
+    except Exception as e:  # TVM's loader errors: not a TVM library, no VM inside, built for another device
+        raise SimAccelError(
+            f"library {path}: TVM cannot load it on {device} ({_reason(e)}); "
+            "expected a library made by export_library for this device"
+        ) from e
 
 
-def read_arrays(path: str | os.PathLike) -> list[np.ndarray]:
-    """Arrays of an .npz in argument order: keys arg0, arg1, ... or numpy's arr_0, arr_1, ..."""
-    with np.load(path) as data:
-        def position(key: str) -> int:
-            digits = key.rsplit("_", 1)[-1].removeprefix("arg")
-            if not digits.isdigit():
-                raise SimAccelError(f"{path}: array name {key!r} is not argN or arr_N")
-            return int(digits)
+def check_readable(path, label: str = "file") -> None:
+    """Refuse a path that is missing, a folder, or unreadable, naming it as `label`."""
+    if not os.path.exists(path):
+        raise SimAccelError(f"{label} {path}: no such file")
+    if not os.path.isfile(path):
+        raise SimAccelError(f"{label} {path}: not a file (a folder?)")
+    if not os.access(path, os.R_OK):
+        raise SimAccelError(f"{label} {path}: not readable (permission denied)")
 
-        return [data[key] for key in sorted(data.files, key=position)]
+
+def check_writable(path, label: str = "file") -> None:
+    """Refuse, before any work is done, a path that cannot be written (probes it: open for append)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "ab"):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as e:
+        raise SimAccelError(f"{label} {path}: cannot write there: {e.strerror or e}") from e
+
+
+def read_arrays(path: str | os.PathLike, label: str = "file") -> list[np.ndarray]:
+    """Arrays of an .npz in argument order: keys arg0, arg1, ... or numpy's arr_0, arr_1, ...
+
+    Refuses files that are not .npz archives, non-numeric arrays, and keys that do not name
+    each position 0..n-1 exactly once in one style (gaps, duplicates, mixed or unknown names).
+    """
+    where = f"{label} {path}"
+    check_readable(path, label)
+    _check_zip(where, path)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except NPZ_ERRORS as e:
+        raise SimAccelError(f"{where}: a damaged .npz (zip) archive ({_reason(e)})") from e
+    with data:
+        return [_read_array(where, data, key) for key in _argument_order(where, data.files)]
+
+
+def _check_zip(where: str, path) -> None:
+    """Refuse, by its first bytes, a file that is not a zip archive (as every .npz is)."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as e:
+        raise SimAccelError(f"{where}: cannot read it: {e.strerror or e}") from e
+    if magic.startswith(b"\x93NUMPY"):
+        raise SimAccelError(f"{where}: a single .npy array, not an .npz archive; write one with np.savez(path, arg0=...)")
+    if not magic.startswith(b"PK"):
+        what = "an empty file" if not magic else "not a zip file"
+        raise SimAccelError(f"{where}: not an .npz archive ({what}); write one with np.savez(path, arg0=...)")
+
+
+def _argument_order(where: str, keys: list[str]) -> list[str]:
+    matches = {key: NPZ_KEY.fullmatch(key) for key in keys}
+    unknown = [key for key, m in matches.items() if m is None]
+    if unknown:
+        raise SimAccelError(f"{where}: array names {', '.join(unknown)} are not argN or arr_N; name them arg0, arg1, ...")
+    if len({m[1] for m in matches.values()}) > 1:
+        raise SimAccelError(f"{where}: keys {', '.join(sorted(keys))} mix argN and arr_N names; use one style, arg0, arg1, ...")
+    ordered = sorted(keys, key=lambda key: int(matches[key][2]))
+    positions = [int(matches[key][2]) for key in ordered]
+    if len(keys) != len(set(keys)):
+        raise SimAccelError(f"{where}: keys {', '.join(ordered)} name a position twice")
+    if positions != list(range(len(keys))):
+        gaps = sorted(set(range(positions[-1])) - set(positions))
+        raise SimAccelError(
+            f"{where}: keys {', '.join(ordered)} leave out position(s) {', '.join(map(str, gaps))}; "
+            "arguments are numbered from 0 with no gaps"
+        )
+    return ordered
+
+
+def _read_array(where: str, data, key: str) -> np.ndarray:
+    try:
+        array = data[key]
+    except NPZ_ERRORS as e:
+        raise SimAccelError(f"{where}: cannot read array {key!r} ({_reason(e)})") from e
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biufc":
+        kind = array.dtype if isinstance(array, np.ndarray) else "raw bytes"
+        raise SimAccelError(f"{where}: {key!r} is not a numeric array ({kind})")
+    return array
+
+
+def write_arrays(path, arrays, label: str = "file") -> None:
+    """Write `arrays` as arg0, arg1, ... to an .npz at exactly `path` (no suffix added)."""
+    try:
+        with open(path, "wb") as f:
+            np.savez(f, **{f"arg{i}": a for i, a in enumerate(arrays)})
+    except OSError as e:
+        raise SimAccelError(f"{label} {path}: cannot write there: {e.strerror or e}") from e
+
+
+def _reason(e: BaseException) -> str:
+    """An exception as one line: its type and the last line of its message (TVM's errors end with it)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return f"{type(e).__name__}: {lines[-1]}" if lines else type(e).__name__
+
+
+def _raised_by_simaccel(e: BaseException) -> bool:
+    """Whether `e` passed through simaccel's code below the caller (TVM keeps the frames of callbacks)."""
+    import importlib.util
+
+    roots = [os.path.dirname(importlib.util.find_spec(name).origin) + os.sep
+             for name in ("simaccel", "simaccel.kernels", "simaccel.tvm_integration")]
+    tb = e.__traceback__.tb_next if e.__traceback__ else None  # skip the caller's own frame
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(tuple(roots)):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def outputs_as_list(result) -> list:
@@ -132,17 +264,18 @@ def outputs_as_list(result) -> list:
 
 def run_library(path, inputs, device: str = "cpu", func: str = "main") -> list[np.ndarray]:
     """Load `path`, run `func` on numpy `inputs` placed on `device`, return numpy outputs."""
+    vm, dev = load(path, device)
     import tvm
 
-    vm, dev = load(path, device)
-    args = [tvm.runtime.tensor(a, dev) for a in inputs]
     try:
+        args = [tvm.runtime.tensor(a, dev) for a in inputs]
         return [t.numpy() for t in outputs_as_list(vm[func](*args))]
     except SimAccelError:
         raise
-    except Exception as e:  # TVM's own errors (e.g. wrong argument count or shapes)
+    except Exception as e:  # TVM's own errors (e.g. wrong argument count, shapes or dtypes)
+        if _raised_by_simaccel(e):
+            raise  # any other exception from simaccel's own code is a bug, not a user mistake
         shapes = ", ".join(f"{a.shape} {a.dtype}" for a in inputs)
         raise SimAccelError(
-            f"running {func} of {path} on {device} with {len(inputs)} inputs ({shapes}) failed: "
-            f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
+            f"running {func} of {path} on {device} with {len(inputs)} inputs ({shapes}) failed: {_reason(e)}"
         ) from e
