@@ -28,6 +28,8 @@ setup(
         "numba-cuda==0.30.*",
         # numba-cuda 0.30.4 fails to import with numpy 2.5 (np.row_stack was removed).
         "numpy>=2,<2.5",
+        # `simaccel fuzz` draws its models through hypothesis, which also shrinks failures.
+        "hypothesis>=6.100,<7",
     ],
     extras_require={
         "test": ["pytest>=8"],

@@ -1,17 +1,53 @@
-"""The `simaccel` command line: demo, run, bench, ops."""
+"""The `simaccel` command line: demo, run, bench, ops.
+
+Exit status: 0 success, 1 results mismatch, 2 user error (argparse's usage errors, or a
+SimAccelError as one line on stderr), 3 internal error (a bug in simaccel: one line, the
+traceback too with SIMACCEL_DEBUG=1), 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import traceback
 
 from .errors import SimAccelError
 
+OK, MISMATCH, USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
+
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)  # usage errors: argparse prints them and exits 2
+    try:
+        check_args(args)
+        return _dispatch(args)
+    except SimAccelError as e:
+        return _fail(USER_ERROR, f"error: {type(e).__name__}: {e}")
+    except KeyboardInterrupt:
+        return _fail(INTERRUPTED, "interrupted")
+    except Exception as e:
+        return _fail(
+            INTERNAL_ERROR,
+            f"internal error: {type(e).__name__}: {e} (set SIMACCEL_DEBUG=1 for the traceback; please report it)",
+        )
+
+
+def _fail(status: int, message: str) -> int:
+    """Print `message` as one line on stderr (after the traceback with SIMACCEL_DEBUG=1); return `status`."""
+    if os.environ.get("SIMACCEL_DEBUG", "") not in ("", "0"):
+        traceback.print_exc()
+    print("simaccel: " + " ".join(line.strip() for line in message.splitlines() if line.strip()), file=sys.stderr)
+    return status
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="simaccel",
         description="simaccel: a simulated on-GPU accelerator for testing TVM BYOC flows.",
+        epilog="exit status: 0 success, 1 results mismatch, 2 usage or input error (one line on stderr), "
+        "3 internal error (SIMACCEL_DEBUG=1 prints the traceback), 130 interrupted",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -62,57 +98,107 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--out", default="bench", help="output folder for bench.json and bench.png")
     bench.add_argument("--repeat", type=int, default=50, help="timed runs per case (median reported)")
 
+    fuzz = commands.add_parser(
+        "fuzz",
+        help="differential fuzzing: random Relax models, simaccel vs TVM alone",
+        description="Draw seeded random Relax models, build each with simaccel and with TVM alone, run both on "
+        "the same inputs and compare; a sample also after export and load in a fresh process. The first failure "
+        "is shrunk and saved as a runnable reproduction. Exits 1 when a case fails.",
+    )
+    fuzz.add_argument("--cases", type=int, default=100, help="how many models (default 100)")
+    fuzz.add_argument("--seed", type=int, default=0, help="seed of the run (default 0): same seed, same models")
+    fuzz.add_argument("--engine", default="ref", help="engines, comma-separated: ref, sim (small models), cuda (default ref)")
+    fuzz.add_argument("--dtype", default="float32,float16", help="model dtypes, comma-separated (default both)")
+    fuzz.add_argument("--max-ops", type=int, default=6, help="most op groups drawn per model (default 6)")
+    fuzz.add_argument("--out", default="fuzz-out", help="folder for fuzz-summary.json and reproductions")
+    fuzz.add_argument("--export-every", type=int, default=25,
+                      help="export every Nth case and run it in a fresh process (0: never; default 25)")
+    fuzz.add_argument("--shrink-seconds", type=float, default=300, help="time allowed to shrink a failure (default 300)")
+    fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
+
     commands.add_parser("ops", help="list the accelerator's ops")
+    return parser
 
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "demo":
-            from .tvm_integration.demo import run_demo
 
-            return run_demo(engine=args.engine, seed=args.seed, dtype=args.dtype, device=args.device, staged=args.staged)
-        if args.command == "run":
-            return run_library_command(args)
-        if args.command == "bench":
-            from .tvm_integration.bench import run_bench
+def check_args(args) -> None:
+    """Refuse out-of-range option values before any work is done."""
+    if args.command == "demo" and args.seed < 0:
+        raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
+    if args.command == "bench" and args.repeat < 1:
+        raise SimAccelError(f"--repeat {args.repeat}: must be >= 1")
+    if args.command == "run":
+        for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):
+            if not (math.isfinite(value) and value >= 0):
+                raise SimAccelError(f"{flag} {value}: must be a finite number >= 0")
+    if args.command == "fuzz":
+        for flag, value, low in (("--cases", args.cases, 1), ("--seed", args.seed, 0), ("--max-ops", args.max_ops, 1),
+                                 ("--export-every", args.export_every, 0), ("--shrink-seconds", args.shrink_seconds, 0)):
+            if not value >= low:
+                raise SimAccelError(f"{flag} {value}: must be >= {low}")
+        for flag, value, known in (("--engine", args.engine, ("ref", "sim", "cuda")), ("--dtype", args.dtype, ("float32", "float16"))):
+            items = value.split(",")
+            if not items or any(item not in known for item in items):
+                raise SimAccelError(f"{flag} {value}: choose from {', '.join(known)} (comma-separated)")
 
-            return run_bench(args.artifacts, args.out, repeat=args.repeat)
-        if args.command == "ops":
-            from .ops import get_op, list_ops
 
-            for name in list_ops():
-                op = get_op(name)
-                print(f"{name}({', '.join(op.inputs)}){'  attrs: ' + ', '.join(op.attrs) if op.attrs else ''}")
-            return 0
-    except SimAccelError as e:
-        print(f"simaccel: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    return 0
+def _dispatch(args) -> int:
+    if args.command == "demo":
+        from .tvm_integration.demo import run_demo
+
+        return run_demo(engine=args.engine, seed=args.seed, dtype=args.dtype, device=args.device, staged=args.staged)
+    if args.command == "run":
+        return run_library_command(args)
+    if args.command == "bench":
+        from .tvm_integration.bench import run_bench
+
+        return run_bench(args.artifacts, args.out, repeat=args.repeat)
+    if args.command == "fuzz":
+        from .tvm_integration.fuzz import replay, run_fuzz
+
+        if args.replay:
+            return replay(args.replay)
+        return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
+                        args.out, args.export_every, args.shrink_seconds)
+    from .ops import get_op, list_ops
+
+    for name in list_ops():
+        op = get_op(name)
+        print(f"{name}({', '.join(op.inputs)}){'  attrs: ' + ', '.join(op.attrs) if op.attrs else ''}")
+    return OK
 
 
 def run_library_command(args) -> int:
-    import numpy as np
+    """`simaccel run`: every argument is checked before the library runs."""
+    from .tvm_integration.deploy import check_writable, parse_device, read_arrays, run_library, write_arrays
 
-    from .tvm_integration.deploy import read_arrays, run_library
-
-    outputs = run_library(args.library, read_arrays(args.inputs), device=args.device)
+    parse_device(args.device)
+    inputs = read_arrays(args.inputs, "--inputs")
+    expected = read_arrays(args.expect, "--expect") if args.expect else None
+    if args.save:
+        check_writable(args.save, "--save")
+    outputs = run_library(args.library, inputs, device=args.device)
     for i, out in enumerate(outputs):
         print(f"output {i}: {out.shape} {out.dtype}")
     if args.save:
-        np.savez(args.save, **{f"arg{i}": out for i, out in enumerate(outputs)})
-    if not args.expect:
-        return 0
-    expected = read_arrays(args.expect)
+        write_arrays(args.save, outputs, "--save")
+    return OK if expected is None else compare(outputs, expected, args.rtol, args.atol)
+
+
+def compare(outputs, expected, rtol: float, atol: float) -> int:
+    """Print the error of each output against `expected`; OK when all match, else MISMATCH."""
+    import numpy as np
+
     if len(expected) != len(outputs):
         print(f"RESULT: MISMATCH ({len(outputs)} outputs, {len(expected)} expected)")
-        return 1
+        return MISMATCH
     ok = True
     for i, (got, want) in enumerate(zip(outputs, expected)):
-        same = got.shape == want.shape and np.allclose(got, want, rtol=args.rtol, atol=args.atol)
+        same = got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol)
         error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.shape == want.shape else float("inf")
-        print(f"output {i}: max abs error {error:.3g} (rtol {args.rtol}, atol {args.atol})")
+        print(f"output {i}: max abs error {error:.3g} (rtol {rtol}, atol {atol})")
         ok = ok and same
     print("RESULT: match" if ok else "RESULT: MISMATCH")
-    return 0 if ok else 1
+    return OK if ok else MISMATCH
 
 
 if __name__ == "__main__":

@@ -92,9 +92,10 @@ def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
         entry = tvm.ir.GlobalVar("main")
         alone[entry] = hide.hide_calls(func, composites)
         grouped = relax.transform.MergeCompositeFunctions()(tvm.IRModule(alone))
+        called = set(relax.analysis.all_global_vars(grouped[entry]))  # dead code may leave regions behind
         regions = {}
         for region_gvar, region in grouped.functions.items():
-            if _attr(region, "Codegen"):
+            if _attr(region, "Codegen") and region_gvar in called:
                 new_gvar = builder.add_func(region, region_gvar.name_hint)  # a unique name
                 builder.update_func(new_gvar, region.with_attr("global_symbol", new_gvar.name_hint))
                 regions[region_gvar.name_hint] = new_gvar

@@ -1,0 +1,396 @@
+"""`simaccel fuzz`: random Relax models, built with simaccel and with TVM alone, compared.
+
+Each case (simaccel.tvm_integration.fuzz_models) is built twice for its device, with simaccel
+and with TVM alone, and run on the same inputs on every engine asked for (`ref` and `sim` on
+the CPU, `cuda` on a GPU). A sample is also exported and run again in a fresh process that
+imports only TVM. A case that TVM alone cannot build or run is skipped (TVM's fault, not
+simaccel's); a result that differs from TVM's is checked against the case's float64
+reference before it counts as simaccel's failure: where TVM's own result is the further from
+it (float16 overflow, accumulation order), the case is counted as "TVM numerically off".
+
+The drawing is done by hypothesis, so the first failure is shrunk (for at most
+`shrink_seconds`) to a smaller model that still fails, and saved as a runnable reproduction:
+the model as TVMScript, its inputs, the case as JSON and a `repro.py` that checks it again.
+Exit status: 0 when no case failed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import SimAccelError
+from ..runtime import get_runtime
+from .fuzz_models import Case, Config, Draw, Value, draw_case
+
+ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda"}
+TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol relative to the output's scale)
+PASS, SKIP, TVM_OFF, FAIL = "passed", "skipped (TVM alone cannot build or run it)", "TVM numerically off", "failed"
+
+
+@dataclass
+class Outcome:
+    verdict: str
+    reason: str = ""
+
+
+class FuzzFailure(Exception):
+    """A case on which simaccel differs from TVM alone (raised to let hypothesis shrink it)."""
+
+
+# -- one case ---------------------------------------------------------------------------------
+class Checker:
+    """Builds and runs cases on `engines`, and keeps a sample for the fresh-process check."""
+
+    def __init__(self, engines, export_every: int = 0, workdir: str | None = None):
+        self.engines = list(engines)
+        self.export_every = export_every
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="simaccel-fuzz-"))
+        self.exported: list[tuple[Case, Path, list]] = []
+        self.checked = 0
+
+    def check(self, case: Case, sample: bool = True) -> Outcome:
+        """The verdict on `case`; with `sample`, every `export_every`-th case is also exported."""
+        import tvm
+
+        from .pipeline import build, build_tvm_only, default_target
+
+        self.checked += 1
+        try:
+            mod = case.bound_module()
+        except Exception as e:  # noqa: BLE001 - a model Relax refuses is not a case
+            return Outcome(SKIP, f"Relax refuses the model: {_last_line(e)}")
+        arrays = case.runtime_arrays()
+        verdict = Outcome(PASS)
+        for device in dict.fromkeys(ENGINE_DEVICE[e] for e in self.engines):
+            target = default_target(device)
+            dev = tvm.device(device, 0)
+            try:
+                want = _run(build_tvm_only(mod, target), arrays, dev)
+            except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
+                return Outcome(SKIP, f"TVM alone: {_last_line(e)}")
+            try:
+                executable = build(mod, target)
+            except Exception as e:  # noqa: BLE001 - anything TVM builds, simaccel must build
+                return Outcome(FAIL, f"simaccel build failed where TVM alone builds: {type(e).__name__}: {_last_line(e)}")
+            for engine in (e for e in self.engines if ENGINE_DEVICE[e] == device):
+                try:
+                    with get_runtime().use_engine(engine):
+                        got = _run(executable, arrays, dev)
+                except Exception as e:  # noqa: BLE001 - simaccel failed to run what TVM runs
+                    return Outcome(FAIL, f"engine {engine}: run failed: {type(e).__name__}: {_last_line(e)}")
+                outcome = compare(case, got, want, f"engine {engine}")
+                if outcome.verdict == FAIL:
+                    return outcome
+                if outcome.verdict == TVM_OFF:
+                    verdict = outcome
+            if sample and device == "cpu" and self.export_every and self.checked % self.export_every == 1 % self.export_every:
+                path = self.workdir / f"case{self.checked}.so"
+                executable.export_library(str(path))
+                self.exported.append((case, path, want))
+        return verdict
+
+    def check_exported(self) -> list[tuple[Case, Outcome]]:
+        """Run every exported library in one fresh process (TVM only imported); the failures."""
+        if not self.exported:
+            return []
+        jobs = []
+        for i, (case, path, _) in enumerate(self.exported):
+            inputs = self.workdir / f"in{i}.npz"
+            np.savez(inputs, *case.runtime_arrays())
+            jobs.append([str(path), str(inputs), str(self.workdir / f"out{i}.npz")])
+        (self.workdir / "jobs.json").write_text(json.dumps(jobs))
+        env = {**os.environ, "SIMACCEL_ENGINE": "ref"}
+        result = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(self.workdir / "jobs.json")],
+                                capture_output=True, text=True, env=env, timeout=1800, cwd=self.workdir)
+        failures = []
+        for i, (case, _, want) in enumerate(self.exported):
+            out = self.workdir / f"out{i}.npz"
+            if not out.exists():
+                failures.append((case, Outcome(FAIL, f"after export and load in a fresh process: no result ({_tail(result)})")))
+                continue
+            with np.load(out) as data:
+                got = [data[f"arr_{k}"] for k in range(len(data.files))]
+            outcome = compare(case, got, want, "after export and load in a fresh process")
+            if outcome.verdict == FAIL:
+                failures.append((case, outcome))
+        self.exported.clear()
+        return failures
+
+
+_FRESH_PROCESS = """
+import json, sys
+import numpy as np
+import tvm
+for lib, inputs, out in json.load(open(sys.argv[1])):
+    try:
+        vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())
+        with np.load(inputs) as data:
+            args = [tvm.runtime.tensor(data[f"arr_{i}"]) for i in range(len(data.files))]
+        result = vm["main"](*args)
+        results = [result] if hasattr(result, "numpy") else list(result)
+        np.savez(out, *[r.numpy() for r in results])
+    except Exception as e:
+        print(lib, type(e).__name__, str(e).strip().splitlines()[-1:], file=sys.stderr)
+"""
+
+
+def _run(executable, arrays, dev) -> list[np.ndarray]:
+    import tvm
+    from tvm import relax
+
+    from .deploy import outputs_as_list
+
+    vm = relax.VirtualMachine(executable, dev)
+    return [t.numpy() for t in outputs_as_list(vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))]
+
+
+def compare(case: Case, got: list, want: list, where: str) -> Outcome:
+    """PASS when `got` equals TVM's `want` (NaN and inf where TVM has them, close elsewhere).
+
+    Otherwise the float64 reference decides: TVM_OFF where simaccel is no further from it
+    than twice TVM's error (or within tolerance of it), FAIL where simaccel is the one off.
+    """
+    if len(got) != len(want):
+        return Outcome(FAIL, f"{where}: {len(got)} outputs, TVM alone gives {len(want)}")
+    rtol, atol = TOLERANCE[case.dtype]
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return Outcome(FAIL, f"{where}: output {i} is {g.shape} {g.dtype}, TVM alone gives {w.shape} {w.dtype}")
+    close = [_close(g, w, rtol, atol) for g, w in zip(got, want)]
+    if all(close):
+        return Outcome(PASS)
+    first = close.index(False)
+    difference = _error(got[first], want[first])
+    message = f"{where}: output {first} differs from TVM alone (max error {difference:.3g} of its scale)"
+    if case.specials or not case.exact_reference:
+        return Outcome(FAIL, message + "; no float64 reference to settle it")
+    reference = case.reference()
+    for g, w, r in zip(got, want, reference):
+        ours, theirs = _error(g, r), _error(w, r)
+        if ours > max(rtol + atol, 2 * theirs):
+            return Outcome(FAIL, f"{message}; against float64: simaccel {ours:.3g}, TVM alone {theirs:.3g}")
+    return Outcome(TVM_OFF, f"{message}; simaccel is the closer to float64")
+
+
+def _close(got, want, rtol, atol) -> bool:
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if not np.array_equal(np.isnan(g), np.isnan(w)) or not np.array_equal(np.isinf(g), np.isinf(w)):
+        return False
+    finite = np.isfinite(w)
+    if not np.array_equal(g[~finite & ~np.isnan(w)], w[~finite & ~np.isnan(w)]):
+        return False
+    scale = 1.0 + (np.abs(w[finite]).max() if finite.any() else 0.0)
+    return bool(np.all(np.abs(g[finite] - w[finite]) <= rtol * np.abs(w[finite]) + atol * scale))
+
+
+def _error(got, reference) -> float:
+    """Largest difference from `reference`, relative to its scale (inf where NaN/inf disagree)."""
+    g, r = got.astype(np.float64), reference.astype(np.float64)
+    both_nan = np.isnan(g) & np.isnan(r)
+    same_inf = np.isinf(r) & (g == r)
+    diff = np.where(both_nan | same_inf, 0.0, np.abs(g - r))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    finite = np.isfinite(r)
+    scale = 1.0 + (np.abs(r[finite]).max() if finite.any() else 0.0)
+    return float(diff.max() / scale) if diff.size else 0.0
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(e).__name__
+
+
+def _tail(result) -> str:
+    return (result.stderr.strip().splitlines() or ["no error output"])[-1][:300]
+
+
+# -- the run: hypothesis draws, we check, failures shrink --------------------------------------
+@dataclass
+class Tally:
+    counts: dict = dataclasses.field(default_factory=lambda: {PASS: 0, SKIP: 0, TVM_OFF: 0, FAIL: 0})
+    examples: dict = dataclasses.field(default_factory=dict)  # verdict -> a few reasons
+
+    def add(self, outcome: Outcome) -> None:
+        self.counts[outcome.verdict] += 1
+        if outcome.verdict != PASS:
+            self.examples.setdefault(outcome.verdict, [])
+            if len(self.examples[outcome.verdict]) < 5:
+                self.examples[outcome.verdict].append(outcome.reason)
+
+    def line(self) -> str:
+        return ", ".join(f"{n} {verdict}" for verdict, n in self.counts.items() if n or verdict in (PASS, FAIL))
+
+
+def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32", "float16"), max_ops: int = 6,
+             out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, log=print) -> int:
+    """Fuzz `cases` models on `engines`; returns the exit status (0 clean, 1 a failure)."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import seed as seeded
+    from hypothesis import strategies as st
+
+    for engine in engines:
+        if engine not in ENGINE_DEVICE:
+            raise SimAccelError(f"unknown engine {engine!r} for fuzz; choose from {', '.join(ENGINE_DEVICE)}")
+    config = Config(dtypes=tuple(dtypes), max_ops=max_ops, tiny="sim" in engines)
+    checker = Checker(engines, export_every)
+    tally = Tally()
+    progress = _Progress(cases, log)
+    memo: dict[str, Outcome] = {}
+    state = {"deadline": None, "failure": None, "shrinks": 0}
+
+    def one_case(data):
+        case = draw_case(Draw(lambda lo, hi: data.draw(st.integers(lo, hi))), config)
+        key = repr(case)
+        outcome = memo.get(key)
+        if outcome is None:
+            if state["deadline"] is None and len(memo) >= cases:
+                return  # enough distinct cases: the rest of hypothesis' examples are not run
+            if state["deadline"] is not None:
+                if time.monotonic() > state["deadline"]:
+                    return  # shrinking has had its time: what is found so far is the answer
+                state["shrinks"] += 1
+            outcome = memo[key] = checker.check(case, sample=state["deadline"] is None)
+            if state["deadline"] is None:
+                tally.add(outcome)
+                progress.update(tally)
+        if outcome.verdict == FAIL:
+            if state["deadline"] is None:
+                state["deadline"] = time.monotonic() + shrink_seconds
+                log(f"\nFAILED: {outcome.reason}\n  {case.describe()}\n  shrinking (at most {shrink_seconds:.0f} s) ...")
+            state["failure"] = (case, outcome)
+            raise FuzzFailure(outcome.reason)
+
+    # Different draws can make the same model (a 37% and a 38% chance agree): ask hypothesis
+    # for more examples than cases, and check each distinct model once.
+    test = settings(
+        max_examples=4 * cases, database=None, deadline=None, derandomize=False, report_multiple_bugs=False,
+        phases=(Phase.generate, Phase.shrink), suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+    )(given(st.data())(one_case))
+    start = time.monotonic()
+    log(f"fuzz: {cases} cases, seed {seed}, engines {', '.join(engines)}, dtypes {', '.join(dtypes)}")
+    try:
+        seeded(seed)(test)()
+    except FuzzFailure:
+        pass
+    progress.done()
+    failures = [state["failure"]] if state["failure"] else []
+    reloaded = len(checker.exported)
+    if not failures:
+        failures = checker.check_exported()
+    for case, outcome in failures:
+        tally.counts[FAIL] = max(tally.counts[FAIL], 1)
+        path = save_reproduction(case, outcome, engines, out_dir)
+        log(f"FAILED: {outcome.reason}\n  smallest failing case ({state['shrinks']} shrink steps): {case.describe()}\n"
+            f"  reproduction: {path}  (python {path / 'repro.py'})")
+    seconds = time.monotonic() - start
+    summary = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": _device_name(engines),
+        "seed": seed, "cases": tally.counts[PASS] + tally.counts[SKIP] + tally.counts[TVM_OFF] + tally.counts[FAIL],
+        "engines": list(engines), "dtypes": list(dtypes), "seconds": round(seconds, 1),
+        "counts": tally.counts, "examples": tally.examples, "reloaded_in_fresh_process": reloaded,
+        "failures": [{"reason": o.reason, "case": c.describe()} for c, o in failures],
+    }
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "fuzz-summary.json").write_text(json.dumps(summary, indent=1))
+    log(f"fuzz: {summary['cases']} cases in {seconds:.0f} s on {', '.join(engines)}: {tally.line()}; "
+        f"{reloaded} exported and run again in a fresh process" + ("" if failures else ", all matched"))
+    return 1 if failures else 0
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; a line every 10% elsewhere."""
+
+    def __init__(self, total: int, log):
+        self.total, self.log, self.start = total, log, time.monotonic()
+        self.tty = sys.stderr.isatty()
+        self.reported = 0
+
+    def update(self, tally: Tally) -> None:
+        done = sum(tally.counts.values())
+        rate = done / max(time.monotonic() - self.start, 1e-9)
+        left = (self.total - done) / rate if rate else 0
+        text = f"[{done:>{len(str(self.total))}}/{self.total}] {tally.line()}  ({rate:.2f} cases/s, ~{left / 60:.0f} min left)"
+        if self.tty:
+            print("\r" + text, end="", file=sys.stderr, flush=True)
+        elif done * 10 // self.total > self.reported:
+            self.reported = done * 10 // self.total
+            self.log(text)
+
+    def done(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def _device_name(engines) -> str:
+    if "cuda" in engines:
+        from numba import cuda
+
+        name = cuda.get_current_device().name
+        return name.decode() if isinstance(name, bytes) else str(name)
+    import platform
+
+    return f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
+
+
+# -- reproductions ------------------------------------------------------------------------------
+def case_to_json(case: Case) -> dict:
+    return {**dataclasses.asdict(case), "values": [dataclasses.asdict(v) for v in case.values]}
+
+
+def case_from_json(data: dict) -> Case:
+    values = [Value(**{**v, "shape": tuple(v["shape"]), "args": tuple(v["args"])}) for v in data["values"]]
+    return Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]))
+
+
+REPRO = '''"""Check a simaccel fuzz failure again: python repro.py (exit 1 while it still fails)."""
+import pathlib
+import sys
+
+from simaccel.tvm_integration.fuzz import replay
+
+sys.exit(replay(pathlib.Path(__file__).resolve().parent))
+'''
+
+
+def save_reproduction(case: Case, outcome: Outcome, engines, out_dir) -> Path:
+    """Write model.py (TVMScript), inputs.npz, case.json and repro.py; return the folder."""
+    from .. import __version__
+
+    data = case_to_json(case)
+    folder = Path(out_dir) / f"case-{hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(
+        f"# simaccel fuzz: {outcome.reason}\n# parameters bound as constants: "
+        f"{[v.name for v in case.params if v.constant]} (their values are in inputs.npz)\n" + case.module().script()
+    )
+    np.savez(folder / "inputs.npz", **{v.name: a for v, a in zip(case.params, case.arrays())})
+    (folder / "case.json").write_text(json.dumps(
+        {"engines": list(engines), "verdict": outcome.verdict, "reason": outcome.reason,
+         "simaccel": __version__, "case": data}, indent=1, default=list))
+    (folder / "repro.py").write_text(REPRO)
+    return folder
+
+
+def replay(folder, log=print) -> int:
+    """Check a saved case again on its engines: 0 when it now passes, 1 when it still fails."""
+    folder = Path(folder)
+    try:
+        saved = json.loads((folder / "case.json").read_text())
+        case = case_from_json(saved["case"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
+    outcome = Checker(saved["engines"]).check(case)
+    log(f"{case.describe()}\n{outcome.verdict}{': ' + outcome.reason if outcome.reason else ''}")
+    return 1 if outcome.verdict == FAIL else 0

@@ -1,0 +1,518 @@
+"""Random Relax models for `simaccel fuzz`, each with its own float64 numpy reference.
+
+A model (`Case`) is a list of values in creation order: parameters (inputs, weights, biases;
+a weight may be bound as a constant) and op nodes reading earlier values. Drawing picks an
+existing value (so values are used more than once and inputs are shared), an op that fits its
+rank, and new parameters where the op needs them: a DAG, not a chain, that ends in one output
+or a tuple of several. The ops mix what simaccel offloads (matmul/dense with bias and
+activation, conv2d, pooling, softmax, layer_norm, elementwise ops) with what it must leave to
+TVM (depthwise convolution, batched right operands, other axes, ceil-mode pooling, reshape,
+permute_dims, tanh, sigmoid, ...), with edge shapes: 1, primes, sizes off the kernels' tiles,
+broadcast batch dims, and now and then a zero-size dim.
+
+Every choice goes through a `Draw`, so the fuzzer can hand the drawing to hypothesis, which
+then shrinks a failing model by shrinking its choices. `Case.reference()` evaluates the model
+in float64 with numpy (rounding each result to the model's dtype, as TVM and simaccel store
+them); it is written independently of simaccel's own op references.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+DIMS = (1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 64, 65)  # tile sizes and their neighbours, primes
+TINY_DIMS = (1, 2, 3, 4, 5, 7)  # for the simulator: one Python thread per CUDA thread
+ZERO_DIM_PERCENT = 2
+
+
+class Draw:
+    """The random choices of one model: `integer(lo, hi)` gives an int in [lo, hi]."""
+
+    def __init__(self, integer: Callable[[int, int], int]):
+        self.integer = integer
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.integer(lo, hi) if hi > lo else lo
+
+    def choice(self, options):
+        return options[self.int(0, len(options) - 1)]
+
+    def chance(self, percent: int) -> bool:
+        return self.int(0, 99) < percent
+
+    @classmethod
+    def seeded(cls, seed: int) -> "Draw":
+        rng = np.random.default_rng(seed)
+        return cls(lambda lo, hi: int(rng.integers(lo, hi + 1)))
+
+
+@dataclass
+class Value:
+    """A parameter (`op` None) or the result of op `op` on earlier values `args`."""
+
+    shape: tuple[int, ...]
+    op: str | None = None
+    args: tuple[int, ...] = ()
+    attrs: dict = field(default_factory=dict)
+    name: str = ""
+    constant: bool = False  # parameters only: bound as a Relax constant
+
+
+@dataclass
+class Config:
+    """What the drawn models may hold."""
+
+    dtypes: tuple[str, ...] = ("float32", "float16")
+    max_ops: int = 6
+    tiny: bool = False  # small dims only (the simulator)
+    specials_percent: int = 10  # float32 models whose first input holds NaN and inf
+
+
+@dataclass
+class Case:
+    dtype: str
+    values: list[Value]
+    outputs: list[int]
+    data_seed: int
+    specials: bool = False
+
+    @property
+    def params(self) -> list[Value]:
+        return [v for v in self.values if v.op is None]
+
+    @property
+    def ops(self) -> list[str]:
+        return [v.op for v in self.values if v.op is not None]
+
+    def describe(self) -> str:
+        kinds = ", ".join(self.ops)
+        return f"{self.dtype}, {len(self.params)} params, {len(self.ops)} ops ({kinds}), {len(self.outputs)} output(s)"
+
+    # -- Relax --------------------------------------------------------------------------------
+    def module(self):
+        """The model as a Relax module: every parameter is a function parameter (see `constants`)."""
+        import tvm
+        from tvm import relax
+
+        params = {i: relax.Var(v.name, relax.TensorType(v.shape, self.dtype)) for i, v in enumerate(self.values) if v.op is None}
+        builder = relax.BlockBuilder()
+        with builder.function("main", list(params.values())):
+            with builder.dataflow():
+                exprs = dict(params)
+                for i, v in enumerate(self.values):
+                    if v.op is not None:
+                        exprs[i] = builder.emit(OPS[v.op].relax([exprs[a] for a in v.args], v.attrs, self.dtype))
+                outs = [exprs[i] for i in self.outputs]
+                out = builder.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
+            builder.emit_func_output(out)
+        mod = builder.get()
+        assert isinstance(mod, tvm.IRModule)
+        return mod
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """Parameters to bind as Relax constants: name -> value."""
+        arrays = self.arrays()
+        return {v.name: arrays[i] for i, v in enumerate(self.params) if v.constant}
+
+    def arrays(self) -> list[np.ndarray]:
+        """Seeded values for every parameter, in order (NaN/inf in the first if `specials`)."""
+        rng = np.random.default_rng(self.data_seed)
+        arrays = []
+        for i, v in enumerate(self.params):
+            a = rng.standard_normal(v.shape).astype(np.float32)
+            if i == 0 and self.specials and a.size:
+                mask = rng.random(v.shape) < 0.1
+                a[mask] = rng.choice(np.array([np.nan, np.inf, -np.inf], np.float32), size=int(mask.sum()))
+            arrays.append(a.astype(self.dtype))
+        return arrays
+
+    def runtime_arrays(self) -> list[np.ndarray]:
+        """Values for the parameters that stay parameters once constants are bound."""
+        return [a for v, a in zip(self.params, self.arrays()) if not v.constant]
+
+    def bound_module(self):
+        """`module()` with the constant parameters bound (what the fuzzer builds)."""
+        from tvm import relax
+
+        mod = self.module()
+        constants = self.constants()
+        return relax.transform.BindParams("main", constants)(mod) if constants else mod
+
+    # -- float64 reference --------------------------------------------------------------------
+    @property
+    def exact_reference(self) -> bool:
+        """Whether `reference()` knows every op's semantics (ceil-mode pooling it does not)."""
+        return all(OPS[v.op].exact(v.attrs) for v in self.values if v.op is not None)
+
+    def reference(self) -> list[np.ndarray]:
+        """The outputs computed in float64, each op's result rounded to the model's dtype."""
+        results = {}
+        arrays = iter(self.arrays())
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # means of empty rows: NaN is the answer
+            for i, v in enumerate(self.values):
+                if v.op is None:
+                    results[i] = next(arrays).astype(np.float64)
+                else:
+                    y = OPS[v.op].numpy([results[a] for a in v.args], v.attrs, self.dtype)
+                    results[i] = np.asarray(y, np.float64).astype(self.dtype).astype(np.float64)
+        return [results[i] for i in self.outputs]
+
+
+# -- drawing ------------------------------------------------------------------------------------
+def draw_case(draw: Draw, config: Config = Config()) -> Case:
+    dtype = draw.choice(config.dtypes)
+    builder = _Builder(draw, config)
+    first = builder.param(builder.input_shape(), "x")
+    if draw.chance(30):
+        builder.param(builder.values[first].shape, "y")  # a second input of the same shape
+    for _ in range(draw.int(1, config.max_ops)):
+        builder.node()
+    nodes = [i for i, v in enumerate(builder.values) if v.op is not None]
+    outputs = [nodes[-1]]
+    for _ in range(draw.int(0, 2) if len(nodes) > 1 and draw.chance(30) else 0):
+        extra = draw.choice(nodes[:-1])
+        if extra not in outputs:
+            outputs.append(extra)
+    specials = dtype == "float32" and draw.chance(config.specials_percent)
+    return Case(dtype, builder.values, outputs, draw.int(0, 2**31 - 1), specials)
+
+
+class _Builder:
+    def __init__(self, draw: Draw, config: Config):
+        self.draw = draw
+        self.config = config
+        self.values: list[Value] = []
+
+    def dim(self) -> int:
+        if self.draw.chance(ZERO_DIM_PERCENT):
+            return 0
+        return self.draw.choice(TINY_DIMS if self.config.tiny else DIMS)
+
+    def small(self) -> int:
+        """A dim for channels, batch and window sizes: kept small so models stay quick."""
+        return self.draw.choice((1, 2, 3, 4, 5) if self.config.tiny else (1, 2, 3, 4, 5, 8, 13))
+
+    def input_shape(self) -> tuple[int, ...]:
+        rank = self.draw.choice((2, 4, 3, 1))
+        if rank == 4:
+            return (self.small(), self.small(), self.spatial(), self.spatial())
+        return tuple(self.small() for _ in range(rank - 2)) + tuple(self.dim() for _ in range(min(rank, 2)))
+
+    def spatial(self) -> int:
+        return self.draw.choice((1, 2, 3, 5, 6, 7) if self.config.tiny else (1, 2, 3, 5, 7, 8, 13, 17))
+
+    def param(self, shape, prefix: str, weight: bool = False) -> int:
+        constant = weight and self.draw.chance(30)
+        self.values.append(Value(tuple(shape), name=f"{prefix}{len(self.values)}", constant=constant))
+        return len(self.values) - 1
+
+    def add(self, op: str, args, attrs=None) -> int:
+        attrs = attrs or {}
+        shape = OPS[op].shape([self.values[a].shape for a in args], attrs)
+        self.values.append(Value(shape, op, tuple(args), attrs))
+        return len(self.values) - 1
+
+    def node(self) -> None:
+        """Append one op (sometimes with its bias and activation) reading an existing value."""
+        recent = len(self.values) - 1 - self.draw.int(0, min(3, len(self.values) - 1))  # mostly chains
+        x = recent if self.draw.chance(80) else self.draw.int(0, len(self.values) - 1)
+        shape = self.values[x].shape
+        kinds = ["unary", "binary"] + (["softmax", "layer_norm"] if shape else [])
+        if len(shape) >= 2:
+            kinds += ["linear", "linear", "reshape", "permute"]
+        if len(shape) == 4:
+            kinds += ["conv", "conv", "pool"]
+        getattr(self, f"_{self.draw.choice(kinds)}")(x, shape)
+
+    def _unary(self, x, shape):
+        self.add(self.draw.choice(("relu", "gelu", "tanh", "sigmoid", "exp", "relu")), [x])
+
+    def _binary(self, x, shape):
+        same = [i for i, v in enumerate(self.values) if i != x and _broadcasts(v.shape, shape)]
+        if same and self.draw.chance(40):
+            other = self.draw.choice(same)
+        else:
+            other = self.param(self.broadcast_shape(shape), "e", weight=True)
+        args = [other, x] if self.draw.chance(30) else [x, other]
+        self.add(self.draw.choice(("add", "multiply", "add", "subtract")), args)
+
+    def broadcast_shape(self, shape) -> tuple[int, ...]:
+        """A shape that broadcasts with `shape`: mostly not growing it, sometimes growing it."""
+        rank = self.draw.int(0, len(shape) + (1 if len(shape) < 4 else 0))
+        tail = [1] * (rank - len(shape)) + list(shape[len(shape) - min(rank, len(shape)):])
+        return tuple(d if self.draw.chance(60) else (self.small() if d == 1 and self.draw.chance(10) else 1) for d in tail)
+
+    def _softmax(self, x, shape):
+        axis = -1 if self.draw.chance(75) or not shape else self.draw.int(-len(shape), len(shape) - 1)
+        self.add("softmax", [x], {"axis": axis})
+
+    def _layer_norm(self, x, shape):
+        if not shape or shape[-1] == 0:
+            return self._unary(x, shape)
+        axes = [-1] if self.draw.chance(80) or len(shape) < 2 else [-2, -1]
+        norm = tuple(shape[a] for a in axes)
+        gamma, beta = self.param(norm, "g", weight=True), self.param(norm, "b", weight=True)
+        self.add("layer_norm", [x, gamma, beta], {"axes": axes, "epsilon": self.draw.choice((1e-5, 1e-3))})
+
+    def _linear(self, x, shape):
+        k, n = shape[-1], self.dim()
+        form = self.draw.choice(("matmul", "dense", "dense", "batched"))
+        if form == "batched":  # a batched right operand: TVM's
+            batch = tuple(d if self.draw.chance(70) else 1 for d in shape[:-2]) if len(shape) > 2 else (self.small(),)
+            y = self.add("matmul", [x, self.param(batch + (k, n), "w", weight=True)])
+        elif form == "dense":
+            w = self.param((n, k), "w", weight=True)
+            y = self.add("matmul", [x, self.add("permute_dims", [w], {"axes": None})])
+        else:
+            y = self.add("matmul", [x, self.param((k, n), "w", weight=True)])
+        if self.draw.chance(60):
+            out = self.values[y].shape
+            bias = (out[-1],) if self.draw.chance(60) else self.broadcast_shape(out)
+            y = self.add("add", [y, self.param(bias, "bias", weight=True)])
+        if self.draw.chance(50):
+            self.add(self.draw.choice(("relu", "gelu")), [y])
+
+    def _reshape(self, x, shape):
+        if 0 in shape:  # Relax reads a 0 in the new shape as "keep this dim"
+            return self._unary(x, shape)
+        flat = shape[:-2] + (shape[-2] * shape[-1],)
+        self.add("reshape", [x], {"shape": flat if len(flat) >= 1 else (1,)})
+
+    def _permute(self, x, shape):
+        axes = list(range(len(shape)))
+        axes[-1], axes[-2] = axes[-2], axes[-1]
+        self.add("permute_dims", [x], {"axes": axes})
+
+    def _conv(self, x, shape):
+        n, c, h, w = shape
+        kh, kw = self.draw.int(1, 3), self.draw.int(1, 3)
+        attrs = {
+            "strides": (self.draw.int(1, 2), self.draw.int(1, 2)),
+            "padding": tuple(self.draw.int(0, 2) for _ in range(4)),
+            "dilation": (self.draw.int(1, 2), self.draw.int(1, 2)),
+            "groups": c if c > 1 and self.draw.chance(20) else 1,  # depthwise: TVM's
+        }
+        if min(_window_out((h, w), (kh, kw), attrs)) < 1:
+            return self._unary(x, shape)
+        o = c if attrs["groups"] > 1 else self.small()
+        y = self.add("conv2d", [x, self.param((o, c // attrs["groups"], kh, kw), "w", weight=True)], attrs)
+        if self.draw.chance(60):
+            out = self.values[y].shape
+            bias = self.draw.choice(((1, o, 1, 1), (o, 1, 1), self.broadcast_shape(out)))
+            y = self.add("add", [y, self.param(bias, "bias", weight=True)])
+        if self.draw.chance(50):
+            self.add("relu", [y])
+
+    def _pool(self, x, shape):
+        attrs = {
+            "pool_size": (self.draw.int(1, 3), self.draw.int(1, 3)),
+            "strides": (self.draw.int(1, 2), self.draw.int(1, 2)),
+            "padding": tuple(self.draw.int(0, 1) for _ in range(4)),
+            "dilation": (self.draw.int(1, 2), self.draw.int(1, 2)) if self.draw.chance(20) else (1, 1),
+            "ceil_mode": self.draw.chance(10),
+            "count_include_pad": self.draw.chance(50),
+        }
+        if min(_window_out(shape[2:], attrs["pool_size"], attrs)) < 1:
+            return self._unary(x, shape)
+        self.add(self.draw.choice(("max_pool2d", "avg_pool2d")), [x], attrs)
+
+
+def _broadcasts(shape, target) -> bool:
+    """Whether `shape` broadcasts against `target` without changing it."""
+    if len(shape) > len(target):
+        return False
+    return all(d in (1, t) for d, t in zip(shape[::-1], target[::-1]))
+
+
+def _window_out(hw, window, attrs) -> tuple[int, int]:
+    (h, w), (kh, kw) = hw, window
+    (sh, sw), (pt, pl, pb, pr), (dh, dw) = attrs["strides"], attrs["padding"], attrs["dilation"]
+    ceil = attrs.get("ceil_mode", False)
+
+    def extent(size, k, s, lo, hi, d):
+        span = size + lo + hi - d * (k - 1) - 1
+        if span < 0:
+            return 0
+        return (-(-span // s) if ceil else span // s) + 1
+
+    return extent(h, kh, sh, pt, pb, dh), extent(w, kw, sw, pl, pr, dw)
+
+
+# -- the ops: Relax builder, shape, float64 semantics ---------------------------------------------
+@dataclass(frozen=True)
+class FuzzOp:
+    relax: Callable  # (exprs, attrs, dtype) -> Relax expression
+    shape: Callable  # (input shapes, attrs) -> output shape
+    numpy: Callable  # (float64 arrays, attrs, dtype) -> float64 array
+    exact: Callable = lambda attrs: True  # whether `numpy` is known to be TVM's semantics
+
+
+def _same_shape(shapes, attrs):
+    return shapes[0]
+
+
+def _broadcast_shape(shapes, attrs):
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+def _unary(relax_name: str, fn) -> FuzzOp:
+    def make(exprs, attrs, dtype):
+        from tvm import relax
+
+        return _resolve(relax.op, relax_name)(exprs[0])
+
+    return FuzzOp(make, _same_shape, lambda xs, attrs, dtype: fn(xs[0]))
+
+
+def _binary(relax_name: str, fn) -> FuzzOp:
+    def make(exprs, attrs, dtype):
+        from tvm import relax
+
+        return getattr(relax.op, relax_name)(exprs[0], exprs[1])
+
+    return FuzzOp(make, _broadcast_shape, lambda xs, attrs, dtype: fn(xs[0], xs[1]))
+
+
+def _resolve(module, dotted: str):
+    for part in dotted.split("."):
+        module = getattr(module, part)
+    return module
+
+
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _softmax(xs, attrs, dtype):
+    x, axis = xs[0], attrs["axis"]
+    if x.size == 0:
+        return x
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _layer_norm(xs, attrs, dtype):
+    x, gamma, beta = xs
+    axes = tuple(attrs["axes"])
+    mean = x.mean(axis=axes, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mean) / np.sqrt(var + attrs["epsilon"]) * gamma + beta
+
+
+def _conv2d(xs, attrs, dtype):
+    x, w = xs
+    (sh, sw), (pt, pl, pb, pr), (dh, dw), groups = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    oh, ow = _window_out((h, wd), (kh, kw), attrs)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    out = np.zeros((n, o, oh, ow))
+    og = o // groups if groups else 0
+    for g in range(groups):
+        xs_g = xp[:, g * cg:(g + 1) * cg]
+        for i in range(kh):
+            for j in range(kw):
+                tap = xs_g[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", tap, w[g * og:(g + 1) * og, :, i, j])
+    return out
+
+
+def _pool_taps(x, attrs, pad_value):
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = attrs["pool_size"], attrs["strides"], attrs["padding"], attrs["dilation"]
+    oh, ow = _window_out(x.shape[2:], (kh, kw), attrs)
+    # ceil mode: the last windows may reach past the padding; they read more padding
+    extra_h = max(0, (kh - 1) * dh + sh * (oh - 1) + 1 - (x.shape[2] + pt + pb))
+    extra_w = max(0, (kw - 1) * dw + sw * (ow - 1) + 1 - (x.shape[3] + pl + pr))
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb + extra_h), (pl, pr + extra_w)), constant_values=pad_value)
+    for i in range(kh):
+        for j in range(kw):
+            yield xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
+
+
+def _max_pool(xs, attrs, dtype):
+    """TVM starts (and pads) the max from the dtype's lowest finite value."""
+    taps = list(_pool_taps(xs[0], attrs, -np.inf))
+    return np.maximum(np.max(taps, axis=0), np.finfo(dtype).min) if taps[0].size else taps[0]
+
+
+def _avg_pool(xs, attrs, dtype):
+    x = xs[0]
+    total = sum(_pool_taps(x, attrs, 0.0))
+    if attrs["count_include_pad"]:
+        return total / (attrs["pool_size"][0] * attrs["pool_size"][1])
+    count = sum(_pool_taps(np.ones((1, 1) + x.shape[2:]), attrs, 0.0))
+    return np.where(count > 0, total / np.maximum(count, 1), 0.0)
+
+
+def _conv_make(exprs, attrs, dtype):
+    from tvm import relax
+
+    return relax.op.nn.conv2d(exprs[0], exprs[1], strides=attrs["strides"], padding=attrs["padding"],
+                              dilation=attrs["dilation"], groups=attrs["groups"])
+
+
+def _conv_shape(shapes, attrs):
+    (n, c, h, w), (o, _, kh, kw) = shapes
+    return (n, o) + _window_out((h, w), (kh, kw), attrs)
+
+
+def _pool_make(name):
+    def make(exprs, attrs, dtype):
+        from tvm import relax
+
+        kwargs = {k: attrs[k] for k in ("pool_size", "strides", "padding", "dilation", "ceil_mode")}
+        if name == "avg_pool2d":
+            kwargs["count_include_pad"] = attrs["count_include_pad"]
+        return getattr(relax.op.nn, name)(exprs[0], **kwargs)
+
+    return make
+
+
+def _pool_shape(shapes, attrs):
+    return shapes[0][:2] + _window_out(shapes[0][2:], attrs["pool_size"], attrs)
+
+
+def _matmul_shape(shapes, attrs):
+    a, b = shapes
+    return tuple(np.broadcast_shapes(a[:-2], b[:-2])) + a[-2:-1] + b[-1:] if len(b) > 1 else a[:-1]
+
+
+def _permute_shape(shapes, attrs):
+    axes = attrs["axes"] if attrs["axes"] is not None else list(range(len(shapes[0])))[::-1]
+    return tuple(shapes[0][a] for a in axes)
+
+
+def _relax_op(name, *arg_names):
+    def make(exprs, attrs, dtype):
+        from tvm import relax
+
+        return _resolve(relax.op, name)(*exprs, **{k: attrs[k] for k in arg_names})
+
+    return make
+
+
+OPS: dict[str, FuzzOp] = {
+    "relu": _unary("nn.relu", lambda x: np.where(x > 0, x, 0.0)),
+    "gelu": _unary("nn.gelu", lambda x: 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)))),
+    "tanh": _unary("tanh", np.tanh),
+    "sigmoid": _unary("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x))),
+    "exp": _unary("exp", np.exp),
+    "add": _binary("add", np.add),
+    "multiply": _binary("multiply", np.multiply),
+    "subtract": _binary("subtract", np.subtract),
+    "softmax": FuzzOp(_relax_op("nn.softmax", "axis"), _same_shape, _softmax),
+    "layer_norm": FuzzOp(_relax_op("nn.layer_norm", "axes", "epsilon"), _same_shape, _layer_norm),
+    "matmul": FuzzOp(_relax_op("matmul"), _matmul_shape, lambda xs, attrs, dtype: np.matmul(xs[0], xs[1])),
+    "permute_dims": FuzzOp(_relax_op("permute_dims", "axes"), _permute_shape,
+                           lambda xs, attrs, dtype: np.transpose(xs[0], attrs["axes"])),
+    "reshape": FuzzOp(_relax_op("reshape", "shape"), lambda shapes, attrs: tuple(attrs["shape"]),
+                      lambda xs, attrs, dtype: xs[0].reshape(attrs["shape"])),
+    "conv2d": FuzzOp(_conv_make, _conv_shape, _conv2d),
+    "max_pool2d": FuzzOp(_pool_make("max_pool2d"), _pool_shape, _max_pool, lambda attrs: not attrs["ceil_mode"]),
+    "avg_pool2d": FuzzOp(_pool_make("avg_pool2d"), _pool_shape, _avg_pool, lambda attrs: not attrs["ceil_mode"]),
+}
