@@ -34,11 +34,14 @@ def _conv2d_kernel(out, x, w, bias, C, H, W, O, OH, OW, KH, KW, sh, sw, pt, pl, 
         for c in range(C):
             for kh in range(KH):
                 ih = ih0 + kh * dh
-                if ih >= 0 and ih < H:
-                    for kw in range(KW):
-                        iw = iw0 + kw * dw
-                        if iw >= 0 and iw < W:
-                            acc += float32(x[n, c, ih, iw]) * float32(w[o, c, kh, kw])
+                for kw in range(KW):
+                    iw = iw0 + kw * dw
+                    # Padding is a zero that is multiplied like any other input (as in TVM):
+                    # 0 * inf or 0 * NaN in the weight gives NaN there too.
+                    v = float32(0.0)
+                    if ih >= 0 and ih < H and iw >= 0 and iw < W:
+                        v = float32(x[n, c, ih, iw])
+                    acc += v * float32(w[o, c, kh, kw])
         if has_bias:
             acc += float32(bias[o])
         out[n, o, oh, ow] = apply_activation(acc, act)

@@ -98,6 +98,8 @@ def _device_name(kind) -> str:
 def from_dltensor(address) -> TensorRef:
     """A TensorRef of the `DLTensor*` at `address` (an int or a ctypes.c_void_p)."""
     address = getattr(address, "value", address)
+    if type(address) is not int:
+        raise DeviceError(f"a region received {type(address).__name__} where a DLTensor pointer belongs")
     if not address:
         raise DeviceError("a region received a null tensor")
     t = _DLTensor.from_address(address)

@@ -85,3 +85,18 @@ def test_build_and_run_need_no_cpp_compiler(tmp_path, monkeypatch):
     mod = demo_cnn(batch=1)
     arrays = random_inputs(mod)
     np.testing.assert_allclose(run_vm(build(mod), arrays), run_vm(build_tvm_only(mod), arrays), rtol=1e-4, atol=1e-5)
+
+
+def test_tensor_objects_from_older_libraries_are_accepted(clean_runtime):
+    """simaccel 0.1.0 libraries passed TVM tensor objects, not DLTensor pointers: both work."""
+    import tvm
+
+    from simaccel.program import OpNode, Program, TensorSpec
+    from simaccel.tvm_integration.bridge import invoke
+
+    program = Program("old", (TensorSpec("x", (2, 3), "float32"), TensorSpec("y", (2, 3), "float32")), (0,), (1,),
+                      (OpNode("simaccel.relu", (0,), 1),))
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    y = tvm.runtime.tensor(np.zeros_like(x))
+    invoke("old:1", program.to_json(), tvm.runtime.tensor(x), y)
+    np.testing.assert_array_equal(y.numpy(), np.maximum(x, 0))

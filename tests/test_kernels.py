@@ -190,7 +190,7 @@ def test_conv2d_ops(name, dtype):
         arrays = [_random(rng, dshape, dtype), _random(rng, wshape, dtype, scale=0.5)]
         if "_bias" in name:
             o = wshape[0]
-            arrays.append(_random(rng, (1, o, 1, 1) if case % 2 == 0 else (o,), dtype))
+            arrays.append(_random(rng, (1, o, 1, 1) if case % 2 == 0 else (o, 1, 1), dtype))
         out, _ = check(name, arrays, dict(strides=strides, padding=padding, dilation=dilation))
         if "_relu" in name:
             assert (out >= 0).all()

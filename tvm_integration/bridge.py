@@ -3,8 +3,10 @@
 A compiled region function (simaccel.tvm_integration.forwarder) calls the global function
 ``simaccel.runtime.invoke`` with the region key, its Program (JSON) and one `DLTensor*` per
 tensor (inputs, then DPS outputs), exactly the buffers TVM passed. They are read in place as
-`TensorRef`s. For GPU tensors this also reads TVM's current stream for their device
-(`tvm_ffi.get_raw_stream`), so the accelerator's kernels are queued behind TVM's.
+`TensorRef`s. Libraries built by simaccel 0.1.0's C++ forwarder pass TVM tensor objects
+instead; those are read through DLPack, so such libraries keep working. For GPU tensors this
+also reads TVM's current stream for their device (`tvm_ffi.get_raw_stream`), so the
+accelerator's kernels are queued behind TVM's.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import functools
 import tvm_ffi
 
 from ..runtime import get_runtime
-from ..tensors import from_dltensor
+from ..tensors import TensorRef, device_of, from_dltensor
 
 
 @functools.lru_cache(maxsize=None)
@@ -23,8 +25,10 @@ def _ffi_device(kind: str, index: int):
 
 
 def invoke(key: str, program_json: str, *handles) -> None:
-    refs = [from_dltensor(h) for h in handles]
+    tensors = [h if hasattr(h, "__dlpack_device__") else from_dltensor(h) for h in handles]
     stream = None
-    if refs and refs[0].device[0] != "cpu":
-        stream = tvm_ffi.get_raw_stream(_ffi_device(*refs[0].device))
-    get_runtime().invoke(key, program_json, *refs, stream=stream)
+    if tensors:
+        device = tensors[0].device if isinstance(tensors[0], TensorRef) else device_of(tensors[0])
+        if device[0] != "cpu":
+            stream = tvm_ffi.get_raw_stream(_ffi_device(*device))
+    get_runtime().invoke(key, program_json, *tensors, stream=stream)
