@@ -114,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--export-every", type=int, default=25,
                       help="export every Nth case and run it in a fresh process (0: never; default 25)")
     fuzz.add_argument("--shrink-seconds", type=float, default=300, help="time allowed to shrink a failure (default 300)")
+    fuzz.add_argument("--jobs", type=int, default=1, help="worker processes sharing the cases (default 1)")
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
 
     commands.add_parser("ops", help="list the accelerator's ops")
@@ -132,7 +133,8 @@ def check_args(args) -> None:
                 raise SimAccelError(f"{flag} {value}: must be a finite number >= 0")
     if args.command == "fuzz":
         for flag, value, low in (("--cases", args.cases, 1), ("--seed", args.seed, 0), ("--max-ops", args.max_ops, 1),
-                                 ("--export-every", args.export_every, 0), ("--shrink-seconds", args.shrink_seconds, 0)):
+                                 ("--export-every", args.export_every, 0), ("--shrink-seconds", args.shrink_seconds, 0),
+                                 ("--jobs", args.jobs, 1)):
             if not value >= low:
                 raise SimAccelError(f"{flag} {value}: must be >= {low}")
         for flag, value, known in (("--engine", args.engine, ("ref", "sim", "cuda")), ("--dtype", args.dtype, ("float32", "float16"))):
@@ -158,7 +160,7 @@ def _dispatch(args) -> int:
         if args.replay:
             return replay(args.replay)
         return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
-                        args.out, args.export_every, args.shrink_seconds)
+                        args.out, args.export_every, args.shrink_seconds, args.jobs)
     from .ops import get_op, list_ops
 
     for name in list_ops():

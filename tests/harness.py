@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
 import tvm
 from tvm import relax
 
 import simaccel
+from compare import assert_same
 from simaccel.tvm_integration import build, build_tvm_only, partition_report
 from simaccel.tvm_integration.deploy import outputs_as_list
 from simaccel.tvm_integration.models import random_inputs
 
-TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-5), "float16": dict(rtol=2e-2, atol=2e-2)}
 
 
 def offloaded_ops(mod) -> list[str]:
@@ -26,17 +25,6 @@ def run_vm(executable, arrays, func: str = "main"):
     out = relax.VirtualMachine(executable, device)[func](*[tvm.runtime.tensor(a, device) for a in arrays])
     outputs = [t.numpy() for t in outputs_as_list(out)]
     return outputs[0] if hasattr(out, "numpy") else outputs
-
-
-def assert_same(got, want, dtype: str) -> None:
-    """Equal shapes and dtypes, NaN and inf where the reference has them, close elsewhere."""
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape, want.dtype)
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg="NaN positions differ")
-    finite = np.isfinite(w)
-    np.testing.assert_array_equal(g[~finite & ~np.isnan(w)], w[~finite & ~np.isnan(w)], err_msg="infinities differ")
-    np.testing.assert_allclose(g[finite], w[finite], **TOLERANCE[dtype])
 
 
 def compare_with_tvm(mod, engine: str, seed: int = 0, expect_offload: bool = True, arrays=None, func: str = "main"):

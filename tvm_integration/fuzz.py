@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,8 @@ class Checker:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="simaccel-fuzz-"))
         self.exported: list[tuple[Case, Path, list]] = []
         self.checked = 0
+        self.with_regions = 0  # cases where simaccel ran at least one region
+        self.ops: Counter = Counter()  # simaccel ops run, over every case
 
     def check(self, case: Case, sample: bool = True) -> Outcome:
         """The verdict on `case`; with `sample`, every `export_every`-th case is also exported."""
@@ -84,11 +87,17 @@ class Checker:
             except Exception as e:  # noqa: BLE001 - anything TVM builds, simaccel must build
                 return Outcome(FAIL, f"simaccel build failed where TVM alone builds: {type(e).__name__}: {_last_line(e)}")
             for engine in (e for e in self.engines if ENGINE_DEVICE[e] == device):
+                runtime = get_runtime()
+                runtime.ledger.reset()
                 try:
-                    with get_runtime().use_engine(engine):
+                    with runtime.use_engine(engine):
                         got = _run(executable, arrays, dev)
                 except Exception as e:  # noqa: BLE001 - simaccel failed to run what TVM runs
                     return Outcome(FAIL, f"engine {engine}: run failed: {type(e).__name__}: {_last_line(e)}")
+                ran = runtime.ledger.snapshot()["ops"]
+                if sample:  # a shrinking step is no new case
+                    self.ops.update(ran)
+                    self.with_regions += bool(ran) and engine == self.engines[0]
                 outcome = compare(case, got, want, f"engine {engine}")
                 if outcome.verdict == FAIL:
                     return outcome
@@ -233,8 +242,14 @@ class Tally:
 
 
 def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32", "float16"), max_ops: int = 6,
-             out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, log=print) -> int:
-    """Fuzz `cases` models on `engines`; returns the exit status (0 clean, 1 a failure)."""
+             out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, jobs: int = 1, log=print) -> int:
+    """Fuzz `cases` models on `engines`; returns the exit status (0 clean, 1 a failure).
+
+    With `jobs` > 1 the cases are shared among that many worker processes, worker i drawing
+    with seed `seed * 1000 + i` into `out_dir/job<i>`; their summaries are added up.
+    """
+    if jobs > 1:
+        return _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shrink_seconds, jobs, log)
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
@@ -242,10 +257,13 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     for engine in engines:
         if engine not in ENGINE_DEVICE:
             raise SimAccelError(f"unknown engine {engine!r} for fuzz; choose from {', '.join(ENGINE_DEVICE)}")
-    config = Config(dtypes=tuple(dtypes), max_ops=max_ops, tiny="sim" in engines)
+    # NaN and inf inputs only for the CPU engines: TVM's CUDA build takes max() as fmaxf, which
+    # drops NaN, where its CPU build (and simaccel on every engine) keeps it (docs/design.md).
+    config = Config(dtypes=tuple(dtypes), max_ops=max_ops, tiny="sim" in engines,
+                    specials_percent=0 if "cuda" in engines else Config.specials_percent)
     checker = Checker(engines, export_every)
     tally = Tally()
-    progress = _Progress(cases, log)
+    progress = _Progress(cases, log, Path(out_dir) / "progress.json")
     memo: dict[str, Outcome] = {}
     state = {"deadline": None, "failure": None, "shrinks": 0}
 
@@ -288,9 +306,11 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     reloaded = len(checker.exported)
     if not failures:
         failures = checker.check_exported()
+    saved = []
     for case, outcome in failures:
         tally.counts[FAIL] = max(tally.counts[FAIL], 1)
         path = save_reproduction(case, outcome, engines, out_dir)
+        saved.append({"reason": outcome.reason, "case": case.describe(), "reproduction": str(path)})
         log(f"FAILED: {outcome.reason}\n  smallest failing case ({state['shrinks']} shrink steps): {case.describe()}\n"
             f"  reproduction: {path}  (python {path / 'repro.py'})")
     seconds = time.monotonic() - start
@@ -300,24 +320,92 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
         "seed": seed, "cases": tally.counts[PASS] + tally.counts[SKIP] + tally.counts[TVM_OFF] + tally.counts[FAIL],
         "engines": list(engines), "dtypes": list(dtypes), "seconds": round(seconds, 1),
         "counts": tally.counts, "examples": tally.examples, "reloaded_in_fresh_process": reloaded,
-        "failures": [{"reason": o.reason, "case": c.describe()} for c, o in failures],
+        "cases_with_simaccel_regions": checker.with_regions, "simaccel_ops_run": dict(sorted(checker.ops.items())),
+        "failures": saved,
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "fuzz-summary.json").write_text(json.dumps(summary, indent=1))
     log(f"fuzz: {summary['cases']} cases in {seconds:.0f} s on {', '.join(engines)}: {tally.line()}; "
+        f"{checker.with_regions} ran simaccel regions ({sum(checker.ops.values())} ops); "
         f"{reloaded} exported and run again in a fresh process" + ("" if failures else ", all matched"))
     return 1 if failures else 0
 
 
-class _Progress:
-    """A one-line progress bar on a terminal; a line every 10% elsewhere."""
+def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shrink_seconds, jobs, log) -> int:
+    """Run the cases in `jobs` worker processes and add up what they found."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = []
+    for i in range(jobs):
+        share = cases // jobs + (1 if i < cases % jobs else 0)
+        folder = out / f"job{i}"
+        command = [sys.executable, "-m", "simaccel.cli", "fuzz", "--cases", str(share), "--seed", str(seed * 1000 + i),
+                   "--engine", ",".join(engines), "--dtype", ",".join(dtypes), "--max-ops", str(max_ops),
+                   "--out", str(folder), "--export-every", str(export_every), "--shrink-seconds", str(shrink_seconds)]
+        folder.mkdir(parents=True, exist_ok=True)
+        logfile = open(folder / "fuzz.log", "w")
+        workers.append((folder, subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT), logfile))
+    log(f"fuzz: {cases} cases in {jobs} processes, seeds {seed * 1000}..{seed * 1000 + jobs - 1}, "
+        f"engines {', '.join(engines)}, dtypes {', '.join(dtypes)}")
+    progress, start = _Progress(cases, log), time.monotonic()
+    while any(p.poll() is None for _, p, _ in workers):
+        progress.update(_added([_read_json(f / "progress.json") for f, _, _ in workers]))
+        time.sleep(2)
+    progress.done()
+    summaries = []
+    for folder, process, logfile in workers:
+        logfile.close()
+        summary = _read_json(folder / "fuzz-summary.json")
+        if process.returncode not in (0, 1) or not summary:
+            tail = (folder / "fuzz.log").read_text().strip().splitlines()[-1:]
+            raise SimAccelError(f"fuzz worker {folder} stopped with status {process.returncode}: {' '.join(tail)}")
+        summaries.append(summary)
+    tally = _added([s["counts"] for s in summaries])
+    failures = [f for s in summaries for f in s["failures"]]
+    summary = {**summaries[0], "seed": seed, "jobs": jobs, "cases": sum(s["cases"] for s in summaries),
+               "seconds": round(time.monotonic() - start, 1), "counts": tally.counts, "failures": failures,
+               "reloaded_in_fresh_process": sum(s["reloaded_in_fresh_process"] for s in summaries),
+               "cases_with_simaccel_regions": sum(s["cases_with_simaccel_regions"] for s in summaries),
+               "simaccel_ops_run": dict(sorted(sum((Counter(s["simaccel_ops_run"]) for s in summaries), Counter()).items())),
+               "examples": {k: v for s in summaries for k, v in s["examples"].items()}}
+    (out / "fuzz-summary.json").write_text(json.dumps(summary, indent=1))
+    for failure in failures:
+        log(f"FAILED: {failure['reason']}\n  {failure['case']}\n  reproduction: {failure.get('reproduction')}")
+    log(f"fuzz: {summary['cases']} cases in {summary['seconds']:.0f} s on {', '.join(engines)} ({jobs} processes): "
+        f"{tally.line()}; {summary['cases_with_simaccel_regions']} ran simaccel regions "
+        f"({sum(summary['simaccel_ops_run'].values())} ops); "
+        f"{summary['reloaded_in_fresh_process']} exported and run again in a fresh process"
+        + ("" if failures else ", all matched"))
+    return 1 if failures else 0
 
-    def __init__(self, total: int, log):
-        self.total, self.log, self.start = total, log, time.monotonic()
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _added(counts: list[dict]) -> Tally:
+    tally = Tally()
+    for c in counts:
+        for verdict, n in c.items():
+            tally.counts[verdict] = tally.counts.get(verdict, 0) + n
+    return tally
+
+
+class _Progress:
+    """A one-line progress bar on a terminal, a line every 10% elsewhere; also kept in `path`."""
+
+    def __init__(self, total: int, log, path: Path | None = None):
+        self.total, self.log, self.start, self.path = total, log, time.monotonic(), path
         self.tty = sys.stderr.isatty()
         self.reported = 0
 
     def update(self, tally: Tally) -> None:
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(tally.counts))
         done = sum(tally.counts.values())
         rate = done / max(time.monotonic() - self.start, 1e-9)
         left = (self.total - done) / rate if rate else 0

@@ -87,53 +87,43 @@ def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
             continue
         if not _calls(func, composites):
             continue
-        hide = _Rewriter({})
+        # Calls of other functions, which MergeCompositeFunctions cannot group, go behind
+        # placeholder extern calls while it runs, and come back after.
+        others = [gv for gv in relax.analysis.all_global_vars(func) if gv not in composites and gv in rest]
+        hidden = {gv.name_hint: relax.ExternFunc(f"simaccel.hidden.{gv.name_hint}") for gv in others}
         alone = {gv: f for gv, f in mod.functions.items() if gv in composites or not isinstance(f, relax.Function)}
         entry = tvm.ir.GlobalVar("main")
-        alone[entry] = hide.hide_calls(func, composites)
+        alone[entry] = _SwapCallees(hidden).visit_expr(func)
         grouped = relax.transform.MergeCompositeFunctions()(tvm.IRModule(alone))
         called = set(relax.analysis.all_global_vars(grouped[entry]))  # dead code may leave regions behind
-        regions = {}
+        restore = {placeholder.global_symbol: gv for gv, placeholder in zip(others, hidden.values())}
         for region_gvar, region in grouped.functions.items():
             if _attr(region, "Codegen") and region_gvar in called:
                 new_gvar = builder.add_func(region, region_gvar.name_hint)  # a unique name
                 builder.update_func(new_gvar, region.with_attr("global_symbol", new_gvar.name_hint))
-                regions[region_gvar.name_hint] = new_gvar
-        builder.update_func(gvar, _Rewriter({**hide.hidden, **regions}).visit_expr(grouped[entry]))
+                restore[region_gvar.name_hint] = new_gvar
+        builder.update_func(gvar, _SwapCallees(restore).visit_expr(grouped[entry]))
     return builder.get()
 
 
 @relax.expr_functor.mutator
-class _Rewriter(relax.PyExprMutator):
-    """Swaps the callee of calls: to hide calls of other functions from MergeCompositeFunctions
-    (which cannot group them) behind placeholders, and to put them back with renamed regions."""
+class _SwapCallees(relax.PyExprMutator):
+    """Replaces the callee of every call whose callee is named in `callees` (name -> callee)."""
 
     def __init__(self, callees: dict):
         super().__init__()
-        self.callees = callees  # callee name -> replacement callee
-        self.hidden: dict = {}
-
-    def hide_calls(self, func, composites):
-        self.composites = composites
-        self.hiding = True
-        try:
-            return self.visit_expr(func)
-        finally:
-            self.hiding = False
+        self.callees = callees
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
         callee = call.op
-        if getattr(self, "hiding", False):
-            if isinstance(callee, tvm.ir.GlobalVar) and callee not in self.composites:
-                placeholder = relax.ExternFunc(f"simaccel.hidden.{callee.name_hint}")
-                self.hidden[placeholder.global_symbol] = callee
-                return relax.Call(placeholder, call.args, call.attrs, [call.ty])
-            return call
         name = callee.global_symbol if isinstance(callee, relax.ExternFunc) else getattr(callee, "name_hint", None)
-        if name in self.callees:
-            return relax.Call(self.callees[name], call.args, call.attrs)
-        return call
+        replacement = self.callees.get(name)
+        if replacement is None:
+            return call
+        if isinstance(replacement, relax.ExternFunc):  # an extern call says what it returns
+            return relax.Call(replacement, call.args, call.attrs, [call.ty])
+        return relax.Call(replacement, call.args, call.attrs)
 
 
 def _private(func) -> bool:
