@@ -86,9 +86,11 @@ def device_of(tensor) -> tuple[str, int]:
     """(device type name, device id) of a DLPack tensor."""
     try:
         kind, index = tensor.__dlpack_device__()
+        return _device_name(kind), int(index)
     except AttributeError:
         raise DeviceError(f"{type(tensor).__name__} is not a DLPack tensor (no __dlpack_device__)") from None
-    return _device_name(kind), int(index)
+    except (TypeError, ValueError) as e:
+        raise DeviceError(f"{type(tensor).__name__}.__dlpack_device__() gave no (device type, id) pair: {e}") from e
 
 
 def _device_name(kind) -> str:

@@ -453,6 +453,11 @@ def test_layer_norm_epsilon_must_be_a_positive_number(epsilon):
         Program.from_dict(data).validate()
 
 
+class BadDevice:
+    def __dlpack_device__(self):
+        return ("gpu", "first")
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -465,9 +470,12 @@ def test_layer_norm_epsilon_must_be_a_positive_number(epsilon):
         lambda rt: rt.run(MATMUL, np.zeros((4, 4), F32), np.zeros((4, 4), F32), np.zeros((4, 4), np.float64)),
         lambda rt: rt.run(MATMUL, np.zeros((4, 4), F32), np.zeros((4, 4), F32), np.zeros((4, 4), F32)[:, ::2]),
         lambda rt: rt.run(MATMUL, *np.broadcast_arrays(np.zeros((4, 4), F32), np.zeros(4, F32)), np.zeros((4, 4), F32)),
+        lambda rt: rt.run(MATMUL, np.zeros((4, 4), F32), BadDevice(), np.zeros((4, 4), F32)),
+        lambda rt: rt.run(MATMUL, np.zeros((4, 4), np.int32), np.zeros((4, 4), np.int32), np.zeros((4, 4), np.int32)),
+        lambda rt: rt.run(MATMUL, np.zeros((4, 5), F32), np.zeros((4, 4), F32), np.zeros((4, 4), F32)),
     ],
     ids=["json not text", "broken json", "json list", "not a Program", "not a tensor", "too few tensors",
-         "wrong dtype", "strided output", "broadcast input"],
+         "wrong dtype", "strided output", "broadcast input", "bad dlpack device", "int32", "wrong shape"],
 )
 def test_bad_runtime_calls_raise_simaccel_errors(clean_runtime, call):
     with pytest.raises(SimAccelError):

@@ -112,6 +112,7 @@ def test_cli_fuzz_prints_progress_and_a_summary(tmp_path):
     (("--engine", "warp"), "--engine warp: choose from ref, sim, cuda"),
     (("--dtype", "float64"), "--dtype float64: choose from float32, float16"),
     (("--replay", "/nonexistent"), "not a simaccel fuzz reproduction"),
+    (("--out", "/proc/no/such/place"), "--out /proc/no/such/place: cannot create the folder"),
 ])
 def test_cli_fuzz_refuses_bad_arguments(args, message):
     result = simaccel_cli("fuzz", *args)

@@ -248,6 +248,10 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     With `jobs` > 1 the cases are shared among that many worker processes, worker i drawing
     with seed `seed * 1000 + i` into `out_dir/job<i>`; their summaries are added up.
     """
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SimAccelError(f"--out {out_dir}: cannot create the folder: {e.strerror or e}") from e
     if jobs > 1:
         return _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shrink_seconds, jobs, log)
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
