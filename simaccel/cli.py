@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the run (default 0): same seed, same models")
     fuzz.add_argument("--engine", default="ref", help="engines, comma-separated: ref, sim (small models), cuda (default ref)")
     fuzz.add_argument("--dtype", default="float32,float16", help="model dtypes, comma-separated (default both)")
-    fuzz.add_argument("--max-ops", type=int, default=6, help="most op groups drawn per model (default 6)")
+    fuzz.add_argument("--max-ops", type=int, default=8, help="most op groups drawn per model (default 8)")
     fuzz.add_argument("--out", default="fuzz-out", help="folder for fuzz-summary.json and reproductions")
     fuzz.add_argument("--export-every", type=int, default=25,
                       help="export every Nth case and run it in a fresh process (0: never; default 25)")

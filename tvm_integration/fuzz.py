@@ -81,6 +81,7 @@ class Checker:
             try:
                 want = _run(build_tvm_only(mod, target), arrays, dev)
             except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
+                _stop_if_context_lost(e, "TVM alone", case)
                 return Outcome(SKIP, f"TVM alone: {_last_line(e)}")
             try:
                 executable = build(mod, target)
@@ -93,6 +94,7 @@ class Checker:
                     with runtime.use_engine(engine):
                         got = _run(executable, arrays, dev)
                 except Exception as e:  # noqa: BLE001 - simaccel failed to run what TVM runs
+                    _stop_if_context_lost(e, f"simaccel on engine {engine}", case)
                     return Outcome(FAIL, f"engine {engine}: run failed: {type(e).__name__}: {_last_line(e)}")
                 ran = runtime.ledger.snapshot()["ops"]
                 if sample:  # a shrinking step is no new case
@@ -152,6 +154,23 @@ for lib, inputs, out in json.load(open(sys.argv[1])):
     except Exception as e:
         print(lib, type(e).__name__, str(e).strip().splitlines()[-1:], file=sys.stderr)
 """
+
+
+class ContextLost(SimAccelError):
+    """A CUDA error that leaves the process's GPU context unusable: no later case could run."""
+
+
+_STICKY_CUDA_ERRORS = ("cudaErrorIllegalAddress", "illegal memory access", "cudaErrorLaunchFailure",
+                       "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED")
+
+
+def _stop_if_context_lost(error: BaseException, phase: str, case: Case) -> None:
+    """End the run, naming the phase and the case, after an error no later CUDA call survives."""
+    if any(marker in str(error) for marker in _STICKY_CUDA_ERRORS):
+        raise ContextLost(
+            f"the GPU context was lost while running {phase} ({_last_line(error)}); every later case would "
+            f"fail. The case: {case.describe()}; its model: {json.dumps(case_to_json(case))}"
+        ) from error
 
 
 def _run(executable, arrays, dev) -> list[np.ndarray]:
@@ -241,13 +260,20 @@ class Tally:
         return ", ".join(f"{n} {verdict}" for verdict, n in self.counts.items() if n or verdict in (PASS, FAIL))
 
 
-def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32", "float16"), max_ops: int = 6,
+def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32", "float16"), max_ops: int = 8,
              out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, jobs: int = 1, log=print) -> int:
     """Fuzz `cases` models on `engines`; returns the exit status (0 clean, 1 a failure).
 
     With `jobs` > 1 the cases are shared among that many worker processes, worker i drawing
     with seed `seed * 1000 + i` into `out_dir/job<i>`; their summaries are added up.
     """
+    from .deploy import runtime_only
+
+    if runtime_only():
+        raise SimAccelError(
+            "simaccel fuzz builds every model with TVM, which needs the full TVM (with its compiler); "
+            "this TVM is runtime-only (TVM_USE_RUNTIME_LIB=1)"
+        )
     try:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -261,10 +287,13 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     for engine in engines:
         if engine not in ENGINE_DEVICE:
             raise SimAccelError(f"unknown engine {engine!r} for fuzz; choose from {', '.join(ENGINE_DEVICE)}")
-    # NaN and inf inputs only for the CPU engines: TVM's CUDA build takes max() as fmaxf, which
-    # drops NaN, where its CPU build (and simaccel on every engine) keeps it (docs/design.md).
+    # On the GPU: no NaN/inf inputs (TVM's CUDA build takes max() as fmaxf, which drops NaN,
+    # where its CPU build, and simaccel on every engine, keeps it: docs/design.md) and no
+    # zero-size dims (TVM's CUDA build refuses most of them: "Divide by zero").
+    gpu = "cuda" in engines
     config = Config(dtypes=tuple(dtypes), max_ops=max_ops, tiny="sim" in engines,
-                    specials_percent=0 if "cuda" in engines else Config.specials_percent)
+                    specials_percent=0 if gpu else Config.specials_percent,
+                    zero_dim_percent=0 if gpu else Config.zero_dim_percent)
     checker = Checker(engines, export_every)
     tally = Tally()
     progress = _Progress(cases, log, Path(out_dir) / "progress.json")
@@ -337,8 +366,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
 
 def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shrink_seconds, jobs, log) -> int:
     """Run the cases in `jobs` worker processes and add up what they found."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out_dir).resolve()
     workers = []
     for i in range(jobs):
         share = cases // jobs + (1 if i < cases % jobs else 0)
@@ -348,7 +376,9 @@ def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shri
                    "--out", str(folder), "--export-every", str(export_every), "--shrink-seconds", str(shrink_seconds)]
         folder.mkdir(parents=True, exist_ok=True)
         logfile = open(folder / "fuzz.log", "w")
-        workers.append((folder, subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT), logfile))
+        # cwd: the worker's own folder, so a source checkout in the caller's folder cannot
+        # shadow the installed package.
+        workers.append((folder, subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, cwd=folder), logfile))
     log(f"fuzz: {cases} cases in {jobs} processes, seeds {seed * 1000}..{seed * 1000 + jobs - 1}, "
         f"engines {', '.join(engines)}, dtypes {', '.join(dtypes)}")
     progress, start = _Progress(cases, log), time.monotonic()

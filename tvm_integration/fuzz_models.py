@@ -27,7 +27,6 @@ import numpy as np
 
 DIMS = (1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 64, 65)  # tile sizes and their neighbours, primes
 TINY_DIMS = (1, 2, 3, 4, 5, 7)  # for the simulator: one Python thread per CUDA thread
-ZERO_DIM_PERCENT = 2
 
 
 class Draw:
@@ -43,7 +42,8 @@ class Draw:
         return options[self.int(0, len(options) - 1)]
 
     def chance(self, percent: int) -> bool:
-        return self.int(0, 99) < percent
+        """True `percent` times in 100; a draw of 0 (where shrinking leads) is False."""
+        return self.int(0, 99) >= 100 - percent
 
     @classmethod
     def seeded(cls, seed: int) -> "Draw":
@@ -68,9 +68,10 @@ class Config:
     """What the drawn models may hold."""
 
     dtypes: tuple[str, ...] = ("float32", "float16")
-    max_ops: int = 6
+    max_ops: int = 8
     tiny: bool = False  # small dims only (the simulator)
     specials_percent: int = 10  # float32 models whose first input holds NaN and inf
+    zero_dim_percent: int = 2  # dims drawn as 0 (TVM's CUDA build refuses most zero-size tensors)
 
 
 @dataclass
@@ -175,8 +176,11 @@ def draw_case(draw: Draw, config: Config = Config()) -> Case:
         builder.node()
     nodes = [i for i, v in enumerate(builder.values) if v.op is not None]
     outputs = [nodes[-1]]
+    if not draw.chance(30):  # mostly, every result nothing else reads is an output too (up to 3)
+        read = {a for v in builder.values for a in v.args}
+        outputs += [i for i in nodes[:-1] if i not in read][-3:]
     for _ in range(draw.int(0, 2) if len(nodes) > 1 and draw.chance(30) else 0):
-        extra = draw.choice(nodes[:-1])
+        extra = draw.choice(nodes[:-1])  # a value also read by later ops
         if extra not in outputs:
             outputs.append(extra)
     specials = dtype == "float32" and draw.chance(config.specials_percent)
@@ -190,7 +194,7 @@ class _Builder:
         self.values: list[Value] = []
 
     def dim(self) -> int:
-        if self.draw.chance(ZERO_DIM_PERCENT):
+        if self.draw.chance(self.config.zero_dim_percent):
             return 0
         return self.draw.choice(TINY_DIMS if self.config.tiny else DIMS)
 
@@ -199,7 +203,7 @@ class _Builder:
         return self.draw.choice((1, 2, 3, 4, 5) if self.config.tiny else (1, 2, 3, 4, 5, 8, 13))
 
     def input_shape(self) -> tuple[int, ...]:
-        rank = self.draw.choice((2, 4, 3, 1))
+        rank = self.draw.choice((2, 4, 4, 3, 1))
         if rank == 4:
             return (self.small(), self.small(), self.spatial(), self.spatial())
         return tuple(self.small() for _ in range(rank - 2)) + tuple(self.dim() for _ in range(min(rank, 2)))
@@ -227,7 +231,7 @@ class _Builder:
         if len(shape) >= 2:
             kinds += ["linear", "linear", "reshape", "permute"]
         if len(shape) == 4:
-            kinds += ["conv", "conv", "pool"]
+            kinds += ["conv", "conv", "conv", "pool", "pool"]
         getattr(self, f"_{self.draw.choice(kinds)}")(x, shape)
 
     def _unary(self, x, shape):
@@ -298,8 +302,8 @@ class _Builder:
             "dilation": (self.draw.int(1, 2), self.draw.int(1, 2)),
             "groups": c if c > 1 and self.draw.chance(20) else 1,  # depthwise: TVM's
         }
-        if min(_window_out((h, w), (kh, kw), attrs)) < 1:
-            return self._unary(x, shape)
+        if min(_window_out((h, w), (kh, kw), attrs)) < 1:  # the window does not fit: a 1x1 one does
+            kh, kw, attrs["dilation"] = 1, 1, (1, 1)
         o = c if attrs["groups"] > 1 else self.small()
         y = self.add("conv2d", [x, self.param((o, c // attrs["groups"], kh, kw), "w", weight=True)], attrs)
         if self.draw.chance(60):
@@ -318,8 +322,8 @@ class _Builder:
             "ceil_mode": self.draw.chance(10),
             "count_include_pad": self.draw.chance(50),
         }
-        if min(_window_out(shape[2:], attrs["pool_size"], attrs)) < 1:
-            return self._unary(x, shape)
+        if min(_window_out(shape[2:], attrs["pool_size"], attrs)) < 1:  # the window does not fit: a 1x1 one does
+            attrs["pool_size"], attrs["dilation"] = (1, 1), (1, 1)
         self.add(self.draw.choice(("max_pool2d", "avg_pool2d")), [x], attrs)
 
 
