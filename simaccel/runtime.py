@@ -69,6 +69,7 @@ class Plan:
         self.scratch: dict = {}  # staging buffers, host-staged mode only
         self.alias_scratch: dict = {}  # tensor id -> buffer an aliased output is computed into
         self.lock = threading.Lock()
+        self.freed = False
 
     def alias_buffer(self, index: int):
         buffer = self.alias_scratch.get(index)
@@ -84,6 +85,7 @@ class Plan:
             self.slots = [None] * len(self.slots)
             self.scratch.clear()
             self.alias_scratch.clear()
+            self.freed = True
             self.engine.free(buffers, self.device[1])
 
 
@@ -234,12 +236,18 @@ class Runtime:
             check(program.name, role, spec, ref)
             refs.append(ref)
         aliased = self._aliased_outputs(program, refs)
-        plan = self._plan((program.fingerprint(), engine.name, device, stream), program, engine, device)
-        call = Call(program.name, device, stream, self.staged, self.ledger, plan.scratch)
-        with plan.lock, engine.activate(call):
+        staged = self.staged
+        with self._live_plan((program.fingerprint(), engine.name, device, stream), program, engine, device) as plan:
+            call = Call(program.name, device, stream, staged, self.ledger, plan.scratch)
+            self._run_plan(plan, call, zip(ids, roles, refs), aliased)
+
+    def _run_plan(self, plan: Plan, call: Call, boundary, aliased) -> None:
+        """One call of a locked plan: bind the boundary (tensor id, role, TensorRef), run the ops."""
+        program, engine = plan.program, plan.engine
+        with engine.activate(call):
             start = time.perf_counter()
             slots = list(plan.slots)
-            for i, role, ref in zip(ids, roles, refs):
+            for i, role, ref in boundary:
                 slots[i] = engine.bind(call, ref, i, program.tensors[i], role)
             views = {i: slots[i] for i in aliased}
             for i in aliased:
@@ -277,6 +285,16 @@ class Runtime:
             if ids[out] not in aliased:
                 aliased.append(ids[out])
         return aliased
+
+    @contextlib.contextmanager
+    def _live_plan(self, plan_key: tuple, program: Program, engine, device):
+        """The cached plan for `plan_key`, locked; never one that another thread's eviction freed."""
+        while True:
+            plan = self._plan(plan_key, program, engine, device)
+            with plan.lock:
+                if not plan.freed:
+                    yield plan
+                    return
 
     def _plan(self, plan_key: tuple, program: Program, engine, device) -> Plan:
         with self._lock:

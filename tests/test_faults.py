@@ -553,7 +553,8 @@ def test_soak_10000_calls_with_flat_memory(clean_runtime):
     tensors = [tvm.runtime.tensor(a) for a in arrays]
     want = run_vm(build_tvm_only(mod), arrays)
     for _ in range(500):
-        vm["main"](*tensors)
+        out = vm["main"](*tensors)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)  # its first call allocates caches
     tracemalloc.start()
     try:
         traced, rss = tracemalloc.get_traced_memory()[0], rss_bytes()
@@ -567,3 +568,32 @@ def test_soak_10000_calls_with_flat_memory(clean_runtime):
     assert clean_runtime.ledger.snapshot()["offloaded_calls"] == 10_500
     assert traced < 200_000, f"Python heap grew {traced} bytes over 10,000 calls"
     assert rss < 8_000_000, f"resident memory grew {rss} bytes over 10,000 calls"
+
+
+def test_calls_racing_with_evictions_stay_correct():
+    """Threads share a runtime whose cache holds fewer plans than they use: a plan evicted (and
+    freed) by one thread is never run by another."""
+    runtime = Runtime(max_plans=2)
+    programs = [relu_program(w) for w in range(3, 9)]
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for i in range(150):
+                program = programs[(seed + i) % len(programs)]
+                width = program.tensors[0].shape[1]
+                x = rng.standard_normal((1, width)).astype(F32)
+                y = np.empty_like(x)
+                runtime.run(program, x, y)
+                h = np.maximum(x, 0).astype(np.float64)
+                np.testing.assert_allclose(y, 0.5 * h * (1 + np.vectorize(__import__("math").erf)(h / np.sqrt(2))),
+                                           rtol=1e-5, atol=1e-6)
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    pool = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    [t.start() for t in pool]
+    [t.join() for t in pool]
+    assert errors == [], errors[:1]
+    assert len(runtime._plans) <= 2
