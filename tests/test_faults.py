@@ -597,3 +597,13 @@ def test_calls_racing_with_evictions_stay_correct():
     [t.join() for t in pool]
     assert errors == [], errors[:1]
     assert len(runtime._plans) <= 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda: partition_report("not a module"),
+    lambda: build(relax.op.nn.relu(relax.Var("x", relax.TensorType((2,), F32)))),
+    lambda: partition_report(single_op(lambda x: op.nn.relu(x), [((2,), None)]), profile="fp16-only"),
+], ids=["string", "expression", "profile name"])
+def test_wrong_arguments_to_the_python_api_are_simaccel_errors(call):
+    with pytest.raises(SimAccelError, match="takes a Relax IRModule|must be a simaccel.DeviceProfile"):
+        call()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
+from ..errors import SimAccelError
 from ..profile import DEFAULT_PROFILE, DeviceProfile
 from .patterns import Rejection, checking, registered_patterns
 
@@ -63,6 +64,10 @@ def partition_report(mod: tvm.IRModule, profile: DeviceProfile | None = None) ->
 
 
 def _partition(mod, profile, rejections):
+    if not isinstance(mod, tvm.IRModule):
+        raise SimAccelError(f"partitioning takes a Relax IRModule, got {type(mod).__name__}")
+    if not isinstance(profile, DeviceProfile):
+        raise SimAccelError(f"profile must be a simaccel.DeviceProfile, got {type(profile).__name__}")
     with checking(profile, rejections):
         fused = relax.transform.FuseOpsByPattern(
             registered_patterns(), bind_constants=False, annotate_codegen=False
