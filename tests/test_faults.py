@@ -323,10 +323,10 @@ THREADED_VMS = textwrap.dedent(
     from simaccel.tvm_integration import build, build_tvm_only
     from simaccel.tvm_integration.models import demo_cnn, random_inputs
 
-    threads, calls, engine = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    if engine == "ref":
+    threads, calls, engine, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    if model == "demo":  # regions and TVM kernels
         mod = demo_cnn(batch=1)
-    else:  # the simulator runs one Python thread per CUDA thread: a small region
+    else:  # one small region and no TVM kernel at all (the simulator runs a Python thread per CUDA thread)
         x, w = relax.Var("x", relax.TensorType((2, 8), "float32")), relax.Var("w", relax.TensorType((8, 5), "float32"))
         bb = relax.BlockBuilder()
         with bb.function("main", [x, w]):
@@ -358,15 +358,36 @@ THREADED_VMS = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("engine, threads, calls", [("ref", 8, 200), ("sim", 4, 10)])
-def test_threads_creating_their_own_vms_and_calling(tmp_path, engine, threads, calls):
+@pytest.mark.parametrize("engine, threads, calls, model", [
+    ("ref", 8, 200, "demo"), ("ref", 8, 200, "all-offloaded"), ("sim", 4, 10, "all-offloaded"),
+])
+def test_threads_creating_their_own_vms_and_calling(tmp_path, engine, threads, calls, model):
     script = tmp_path / "threads.py"
     script.write_text(THREADED_VMS)
-    result = subprocess.run([sys.executable, str(script), str(threads), str(calls), engine],
+    result = subprocess.run([sys.executable, str(script), str(threads), str(calls), engine, model],
                             capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     total = 2 * threads * calls
     assert f"{total} of {total} calls matched" in result.stdout
+
+
+NOT_RUNNABLE = ("c", "static_library")  # module kinds that make Executable.jit() compile and reload
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("model", ["all-offloaded", "mixed", "many-functions"])
+def test_executables_need_no_jit_when_a_vm_is_made(device, model):
+    """Creating a VM must compile nothing (TVM's compile-and-reload on first use has no lock)."""
+    from simaccel.tvm_integration import default_target
+    from simaccel.tvm_integration.models import demo_cnn
+
+    mods = {
+        "all-offloaded": lambda: single_op(lambda x, w: op.nn.softmax(op.nn.relu(op.matmul(x, w))), [((2, 8), None), ((8, 5), None)]),
+        "mixed": lambda: demo_cnn(batch=1),
+        "many-functions": module_with_many_functions,
+    }
+    executable = build(mods[model](), default_target(device))
+    assert executable.mod._collect_from_import_tree(lambda m: m.kind in NOT_RUNNABLE) == []
 
 
 def test_sim_engine_serialises_threads_instead_of_failing(clean_runtime):

@@ -108,7 +108,27 @@ def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
                 builder.update_func(new_gvar, region.with_attr("global_symbol", new_gvar.name_hint))
                 restore[region_gvar.name_hint] = new_gvar
         builder.update_func(gvar, _SwapCallees(restore).visit_expr(grouped[entry]))
-    return builder.get()
+    merged = builder.get()
+    if any(_attr(f, "Codegen") for f in merged.functions.values()) and HOST_ANCHOR not in merged.global_var_map_:
+        merged[HOST_ANCHOR] = _host_anchor()
+    return merged
+
+
+HOST_ANCHOR = "simaccel_host_anchor"
+
+
+def _host_anchor():
+    """An empty public TIR function, so that TVM links the executable's host code with LLVM.
+
+    A module whose every op went to simaccel has no TIR of its own; TVM then makes its host
+    library an empty C source module, which `VirtualMachine` compiles with the C++ compiler
+    on first use (`Executable.jit`, with no lock: threads creating their first VMs at once
+    crash in it). One TIR function keeps the host library an LLVM module, like TVM's own.
+    """
+    from tvm import tirx
+
+    anchor = tirx.PrimFunc([], tirx.Evaluate(0))
+    return anchor.with_attrs({"global_symbol": HOST_ANCHOR, "tirx.is_scheduled": True})
 
 
 @relax.expr_functor.mutator

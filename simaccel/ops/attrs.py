@@ -12,9 +12,8 @@ import math
 
 
 def _ints(value, count: int, low: int, what: str) -> tuple[int, ...]:
-    if not isinstance(value, (list, tuple)) or len(value) != count:
-        raise ValueError(f"must be a list of {count} {what}, got {value!r}")
-    if any(type(v) is not int or v < low for v in value):
+    fits = isinstance(value, (list, tuple)) and len(value) == count
+    if not fits or any(type(v) is not int or v < low for v in value):
         raise ValueError(f"must be a list of {count} {what}, got {value!r}")
     return tuple(value)
 
