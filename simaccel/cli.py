@@ -116,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--shrink-seconds", type=float, default=300, help="time allowed to shrink a failure (default 300)")
     fuzz.add_argument("--jobs", type=int, default=1, help="worker processes sharing the cases (default 1)")
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
+    fuzz.add_argument("--shared", help=argparse.SUPPRESS)  # set by --jobs for its workers: models already checked
 
     commands.add_parser("ops", help="list the accelerator's ops")
     return parser
@@ -160,7 +161,7 @@ def _dispatch(args) -> int:
         if args.replay:
             return replay(args.replay)
         return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
-                        args.out, args.export_every, args.shrink_seconds, args.jobs)
+                        args.out, args.export_every, args.shrink_seconds, args.jobs, shared=args.shared)
     from .ops import get_op, list_ops
 
     for name in list_ops():

@@ -260,7 +260,8 @@ class Tally:
 
 
 def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32", "float16"), max_ops: int = 8,
-             out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, jobs: int = 1, log=print) -> int:
+             out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, jobs: int = 1, log=print,
+             shared: str | None = None) -> int:
     """Fuzz `cases` models on `engines`; returns the exit status (0 clean, 1 a failure).
 
     With `jobs` > 1 the cases are shared among that many worker processes, worker i drawing
@@ -297,15 +298,16 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     tally = Tally()
     progress = _Progress(cases, log, Path(out_dir) / "progress.json")
     memo: dict[str, Outcome] = {}
-    state = {"deadline": None, "failure": None, "shrinks": 0}
+    state = {"deadline": None, "failure": None, "shrinks": 0, "counted": 0}
 
     def one_case(data):
         case = draw_case(Draw(lambda lo, hi: data.draw(st.integers(lo, hi))), config)
         key = repr(case)
         outcome = memo.get(key)
         if outcome is None:
-            if state["deadline"] is None and len(memo) >= cases:
-                return  # enough distinct cases: the rest of hypothesis' examples are not run
+            if state["deadline"] is None and (state["counted"] >= cases or not _claim(shared, key)):
+                return  # enough cases, or one another worker of this run has checked: not run
+            state["counted"] += state["deadline"] is None
             if state["deadline"] is not None:
                 if time.monotonic() > state["deadline"]:
                     return  # shrinking has had its time: what is found so far is the answer
@@ -363,16 +365,34 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     return 1 if failures else 0
 
 
+def _claim(shared: str | None, key: str) -> bool:
+    """Whether this worker is the first of its run to draw the model `key` (always, alone).
+
+    Every worker's hypothesis starts from the same simplest models; a file per model in the
+    run's shared folder makes each distinct model count once.
+    """
+    if shared is None:
+        return True
+    try:
+        os.close(os.open(os.path.join(shared, hashlib.sha256(key.encode()).hexdigest()[:24]), os.O_CREAT | os.O_EXCL))
+        return True
+    except FileExistsError:
+        return False
+
+
 def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shrink_seconds, jobs, log) -> int:
     """Run the cases in `jobs` worker processes and add up what they found."""
     out = Path(out_dir).resolve()
+    shared = out / "models-seen"
+    shared.mkdir(exist_ok=True)
     workers = []
     for i in range(jobs):
         share = cases // jobs + (1 if i < cases % jobs else 0)
         folder = out / f"job{i}"
         command = [sys.executable, "-m", "simaccel.cli", "fuzz", "--cases", str(share), "--seed", str(seed * 1000 + i),
                    "--engine", ",".join(engines), "--dtype", ",".join(dtypes), "--max-ops", str(max_ops),
-                   "--out", str(folder), "--export-every", str(export_every), "--shrink-seconds", str(shrink_seconds)]
+                   "--out", str(folder), "--export-every", str(export_every), "--shrink-seconds", str(shrink_seconds),
+                   "--shared", str(shared)]
         folder.mkdir(parents=True, exist_ok=True)
         logfile = open(folder / "fuzz.log", "w")
         # cwd: the worker's own folder, so a source checkout in the caller's folder cannot
