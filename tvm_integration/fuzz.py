@@ -11,6 +11,7 @@ it (float16 overflow, accumulation order), the case is counted as "TVM numerical
 The drawing is done by hypothesis, so the first failure is shrunk (for at most
 `shrink_seconds`) to a smaller model that still fails, and saved as a runnable reproduction:
 the model as TVMScript, its inputs, the case as JSON and a `repro.py` that checks it again.
+The first three cases where TVM alone is the one off are saved the same way, under `tvm-off/`.
 Exit status: 0 when no case failed, 1 otherwise.
 """
 
@@ -316,6 +317,8 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
             if state["deadline"] is None:
                 tally.add(outcome)
                 progress.update(tally)
+                if outcome.verdict == TVM_OFF and tally.counts[TVM_OFF] <= 3:  # evidence for a TVM report
+                    save_reproduction(case, outcome, engines, Path(out_dir) / "tvm-off")
         if outcome.verdict == FAIL:
             if state["deadline"] is None:
                 state["deadline"] = time.monotonic() + shrink_seconds

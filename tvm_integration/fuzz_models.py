@@ -343,7 +343,10 @@ def _window_out(hw, window, attrs) -> tuple[int, int]:
         span = size + lo + hi - d * (k - 1) - 1
         if span < 0:
             return 0
-        return (-(-span // s) if ceil else span // s) + 1
+        if not ceil:
+            return span // s + 1
+        out = -(-span // s) + 1
+        return out - 1 if (out - 1) * s >= size + lo else out  # no window may start in the end padding
 
     return extent(h, kh, sh, pt, pb, dh), extent(w, kw, sw, pl, pr, dw)
 
