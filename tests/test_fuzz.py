@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import simaccel
+from conftest import HAS_GPU
 from harness import run_vm
 from simaccel.ops import get_op, registry
 from simaccel.tvm_integration import build_tvm_only
@@ -113,6 +114,8 @@ def test_cli_fuzz_prints_progress_and_a_summary(tmp_path):
     (("--dtype", "float64"), "--dtype float64: choose from float32, float16"),
     (("--replay", "/nonexistent"), "not a simaccel fuzz reproduction"),
     (("--out", "/proc/no/such/place"), "--out /proc/no/such/place: cannot create the folder"),
+    pytest.param(("--engine", "cuda"), "engine 'cuda' cannot run here",
+                 marks=pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")),
 ])
 def test_cli_fuzz_refuses_bad_arguments(args, message):
     result = simaccel_cli("fuzz", *args)

@@ -285,9 +285,12 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
 
+    from ..engines import get_engine
+
     for engine in engines:
         if engine not in ENGINE_DEVICE:
             raise SimAccelError(f"unknown engine {engine!r} for fuzz; choose from {', '.join(ENGINE_DEVICE)}")
+        get_engine(engine)  # EngineError here, not every case skipped, where it cannot run (cuda without a GPU)
     # On the GPU: no NaN/inf inputs (TVM's CUDA build takes max() as fmaxf, which drops NaN,
     # where its CPU build, and simaccel on every engine, keeps it: docs/design.md) and no
     # zero-size dims (TVM's CUDA build refuses most of them: "Divide by zero").
