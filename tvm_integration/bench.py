@@ -41,11 +41,10 @@ def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, log=pri
         results[name] = _bench_case(artifacts_dir, manifest, name, runtime, repeat, warmup)
         summary = ", ".join(f"{m} {v['median_us']:.1f} us" for m, v in results[name]["modes"].items())
         log(f"{name}: {summary}")
-    from numba import cuda
 
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "device": _device_name(cuda),
+        "device": deploy.gpu_name(),
         "versions": {pkg: _version(pkg) for pkg in ("simaccel", "apache-tvm", "apache-tvm-ffi", "numba-cuda", "numpy", "torch")},
         "method": f"median of {repeat} timed calls after {warmup} warm-up calls; modes interleaved; "
         "each call followed by a device synchronisation; wall clock",
@@ -182,11 +181,6 @@ def _chart(report, path) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-
-
-def _device_name(cuda) -> str:
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def _version(pkg: str) -> str | None:

@@ -137,7 +137,7 @@ def load(path: str | os.PathLike, device: str = "cpu"):
         return VirtualMachine(tvm.runtime.load_module(str(path)), dev), dev
     except Exception as e:  # TVM's loader errors: not a TVM library, no VM inside, built for another device
         raise SimAccelError(
-            f"library {path}: TVM cannot load it on {device} ({_reason(e)}); "
+            f"library {path}: TVM cannot load it on {device} ({error_line(e)}); "
             "expected a library made by export_library for this device"
         ) from e
 
@@ -176,7 +176,7 @@ def read_arrays(path: str | os.PathLike, label: str = "file") -> list[np.ndarray
     try:
         data = np.load(path, allow_pickle=False)
     except NPZ_ERRORS as e:
-        raise SimAccelError(f"{where}: a damaged .npz (zip) archive ({_reason(e)})") from e
+        raise SimAccelError(f"{where}: a damaged .npz (zip) archive ({error_line(e)})") from e
     with data:
         return [_read_array(where, data, key) for key in _argument_order(where, data.files)]
 
@@ -219,7 +219,7 @@ def _read_array(where: str, data, key: str) -> np.ndarray:
     try:
         array = data[key]
     except NPZ_ERRORS as e:
-        raise SimAccelError(f"{where}: cannot read array {key!r} ({_reason(e)})") from e
+        raise SimAccelError(f"{where}: cannot read array {key!r} ({error_line(e)})") from e
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "biufc":
         kind = array.dtype if isinstance(array, np.ndarray) else "raw bytes"
         raise SimAccelError(f"{where}: {key!r} is not a numeric array ({kind})")
@@ -235,7 +235,15 @@ def write_arrays(path, arrays, label: str = "file") -> None:
         raise SimAccelError(f"{label} {path}: cannot write there: {e.strerror or e}") from e
 
 
-def _reason(e: BaseException) -> str:
+def gpu_name() -> str:
+    """The name of the current CUDA device, as numba reports it (e.g. "NVIDIA H200")."""
+    from numba import cuda
+
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def error_line(e: BaseException) -> str:
     """An exception as one line: its type and the last line of its message (TVM's errors end with it)."""
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     return f"{type(e).__name__}: {lines[-1]}" if lines else type(e).__name__
@@ -277,5 +285,5 @@ def run_library(path, inputs, device: str = "cpu", func: str = "main") -> list[n
             raise  # any other exception from simaccel's own code is a bug, not a user mistake
         shapes = ", ".join(f"{a.shape} {a.dtype}" for a in inputs)
         raise SimAccelError(
-            f"running {func} of {path} on {device} with {len(inputs)} inputs ({shapes}) failed: {_reason(e)}"
+            f"running {func} of {path} on {device} with {len(inputs)} inputs ({shapes}) failed: {error_line(e)}"
         ) from e

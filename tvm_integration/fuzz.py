@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import SimAccelError
 from ..runtime import get_runtime
+from .deploy import error_line
 from .fuzz_models import Case, Config, Draw, Value, draw_case
 
 ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda"}
@@ -73,7 +74,7 @@ class Checker:
         try:
             mod = case.bound_module()
         except Exception as e:  # noqa: BLE001 - a model Relax refuses is not a case
-            return Outcome(SKIP, f"Relax refuses the model: {_last_line(e)}")
+            return Outcome(SKIP, f"Relax refuses the model: {error_line(e)}")
         arrays = case.runtime_arrays()
         verdict = Outcome(PASS)
         for device in dict.fromkeys(ENGINE_DEVICE[e] for e in self.engines):
@@ -83,11 +84,11 @@ class Checker:
                 want = _run(build_tvm_only(mod, target), arrays, dev)
             except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
                 _stop_if_context_lost(e, "TVM alone", case)
-                return Outcome(SKIP, f"TVM alone: {_last_line(e)}")
+                return Outcome(SKIP, f"TVM alone: {error_line(e)}")
             try:
                 executable = build(mod, target)
             except Exception as e:  # noqa: BLE001 - anything TVM builds, simaccel must build
-                return Outcome(FAIL, f"simaccel build failed where TVM alone builds: {type(e).__name__}: {_last_line(e)}")
+                return Outcome(FAIL, f"simaccel build failed where TVM alone builds: {error_line(e)}")
             for engine in (e for e in self.engines if ENGINE_DEVICE[e] == device):
                 runtime = get_runtime()
                 runtime.ledger.reset()
@@ -96,7 +97,7 @@ class Checker:
                         got = _run(executable, arrays, dev)
                 except Exception as e:  # noqa: BLE001 - simaccel failed to run what TVM runs
                     _stop_if_context_lost(e, f"simaccel on engine {engine}", case)
-                    return Outcome(FAIL, f"engine {engine}: run failed: {type(e).__name__}: {_last_line(e)}")
+                    return Outcome(FAIL, f"engine {engine}: run failed: {error_line(e)}")
                 ran = runtime.ledger.snapshot()["ops"]
                 if sample:  # a shrinking step is no new case
                     self.ops.update(ran)
@@ -169,7 +170,7 @@ def _stop_if_context_lost(error: BaseException, phase: str, case: Case) -> None:
     """End the run, naming the phase and the case, after an error no later CUDA call survives."""
     if any(marker in str(error) for marker in _STICKY_CUDA_ERRORS):
         raise ContextLost(
-            f"the GPU context was lost while running {phase} ({_last_line(error)}); every later case would "
+            f"the GPU context was lost while running {phase} ({error_line(error)}); every later case would "
             f"fail. The case: {case.describe()}; its model: {json.dumps(case_to_json(case))}"
         ) from error
 
@@ -232,11 +233,6 @@ def _error(got, reference) -> float:
     finite = np.isfinite(r)
     scale = 1.0 + (np.abs(r[finite]).max() if finite.any() else 0.0)
     return float(diff.max() / scale) if diff.size else 0.0
-
-
-def _last_line(e: BaseException) -> str:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return lines[-1][:300] if lines else type(e).__name__
 
 
 def _tail(result) -> str:
@@ -490,10 +486,9 @@ class _Progress:
 
 def _device_name(engines) -> str:
     if "cuda" in engines:
-        from numba import cuda
+        from .deploy import gpu_name
 
-        name = cuda.get_current_device().name
-        return name.decode() if isinstance(name, bytes) else str(name)
+        return gpu_name()
     import platform
 
     return f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
