@@ -2,10 +2,9 @@
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.max_pool2d, simaccel.avg_pool2d). One thread per output element, output width
-fastest. Padding is (top, left, bottom, right); padded positions never contribute to the
-max; the average divides by the window area (KH * KW) when count_include_pad, else by the
-number of in-bounds elements (TVM / PyTorch semantics), and gives 0 for a window entirely
-in padding. Max pooling is TVM's: a running `best = best if best > v else v` over every tap
+fastest. Padding is (top, left, bottom, right). The average divides by the window area
+(KH * KW) when count_include_pad, else by the number of in-bounds elements (TVM / PyTorch
+semantics), and gives 0 for a window entirely in padding. Max pooling is TVM's: a running `best = best if best > v else v` over every tap
 of the window in row-major order, padded taps included as `lowest` (the dtype's lowest finite
 value, also the start value), so NaN and all-padding windows come out as in TVM's CPU build.
 Math is float32.
