@@ -16,7 +16,7 @@ import numba
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
-from .activation import ACT_GELU, ACT_RELU, apply_activation
+from .activation import ACTIVATIONS, apply_activation
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -136,23 +136,11 @@ def collapse_dims(out_shape, sa, sb):
     )
 
 
-def _launch_binary(target, out, a, b, op, name) -> int:
+def _launch_binary(target, out, a, b, op) -> int:
+    """Shapes come validated by the ISA: `a` and `b` broadcast (numpy rules) to `out`, rank <= 4."""
     a_shape = tuple(int(d) for d in a.shape)
     b_shape = tuple(int(d) for d in b.shape)
     out_shape = tuple(int(d) for d in out.shape)
-    if max(len(a_shape), len(b_shape), len(out_shape)) > _RANK:
-        raise ValueError(f"{name} supports rank <= {_RANK}, got {a_shape}, {b_shape}")
-    # numpy broadcasting of the two inputs must give exactly the out shape
-    rank = max(len(a_shape), len(b_shape))
-    pa = (1,) * (rank - len(a_shape)) + a_shape
-    pb = (1,) * (rank - len(b_shape)) + b_shape
-    expected = []
-    for da, db in zip(pa, pb):
-        if da != db and da != 1 and db != 1:
-            raise ValueError(f"{name}: shapes {a_shape} and {b_shape} do not broadcast")
-        expected.append(db if da == 1 else da)
-    if tuple(expected) != out_shape:
-        raise ValueError(f"{name} out shape {out_shape} != broadcast shape {tuple(expected)}")
     total = _size(out_shape)
     if total == 0:
         return 0
@@ -169,10 +157,8 @@ def _launch_binary(target, out, a, b, op, name) -> int:
     return 1
 
 
-def _launch_unary(target, out, data, act, name) -> int:
+def _launch_unary(target, out, data, act) -> int:
     shape = tuple(int(d) for d in data.shape)
-    if tuple(int(d) for d in out.shape) != shape:
-        raise ValueError(f"{name} out shape {tuple(out.shape)} != data shape {shape}")
     total = _size(shape)
     if total == 0:
         return 0
@@ -184,19 +170,14 @@ def _launch_unary(target, out, data, act, name) -> int:
 
 def launch_add(target, out, a, b) -> int:
     """out = a + b with numpy broadcasting (rank <= 4); returns the launch count."""
-    return _launch_binary(target, out, a, b, OP_ADD, "add")
+    return _launch_binary(target, out, a, b, OP_ADD)
 
 
 def launch_multiply(target, out, a, b) -> int:
     """out = a * b with numpy broadcasting (rank <= 4); returns the launch count."""
-    return _launch_binary(target, out, a, b, OP_MULTIPLY, "multiply")
+    return _launch_binary(target, out, a, b, OP_MULTIPLY)
 
 
-def launch_relu(target, out, data) -> int:
-    """out = max(data, 0); returns the launch count."""
-    return _launch_unary(target, out, data, ACT_RELU, "relu")
-
-
-def launch_gelu(target, out, data) -> int:
-    """out = exact (erf) gelu(data); returns the launch count."""
-    return _launch_unary(target, out, data, ACT_GELU, "gelu")
+def launch_activation(target, out, data, *, activation) -> int:
+    """out = activation(data) (a name of simaccel.kernels.activation.ACTIVATIONS); returns the launch count."""
+    return _launch_unary(target, out, data, ACTIVATIONS[activation])

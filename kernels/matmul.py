@@ -14,7 +14,7 @@ import math
 
 from numba import cuda, float32
 
-from .activation import activation_code, apply_activation
+from .activation import ACTIVATIONS, apply_activation
 
 # Tiling scheme. A block of THREADS_Y x THREADS_X = 16 x 16 threads computes a BM x BN =
 # 64 x 64 tile of `out`. Per K slice of BK = 16 the block stages A[BM, BK] and B[BK, BN] in
@@ -135,34 +135,17 @@ def _matmul_kernel(out, a, b, bias, M, N, K, transpose_b, has_bias, act):
 def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str) -> int:
     """Launch the register-tiled matmul on `target`; returns the number of kernel launches.
 
-    data: (..., M, K), rank 2..4 (leading dims are flattened into rows); weight: (K, N), or
-    (N, K) when `transpose_b` (torch linear form, y = x @ W^T); bias: None, (N,) or (1, N);
-    out: data.shape[:-1] + (N,).
+    Shapes come validated by the ISA (simaccel.ops.matmul): data (..., M, K), rank 2..4
+    (leading dims are flattened into rows); weight (K, N), or (N, K) when `transpose_b`
+    (torch linear form, y = x @ W^T); bias None or N values; out data.shape[:-1] + (N,).
     """
     # Device arrays' shapes reject negative indices: work on plain tuples.
     dshape = tuple(int(d) for d in data.shape)
     wshape = tuple(int(d) for d in weight.shape)
-    if not 2 <= len(dshape) <= 4:
-        raise ValueError(f"matmul data must have rank 2..4, got shape {dshape}")
-    if len(wshape) != 2:
-        raise ValueError(f"matmul weight must have rank 2, got shape {wshape}")
     K = dshape[-1]
-    if transpose_b:
-        N, Kw = wshape
-    else:
-        Kw, N = wshape
-    if Kw != K:
-        raise ValueError(
-            f"matmul reduction dims differ: data {dshape}, weight {wshape}"
-            f" (transpose_b={bool(transpose_b)})"
-        )
+    N = wshape[0] if transpose_b else wshape[1]
     rows = math.prod(dshape[:-1])
-    expected = dshape[:-1] + (N,)
-    if tuple(int(d) for d in out.shape) != expected:
-        raise ValueError(f"matmul out shape {tuple(out.shape)} != expected {expected}")
-    if bias is not None and math.prod(int(d) for d in bias.shape) != N:
-        raise ValueError(f"matmul bias shape {tuple(bias.shape)} does not hold {N} values")
-    act = activation_code(activation)
+    act = ACTIVATIONS[activation]
     if rows == 0 or N == 0:
         return 0
 

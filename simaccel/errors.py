@@ -14,6 +14,7 @@ __all__ = [
     "ProgramError",
     "EngineError",
     "CodegenError",
+    "OpDeclarationError",
 ]
 
 
@@ -51,3 +52,7 @@ class EngineError(SimAccelError):
 
 class CodegenError(SimAccelError):
     """A region the codegen cannot turn into a Program."""
+
+
+class OpDeclarationError(SimAccelError):
+    """An op declaration (simaccel.ops.OpFamily) that is malformed, or a name already taken."""

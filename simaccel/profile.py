@@ -1,14 +1,22 @@
-"""Device profile: what the accelerator supports (dtypes, ranks, sizes).
+"""Device profile: the limits of the accelerator being simulated, set by the user.
 
-The same profile object is read by the partition check functions (what may be offloaded) and
-enforced by the runtime when it plans a Program (what may be executed), so the two cannot drift.
+Which ops it runs, in which dtypes, up to which rank, how many bytes one tensor and one
+region (its scratchpad: every tensor a region touches) may take, and the alignment its DMA
+needs of the buffers it is handed. Partitioning reads the profile (what may be offloaded,
+with the reason when not); the runtime enforces it when it validates a Program and binds
+tensors, so the two cannot drift.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field, fields
 
-from .errors import DtypeError, ShapeError
+from .errors import DtypeError, LayoutError, ShapeError, SimAccelError
+
+# TVM allocates every buffer at a multiple of this (kAllocAlignment in TVM's runtime), so a
+# region's tensors always meet a profile alignment up to it.
+TVM_ALIGNMENT = 64
 
 
 @dataclass(frozen=True)
@@ -19,21 +27,82 @@ class DeviceProfile:
     ----------
     name:
         A label shown in reports and errors.
+    ops:
+        Op names or family names this device runs (e.g. ``{"simaccel.conv2d",
+        "simaccel.add"}``: conv2d with all its fused variants); None means every declared op.
     dtypes:
         Element types the accelerator computes in (accumulation is always float32).
     max_rank:
         Largest tensor rank an op accepts.
+    max_tensor_bytes:
+        Largest size of one tensor in bytes; None: no limit.
+    max_region_bytes:
+        Scratchpad size: the most bytes all tensors of one region (inputs, outputs,
+        intermediates) may take together; larger regions are split. None: no limit.
+    alignment:
+        Byte alignment the data pointer of every tensor handed to a region must have (a
+        power of two); None: the element size.
     max_elements:
-        Largest element count of one tensor (kernels index with 32-bit integers).
-    ops:
-        Op names this device runs; None means every registered op.
+        Largest element count of one tensor (the kernels index with 32-bit integers).
     """
 
     name: str = "simaccel-default"
+    ops: frozenset[str] | None = field(default=None)
     dtypes: tuple[str, ...] = ("float32", "float16")
     max_rank: int = 4
+    max_tensor_bytes: int | None = None
+    max_region_bytes: int | None = None
+    alignment: int | None = None
     max_elements: int = 2**31 - 1
-    ops: frozenset[str] | None = field(default=None)
+
+    def __post_init__(self):
+        if self.ops is not None:
+            if isinstance(self.ops, str) or not all(isinstance(o, str) for o in self.ops):
+                raise SimAccelError(f"profile {self.name}: ops must be a set of op or family names, got {self.ops!r}")
+            object.__setattr__(self, "ops", frozenset(self.ops))
+        object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        for name in ("max_rank", "max_tensor_bytes", "max_region_bytes", "alignment", "max_elements"):
+            value = getattr(self, name)
+            if value is None and name in ("max_tensor_bytes", "max_region_bytes", "alignment"):
+                continue
+            if type(value) is not int or value < (0 if name == "max_rank" else 1):
+                raise SimAccelError(f"profile {self.name}: {name} must be a positive integer, got {value!r}")
+        if self.alignment is not None and self.alignment & (self.alignment - 1):
+            raise SimAccelError(f"profile {self.name}: alignment must be a power of two, got {self.alignment}")
+
+    # -- reading and writing -------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict) -> "DeviceProfile":
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) - known:
+            extra = sorted(set(data) - known) if isinstance(data, dict) else data
+            raise SimAccelError(f"a device profile takes the fields {sorted(known)}; unknown: {extra}")
+        data = dict(data)
+        if data.get("ops") is not None:
+            data["ops"] = frozenset(data["ops"])
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path: str) -> "DeviceProfile":
+        """A profile from a JSON file of the same fields."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                return cls.from_dict(json.load(f))
+        except (OSError, ValueError) as e:
+            raise SimAccelError(f"device profile {path}: {e}") from e
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["ops"] = sorted(self.ops) if self.ops is not None else None
+        data["dtypes"] = list(self.dtypes)
+        return data
+
+    # -- the checks ----------------------------------------------------------------------
+    def why_not_op(self, op: str, family: str | None = None) -> str | None:
+        """One-line reason why op `op` (of `family`) is not enabled, or None if it is."""
+        if self.ops is not None and op not in self.ops and (family is None or family not in self.ops):
+            return f"op {op} is not enabled in profile {self.name}"
+        return None
 
     def why_not_tensor(self, role: str, shape, dtype: str) -> str | None:
         """One-line reason why a tensor cannot be handled, or None if it can."""
@@ -46,11 +115,22 @@ class DeviceProfile:
             count *= int(dim)
         if count > self.max_elements:
             return f"{role} has {count} elements, more than the profile's {self.max_elements}"
+        size = count * _itemsize(dtype)
+        if self.max_tensor_bytes is not None and size > self.max_tensor_bytes:
+            return f"{role} {tuple(shape)} {dtype} takes {size} bytes, more than profile {self.name}'s {self.max_tensor_bytes} per tensor"
         return None
 
-    def why_not_op(self, op: str) -> str | None:
-        if self.ops is not None and op not in self.ops:
-            return f"op {op} is not enabled in profile {self.name}"
+    def why_not_region(self, nbytes: int, what: str = "the region") -> str | None:
+        """One-line reason why `nbytes` of tensors do not fit the scratchpad, or None."""
+        if self.max_region_bytes is not None and nbytes > self.max_region_bytes:
+            return f"{what} needs {nbytes} bytes, more than profile {self.name}'s {self.max_region_bytes}-byte scratchpad"
+        return None
+
+    def why_not_alignment(self) -> str | None:
+        """Why no tensor TVM allocates can be relied on to be aligned enough, or None."""
+        if self.alignment is not None and self.alignment > TVM_ALIGNMENT:
+            return (f"profile {self.name} needs {self.alignment}-byte aligned tensors; TVM aligns its buffers "
+                    f"to {TVM_ALIGNMENT} bytes")
         return None
 
     def check_tensor(self, op: str, role: str, shape, dtype: str) -> None:
@@ -60,6 +140,18 @@ class DeviceProfile:
             return
         kind = DtypeError if reason.startswith(f"{role} dtype") else ShapeError
         raise kind(f"{op}: {reason} (shape {tuple(shape)}, dtype {dtype})")
+
+    def check_address(self, where: str, address: int) -> None:
+        """LayoutError if a boundary tensor's data pointer breaks the profile's alignment."""
+        if self.alignment is not None and address % self.alignment:
+            raise LayoutError(f"{where} data pointer {address:#x} is not aligned to the {self.alignment} bytes "
+                              f"profile {self.name} needs")
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+
+    return np.dtype(dtype).itemsize
 
 
 DEFAULT_PROFILE = DeviceProfile()

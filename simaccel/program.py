@@ -173,7 +173,7 @@ class Program:
         for index, node in enumerate(self.ops):
             where = f"op {index} ({node.op})"
             op = get_op(node.op)
-            reason = profile.why_not_op(node.op)
+            reason = profile.why_not_op(node.op, op.family.name)
             if reason:
                 raise ProgramError(f"Program {self.name}: {reason}")
             for i in node.inputs + (node.output,):
@@ -206,7 +206,15 @@ class Program:
         unwritten = [self.tensors[i].name for i in self.outputs if i not in ready]
         if unwritten:
             raise ProgramError(f"Program {self.name}: outputs {unwritten} are never written")
+        reason = profile.why_not_region(self.nbytes, f"Program {self.name}")
+        if reason:
+            raise ProgramError(reason)
         return self
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all its tensors: what the region needs of the accelerator's scratchpad."""
+        return sum(t.nbytes for t in self.tensors)
 
     def _check_attrs(self, where: str, op, attrs) -> None:
         """Exactly the op's attributes, each of its declared kind (simaccel.ops.attrs)."""

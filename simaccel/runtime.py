@@ -234,6 +234,7 @@ class Runtime:
             spec = program.tensors[i]
             ref = tensor if isinstance(tensor, TensorRef) else from_dlpack(tensor, device, program.name, role, spec.name)
             check(program.name, role, spec, ref)
+            self.profile.check_address(f"region {program.name}: {role} {spec.name!r}", ref.address)
             refs.append(ref)
         aliased = self._aliased_outputs(program, refs)
         staged = self.staged

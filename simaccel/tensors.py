@@ -4,7 +4,7 @@ A region's tensors arrive in one of two forms, and both become a `TensorRef` (ad
 shape, dtype, strides, device) before anything reads them:
 
 * `from_dltensor(address)`: a `DLTensor*`, read in place. This is what TVM's compiled region
-  functions pass (simaccel.tvm_integration.forwarder): the very buffers TVM allocated.
+  functions pass (simaccel.tvm_integration.backend.forwarder): the very buffers TVM allocated.
 * `from_dlpack(obj)`: any DLPack producer (numpy, PyTorch, CuPy, a TVM tensor), for callers
   of `Runtime.run`.
 

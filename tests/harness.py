@@ -8,8 +8,8 @@ from tvm import relax
 import simaccel
 from compare import assert_same
 from simaccel.tvm_integration import build, build_tvm_only, partition_report
-from simaccel.tvm_integration.deploy import outputs_as_list
-from simaccel.tvm_integration.models import random_inputs
+from simaccel.tvm_integration.tools.deploy import outputs_as_list
+from simaccel.tvm_integration.tools.models import random_inputs
 
 
 
@@ -45,3 +45,17 @@ def compare_with_tvm(mod, engine: str, seed: int = 0, expect_offload: bool = Tru
     for g, w in zip(*(x if isinstance(x, list) else [x] for x in (got, want)), strict=True):
         assert_same(g, w, dtype)
     return got, want, snapshot
+
+
+def plant_reference(monkeypatch, name: str, wrong):
+    """Make op `name`'s numpy reference (what the ref engine runs) compute `wrong(right result)`
+    for as long as the test runs: a planted fault the checks must catch."""
+    import dataclasses
+
+    from simaccel.ops import get_op, registry
+
+    op = get_op(name)
+    right = op.family.reference
+    family = dataclasses.replace(op.family, reference=lambda *a, **k: wrong(right(*a, **k)))
+    monkeypatch.setitem(registry._OPS, name, dataclasses.replace(op, family=family))
+    simaccel.get_runtime().clear()  # plans hold resolved ops

@@ -11,7 +11,7 @@ from tvm import relax
 
 from harness import compare_with_tvm
 from model_zoo import random_model, single_op
-from simaccel.tvm_integration.models import demo_cnn
+from simaccel.tvm_integration.tools.models import demo_cnn
 
 op = relax.op
 F32, F16 = "float32", "float16"
@@ -86,7 +86,7 @@ def test_repeated_calls_reuse_the_plan_and_stay_correct():
 
     import simaccel
     from simaccel.tvm_integration import build
-    from simaccel.tvm_integration.models import random_inputs
+    from simaccel.tvm_integration.tools.models import random_inputs
 
     mod = single_op(lambda x, w, b: op.nn.softmax(op.add(op.matmul(x, w), b)), [((4, 8), None), ((8, 6), None), ((6,), None)])
     vm = relax.VirtualMachine(build(mod), tvm.cpu())

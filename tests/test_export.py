@@ -11,7 +11,7 @@ import pytest
 from harness import run_vm
 from model_zoo import random_model
 from simaccel.tvm_integration import build, build_tvm_only
-from simaccel.tvm_integration.models import demo_cnn, random_inputs
+from simaccel.tvm_integration.tools.models import demo_cnn, random_inputs
 
 LOAD_AND_RUN = textwrap.dedent(
     """
@@ -92,7 +92,7 @@ def test_tensor_objects_from_older_libraries_are_accepted(clean_runtime):
     import tvm
 
     from simaccel.program import OpNode, Program, TensorSpec
-    from simaccel.tvm_integration.bridge import invoke
+    from simaccel.tvm_integration.backend.bridge import invoke
 
     program = Program("old", (TensorSpec("x", (2, 3), "float32"), TensorSpec("y", (2, 3), "float32")), (0,), (1,),
                       (OpNode("simaccel.relu", (0,), 1),))

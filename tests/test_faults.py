@@ -321,7 +321,7 @@ THREADED_VMS = textwrap.dedent(
     from tvm import relax
     import simaccel
     from simaccel.tvm_integration import build, build_tvm_only
-    from simaccel.tvm_integration.models import demo_cnn, random_inputs
+    from simaccel.tvm_integration.tools.models import demo_cnn, random_inputs
 
     threads, calls, engine, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     if model == "demo":  # regions and TVM kernels
@@ -379,7 +379,7 @@ NOT_RUNNABLE = ("c", "static_library")  # module kinds that make Executable.jit(
 def test_executables_need_no_jit_when_a_vm_is_made(device, model):
     """Creating a VM must compile nothing (TVM's compile-and-reload on first use has no lock)."""
     from simaccel.tvm_integration import default_target
-    from simaccel.tvm_integration.models import demo_cnn
+    from simaccel.tvm_integration.tools.models import demo_cnn
 
     mods = {
         "all-offloaded": lambda: single_op(lambda x, w: op.nn.softmax(op.nn.relu(op.matmul(x, w))), [((2, 8), None), ((8, 5), None)]),

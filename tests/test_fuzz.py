@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -12,11 +11,10 @@ import pytest
 
 import simaccel
 from conftest import HAS_GPU
-from harness import run_vm
-from simaccel.ops import get_op, registry
+from harness import plant_reference, run_vm
 from simaccel.tvm_integration import build_tvm_only
-from simaccel.tvm_integration.fuzz import PASS, case_from_json, case_to_json, replay, run_fuzz
-from simaccel.tvm_integration.fuzz_models import Config, Draw, draw_case
+from simaccel.tvm_integration.tools.fuzz import PASS, case_from_json, case_to_json, replay, run_fuzz
+from simaccel.tvm_integration.tools.fuzz_models import Config, Draw, draw_case
 
 
 def test_seeded_run_on_ref_is_clean_and_reloads_a_sample(tmp_path):
@@ -61,9 +59,7 @@ def test_float64_reference_of_drawn_models_matches_tvm(seed):
 @pytest.fixture
 def wrong_relu(monkeypatch):
     """simaccel.relu's reference made wrong (what the ref engine runs), for as long as the test runs."""
-    relu = get_op("simaccel.relu")
-    monkeypatch.setitem(registry._OPS, relu.name, dataclasses.replace(relu, reference=lambda data: relu.reference(data) + 1))
-    simaccel.get_runtime().clear()  # plans hold resolved ops
+    plant_reference(monkeypatch, "simaccel.relu", lambda y: y + 1)
     yield
     monkeypatch.undo()
     simaccel.get_runtime().clear()
@@ -85,9 +81,7 @@ def test_a_planted_fault_is_found_shrunk_and_reproduced(tmp_path, wrong_relu):
 
 
 def test_a_reproduction_passes_once_the_fault_is_gone(tmp_path, monkeypatch):
-    relu = get_op("simaccel.relu")
-    monkeypatch.setitem(registry._OPS, relu.name, dataclasses.replace(relu, reference=lambda data: relu.reference(data) + 1))
-    simaccel.get_runtime().clear()
+    plant_reference(monkeypatch, "simaccel.relu", lambda y: y + 1)
     assert run_fuzz(cases=40, seed=2, engines=["ref"], out_dir=tmp_path, export_every=0, shrink_seconds=10,
                     log=lambda _: None) == 1
     monkeypatch.undo()
@@ -99,7 +93,7 @@ def test_a_reproduction_passes_once_the_fault_is_gone(tmp_path, monkeypatch):
 
 
 def simaccel_cli(*args):
-    return subprocess.run([sys.executable, "-m", "simaccel.cli", *args], capture_output=True, text=True, timeout=600, cwd="/")
+    return subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], capture_output=True, text=True, timeout=600, cwd="/")
 
 
 def test_cli_fuzz_prints_progress_and_a_summary(tmp_path):

@@ -1,7 +1,7 @@
 """The accelerator on a real GPU: zero-copy, stream-ordered, matching TVM alone.
 
 Every test here is marked `gpu` (skipped, with the reason, where no GPU exists). They run
-prebuilt libraries (simaccel.tvm_integration.artifacts): from $SIMACCEL_GPU_ARTIFACTS when
+prebuilt libraries (simaccel.tvm_integration.tools.artifacts): from $SIMACCEL_GPU_ARTIFACTS when
 set (a GPU machine whose TVM has only its runtime), else built in-process (full TVM). Only
 `tvm.runtime` is used at run time, as in a deployment.
 """
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from simaccel import DeviceError
-from simaccel.tvm_integration import deploy
-from simaccel.tvm_integration.artifacts import case_inputs, load_manifest
+from simaccel.tvm_integration.tools import deploy
+from simaccel.tvm_integration.tools.artifacts import case_inputs, load_manifest
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,7 @@ ZERO = {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
 def artifacts(tmp_path_factory):
     directory = os.environ.get("SIMACCEL_GPU_ARTIFACTS")
     if not directory:
-        from simaccel.tvm_integration.artifacts import build_artifacts
+        from simaccel.tvm_integration.tools.artifacts import build_artifacts
 
         directory = build_artifacts(tmp_path_factory.mktemp("gpu-artifacts"), log=lambda _: None)
     return directory, load_manifest(directory)
@@ -349,14 +349,14 @@ def test_evicted_plans_give_device_memory_back():
 def test_threads_creating_their_first_vms_at_once_on_the_gpu(clean_runtime):
     import tvm
 
-    from simaccel.tvm_integration.deploy import runtime_only
+    from simaccel.tvm_integration.tools.deploy import runtime_only
 
     if runtime_only():
         pytest.skip("builds in-process: needs the full TVM")
     from tvm import relax
 
     from simaccel.tvm_integration import build, build_tvm_only, default_target
-    from simaccel.tvm_integration.models import demo_cnn, random_inputs
+    from simaccel.tvm_integration.tools.models import demo_cnn, random_inputs
 
     mod = demo_cnn(batch=2)
     arrays = random_inputs(mod)
@@ -385,7 +385,7 @@ def test_threads_creating_their_first_vms_at_once_on_the_gpu(clean_runtime):
 def test_tvm_cuda_and_cpu_builds_differ_on_nan_in_max_pooling():
     """A fact about TVM that simaccel's docs rely on: its CUDA max pooling (fmaxf) drops NaN,
     its CPU build (a select on acc > v) keeps a NaN no later tap replaces; simaccel follows the CPU."""
-    from simaccel.tvm_integration.deploy import runtime_only
+    from simaccel.tvm_integration.tools.deploy import runtime_only
 
     if runtime_only():
         pytest.skip("builds in-process: needs the full TVM")

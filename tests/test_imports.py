@@ -25,6 +25,6 @@ def test_import_tvm_registers_simaccel_lazily():
         "import sys, tvm, tvm_ffi\n"
         "print(tvm_ffi.get_global_func('relax.ext.simaccel', allow_missing=True) is not None,"
         " tvm_ffi.get_global_func('simaccel.runtime.invoke', allow_missing=True) is not None,"
-        " 'numba' in sys.modules, 'tvm.relax' in sys.modules and 'simaccel.tvm_integration.patterns' in sys.modules)"
+        " 'numba' in sys.modules, 'tvm.relax' in sys.modules and 'simaccel.tvm_integration.backend.patterns' in sys.modules)"
     )
     assert out == "True True False False"

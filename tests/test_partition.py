@@ -9,7 +9,7 @@ from model_zoo import single_op
 from simaccel.ops import list_ops
 from simaccel.profile import DeviceProfile
 from simaccel.tvm_integration import partition_for_simaccel, partition_report
-from simaccel.tvm_integration.patterns import registered_patterns
+from simaccel.tvm_integration.backend.patterns import registered_patterns
 
 op = relax.op
 

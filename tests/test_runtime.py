@@ -160,7 +160,8 @@ def test_kernel_failure_names_op_and_tensors(clean_runtime, monkeypatch):
         raise ZeroDivisionError("boom")
 
     op = get_op("simaccel.softmax")
-    monkeypatch.setitem(registry._OPS, op.name, dataclasses.replace(op, reference=broken))
+    family = dataclasses.replace(op.family, reference=broken)
+    monkeypatch.setitem(registry._OPS, op.name, dataclasses.replace(op, family=family))
     program = dataclasses.replace(mlp_program(), name="broken_softmax")
     with pytest.raises(simaccel.SimAccelError, match="op simaccel.softmax failed on engine 'ref'.*h: \\(4, 6\\) float32.*boom"):
         clean_runtime.run(program, *mlp_inputs(), np.zeros((4, 6), np.float32))

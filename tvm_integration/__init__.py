@@ -1,4 +1,4 @@
-"""simaccel.tvm_integration: simaccel as a TVM Relax BYOC backend.
+"""simaccel.tvm_integration: simaccel as a TVM Relax BYOC backend (`backend/`) and its tools (`tools/`).
 
 * `partition_for_simaccel(mod, profile=None)` - patterns + check functions -> regions
 * `partition_report(mod)`                     - the same, plus where each op went and why
@@ -9,7 +9,7 @@ Only `register` is imported eagerly: the rest needs the full TVM compiler (`tvm.
 which a runtime-only deployment does not have.
 """
 
-from .autoload import register
+from .backend.autoload import register
 
 _LAZY = {
     "partition_for_simaccel": "partition",
@@ -27,7 +27,7 @@ def __getattr__(name):
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        return getattr(importlib.import_module(f".backend.{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import EngineError
 from ..ledger import Ledger
-from ..ops.registry import OpDef
+from ..ops.declare import OpDef
 from ..program import OpNode, TensorSpec
 from ..tensors import TensorRef, describe, host_array
 

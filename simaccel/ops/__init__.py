@@ -1,9 +1,38 @@
-"""simaccel.ops: the accelerator's ISA (op registry, shape rules, numpy references).
+"""simaccel.ops: the accelerator's ISA, one declaration per op family.
 
-Importing this package registers every op. Kernels are imported only when first launched.
+The public API to add an instruction (see docs/adding-an-op.md):
+
+* `OpFamily` - the declaration: Relax pattern, attributes, shape rule, reference, kernel;
+* `relax_op` - the Relax expression it replaces; `Reject` - a match that stays on TVM;
+* `declare`  - add it to the ISA; `attrs` - attribute kinds; `rules` - shape-rule helpers;
+* `ShapeError` - what a shape rule raises for inputs the op does not take.
+
+Importing this package declares the built-in families; ops declared in users' modules are
+loaded from $SIMACCEL_OPS when the registry is first read. Kernels are imported on first launch.
 """
 
-from . import conv2d, elementwise, matmul, normalization, pool2d  # noqa: F401  (registers the ops)
-from .registry import OpDef, get_op, list_ops, register_op
+from ..errors import ShapeError
+from . import attrs, rules
+from .declare import OpDef, OpFamily, RelaxMatch, RelaxPattern, Reject, relax_op
+from .registry import USER_OPS_ENV, declare, families, get_op, list_ops, load_user_ops
 
-__all__ = ["OpDef", "get_op", "list_ops", "register_op"]
+# The built-in families, declared through the same API (order: lowest match priority first).
+from . import elementwise, normalization, pool2d, conv2d, matmul  # noqa: E402, F401  isort: skip
+
+__all__ = [
+    "OpDef",
+    "OpFamily",
+    "RelaxMatch",
+    "RelaxPattern",
+    "Reject",
+    "ShapeError",
+    "USER_OPS_ENV",
+    "attrs",
+    "declare",
+    "families",
+    "get_op",
+    "list_ops",
+    "load_user_ops",
+    "relax_op",
+    "rules",
+]

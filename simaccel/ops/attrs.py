@@ -40,3 +40,17 @@ def positive_float(value) -> float:
     if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def integer(value) -> int:
+    """Any integer (an axis, a count)."""
+    if type(value) is not int:
+        raise ValueError(f"must be an integer, got {value!r}")
+    return value
+
+
+def number(value) -> float:
+    """A finite number."""
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return float(value)

@@ -1,56 +1,57 @@
-"""Elementwise ops: ``simaccel.add`` and ``simaccel.multiply`` (numpy broadcasting, rank <= 4),
-``simaccel.relu`` and ``simaccel.gelu``. Computed in float32, stored in the input dtype."""
+"""Elementwise families: ``simaccel.add`` and ``simaccel.multiply`` (numpy broadcasting,
+rank <= 4) and one op per ISA activation (``simaccel.relu``, ``simaccel.gelu``). Computed
+in float32, stored in the input dtype."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import ShapeError
-from .common import activate, check_rank, f32, kernel, same_dtype
-from .registry import register_op
+from .activation import ACTIVATIONS, activate
+from .declare import OpFamily, relax_op
+from .registry import declare
+from .rules import check_rank, f32
 
 
-def make_binary_infer(op: str):
-    def infer(shapes, dtypes):
-        dtype = same_dtype(op, ("lhs", "rhs"), dtypes)
+def _broadcast(op: str):
+    def infer(shapes):
         try:
             shape = np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
         except ValueError:
             raise ShapeError(f"{op}: shapes {tuple(shapes[0])} and {tuple(shapes[1])} do not broadcast") from None
         check_rank(op, "result", shape, 0, 4)
-        return tuple(shape), dtype
+        return tuple(shape)
 
     return infer
 
 
-def make_unary_infer(op: str):
-    def infer(shapes, dtypes):
-        dtype = same_dtype(op, ("data",), dtypes)
+def _same_shape(op: str):
+    def infer(shapes, **_):
         check_rank(op, "data", shapes[0], 0, 4)
-        return tuple(shapes[0]), dtype
+        return tuple(shapes[0])
 
     return infer
 
 
-@register_op("simaccel.add", inputs=("lhs", "rhs"), infer=make_binary_infer("simaccel.add"),
-             kernel=kernel("elementwise", "launch_add"))
-def add(lhs, rhs):
-    return (f32(lhs) + f32(rhs)).astype(np.asarray(lhs).dtype)
+for _name, _fn in (("add", np.add), ("multiply", np.multiply)):
+    declare(OpFamily(
+        name=f"simaccel.{_name}",
+        inputs=("lhs", "rhs"),
+        pattern=relax_op(f"relax.{_name}", "lhs", "rhs"),
+        infer=_broadcast(f"simaccel.{_name}"),
+        reference=lambda lhs, rhs, _fn=_fn: _fn(f32(lhs), f32(rhs)),
+        kernel=f"simaccel.kernels.elementwise:launch_{_name}",
+        doc=f"{_name} with numpy broadcasting, rank <= 4",
+    ))
 
-
-@register_op("simaccel.multiply", inputs=("lhs", "rhs"), infer=make_binary_infer("simaccel.multiply"),
-             kernel=kernel("elementwise", "launch_multiply"))
-def multiply(lhs, rhs):
-    return (f32(lhs) * f32(rhs)).astype(np.asarray(lhs).dtype)
-
-
-@register_op("simaccel.relu", inputs=("data",), infer=make_unary_infer("simaccel.relu"),
-             kernel=kernel("elementwise", "launch_relu"))
-def relu(data):
-    return activate(f32(data), "relu").astype(np.asarray(data).dtype)
-
-
-@register_op("simaccel.gelu", inputs=("data",), infer=make_unary_infer("simaccel.gelu"),
-             kernel=kernel("elementwise", "launch_gelu"))
-def gelu(data):
-    return activate(f32(data), "gelu").astype(np.asarray(data).dtype)
+for _name, (_relax, _) in ACTIVATIONS.items():
+    declare(OpFamily(
+        name=f"simaccel.{_name}",
+        inputs=("data",),
+        pattern=relax_op(_relax, "data"),
+        infer=_same_shape(f"simaccel.{_name}"),
+        reference=lambda data, *, activation: activate(f32(data), activation),
+        kernel="simaccel.kernels.elementwise:launch_activation",
+        fixed={"activation": _name},
+        doc=f"{_name}, elementwise",
+    ))

@@ -1,4 +1,4 @@
-"""Row-wise ops over the last axis: ``simaccel.softmax`` and ``simaccel.layer_norm``."""
+"""Row-wise families over the last axis: ``simaccel.softmax`` and ``simaccel.layer_norm``."""
 
 from __future__ import annotations
 
@@ -6,48 +6,80 @@ import numpy as np
 
 from ..errors import ShapeError
 from . import attrs as kinds
-from .common import check_rank, f32, kernel, same_dtype
-from .registry import register_op
+from .declare import OpFamily, Reject, relax_op
+from .registry import declare
+from .rules import check_rank, f32
 
 
-def infer_softmax(shapes, dtypes):
-    dtype = same_dtype("simaccel.softmax", ("data",), dtypes)
+def _last_axis_only(match, axes, what: str) -> None:
+    rank = len(match.shapes["data"])
+    if [a % rank for a in axes] != [rank - 1]:
+        raise Reject(f"{what} over {'axes' if len(axes) != 1 else 'axis'} {axes if len(axes) != 1 else axes[0]} "
+                     "(only the last axis)")
+
+
+def softmax_from_relax(match):
+    _last_axis_only(match, [match.attrs["axis"]], "softmax")
+    return {}
+
+
+def infer_softmax(shapes):
     check_rank("simaccel.softmax", "data", shapes[0], 1, 4)
-    return tuple(shapes[0]), dtype
+    return tuple(shapes[0])
 
 
-@register_op("simaccel.softmax", inputs=("data",), infer=infer_softmax, kernel=kernel("normalization", "launch_softmax"))
 def softmax(data):
     x = f32(data)
     e = np.exp(x - x.max(axis=-1, keepdims=True, initial=-np.inf))  # initial: rows may be empty
-    return (e / e.sum(axis=-1, keepdims=True)).astype(np.asarray(data).dtype)
+    return e / e.sum(axis=-1, keepdims=True)
 
 
-def infer_layer_norm(shapes, dtypes, *, epsilon):
+def layer_norm_from_relax(match):
+    a = match.attrs
+    _last_axis_only(match, list(a["axes"]), "layer_norm")
+    if not (a["center"] and a["scale"]):
+        raise Reject("layer_norm without center or scale is not supported")
+    return {"epsilon": float(a["epsilon"])}
+
+
+def infer_layer_norm(shapes, *, epsilon):
     op = "simaccel.layer_norm"
-    dtype = same_dtype(op, ("data", "gamma", "beta"), dtypes)
     check_rank(op, "data", shapes[0], 1, 4)
     d = shapes[0][-1]
     for role, shape in zip(("gamma", "beta"), shapes[1:]):
         if tuple(shape) != (d,):
             raise ShapeError(f"{op}: {role} must have shape ({d},) to match data {tuple(shapes[0])}, got {tuple(shape)}")
-    if not epsilon > 0:
-        raise ShapeError(f"{op}: epsilon must be positive, got {epsilon}")
-    return tuple(shapes[0]), dtype
+    return tuple(shapes[0])
 
 
-@register_op(
-    "simaccel.layer_norm",
-    inputs=("data", "gamma", "beta"),
-    attrs={"epsilon": kinds.positive_float},
-    infer=infer_layer_norm,
-    kernel=kernel("normalization", "launch_layer_norm"),
-)
 def layer_norm(data, gamma, beta, *, epsilon):
     x = f32(data)
     if x.shape[-1] == 0:
-        return np.empty_like(np.asarray(data))  # rows of no elements: nothing to normalise
+        return x  # rows of no elements: nothing to normalise
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    y = (x - mean) / np.sqrt(var + np.float32(epsilon)) * f32(gamma) + f32(beta)
-    return y.astype(np.asarray(data).dtype)
+    return (x - mean) / np.sqrt(var + np.float32(epsilon)) * f32(gamma) + f32(beta)
+
+
+declare(OpFamily(
+    name="simaccel.softmax",
+    inputs=("data",),
+    pattern=relax_op("relax.nn.softmax", "data"),
+    from_relax=softmax_from_relax,
+    infer=infer_softmax,
+    reference=softmax,
+    kernel="simaccel.kernels.normalization:launch_softmax",
+    doc="softmax over the last axis",
+))
+
+declare(OpFamily(
+    name="simaccel.layer_norm",
+    inputs=("data", "gamma", "beta"),
+    pattern=relax_op("relax.nn.layer_norm", "data", "gamma", "beta"),
+    attrs={"epsilon": kinds.positive_float},
+    from_relax=layer_norm_from_relax,
+    infer=infer_layer_norm,
+    reference=layer_norm,
+    kernel="simaccel.kernels.normalization:launch_layer_norm",
+    doc="layer normalisation over the last axis, with gamma and beta",
+))

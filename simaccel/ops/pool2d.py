@@ -1,4 +1,4 @@
-"""Pooling ops: ``simaccel.max_pool2d`` and ``simaccel.avg_pool2d`` (NCHW).
+"""Pooling families: ``simaccel.max_pool2d`` and ``simaccel.avg_pool2d`` (NCHW).
 
 Attributes pool_size (kh, kw), strides, padding (top, left, bottom, right), dilation; avg
 also count_include_pad (divide by the window area, or by its in-bounds elements).
@@ -9,12 +9,39 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ShapeError
-from ..kernels.window import output_hw
 from . import attrs as kinds
-from .common import check_rank, f32, kernel, same_dtype, window_taps
-from .registry import register_op
+from .declare import OpFamily, Reject, relax_op
+from .registry import declare
+from .rules import check_rank, f32, output_hw, padding4, window_taps
 
-POOL_ATTRS = {"pool_size": kinds.pair, "strides": kinds.pair, "padding": kinds.padding, "dilation": kinds.pair}
+WINDOW_ATTRS = {"pool_size": kinds.pair, "strides": kinds.pair, "padding": kinds.padding, "dilation": kinds.pair}
+
+
+def _from_relax(average: bool):
+    return lambda match: pool2d_attrs(match, average)
+
+
+def pool2d_attrs(match, average: bool) -> dict:
+    a = match.attrs
+    if a["ceil_mode"]:
+        raise Reject("pooling with ceil_mode=True is not supported")
+    if (a["layout"], a["out_layout"]) != ("NCHW", "NCHW"):
+        raise Reject(f"pooling layout {a['layout']}/{a['out_layout']} (only NCHW)")
+    attrs = {"pool_size": list(a["pool_size"]), "strides": list(a["strides"]), "padding": padding4(a["padding"]),
+             "dilation": list(a["dilation"])}
+    if average:
+        attrs["count_include_pad"] = bool(a["count_include_pad"])
+    return attrs
+
+
+def infer_pool2d(shapes, *, pool_size, strides, padding, dilation, **_):
+    (data,) = shapes
+    check_rank("pool2d", "data", data, 4, 4)
+    n, c, h, w = data
+    oh, ow = output_hw((h, w), pool_size, strides, padding, dilation)
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"pool2d: window {tuple(pool_size)} does not fit data {tuple(data)}")
+    return (n, c, oh, ow)
 
 
 def _windows(x: np.ndarray, pad_value, *, pool_size, strides, padding, dilation):
@@ -22,28 +49,6 @@ def _windows(x: np.ndarray, pad_value, *, pool_size, strides, padding, dilation)
     return [tap for _, tap in window_taps(x, pad_value, pool_size, strides, padding, dilation)]
 
 
-def make_infer(op: str):
-    def infer(shapes, dtypes, *, pool_size, strides, padding, dilation, **_):
-        dtype = same_dtype(op, ("data",), dtypes)
-        check_rank(op, "data", shapes[0], 4, 4)
-        n, c, h, w = shapes[0]
-        if min(pool_size) < 1 or min(strides) < 1 or min(dilation) < 1 or min(padding) < 0:
-            raise ShapeError(f"{op}: bad pool_size {pool_size}, strides {strides}, padding {padding} or dilation {dilation}")
-        oh, ow = output_hw((h, w), pool_size, strides, padding, dilation)
-        if oh < 1 or ow < 1:
-            raise ShapeError(f"{op}: window {tuple(pool_size)} does not fit data {tuple(shapes[0])}")
-        return (n, c, oh, ow), dtype
-
-    return infer
-
-
-@register_op(
-    "simaccel.max_pool2d",
-    inputs=("data",),
-    attrs=POOL_ATTRS,
-    infer=make_infer("simaccel.max_pool2d"),
-    kernel=kernel("pool2d", "launch_max_pool2d"),
-)
 def max_pool2d(data, **attrs):
     """TVM's max pooling: a running max(acc, v) = (acc if acc > v else v) over the window's taps
     in row-major order, starting from (and padding with) the dtype's lowest finite value.
@@ -56,16 +61,9 @@ def max_pool2d(data, **attrs):
     acc = np.full(taps[0].shape, lowest)
     for tap in taps:
         acc = np.where(acc > tap, acc, tap)
-    return acc.astype(np.asarray(data).dtype)
+    return acc
 
 
-@register_op(
-    "simaccel.avg_pool2d",
-    inputs=("data",),
-    attrs={**POOL_ATTRS, "count_include_pad": kinds.flag},
-    infer=make_infer("simaccel.avg_pool2d"),
-    kernel=kernel("pool2d", "launch_avg_pool2d"),
-)
 def avg_pool2d(data, *, count_include_pad, **attrs):
     x = f32(data)
     total = sum(_windows(x, 0.0, **attrs))
@@ -75,4 +73,19 @@ def avg_pool2d(data, *, count_include_pad, **attrs):
         count = sum(_windows(np.ones_like(x[:1, :1]), 0.0, **attrs))
         total = np.where(count > 0, total, np.float32(0))
         count = np.maximum(count, 1)
-    return (total / count).astype(np.asarray(data).dtype)
+    return total / count
+
+
+for _kind, _reference, _attrs in (("max", max_pool2d, WINDOW_ATTRS),
+                                  ("avg", avg_pool2d, {**WINDOW_ATTRS, "count_include_pad": kinds.flag})):
+    declare(OpFamily(
+        name=f"simaccel.{_kind}_pool2d",
+        inputs=("data",),
+        pattern=relax_op(f"relax.nn.{_kind}_pool2d", "data"),
+        attrs=_attrs,
+        from_relax=_from_relax(_kind == "avg"),
+        infer=infer_pool2d,
+        reference=_reference,
+        kernel=f"simaccel.kernels.pool2d:launch_{_kind}_pool2d",
+        doc=f"2-D {_kind} pooling, NCHW",
+    ))

@@ -1,100 +1,109 @@
-"""The op registry: the accelerator's ISA.
+"""The op registry: the accelerator's ISA, filled by `declare`.
 
-Each op has one name used in every layer (op key = Relax pattern name = composite name =
-Program op), the names of its inputs, the attributes a Program must carry for it, a
-shape/dtype rule, a numpy reference (the oracle for tests and the "ref" engine) and a Numba
-CUDA kernel launcher (used by the "sim" and "cuda" engines).
+Every layer reads ops from here under one name (op key = Relax pattern name = composite
+name = Program op). Ops declared outside the package are loaded from the modules named in
+$SIMACCEL_OPS (module names or .py paths, comma-separated) the first time the registry is
+read, so a fresh process that runs an exported library, `simaccel ops` and the fuzzer's
+workers know them too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+import importlib
+import importlib.util
+import os
+import sys
+import threading
 
-from ..errors import UnsupportedOpError
+from ..errors import OpDeclarationError, UnsupportedOpError
+from .declare import OpDef, OpFamily
 
-
-@dataclass(frozen=True)
-class OpDef:
-    """One op of the accelerator.
-
-    Attributes
-    ----------
-    name:
-        Namespaced key, e.g. ``"simaccel.dense_bias_relu"``.
-    inputs:
-        Input roles in call order, e.g. ``("data", "weight", "bias")``.
-    attrs:
-        The attributes a Program must give (beyond `fixed`): name -> kind, a checker from
-        `simaccel.ops.attrs` that refuses a value of the wrong type or range.
-    fixed:
-        Attributes fixed by the op variant (e.g. ``{"activation": "relu"}``); passed to the
-        reference, the rule and the kernel together with the Program's attributes.
-    infer:
-        ``infer(shapes, dtypes, **attrs) -> (shape, dtype)``; raises ShapeError / DtypeError.
-    reference:
-        ``reference(*arrays, **attrs) -> numpy.ndarray``.
-    kernel:
-        ``kernel(target, out, *arrays, **attrs) -> launches``: launches Numba CUDA kernels
-        on a `simaccel.kernels.KernelTarget` and returns how many it launched.
-    """
-
-    name: str
-    inputs: tuple[str, ...]
-    infer: Callable[..., tuple[tuple[int, ...], str]]
-    reference: Callable[..., Any]
-    kernel: Callable[..., int]
-    attrs: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
-    fixed: Mapping[str, Any] = field(default_factory=dict)
-
-    def all_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
-        return {**attrs, **self.fixed}
-
+USER_OPS_ENV = "SIMACCEL_OPS"
 
 _OPS: dict[str, OpDef] = {}
+_FAMILIES: dict[str, OpFamily] = {}
+_LOCK = threading.RLock()
+_loaded_env: str | None = None
 
 
-def register_op(name: str, *, inputs, infer, kernel, attrs=None, fixed=None, reference=None):
-    """Register an op. Works as a decorator on its numpy reference, or as a plain call.
-
-    Examples
-    --------
-    ::
-
-        @register_op("simaccel.relu", inputs=("data",), infer=same_shape,
-                     kernel=kernel("elementwise", "launch_relu"))
-        def relu(data):
-            return np.maximum(data, 0)
-    """
-
-    def do_register(ref):
-        if name in _OPS:
-            raise ValueError(f"op {name} is already registered")
-        _OPS[name] = OpDef(
-            name=name,
-            inputs=tuple(inputs),
-            infer=infer,
-            reference=ref,
-            kernel=kernel,
-            attrs=dict(attrs or {}),
-            fixed=dict(fixed or {}),
-        )
-        return ref
-
-    if reference is not None:
-        return do_register(reference)
-    return do_register
+def declare(family: OpFamily) -> OpFamily:
+    """Add `family` and its variants to the ISA; returns it. OpDeclarationError if it is
+    malformed or a name is taken. Declaring the very same family again is a no-op (a module
+    imported twice)."""
+    if not isinstance(family, OpFamily):
+        raise OpDeclarationError(f"declare takes a simaccel.ops.OpFamily, got {type(family).__name__}")
+    family.check()
+    with _LOCK:
+        if _FAMILIES.get(family.name) is family:
+            return family
+        variants = family.variants()
+        taken = [op.name for op in variants if op.name in _OPS or op.name in _FAMILIES]
+        if taken or family.name in _FAMILIES:
+            raise OpDeclarationError(f"op family {family.name!r}: the names {taken or [family.name]} are already declared")
+        _FAMILIES[family.name] = family
+        for op in variants:
+            _OPS[op.name] = op
+    return family
 
 
 def get_op(name: str) -> OpDef:
     """The op registered under `name`; UnsupportedOpError (listing the ISA) if there is none."""
-    try:
-        return _OPS[name]
-    except KeyError:
-        raise UnsupportedOpError(
-            f"op {name!r} is not in the simaccel ISA; known ops: {', '.join(sorted(_OPS))}"
-        ) from None
+    op = _OPS.get(name)
+    if op is None:
+        load_user_ops()
+        op = _OPS.get(name)
+    if op is None:
+        hint = "" if "." not in name or name.startswith("simaccel.") else (
+            f"; if {name.split('.')[0]} ops are declared in your own module, name it in ${USER_OPS_ENV}")
+        raise UnsupportedOpError(f"op {name!r} is not in the simaccel ISA{hint}; known ops: {', '.join(sorted(_OPS))}")
+    return op
 
 
 def list_ops() -> list[str]:
+    load_user_ops()
     return sorted(_OPS)
+
+
+def families() -> list[OpFamily]:
+    """Every declared family, in declaration order (built-in ones first)."""
+    load_user_ops()
+    return list(_FAMILIES.values())
+
+
+def load_user_ops() -> None:
+    """Import the modules named in $SIMACCEL_OPS (once per value of the variable)."""
+    global _loaded_env
+    value = os.environ.get(USER_OPS_ENV, "")
+    if value == _loaded_env:
+        return
+    with _LOCK:
+        if value == _loaded_env:
+            return
+        _loaded_env = value
+        for entry in filter(None, (e.strip() for e in value.replace(os.pathsep, ",").split(","))):
+            _import(entry)
+
+
+def _import(entry: str) -> None:
+    try:
+        if entry.endswith(".py"):
+            path = os.path.abspath(entry)
+            name = "simaccel_user_ops_" + "".join(c if c.isalnum() else "_" for c in path)
+            if name in sys.modules:
+                return
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or not os.path.isfile(path):
+                raise FileNotFoundError(f"no such file: {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        else:
+            importlib.import_module(entry)
+    except OpDeclarationError:
+        raise
+    except Exception as e:
+        raise OpDeclarationError(f"${USER_OPS_ENV}: cannot load {entry!r}: {type(e).__name__}: {e}") from e

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
-from ..errors import SimAccelError
-from ..profile import DEFAULT_PROFILE, DeviceProfile
-from .patterns import Rejection, checking, registered_patterns
+from ...errors import SimAccelError
+from ...profile import DEFAULT_PROFILE, DeviceProfile
+from .patterns import Rejection, checking, op_name, registered_patterns
+from .split import split_regions
 
 
 @dataclass
@@ -27,11 +28,15 @@ class PartitionReport:
 
     regions: dict[str, list[str]] = field(default_factory=dict)  # region symbol -> composite op names
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (var, relax op, reason)
+    profile: str = DEFAULT_PROFILE.name
+    splits: list[str] = field(default_factory=list)  # regions cut to fit the profile's scratchpad
 
     def format(self) -> str:
-        lines = [f"offloaded to simaccel: {len(self.regions)} region(s)"]
+        lines = [f"offloaded to simaccel: {len(self.regions)} region(s) (profile {self.profile})"]
         for name, ops in self.regions.items():
             lines.append(f"  {name}: {' -> '.join(ops)}")
+        for note in self.splits:
+            lines.append(f"  split: {note}")
         lines.append(f"kept on TVM: {len(self.kept)} op(s)")
         for var, op, reason in self.kept:
             lines.append(f"  {var} = {op}: {reason}")
@@ -57,13 +62,17 @@ def partition_for_simaccel(mod: tvm.IRModule, profile: DeviceProfile | None = No
 
 
 def partition_report(mod: tvm.IRModule, profile: DeviceProfile | None = None) -> tuple[tvm.IRModule, PartitionReport]:
-    """Partition like `partition_for_simaccel` and also say where each op of `main` went."""
+    """Partition like `partition_for_simaccel` and also say where each op went, and why."""
     rejections: list[Rejection] = []
-    partitioned = _partition(mod, profile or DEFAULT_PROFILE, rejections)
-    return partitioned, _report(partitioned, rejections)
+    splits: list[str] = []
+    profile = profile or DEFAULT_PROFILE
+    partitioned = _partition(mod, profile, rejections, splits)
+    report = _report(partitioned, rejections)
+    report.profile, report.splits = profile.name, splits
+    return partitioned, report
 
 
-def _partition(mod, profile, rejections):
+def _partition(mod, profile, rejections, splits=None):
     if not isinstance(mod, tvm.IRModule):
         raise SimAccelError(f"partitioning takes a Relax IRModule, got {type(mod).__name__}")
     if not isinstance(profile, DeviceProfile):
@@ -72,7 +81,10 @@ def _partition(mod, profile, rejections):
         fused = relax.transform.FuseOpsByPattern(
             registered_patterns(), bind_constants=False, annotate_codegen=False
         )(mod)
-    return merge_regions(fused, mod)
+    merged, notes = split_regions(merge_regions(fused, mod), profile.max_region_bytes)
+    if splits is not None:
+        splits += notes
+    return merged
 
 
 def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
@@ -195,5 +207,5 @@ def _composites(region: relax.Function) -> list[str]:
     for block in region.body.blocks:
         for binding in block.bindings:
             if isinstance(binding.value, relax.Function) and binding.value.attrs:
-                names.append(str(binding.value.attrs["Composite"]))
+                names.append(op_name(str(binding.value.attrs["Composite"])))
     return names

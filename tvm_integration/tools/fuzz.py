@@ -1,6 +1,6 @@
 """`simaccel fuzz`: random Relax models, built with simaccel and with TVM alone, compared.
 
-Each case (simaccel.tvm_integration.fuzz_models) is built twice for its device, with simaccel
+Each case (simaccel.tvm_integration.tools.fuzz_models) is built twice for its device, with simaccel
 and with TVM alone, and run on the same inputs on every engine asked for (`ref` and `sim` on
 the CPU, `cuda` on a GPU). A sample is also exported and run again in a fresh process that
 imports only TVM. A case that TVM alone cannot build or run is skipped (TVM's fault, not
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SimAccelError
-from ..runtime import get_runtime
+from ...errors import SimAccelError
+from ...runtime import get_runtime
 from .deploy import error_line
 from .fuzz_models import Case, Config, Draw, Value, draw_case
 
@@ -68,7 +68,7 @@ class Checker:
         """The verdict on `case`; with `sample`, every `export_every`-th case is also exported."""
         import tvm
 
-        from .pipeline import build, build_tvm_only, default_target
+        from ..backend.pipeline import build, build_tvm_only, default_target
 
         self.checked += 1
         try:
@@ -281,7 +281,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
 
-    from ..engines import get_engine
+    from ...engines import get_engine
 
     for engine in engines:
         if engine not in ENGINE_DEVICE:
@@ -391,7 +391,7 @@ def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shri
     for i in range(jobs):
         share = cases // jobs + (1 if i < cases % jobs else 0)
         folder = out / f"job{i}"
-        command = [sys.executable, "-m", "simaccel.cli", "fuzz", "--cases", str(share), "--seed", str(seed * 1000 + i),
+        command = [sys.executable, "-m", "simaccel.tvm_integration.tools.cli", "fuzz", "--cases", str(share), "--seed", str(seed * 1000 + i),
                    "--engine", ",".join(engines), "--dtype", ",".join(dtypes), "--max-ops", str(max_ops),
                    "--out", str(folder), "--export-every", str(export_every), "--shrink-seconds", str(shrink_seconds),
                    "--shared", str(shared)]
@@ -508,7 +508,7 @@ REPRO = '''"""Check a simaccel fuzz failure again: python repro.py (exit 1 while
 import pathlib
 import sys
 
-from simaccel.tvm_integration.fuzz import replay
+from simaccel.tvm_integration.tools.fuzz import replay
 
 sys.exit(replay(pathlib.Path(__file__).resolve().parent))
 '''
@@ -516,7 +516,7 @@ sys.exit(replay(pathlib.Path(__file__).resolve().parent))
 
 def save_reproduction(case: Case, outcome: Outcome, engines, out_dir) -> Path:
     """Write model.py (TVMScript), inputs.npz, case.json and repro.py; return the folder."""
-    from .. import __version__
+    from ... import __version__
 
     data = case_to_json(case)
     folder = Path(out_dir) / f"case-{hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]}"

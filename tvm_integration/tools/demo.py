@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from ..errors import DeviceError, SimAccelError
+from ...errors import DeviceError, SimAccelError
 
 TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol)
 
@@ -38,10 +38,10 @@ def run_demo(
     import tvm
     from tvm import relax
 
-    from ..runtime import get_runtime
+    from ...runtime import get_runtime
     from . import models
-    from .partition import partition_report
-    from .pipeline import build, build_tvm_only, default_target
+    from ..backend.partition import partition_report
+    from ..backend.pipeline import build, build_tvm_only, default_target
 
     if device == "auto":
         device = "cuda" if gpu_present() else "cpu"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tvm_ffi
 
-from .. import errors
+from ... import errors
 
 CODEGEN_FUNC = "relax.ext.simaccel"
 INVOKE_FUNC = "simaccel.runtime.invoke"

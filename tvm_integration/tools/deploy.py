@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DeviceError, SimAccelError
+from ...errors import DeviceError, SimAccelError
 
 _cuda_ready = False
 

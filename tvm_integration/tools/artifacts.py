@@ -1,6 +1,6 @@
 """Prebuilt GPU libraries: build here (full TVM), run there (runtime-only TVM is enough).
 
-`python -m simaccel.tvm_integration.artifacts DIR` compiles every case below for a CUDA
+`python -m simaccel.tvm_integration.tools.artifacts DIR` compiles every case below for a CUDA
 target twice, with simaccel and with TVM alone, exports both libraries into DIR and writes
 DIR/manifest.json (parameter specs, regions, seeds). The GPU tests (`tests/test_gpu.py`)
 and `simaccel bench` load these, generate the same seeded inputs (simaccel.data) and compare
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SimAccelError
+from ...errors import SimAccelError
 
 
 def _models():
@@ -47,8 +47,8 @@ MANIFEST = "manifest.json"
 
 def build_artifacts(out_dir, target=None, cases=None, log=print) -> Path:
     """Build and export every case (or those named in `cases`) into `out_dir`."""
-    from .partition import partition_report
-    from .pipeline import build, build_tvm_only, default_target
+    from ..backend.partition import partition_report
+    from ..backend.pipeline import build, build_tvm_only, default_target
 
     models = _models()
     out = Path(out_dir)
@@ -78,7 +78,7 @@ def _write_cpu_check(out: Path, name: str, mod) -> None:
     import tvm
     from tvm import relax
 
-    from .pipeline import build_tvm_only
+    from ..backend.pipeline import build_tvm_only
 
     inputs = _models().random_inputs(mod, 0)
     vm = relax.VirtualMachine(build_tvm_only(mod), tvm.cpu())
@@ -151,11 +151,11 @@ def require_cases(directory, manifest: dict, names) -> None:
 
 
 def _build_hint(directory) -> str:
-    return f"build the GPU libraries with `python -m simaccel.tvm_integration.artifacts {directory}` (needs the full TVM)"
+    return f"build the GPU libraries with `python -m simaccel.tvm_integration.tools.artifacts {directory}` (needs the full TVM)"
 
 
 def case_inputs(manifest: dict, name: str, seed: int | None = None) -> list[np.ndarray]:
-    from ..data import random_arrays
+    from ...data import random_arrays
 
     case = manifest["cases"][name]
     return random_arrays(case["params"], case["seed"] if seed is None else seed)

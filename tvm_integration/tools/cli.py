@@ -13,7 +13,7 @@ import os
 import sys
 import traceback
 
-from .errors import SimAccelError
+from ...errors import SimAccelError
 
 OK, MISMATCH, USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -94,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
         help="benchmark TVM alone vs simaccel zero-copy vs host-staged on a GPU (writes JSON and PNG)",
         description="Times, on one GPU, prebuilt libraries (see --artifacts) as medians of repeated runs.",
     )
-    bench.add_argument("--artifacts", required=True, help="folder made by `python -m simaccel.tvm_integration.artifacts`")
+    bench.add_argument("--artifacts", required=True, help="folder made by `python -m simaccel.tvm_integration.tools.artifacts`")
     bench.add_argument("--out", default="bench", help="output folder for bench.json and bench.png")
     bench.add_argument("--repeat", type=int, default=50, help="timed runs per case (median reported)")
 
@@ -146,23 +146,23 @@ def check_args(args) -> None:
 
 def _dispatch(args) -> int:
     if args.command == "demo":
-        from .tvm_integration.demo import run_demo
+        from .demo import run_demo
 
         return run_demo(engine=args.engine, seed=args.seed, dtype=args.dtype, device=args.device, staged=args.staged)
     if args.command == "run":
         return run_library_command(args)
     if args.command == "bench":
-        from .tvm_integration.bench import run_bench
+        from .bench import run_bench
 
         return run_bench(args.artifacts, args.out, repeat=args.repeat)
     if args.command == "fuzz":
-        from .tvm_integration.fuzz import replay, run_fuzz
+        from .fuzz import replay, run_fuzz
 
         if args.replay:
             return replay(args.replay)
         return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
                         args.out, args.export_every, args.shrink_seconds, args.jobs, shared=args.shared)
-    from .ops import get_op, list_ops
+    from ...ops import get_op, list_ops
 
     for name in list_ops():
         op = get_op(name)
@@ -172,7 +172,7 @@ def _dispatch(args) -> int:
 
 def run_library_command(args) -> int:
     """`simaccel run`: every argument is checked before the library runs."""
-    from .tvm_integration.deploy import check_writable, parse_device, read_arrays, run_library, write_arrays
+    from .deploy import check_writable, parse_device, read_arrays, run_library, write_arrays
 
     parse_device(args.device)
     inputs = read_arrays(args.inputs, "--inputs")

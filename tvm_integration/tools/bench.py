@@ -2,7 +2,7 @@
 
 A benchmark, not a test. For each case (the demo model; relu(x @ W) at 1024^3 and 4096^3;
 an 8x8 region that shows the per-call overhead) it loads the prebuilt libraries
-(simaccel.tvm_integration.artifacts), checks that the builds agree, then times one call of
+(simaccel.tvm_integration.tools.artifacts), checks that the builds agree, then times one call of
 each mode in turn (interleaved, so drift hits all modes alike), each call followed by a
 device synchronisation, and reports medians after warm-up. Where PyTorch is present its
 cuBLAS matmul+relu (TF32 off) is timed in the same loop as a peer. Writes bench.json (with
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SimAccelError
-from ..runtime import get_runtime
+from ...errors import SimAccelError
+from ...runtime import get_runtime
 from . import deploy
 from .artifacts import case_inputs, load_manifest, require_cases
 

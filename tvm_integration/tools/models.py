@@ -10,7 +10,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..data import random_arrays
+from ...data import random_arrays
 
 
 def _param(name: str, shape, dtype: str) -> relax.Var:

@@ -5,18 +5,18 @@ Each region's composite calls become the ops of a Program: inputs are the region
 parameters, outputs its results (DPS outputs at run time), everything in between an
 intermediate. The op's inputs and attributes are read by matching the composite's body
 against the same pattern that created it. The regions' functions are compiled by TVM's
-LLVM backend (simaccel.tvm_integration.forwarder); nothing is written to disk.
+LLVM backend (simaccel.tvm_integration.backend.forwarder); nothing is written to disk.
 """
 
 from __future__ import annotations
 
 from tvm import relax
 
-from ..errors import CodegenError, SimAccelError
-from ..ops import get_op
-from ..program import OpNode, Program, TensorSpec
+from ...errors import CodegenError, SimAccelError
+from ...program import OpNode, Program, TensorSpec
 from .forwarder import forwarder_module
-from .patterns import SPECS, tensor_info
+from ...ops import Reject
+from .patterns import op_name, program_attrs, sync_patterns, tensor_info
 
 
 def codegen(functions, options=None, constant_names=None) -> list:
@@ -77,8 +77,8 @@ def region_program(symbol: str, func: relax.Function) -> Program:
 
 def composite_call(symbol: str, composite: relax.Function, args) -> tuple[str, list, dict]:
     """(op name, region vars in the op's input order, attributes) for one composite call."""
-    name = str(composite.attrs["Composite"])
-    spec = SPECS.get(name)
+    spec = sync_patterns().get(str(composite.attrs["Composite"]))
+    name = op_name(str(composite.attrs["Composite"]))
     if spec is None:
         raise CodegenError(f"region {symbol}: composite {name} is not a simaccel op")
     var2val = relax.analysis.get_var2val(composite)
@@ -88,10 +88,14 @@ def composite_call(symbol: str, composite: relax.Function, args) -> tuple[str, l
         raise CodegenError(f"region {symbol}: composite {name} does not match its own pattern")
     ann = {role: matched[pattern] for role, pattern in spec.annotations.items()}
     param_to_arg = dict(zip(composite.params, args))
-    op = get_op(name)
     try:
-        role_args = [param_to_arg[ann[role]] for role in op.inputs]
+        role_args = [param_to_arg[ann[role]] for role in spec.op.inputs]
     except KeyError as e:
         raise CodegenError(f"region {symbol}: {name} input {e} is not a parameter of its composite") from None
-    attrs = spec.attrs(ann["root"]) if spec.attrs else {}
+    shapes = {role: tensor_info(ann[role])[0] for role in spec.op.inputs}
+    dtypes = {role: tensor_info(ann[role])[1] for role in spec.op.inputs}
+    try:
+        attrs = program_attrs(spec, ann, shapes, dtypes)
+    except Reject as e:
+        raise CodegenError(f"region {symbol}: {name} cannot be offloaded: {e}") from None
     return name, role_args, attrs

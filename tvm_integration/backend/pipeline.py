@@ -9,7 +9,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..profile import DeviceProfile
+from ...profile import DeviceProfile
 from .partition import partition_for_simaccel
 
 

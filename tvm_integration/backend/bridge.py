@@ -1,6 +1,6 @@
 """The runtime side of a region function: TVM's tensors and stream in, simaccel runtime out.
 
-A compiled region function (simaccel.tvm_integration.forwarder) calls the global function
+A compiled region function (simaccel.tvm_integration.backend.forwarder) calls the global function
 ``simaccel.runtime.invoke`` with the region key, its Program (JSON) and one `DLTensor*` per
 tensor (inputs, then DPS outputs), exactly the buffers TVM passed. They are read in place as
 `TensorRef`s. Libraries built by simaccel 0.1.0's C++ forwarder pass TVM tensor objects
@@ -15,8 +15,8 @@ import functools
 
 import tvm_ffi
 
-from ..runtime import get_runtime
-from ..tensors import TensorRef, device_of, from_dltensor
+from ...runtime import get_runtime
+from ...tensors import TensorRef, device_of, from_dltensor
 
 
 @functools.lru_cache(maxsize=None)

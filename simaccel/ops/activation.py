@@ -1,0 +1,45 @@
+"""The ISA's activations: what a fused ``*_<activation>`` variant and a standalone activation
+op compute, and which Relax op each one replaces.
+
+Kernels implement them under the same names (simaccel.kernels.activation); a test keeps the
+two tables equal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Elementwise erf (numpy has none): Abramowitz-Stegun 7.1.26, max abs error 1.5e-7."""
+    x = np.asarray(x, dtype=np.float64)
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+def _relu(x):
+    # TVM's relu is max(x, 0) as a select on x > 0: NaN gives 0 (numpy's maximum keeps NaN).
+    return np.where(x > 0, x, np.float32(0))
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+# name -> (the Relax op it replaces, float32 numpy function)
+ACTIVATIONS = {
+    "relu": ("relax.nn.relu", _relu),
+    "gelu": ("relax.nn.gelu", _gelu),
+}
+
+
+def activate(x: np.ndarray, activation: str) -> np.ndarray:
+    """`activation` ("none" or a key of ACTIVATIONS) applied to a float32 array."""
+    if activation == "none":
+        return x
+    return np.asarray(ACTIVATIONS[activation][1](x), dtype=np.float32)

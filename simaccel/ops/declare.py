@@ -1,0 +1,266 @@
+"""Op declarations: everything simaccel knows about an instruction, written once.
+
+An `OpFamily` says which Relax expression the instruction replaces (`pattern`, data built
+with `relax_op`), how the matched Relax attributes become the Program's attributes and when
+the match must stay on TVM (`from_relax`), the output shape (`infer`), the numpy reference
+and the Numba kernel launcher. Variants come from two flags: `bias` (a fused bias add) and
+`activations` (fused activations). `declare` derives one `OpDef` per variant and registers
+it; the TVM backend derives the Relax patterns and their checks from the same objects, the
+runtime validates and executes Programs with them, and `simaccel ops` lists them. Built-in
+ops (simaccel.ops.matmul, ...) are declared this way too.
+
+Nothing here imports TVM or Numba: patterns are data, attributes arrive as plain Python
+values, and a kernel given as ``"module:function"`` is imported on first launch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import DtypeError, OpDeclarationError, ShapeError
+from .activation import ACTIVATIONS, activate
+from .rules import FLOAT_DTYPES, is_bias_for
+
+BIAS_KINDS = ("channel", "row")  # one value per NCHW channel (axis 1) / per column (last axis)
+_NAME = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
+
+
+@dataclass(frozen=True)
+class RelaxPattern:
+    """A Relax call to match: `op` applied to `args`, each a role name (any expression, which
+    becomes that op input) or a nested RelaxPattern. `name` lets `from_relax` read this
+    node's attributes (the outermost node is always ``"root"``)."""
+
+    op: str
+    args: tuple
+    name: str = ""
+
+    def roles(self) -> list[str]:
+        found = []
+        for arg in self.args:
+            found += arg.roles() if isinstance(arg, RelaxPattern) else [arg]
+        return found
+
+    def nodes(self) -> list["RelaxPattern"]:
+        return [self] + [n for a in self.args if isinstance(a, RelaxPattern) for n in a.nodes()]
+
+
+def relax_op(op: str, *args, name: str = "") -> RelaxPattern:
+    """The Relax call `op(*args)`: e.g. ``relax_op("relax.matmul", "data", relax_op("relax.permute_dims", "weight"))``."""
+    return RelaxPattern(op, tuple(args), name)
+
+
+class Reject(Exception):
+    """Raised by a `from_relax` function: this match stays on TVM, for the reason given."""
+
+
+@dataclass(frozen=True)
+class RelaxMatch:
+    """What `from_relax` sees of one match: attributes of the matched nodes, and the static
+    shapes and dtypes of the op's inputs (by role)."""
+
+    nodes: Mapping[str, Mapping[str, Any]]  # node name -> its attributes as Python values
+    shapes: Mapping[str, tuple[int, ...]]
+    dtypes: Mapping[str, str]
+
+    @property
+    def attrs(self) -> Mapping[str, Any]:
+        """The outermost matched call's attributes (e.g. conv2d's strides)."""
+        return self.nodes["root"]
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """One instruction of the accelerator, with its fused variants.
+
+    Parameters
+    ----------
+    name:
+        ``"namespace.op"``, e.g. ``"simaccel.conv2d"`` or ``"myaccel.rms_norm"``; variants
+        append ``_bias`` and ``_<activation>``.
+    inputs:
+        Input roles in call order; each appears in `pattern`.
+    pattern:
+        The Relax expression replaced (`relax_op`).
+    infer:
+        ``infer(shapes, **attrs) -> shape`` of the output (its dtype is the inputs' dtype);
+        raises ShapeError for shapes the op does not take.
+    reference:
+        ``reference(*arrays, **attrs) -> array``: the numpy semantics. The result is cast to
+        the output dtype; compute in float32 (the accelerator's accumulator) or wider.
+    kernel:
+        ``kernel(target, out, *arrays, **attrs) -> launches``, or ``"module:function"``
+        imported on first launch. Arrays are device arrays (Numba) of validated shapes;
+        `target.launch(fn, grid, block, *args)` launches a module-level kernel function.
+    attrs:
+        Program attributes: name -> kind (simaccel.ops.attrs), which validates a value.
+    from_relax:
+        ``from_relax(match: RelaxMatch) -> dict`` of Program attributes; raises `Reject`
+        when the match must stay on TVM. Default: no attributes.
+    fixed:
+        Attributes fixed for the family (passed like Program attributes).
+    bias:
+        None, or the kind of bias add fused in ``*_bias`` variants: "channel" (one value per
+        axis 1 of an NCHW result) or "row" (one value per last-axis column).
+    activations:
+        Activations (simaccel.ops.activation) fused in ``*_<activation>`` variants; the
+        kernel then gets ``activation=`` ("none" for the plain variant).
+    dtypes:
+        The dtypes it computes in (all inputs and the output share one).
+    fuzz:
+        Optional, for `simaccel fuzz`: ``fuzz(shape, draw) -> (shapes, relax_kwargs)`` to
+        apply the op to a value of `shape` (its first input): shapes of the other inputs by
+        role and keyword arguments of the Relax op; None when it does not apply.
+    doc:
+        One line for `simaccel ops`.
+    """
+
+    name: str
+    inputs: tuple[str, ...]
+    pattern: RelaxPattern
+    infer: Callable[..., tuple[int, ...]]
+    reference: Callable[..., Any]
+    kernel: Callable[..., int] | str
+    attrs: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    from_relax: Callable[[RelaxMatch], dict] | None = None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    bias: str | None = None
+    activations: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = FLOAT_DTYPES
+    fuzz: Callable | None = None
+    doc: str = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def check(self) -> None:
+        """Raise OpDeclarationError for a declaration simaccel could not derive an op from."""
+        def bad(problem: str):
+            raise OpDeclarationError(f"op family {self.name!r}: {problem}")
+
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            bad("the name must be 'namespace.op' (letters, digits, underscores)")
+        if not isinstance(self.pattern, RelaxPattern):
+            bad("pattern must be made with simaccel.ops.relax_op(...)")
+        inputs = tuple(self.inputs)
+        if not inputs or len(set(inputs)) != len(inputs) or not all(isinstance(r, str) and r for r in inputs):
+            bad(f"inputs must be distinct role names, got {inputs!r}")
+        if set(self.pattern.roles()) != set(inputs):
+            bad(f"the pattern's roles {sorted(set(self.pattern.roles()))} differ from inputs {sorted(inputs)}")
+        if "bias" in inputs and self.bias:
+            bad("'bias' is the role of the fused bias; name the family's own input differently")
+        names = [n.name for n in self.pattern.nodes()[1:] if n.name]
+        if "root" in names or len(set(names)) != len(names):
+            bad("pattern node names must be distinct and not 'root'")
+        for fn_name in ("infer", "reference"):
+            if not callable(getattr(self, fn_name)):
+                bad(f"{fn_name} must be callable")
+        if not (callable(self.kernel) or (isinstance(self.kernel, str) and ":" in self.kernel)):
+            bad("kernel must be a callable or 'module:function'")
+        for attr, kind in self.attrs.items():
+            if not callable(kind):
+                bad(f"attribute {attr!r} needs a kind (a checker from simaccel.ops.attrs)")
+        if self.bias not in (None, *BIAS_KINDS):
+            bad(f"bias must be None or one of {BIAS_KINDS}, got {self.bias!r}")
+        unknown = [a for a in self.activations if a not in ACTIVATIONS]
+        if unknown:
+            bad(f"unknown activations {unknown}; the ISA's are {sorted(ACTIVATIONS)}")
+        if self.activations and "activation" in {*self.attrs, *self.fixed}:
+            bad("'activation' is set by the variant; do not declare it as an attribute")
+        clash = set(self.attrs) & set(self.fixed)
+        if clash:
+            bad(f"attributes {sorted(clash)} are both declared and fixed")
+        if not self.dtypes or any(d not in FLOAT_DTYPES for d in self.dtypes):
+            bad(f"dtypes must be a non-empty subset of {FLOAT_DTYPES}")
+
+    def variants(self) -> list["OpDef"]:
+        """One OpDef per (bias, activation) variant, the plain op first."""
+        ops = []
+        for bias in (False, True) if self.bias else (False,):
+            for activation in ("none", *self.activations):
+                name = self.name + ("_bias" if bias else "") + ("" if activation == "none" else f"_{activation}")
+                fixed = dict(self.fixed)
+                if self.activations:
+                    fixed["activation"] = activation
+                ops.append(OpDef(name, self, tuple(self.inputs) + (("bias",) if bias else ()), bias, activation, fixed))
+        return ops
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op of the ISA (a variant of an `OpFamily`): what Programs name and engines run."""
+
+    name: str
+    family: OpFamily
+    inputs: tuple[str, ...]
+    bias: bool
+    activation: str
+    fixed: Mapping[str, Any]
+
+    @property
+    def attrs(self) -> Mapping[str, Callable[[Any], Any]]:
+        return self.family.attrs
+
+    def all_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """The Program's attributes plus the variant's fixed ones (what rules and kernels get)."""
+        return {**attrs, **self.fixed}
+
+    def infer(self, shapes, dtypes, **attrs) -> tuple[tuple[int, ...], str]:
+        """(output shape, dtype); DtypeError / ShapeError naming the op and the input."""
+        first = dtypes[0]
+        for role, dtype in zip(self.inputs, dtypes):
+            if dtype not in self.family.dtypes:
+                raise DtypeError(f"{self.name}: {role} has dtype {dtype}; it takes {' or '.join(self.family.dtypes)}")
+            if dtype != first:
+                raise DtypeError(
+                    f"{self.name}: inputs must share one dtype, got "
+                    + ", ".join(f"{r}={d}" for r, d in zip(self.inputs, dtypes))
+                )
+        core = len(self.family.inputs)
+        shape = tuple(int(d) for d in self.family.infer(
+            [tuple(s) for s in shapes[:core]], **self._core_attrs(attrs)))
+        if self.bias and not is_bias_for(self.family.bias, shapes[core], shape):
+            raise ShapeError(f"{self.name}: bias {tuple(shapes[core])} is not one value per "
+                             f"{'output channel' if self.family.bias == 'channel' else 'output column'} "
+                             f"of the {shape} result (numpy broadcasting would change the result)")
+        return shape, first
+
+    def reference(self, *arrays, **attrs) -> np.ndarray:
+        """The numpy result: the family's reference, then the fused bias and activation, in float32."""
+        core = len(self.family.inputs)
+        y = self.family.reference(*arrays[:core], **self._core_attrs(attrs))
+        if self.bias or self.activation != "none":
+            y = np.asarray(y, dtype=np.float32)
+            if self.bias:
+                b = np.asarray(arrays[core], dtype=np.float32).reshape(-1)
+                y = y + (b.reshape(1, -1, 1, 1) if self.family.bias == "channel" else b)
+            y = activate(y, self.activation)
+        return np.asarray(y).astype(np.asarray(arrays[0]).dtype)
+
+    def kernel(self, target, out, *arrays, **attrs) -> int:
+        """Launch the family's kernel: `arrays` in role order (the bias last), every attribute."""
+        return _launcher(self.family.kernel)(target, out, *arrays, **attrs)
+
+    def _core_attrs(self, attrs):
+        """What the family's own infer and reference take: not the fused activation."""
+        return {k: v for k, v in attrs.items() if k != "activation" or not self.family.activations}
+
+
+_LAUNCHERS: dict[str, Callable] = {}
+
+
+def _launcher(kernel) -> Callable:
+    """`kernel` itself, or the function a ``"module:function"`` names (imported once)."""
+    if callable(kernel):
+        return kernel
+    launcher = _LAUNCHERS.get(kernel)
+    if launcher is None:
+        module, _, function = kernel.partition(":")
+        launcher = _LAUNCHERS[kernel] = getattr(importlib.import_module(module), function)
+    return launcher

@@ -1,0 +1,55 @@
+"""Shape rules shared by the built-in op declarations (and usable by users' own)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+
+FLOAT_DTYPES = ("float32", "float16")
+
+
+def check_rank(op: str, role: str, shape, low: int, high: int) -> None:
+    """ShapeError unless `low <= len(shape) <= high`."""
+    if not low <= len(shape) <= high:
+        want = f"rank {low}" if low == high else f"rank {low}..{high}"
+        raise ShapeError(f"{op}: {role} must have {want}, got shape {tuple(shape)}")
+
+
+def is_bias_for(kind: str, bias_shape, out_shape) -> bool:
+    """Whether adding `bias_shape` to `out_shape` (numpy broadcasting) adds one value per
+    channel (axis 1 of NCHW, kind "channel") or per column (last axis, kind "row"),
+    leaving the result's shape as it is."""
+    shape, out = tuple(bias_shape), tuple(out_shape)
+    if kind == "channel":
+        return len(out) == 4 and len(shape) <= 4 and (1,) * (4 - len(shape)) + shape == (1, out[1], 1, 1)
+    return 1 <= len(shape) <= len(out) and all(d == 1 for d in shape[:-1]) and shape[-1] == out[-1]
+
+
+def output_hw(hw, window, strides, padding, dilation) -> tuple[int, int]:
+    """(OH, OW) of a strided, padded (top, left, bottom, right), dilated window over (H, W)."""
+    (h, w), (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = hw, window, strides, padding, dilation
+    return (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+
+
+def padding4(padding) -> list[int]:
+    """Relax's padding (1, 2 or 4 values) as (top, left, bottom, right)."""
+    padding = [int(p) for p in padding]
+    return padding * 4 if len(padding) == 1 else padding * 2 if len(padding) == 2 else padding
+
+
+def f32(array) -> np.ndarray:
+    return np.asarray(array, dtype=np.float32)
+
+
+def window_taps(x: np.ndarray, pad_value, window, strides, padding, dilation):
+    """For each tap (i, j) of a 2-D window over NCHW `x`: ((i, j), the strided slice it reads).
+
+    The slice has the output's spatial shape; `x` is padded with `pad_value` first.
+    """
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = window, strides, padding, dilation
+    oh, ow = output_hw(x.shape[2:], window, strides, padding, dilation)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=pad_value)
+    for i in range(kh):
+        for j in range(kw):
+            yield (i, j), xp[:, :, i * dh : i * dh + sh * (oh - 1) + 1 : sh, j * dw : j * dw + sw * (ow - 1) + 1 : sw]

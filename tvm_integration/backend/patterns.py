@@ -1,0 +1,272 @@
+"""Relax patterns for simaccel, derived from the ISA's declarations and registered with TVM.
+
+Every op of the ISA (simaccel.ops: built-in and users' own) gets one pattern under its own
+name (``simaccel.dense_bias_relu`` is the op key, the pattern name and the composite
+function name): the family's `RelaxPattern` made into a dataflow pattern, wrapped in a
+``relax.add`` for a ``_bias`` variant and in the activation's Relax op for an
+``_<activation>`` variant. Every pattern has the same check function: the active device
+profile, static shapes, the family's `from_relax` (attributes, or the reason to stay on
+TVM), its shape rule, and the result Relax computes. A rejection is recorded with its
+one-line reason, which `partition_report` shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import threading
+from dataclasses import dataclass
+
+import tvm_ffi
+from tvm import relax
+from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
+from tvm.relax.backend.utils import has_leaking_intermediate_variables
+from tvm.relax.dpl import is_op, wildcard
+from tvm.relax.transform import PatternCheckContext
+
+from ...errors import SimAccelError
+from ...ops import OpDef, RelaxMatch, RelaxPattern, Reject, families, get_op
+from ...ops.activation import ACTIVATIONS
+from ...profile import DEFAULT_PROFILE, DeviceProfile
+
+logger = logging.getLogger("simaccel.partition")
+
+_active_profile: contextvars.ContextVar[DeviceProfile] = contextvars.ContextVar(
+    "simaccel_profile", default=DEFAULT_PROFILE
+)
+_rejections: contextvars.ContextVar[list | None] = contextvars.ContextVar("simaccel_rejections", default=None)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why one candidate match stayed on TVM."""
+
+    var: str  # name of the Relax variable the match would have produced
+    pattern: str
+    reason: str
+
+
+@contextlib.contextmanager
+def checking(profile: DeviceProfile, rejections: list):
+    """Within the block, check functions read `profile` and append Rejections to `rejections`."""
+    p_token = _active_profile.set(profile)
+    r_token = _rejections.set(rejections)
+    try:
+        yield
+    finally:
+        _active_profile.reset(p_token)
+        _rejections.reset(r_token)
+
+
+# -- reading Relax expressions -------------------------------------------------------------
+def tensor_info(expr) -> tuple[tuple[int, ...] | None, str | None]:
+    """(static shape or None, dtype or None) of a Relax tensor expression."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType):
+        return None, None
+    dtype = str(ty.dtype)
+    shape = ty.shape
+    if shape is None or not hasattr(shape, "values"):
+        return None, dtype
+    dims = []
+    for dim in shape.values:
+        if not hasattr(dim, "value"):
+            return None, dtype
+        dims.append(int(dim.value))
+    return tuple(dims), dtype
+
+
+def python_value(value):
+    """A Relax attribute value as plain Python: ints, floats, bools, strings, lists, None."""
+    from tvm import tirx
+
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tirx.IntImm):
+        return bool(value.value) if value.dtype == "bool" else int(value.value)
+    if isinstance(value, tirx.FloatImm):
+        return float(value.value)
+    if isinstance(value, (list, tuple, tvm_ffi.Array)):
+        return [python_value(v) for v in value]
+    return str(value)  # dtypes, layouts
+
+
+class _Attrs(dict):
+    """A matched call's attributes as Python values, read on first access."""
+
+    def __init__(self, call):
+        super().__init__()
+        self._attrs = call.attrs
+
+    def __missing__(self, key):
+        if self._attrs is None or not hasattr(self._attrs, key):
+            raise KeyError(key)
+        value = self[key] = python_value(getattr(self._attrs, key))
+        return value
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or (self._attrs is not None and hasattr(self._attrs, key))
+
+
+# -- patterns derived from the ISA ---------------------------------------------------------
+@dataclass(frozen=True)
+class OpPattern:
+    """The dataflow pattern of one op, with its annotations: input roles and named nodes."""
+
+    op: OpDef
+    pattern: object
+    annotations: dict  # role or node name ("root" = the family's outermost call) -> pattern
+
+
+def op_pattern(op: OpDef) -> OpPattern:
+    annotations: dict = {}
+
+    def build(node: RelaxPattern):
+        args = []
+        for arg in node.args:
+            if isinstance(arg, RelaxPattern):
+                args.append(build(arg))
+            else:  # a role: the same wildcard wherever it appears (x * sigmoid(x))
+                args.append(annotations.setdefault(arg, wildcard()))
+        call = is_op(node.op)(*args)
+        if node.name:
+            annotations[node.name] = call
+        return call
+
+    out = annotations["root"] = build(op.family.pattern)
+    if op.bias:
+        annotations["bias"] = wildcard()
+        out = is_op("relax.add")(out, annotations["bias"])
+    if op.activation != "none":
+        out = is_op(ACTIVATIONS[op.activation][0])(out)
+    return OpPattern(op, out, annotations)
+
+
+CODEGEN = "simaccel"
+
+
+def composite_name(op: str) -> str:
+    """The pattern (and composite function) name of op `op`: the op name itself for built-in
+    ops; ``simaccel.<op>`` for others, because TVM names a region's codegen after the first
+    part of its composites' names, and every simaccel op must land in ``relax.ext.simaccel``
+    regions (mixed with built-in ops)."""
+    return op if op.startswith(CODEGEN + ".") else f"{CODEGEN}.{op}"
+
+
+def op_name(composite: str) -> str:
+    """The op a composite function computes (op names have exactly one dot)."""
+    return composite.split(".", 1)[1] if composite.count(".") == 2 else composite
+
+
+_PATTERNS: dict[str, OpPattern] = {}  # by composite name
+_LOCK = threading.Lock()
+
+
+def sync_patterns() -> dict[str, OpPattern]:
+    """Derive and register patterns for every op declared since the last call; all, by composite name.
+
+    TVM tries the most recently registered pattern first, so within a family the plain op is
+    registered before its fused variants, and ops declared later (users' own) take
+    precedence over the built-in ones where both match.
+    """
+    with _LOCK:
+        new = []
+        for family in families():
+            for op in family.variants():
+                if composite_name(op.name) not in _PATTERNS:
+                    new.append(_PATTERNS.setdefault(composite_name(op.name), op_pattern(get_op(op.name))))
+        if new:
+            register_patterns([(composite_name(p.op.name), p.pattern, p.annotations, _check_function(p)) for p in new])
+        return dict(_PATTERNS)
+
+
+def _check_function(spec: OpPattern):
+    return lambda context: check(spec, context)
+
+
+def registered_patterns():
+    """simaccel's entries in TVM's pattern registry, in priority order (highest first)."""
+    ours = sync_patterns()
+    found, seen = [], set()
+    for pattern in get_patterns_with_prefix(""):  # the registry's order: latest registered first
+        if pattern.name in ours and pattern.name not in seen:
+            seen.add(pattern.name)
+            found.append(pattern)
+    return found
+
+
+def check(spec: OpPattern, context: PatternCheckContext) -> bool:
+    """The check function for `spec`: True to offload, else record why and return False."""
+    reason = why_not(spec, context.annotated_expr, context)
+    if reason is None:
+        return True
+    var = context.value_to_bound_var.get(context.matched_expr)
+    name = var.name if var is not None else "?"
+    logger.info("%s stays on TVM (%s): %s", name, spec.op.name, reason)
+    rejections = _rejections.get()
+    if rejections is not None:
+        rejections.append(Rejection(name, spec.op.name, reason))
+    return False
+
+
+def program_attrs(spec: OpPattern, annotated, shapes: dict, dtypes: dict) -> dict:
+    """The Program attributes of one match (the family's `from_relax`); Reject to stay on TVM."""
+    from_relax = spec.op.family.from_relax
+    if from_relax is None:
+        return {}
+    nodes = {name: _Attrs(annotated[name]) for name in spec.annotations if name == "root" or name not in spec.op.inputs}
+    attrs = from_relax(RelaxMatch(nodes, shapes, dtypes))
+    if not isinstance(attrs, dict):
+        raise SimAccelError(f"{spec.op.family.name}: from_relax returned {type(attrs).__name__}, not a dict")
+    return attrs
+
+
+def why_not(spec: OpPattern, annotated, context=None) -> str | None:
+    """The reason the match `annotated` (annotation name -> matched expression) stays on TVM, or None."""
+    op = spec.op
+    profile = _active_profile.get()
+    reason = profile.why_not_op(op.name, op.family.name) or profile.why_not_alignment()
+    if reason:
+        return reason
+    if context is not None and has_leaking_intermediate_variables(context):
+        return "an intermediate result of the fused ops is also used outside them"
+    shapes, dtypes = {}, {}
+    for role in op.inputs:
+        # Constants are fine: with bind_constants=False they become region parameters, which
+        # TVM materialises and passes like any other tensor.
+        shape, dtype = tensor_info(annotated[role])
+        if shape is None:
+            return f"{role} has a dynamic or unknown shape"
+        reason = profile.why_not_tensor(role, shape, dtype)
+        if reason:
+            return reason
+        shapes[role], dtypes[role] = shape, dtype
+    try:
+        attrs = program_attrs(spec, annotated, shapes, dtypes)
+        shape, dtype = op.infer([shapes[r] for r in op.inputs], [dtypes[r] for r in op.inputs], **op.all_attrs(attrs))
+    except Reject as e:
+        return str(e)
+    except SimAccelError as e:
+        return str(e)
+    if context is not None:
+        # The fused op must compute what the matched Relax ops compute; its shape and dtype
+        # are the first things that would differ (a bias whose broadcasting grows the result,
+        # an out_dtype other than the inputs').
+        relax_shape, relax_dtype = tensor_info(context.matched_expr)
+        if (tuple(shape), dtype) != (relax_shape, relax_dtype):
+            return f"{op.name} would give {tuple(shape)} {dtype} where Relax gives {relax_shape} {relax_dtype}"
+    reason = profile.why_not_tensor("output", shape, dtype)
+    if reason:
+        return reason
+    nbytes = sum(_nbytes(shapes[r], dtypes[r]) for r in op.inputs) + _nbytes(shape, dtype)
+    return profile.why_not_region(nbytes, f"{op.name} alone")
+
+
+def _nbytes(shape, dtype: str) -> int:
+    import numpy as np
+
+    count = 1
+    for d in shape:
+        count *= d
+    return count * np.dtype(dtype).itemsize
