@@ -78,8 +78,10 @@ class DeviceProfile:
             extra = sorted(set(data) - known) if isinstance(data, dict) else data
             raise SimAccelError(f"a device profile takes the fields {sorted(known)}; unknown: {extra}")
         data = dict(data)
-        if data.get("ops") is not None:
+        if isinstance(data.get("ops"), list):
             data["ops"] = frozenset(data["ops"])
+        if isinstance(data.get("dtypes"), list):
+            data["dtypes"] = tuple(data["dtypes"])
         return cls(**data)
 
     @classmethod

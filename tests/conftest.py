@@ -37,3 +37,15 @@ def clean_runtime(monkeypatch):
     runtime.ledger.reset()
     yield runtime
     runtime.set_engine(None)
+
+
+@pytest.fixture
+def isolated_isa(monkeypatch):
+    """Ops declared inside the test are forgotten after it (the ISA is process-wide)."""
+    from simaccel.ops import registry
+
+    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
+    monkeypatch.setattr(registry, "_loaded_env", registry._loaded_env)
+    yield registry
+    simaccel.get_runtime().clear()  # plans hold resolved ops

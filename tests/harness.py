@@ -27,10 +27,11 @@ def run_vm(executable, arrays, func: str = "main"):
     return outputs[0] if hasattr(out, "numpy") else outputs
 
 
-def compare_with_tvm(mod, engine: str, seed: int = 0, expect_offload: bool = True, arrays=None, func: str = "main"):
+def compare_with_tvm(mod, engine: str, seed: int = 0, expect_offload: bool = True, arrays=None, func: str = "main",
+                     profile=None):
     """Build `mod` with simaccel and with TVM alone, run both on `engine`, assert they match.
 
-    `arrays` default to seeded random inputs. Returns (simaccel result, TVM result, ledger snapshot).
+    `arrays` default to seeded random inputs; `profile` is the device profile to partition for. Returns (simaccel result, TVM result, ledger snapshot).
     """
     runtime = simaccel.get_runtime()
     arrays = random_inputs(mod, seed, func) if arrays is None else arrays
@@ -38,7 +39,7 @@ def compare_with_tvm(mod, engine: str, seed: int = 0, expect_offload: bool = Tru
     want = run_vm(build_tvm_only(mod), arrays, func)
     runtime.ledger.reset()
     with runtime.use_engine(engine):
-        got = run_vm(build(mod), arrays, func)
+        got = run_vm(build(mod, profile=profile), arrays, func)
     snapshot = runtime.ledger.snapshot()
     if expect_offload:
         assert snapshot["offloaded_calls"] >= 1, "nothing ran on simaccel"

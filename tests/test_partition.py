@@ -18,7 +18,9 @@ def test_one_name_per_op_across_layers():
     """Op keys, registered pattern names (= composite names), references and kernels agree."""
     from simaccel.ops import get_op
 
-    patterns = [p.name for p in registered_patterns()]
+    from simaccel.tvm_integration.backend.patterns import op_name
+
+    patterns = [op_name(p.name) for p in registered_patterns()]
     assert sorted(patterns) == list_ops()
     for name in list_ops():
         definition = get_op(name)

@@ -29,15 +29,15 @@ def conv2d_from_relax(match):
 
 def infer_conv2d(shapes, *, strides, padding, dilation):
     data, weight = shapes
-    check_rank(OP, "data", data, 4, 4)
-    check_rank(OP, "weight", weight, 4, 4)
+    check_rank("data", data, 4, 4)
+    check_rank("weight", weight, 4, 4)
     n, c, h, w = data
     o, c_w, kh, kw = weight
     if c != c_w:
-        raise ShapeError(f"{OP}: data {tuple(data)} has {c} channels, weight {tuple(weight)} expects {c_w}")
+        raise ShapeError(f"data {tuple(data)} has {c} channels, weight {tuple(weight)} expects {c_w}")
     oh, ow = output_hw((h, w), (kh, kw), strides, padding, dilation)
     if oh < 1 or ow < 1:
-        raise ShapeError(f"{OP}: kernel {kh}x{kw} does not fit data {tuple(data)} with padding {tuple(padding)}")
+        raise ShapeError(f"kernel {kh}x{kw} does not fit data {tuple(data)} with padding {tuple(padding)}")
     return (n, o, oh, ow)
 
 

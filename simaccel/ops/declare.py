@@ -89,7 +89,8 @@ class OpFamily:
         The Relax expression replaced (`relax_op`).
     infer:
         ``infer(shapes, **attrs) -> shape`` of the output (its dtype is the inputs' dtype);
-        raises ShapeError for shapes the op does not take.
+        raises ShapeError saying what is wrong with shapes the op does not take (simaccel
+        puts the op's name in front).
     reference:
         ``reference(*arrays, **attrs) -> array``: the numpy semantics. The result is cast to
         the output dtype; compute in float32 (the accelerator's accumulator) or wider.
@@ -223,8 +224,12 @@ class OpDef:
                     + ", ".join(f"{r}={d}" for r, d in zip(self.inputs, dtypes))
                 )
         core = len(self.family.inputs)
-        shape = tuple(int(d) for d in self.family.infer(
-            [tuple(s) for s in shapes[:core]], **self._core_attrs(attrs)))
+        try:
+            shape = tuple(int(d) for d in self.family.infer([tuple(s) for s in shapes[:core]], **self._core_attrs(attrs)))
+        except ShapeError as e:  # name the op (the variant) once, whatever the rule said
+            text = str(e)
+            text = text[len(self.family.name) + 2:] if text.startswith(self.family.name + ": ") else text
+            raise ShapeError(text if text.startswith(self.name + ":") else f"{self.name}: {text}") from None
         if self.bias and not is_bias_for(self.family.bias, shapes[core], shape):
             raise ShapeError(f"{self.name}: bias {tuple(shapes[core])} is not one value per "
                              f"{'output channel' if self.family.bias == 'channel' else 'output column'} "

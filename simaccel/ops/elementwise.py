@@ -13,24 +13,18 @@ from .registry import declare
 from .rules import check_rank, f32
 
 
-def _broadcast(op: str):
-    def infer(shapes):
-        try:
-            shape = np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
-        except ValueError:
-            raise ShapeError(f"{op}: shapes {tuple(shapes[0])} and {tuple(shapes[1])} do not broadcast") from None
-        check_rank(op, "result", shape, 0, 4)
-        return tuple(shape)
-
-    return infer
+def broadcast_shape(shapes):
+    try:
+        shape = np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
+    except ValueError:
+        raise ShapeError(f"shapes {tuple(shapes[0])} and {tuple(shapes[1])} do not broadcast") from None
+    check_rank("result", shape, 0, 4)
+    return tuple(shape)
 
 
-def _same_shape(op: str):
-    def infer(shapes, **_):
-        check_rank(op, "data", shapes[0], 0, 4)
-        return tuple(shapes[0])
-
-    return infer
+def same_shape(shapes, **_):
+    check_rank("data", shapes[0], 0, 4)
+    return tuple(shapes[0])
 
 
 for _name, _fn in (("add", np.add), ("multiply", np.multiply)):
@@ -38,7 +32,7 @@ for _name, _fn in (("add", np.add), ("multiply", np.multiply)):
         name=f"simaccel.{_name}",
         inputs=("lhs", "rhs"),
         pattern=relax_op(f"relax.{_name}", "lhs", "rhs"),
-        infer=_broadcast(f"simaccel.{_name}"),
+        infer=broadcast_shape,
         reference=lambda lhs, rhs, _fn=_fn: _fn(f32(lhs), f32(rhs)),
         kernel=f"simaccel.kernels.elementwise:launch_{_name}",
         doc=f"{_name} with numpy broadcasting, rank <= 4",
@@ -49,7 +43,7 @@ for _name, (_relax, _) in ACTIVATIONS.items():
         name=f"simaccel.{_name}",
         inputs=("data",),
         pattern=relax_op(_relax, "data"),
-        infer=_same_shape(f"simaccel.{_name}"),
+        infer=same_shape,
         reference=lambda data, *, activation: activate(f32(data), activation),
         kernel="simaccel.kernels.elementwise:launch_activation",
         fixed={"activation": _name},

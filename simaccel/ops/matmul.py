@@ -15,14 +15,13 @@ from .rules import check_rank, f32
 
 
 def infer_matmul(shapes, *, transpose_b):
-    op = "simaccel.dense" if transpose_b else "simaccel.matmul"
     data, weight = shapes
-    check_rank(op, "data", data, 2, 4)
-    check_rank(op, "weight", weight, 2, 2)
+    check_rank("data", data, 2, 4)
+    check_rank("weight", weight, 2, 2)
     k_w, n = (weight[1], weight[0]) if transpose_b else (weight[0], weight[1])
     if data[-1] != k_w:
         raise ShapeError(
-            f"{op}: reduction sizes differ: data {tuple(data)} has K={data[-1]}, weight {tuple(weight)} has K={k_w}"
+            f"reduction sizes differ: data {tuple(data)} has K={data[-1]}, weight {tuple(weight)} has K={k_w}"
         )
     return tuple(data[:-1]) + (n,)
 

@@ -24,7 +24,7 @@ def softmax_from_relax(match):
 
 
 def infer_softmax(shapes):
-    check_rank("simaccel.softmax", "data", shapes[0], 1, 4)
+    check_rank("data", shapes[0], 1, 4)
     return tuple(shapes[0])
 
 
@@ -43,12 +43,11 @@ def layer_norm_from_relax(match):
 
 
 def infer_layer_norm(shapes, *, epsilon):
-    op = "simaccel.layer_norm"
-    check_rank(op, "data", shapes[0], 1, 4)
+    check_rank("data", shapes[0], 1, 4)
     d = shapes[0][-1]
     for role, shape in zip(("gamma", "beta"), shapes[1:]):
         if tuple(shape) != (d,):
-            raise ShapeError(f"{op}: {role} must have shape ({d},) to match data {tuple(shapes[0])}, got {tuple(shape)}")
+            raise ShapeError(f"{role} must have shape ({d},) to match data {tuple(shapes[0])}, got {tuple(shape)}")
     return tuple(shapes[0])
 
 

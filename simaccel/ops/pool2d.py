@@ -36,11 +36,11 @@ def pool2d_attrs(match, average: bool) -> dict:
 
 def infer_pool2d(shapes, *, pool_size, strides, padding, dilation, **_):
     (data,) = shapes
-    check_rank("pool2d", "data", data, 4, 4)
+    check_rank("data", data, 4, 4)
     n, c, h, w = data
     oh, ow = output_hw((h, w), pool_size, strides, padding, dilation)
     if oh < 1 or ow < 1:
-        raise ShapeError(f"pool2d: window {tuple(pool_size)} does not fit data {tuple(data)}")
+        raise ShapeError(f"window {tuple(pool_size)} does not fit data {tuple(data)}")
     return (n, c, oh, ow)
 
 

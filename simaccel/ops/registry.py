@@ -79,9 +79,9 @@ def load_user_ops() -> None:
     with _LOCK:
         if value == _loaded_env:
             return
-        _loaded_env = value
         for entry in filter(None, (e.strip() for e in value.replace(os.pathsep, ",").split(","))):
-            _import(entry)
+            _import(entry)  # a failure raises now and again on the next read, never silently
+        _loaded_env = value
 
 
 def _import(entry: str) -> None:

@@ -1,4 +1,7 @@
-"""Shape rules shared by the built-in op declarations (and usable by users' own)."""
+"""Shape rules shared by the built-in op declarations (and usable by users' own).
+
+A rule raises ShapeError saying what is wrong; `OpDef.infer` puts the op's name in front.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,11 @@ from ..errors import ShapeError
 FLOAT_DTYPES = ("float32", "float16")
 
 
-def check_rank(op: str, role: str, shape, low: int, high: int) -> None:
-    """ShapeError unless `low <= len(shape) <= high`."""
+def check_rank(role: str, shape, low: int, high: int) -> None:
+    """ShapeError unless `low <= len(shape) <= high` (the op's name is added by simaccel)."""
     if not low <= len(shape) <= high:
         want = f"rank {low}" if low == high else f"rank {low}..{high}"
-        raise ShapeError(f"{op}: {role} must have {want}, got shape {tuple(shape)}")
+        raise ShapeError(f"{role} must have {want}, got shape {tuple(shape)}")
 
 
 def is_bias_for(kind: str, bias_shape, out_shape) -> bool:

@@ -1,13 +1,13 @@
 """Relax patterns for simaccel, derived from the ISA's declarations and registered with TVM.
 
-Every op of the ISA (simaccel.ops: built-in and users' own) gets one pattern under its own
-name (``simaccel.dense_bias_relu`` is the op key, the pattern name and the composite
-function name): the family's `RelaxPattern` made into a dataflow pattern, wrapped in a
-``relax.add`` for a ``_bias`` variant and in the activation's Relax op for an
-``_<activation>`` variant. Every pattern has the same check function: the active device
-profile, static shapes, the family's `from_relax` (attributes, or the reason to stay on
-TVM), its shape rule, and the result Relax computes. A rejection is recorded with its
-one-line reason, which `partition_report` shows.
+Every op of the ISA (simaccel.ops: built-in and users' own) gets one pattern: the family's
+`RelaxPattern` made into a dataflow pattern, wrapped in a ``relax.add`` for a ``_bias``
+variant and in the activation's Relax op for an ``_<activation>`` variant. A built-in op's
+name is also its pattern and composite function name; a user op ``ns.op`` is
+``simaccel.ns.op`` there (`composite_name`). Every pattern has the same check function: the
+active device profile, static shapes, the family's `from_relax` (attributes, or the reason
+to stay on TVM), its shape rule, and the result Relax computes. A rejection is recorded
+with its one-line reason, which `partition_report` shows.
 """
 
 from __future__ import annotations
@@ -164,21 +164,23 @@ _LOCK = threading.Lock()
 
 
 def sync_patterns() -> dict[str, OpPattern]:
-    """Derive and register patterns for every op declared since the last call; all, by composite name.
+    """The patterns of every op now in the ISA, by composite name; ops declared (or replaced)
+    since the last call get theirs derived and registered with TVM first.
 
-    TVM tries the most recently registered pattern first, so within a family the plain op is
-    registered before its fused variants, and ops declared later (users' own) take
-    precedence over the built-in ones where both match.
+    A replaced op (a test's planted fault) gets a new pattern under the same name; the
+    registry then holds both, and `registered_patterns` takes the newest.
     """
+    current = {composite_name(v.name): get_op(v.name) for family in families() for v in family.variants()}
     with _LOCK:
         new = []
-        for family in families():
-            for op in family.variants():
-                if composite_name(op.name) not in _PATTERNS:
-                    new.append(_PATTERNS.setdefault(composite_name(op.name), op_pattern(get_op(op.name))))
+        for name, op in current.items():
+            spec = _PATTERNS.get(name)
+            if spec is None or spec.op is not op:
+                _PATTERNS[name] = op_pattern(op)
+                new.append(_PATTERNS[name])
         if new:
             register_patterns([(composite_name(p.op.name), p.pattern, p.annotations, _check_function(p)) for p in new])
-        return dict(_PATTERNS)
+        return {name: _PATTERNS[name] for name in current}
 
 
 def _check_function(spec: OpPattern):
@@ -186,14 +188,18 @@ def _check_function(spec: OpPattern):
 
 
 def registered_patterns():
-    """simaccel's entries in TVM's pattern registry, in priority order (highest first)."""
+    """simaccel's entries in TVM's pattern registry, in priority order (tried first first).
+
+    The order is the ISA's declaration order, reversed: within a family the fused variants
+    before the plain op (bias and activation last declared), and ops declared later (users'
+    own) before the built-in ones where both match.
+    """
     ours = sync_patterns()
-    found, seen = [], set()
-    for pattern in get_patterns_with_prefix(""):  # the registry's order: latest registered first
-        if pattern.name in ours and pattern.name not in seen:
-            seen.add(pattern.name)
-            found.append(pattern)
-    return found
+    newest = {}
+    for pattern in get_patterns_with_prefix(""):  # the registry's order: newest first
+        if pattern.name in ours:
+            newest.setdefault(pattern.name, pattern)
+    return [newest[name] for name in reversed(ours)]
 
 
 def check(spec: OpPattern, context: PatternCheckContext) -> bool:

@@ -1,4 +1,4 @@
-"""The `simaccel` command line: demo, run, bench, ops.
+"""The `simaccel` command line: demo, run, bench, fuzz, ops.
 
 Exit status: 0 success, 1 results mismatch, 2 user error (argparse's usage errors, or a
 SimAccelError as one line on stderr), 3 internal error (a bug in simaccel: one line, the
@@ -118,7 +118,13 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
     fuzz.add_argument("--shared", help=argparse.SUPPRESS)  # set by --jobs for its workers: models already checked
 
-    commands.add_parser("ops", help="list the accelerator's ops")
+    commands.add_parser(
+        "ops",
+        help="list the accelerator's ops: built-in ones and users' (from $SIMACCEL_OPS)",
+        description="One line per op (every fused variant): its inputs, its attributes and the family it belongs "
+        "to; built-in families first, then users' ones, declared in the modules or .py files named in "
+        "$SIMACCEL_OPS (comma-separated).",
+    )
     return parser
 
 
@@ -162,11 +168,22 @@ def _dispatch(args) -> int:
             return replay(args.replay)
         return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
                         args.out, args.export_every, args.shrink_seconds, args.jobs, shared=args.shared)
-    from ...ops import get_op, list_ops
+    return list_ops_command()
 
-    for name in list_ops():
-        op = get_op(name)
-        print(f"{name}({', '.join(op.inputs)}){'  attrs: ' + ', '.join(op.attrs) if op.attrs else ''}")
+
+def list_ops_command() -> int:
+    """`simaccel ops`: every op, family by family (built-in first), with its family and namespace."""
+    from ...ops import families, get_op
+
+    for family in families():
+        if family.namespace == "simaccel":
+            origin = "built-in"
+        else:
+            origin = f"user op, namespace {family.namespace}, " + ("fuzzed" if family.fuzz else "no fuzz hook")
+        for variant in family.variants():
+            op = get_op(variant.name)
+            attrs = f"  attrs: {', '.join(op.attrs)}" if op.attrs else ""
+            print(f"{op.name}({', '.join(op.inputs)}){attrs}  family: {family.name} ({origin})")
     return OK
 
 

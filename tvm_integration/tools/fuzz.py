@@ -13,6 +13,12 @@ The drawing is done by hypothesis, so the first failure is shrunk (for at most
 the model as TVMScript, its inputs, the case as JSON and a `repro.py` that checks it again.
 The first three cases where TVM alone is the one off are saved the same way, under `tvm-off/`.
 Exit status: 0 when no case failed, 1 otherwise.
+
+Users' ops (families declared in the modules named in $SIMACCEL_OPS, with a fuzz hook) are
+drawn too; the summary counts the models that held each. Their float64 reference is their
+own numpy reference, the one simaccel's `ref` engine runs, so it never excuses a difference
+from TVM alone: there, any difference is a failure. Workers, the fresh process and saved
+reproductions get the $SIMACCEL_OPS entries (.py paths made absolute); `replay` sets them.
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import SimAccelError
+from ...errors import SimAccelError, UnsupportedOpError
+from ...ops import USER_OPS_ENV
 from ...runtime import get_runtime
 from .deploy import error_line
-from .fuzz_models import Case, Config, Draw, Value, draw_case
+from .fuzz_models import Case, Config, Draw, Value, draw_case, fuzz_op, user_families
 
 ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda"}
 TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol relative to the output's scale)
@@ -63,6 +70,7 @@ class Checker:
         self.checked = 0
         self.with_regions = 0  # cases where simaccel ran at least one region
         self.ops: Counter = Counter()  # simaccel ops run, over every case
+        self.user_ops: Counter = Counter()  # users' ops: how many checked models held each
 
     def check(self, case: Case, sample: bool = True) -> Outcome:
         """The verdict on `case`; with `sample`, every `export_every`-th case is also exported."""
@@ -71,8 +79,12 @@ class Checker:
         from ..backend.pipeline import build, build_tvm_only, default_target
 
         self.checked += 1
+        if sample:
+            self.user_ops.update(case.user_ops)
         try:
             mod = case.bound_module()
+        except SimAccelError:
+            raise  # a user op this process does not know (or declares wrongly): no skip hides it
         except Exception as e:  # noqa: BLE001 - a model Relax refuses is not a case
             return Outcome(SKIP, f"Relax refuses the model: {error_line(e)}")
         arrays = case.runtime_arrays()
@@ -121,9 +133,10 @@ class Checker:
         for i, (case, path, _) in enumerate(self.exported):
             inputs = self.workdir / f"in{i}.npz"
             np.savez(inputs, *case.runtime_arrays())
+            (self.workdir / f"out{i}.npz").unlink(missing_ok=True)  # none left from an earlier call
             jobs.append([str(path), str(inputs), str(self.workdir / f"out{i}.npz")])
         (self.workdir / "jobs.json").write_text(json.dumps(jobs))
-        env = {**os.environ, "SIMACCEL_ENGINE": "ref"}
+        env = {**user_ops_environ(), "SIMACCEL_ENGINE": "ref"}  # the libraries' user ops, found from workdir
         result = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(self.workdir / "jobs.json")],
                                 capture_output=True, text=True, env=env, timeout=1800, cwd=self.workdir)
         failures = []
@@ -207,6 +220,9 @@ def compare(case: Case, got: list, want: list, where: str) -> Outcome:
         return Outcome(FAIL, message + "; no float64 reference to settle it")
     errors = [(_error(g, r), _error(w, r)) for g, w, r in zip(got, want, case.reference())]
     against = ", ".join(f"simaccel {ours:.3g} / TVM alone {theirs:.3g}" for ours, theirs in errors)
+    if not case.independent_reference:  # the user op's own reference: what simaccel's ref engine runs
+        return Outcome(FAIL, f"{message}; the float64 reference uses {', '.join(case.user_ops)}'s own "
+                             f"reference, so it cannot settle it (errors against it: {against})")
     if any(ours > max(rtol + atol, 2 * theirs) for ours, theirs in errors):
         return Outcome(FAIL, f"{message}; errors against float64: {against}")
     return Outcome(TVM_OFF, f"{message} ({case.dtype}); errors against float64: {against}")
@@ -333,6 +349,9 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     )(given(st.data())(one_case))
     start = time.monotonic()
     log(f"fuzz: {cases} cases, seed {seed}, engines {', '.join(engines)}, dtypes {', '.join(dtypes)}")
+    drawn = [f.name for f in user_families()]
+    if drawn:
+        log(f"fuzz: users' ops drawn too: {', '.join(drawn)} (${USER_OPS_ENV}={','.join(user_op_modules())})")
     try:
         seeded(seed)(test)()
     except FuzzFailure:
@@ -340,6 +359,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     progress.done()
     failures = [state["failure"]] if state["failure"] else []
     reloaded = len(checker.exported)
+    reloaded_user = sum(bool(case.user_ops) for case, _, _ in checker.exported)
     if not failures:
         failures = checker.check_exported()
     saved = []
@@ -357,14 +377,43 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
         "engines": list(engines), "dtypes": list(dtypes), "seconds": round(seconds, 1),
         "counts": tally.counts, "examples": tally.examples, "reloaded_in_fresh_process": reloaded,
         "cases_with_simaccel_regions": checker.with_regions, "simaccel_ops_run": dict(sorted(checker.ops.items())),
+        "user_op_modules": user_op_modules(), "user_ops_in_models": _user_op_counts(drawn, checker.user_ops),
+        "reloaded_with_user_ops": reloaded_user,
         "failures": saved,
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "fuzz-summary.json").write_text(json.dumps(summary, indent=1))
     log(f"fuzz: {summary['cases']} cases in {seconds:.0f} s on {', '.join(engines)}: {tally.line()}; "
         f"{checker.with_regions} ran simaccel regions ({sum(checker.ops.values())} ops); "
-        f"{reloaded} exported and run again in a fresh process" + ("" if failures else ", all matched"))
+        + _user_ops_line(summary["user_ops_in_models"])
+        + f"{reloaded} exported and run again in a fresh process" + ("" if failures else ", all matched"))
     return 1 if failures else 0
+
+
+def user_op_modules() -> list[str]:
+    """The entries of $SIMACCEL_OPS, .py paths made absolute (so a process in another folder finds them)."""
+    value = os.environ.get(USER_OPS_ENV, "")
+    entries = [e.strip() for e in value.replace(os.pathsep, ",").split(",") if e.strip()]
+    return [os.path.abspath(e) if e.endswith(".py") else e for e in entries]
+
+
+def user_ops_environ() -> dict:
+    """os.environ for a child process: $SIMACCEL_OPS with absolute paths (unset stays unset)."""
+    env = dict(os.environ)
+    if env.get(USER_OPS_ENV, "").strip():
+        env[USER_OPS_ENV] = ",".join(user_op_modules())
+    return env
+
+
+def _user_op_counts(drawn, counts: Counter) -> dict:
+    """Models that held each user op: every drawable one (0 where none did), then any other."""
+    return {name: counts.get(name, 0) for name in [*drawn, *sorted(set(counts) - set(drawn))]}
+
+
+def _user_ops_line(counts: dict) -> str:
+    if not counts:
+        return ""
+    return "users' ops in models: " + ", ".join(f"{name} {n}" for name, n in counts.items()) + "; "
 
 
 def _claim(shared: str | None, key: str) -> bool:
@@ -399,7 +448,8 @@ def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shri
         logfile = open(folder / "fuzz.log", "w")
         # cwd: the worker's own folder, so a source checkout in the caller's folder cannot
         # shadow the installed package.
-        workers.append((folder, subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, cwd=folder), logfile))
+        workers.append((folder, subprocess.Popen(command, stdout=logfile, stderr=subprocess.STDOUT, cwd=folder,
+                                                 env=user_ops_environ()), logfile))
     log(f"fuzz: {cases} cases in {jobs} processes, seeds {seed * 1000}..{seed * 1000 + jobs - 1}, "
         f"engines {', '.join(engines)}, dtypes {', '.join(dtypes)}")
     progress, start = _Progress(cases, log), time.monotonic()
@@ -420,16 +470,19 @@ def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shri
     summary = {**summaries[0], "seed": seed, "jobs": jobs, "cases": sum(s["cases"] for s in summaries),
                "seconds": round(time.monotonic() - start, 1), "counts": tally.counts, "failures": failures,
                "reloaded_in_fresh_process": sum(s["reloaded_in_fresh_process"] for s in summaries),
+               "reloaded_with_user_ops": sum(s.get("reloaded_with_user_ops", 0) for s in summaries),
                "cases_with_simaccel_regions": sum(s["cases_with_simaccel_regions"] for s in summaries),
                "simaccel_ops_run": dict(sorted(sum((Counter(s["simaccel_ops_run"]) for s in summaries), Counter()).items())),
+               "user_ops_in_models": _user_op_counts(list(summaries[0].get("user_ops_in_models", {})), sum(
+                   (Counter(s.get("user_ops_in_models", {})) for s in summaries), Counter())),
                "examples": _merged_examples(summaries)}
     (out / "fuzz-summary.json").write_text(json.dumps(summary, indent=1))
     for failure in failures:
         log(f"FAILED: {failure['reason']}\n  {failure['case']}\n  reproduction: {failure.get('reproduction')}")
     log(f"fuzz: {summary['cases']} cases in {summary['seconds']:.0f} s on {', '.join(engines)} ({jobs} processes): "
         f"{tally.line()}; {summary['cases_with_simaccel_regions']} ran simaccel regions "
-        f"({sum(summary['simaccel_ops_run'].values())} ops); "
-        f"{summary['reloaded_in_fresh_process']} exported and run again in a fresh process"
+        f"({sum(summary['simaccel_ops_run'].values())} ops); " + _user_ops_line(summary["user_ops_in_models"])
+        + f"{summary['reloaded_in_fresh_process']} exported and run again in a fresh process"
         + ("" if failures else ", all matched"))
     return 1 if failures else 0
 
@@ -500,8 +553,13 @@ def case_to_json(case: Case) -> dict:
 
 
 def case_from_json(data: dict) -> Case:
+    """The case saved by `case_to_json`; UnsupportedOpError (naming $SIMACCEL_OPS) for a user op
+    this process has not declared."""
     values = [Value(**{**v, "shape": tuple(v["shape"]), "args": tuple(v["args"])}) for v in data["values"]]
-    return Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]))
+    case = Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]))
+    for op in case.user_ops:
+        fuzz_op(op)
+    return case
 
 
 REPRO = '''"""Check a simaccel fuzz failure again: python repro.py (exit 1 while it still fails)."""
@@ -521,26 +579,52 @@ def save_reproduction(case: Case, outcome: Outcome, engines, out_dir) -> Path:
     data = case_to_json(case)
     folder = Path(out_dir) / f"case-{hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]}"
     folder.mkdir(parents=True, exist_ok=True)
+    modules = user_op_modules()
+    user = (f"# users' ops {case.user_ops}: declared in ${USER_OPS_ENV}={','.join(modules)} (replay sets it)\n"
+            if case.user_ops else "")
     (folder / "model.py").write_text(
         f"# simaccel fuzz: {outcome.reason}\n# parameters bound as constants: "
-        f"{[v.name for v in case.params if v.constant]} (their values are in inputs.npz)\n" + case.module().script()
+        f"{[v.name for v in case.params if v.constant]} (their values are in inputs.npz)\n" + user + case.module().script()
     )
     np.savez(folder / "inputs.npz", **{v.name: a for v, a in zip(case.params, case.arrays())})
     (folder / "case.json").write_text(json.dumps(
         {"engines": list(engines), "verdict": outcome.verdict, "reason": outcome.reason,
-         "simaccel": __version__, "case": data}, indent=1, default=list))
+         "simaccel": __version__, "user_op_modules": modules, "case": data}, indent=1, default=list))
     (folder / "repro.py").write_text(REPRO)
     return folder
 
 
 def replay(folder, log=print) -> int:
-    """Check a saved case again on its engines: 0 when it now passes, 1 when it still fails."""
+    """Check a saved case again on its engines: 0 when it now passes, 1 when it still fails.
+
+    The modules its user ops were declared in (case.json's ``user_op_modules``) are added to
+    $SIMACCEL_OPS while it runs."""
     folder = Path(folder)
     try:
         saved = json.loads((folder / "case.json").read_text())
-        case = case_from_json(saved["case"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        data, engines, modules = saved["case"], saved["engines"], list(saved.get("user_op_modules") or [])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
-    outcome = Checker(saved["engines"]).check(case)
+    previous = os.environ.get(USER_OPS_ENV)
+    missing = [m for m in modules if m not in user_op_modules()]
+    if missing:
+        os.environ[USER_OPS_ENV] = ",".join(user_op_modules() + missing)
+        log(f"replay: ${USER_OPS_ENV}={os.environ[USER_OPS_ENV]} (the modules this case's user ops were declared in)")
+    try:
+        try:
+            case = case_from_json(data)
+        except UnsupportedOpError as e:
+            ops = sorted({v.get("op") for v in data["values"] if "." in (v.get("op") or "")})
+            raise SimAccelError(f"{folder}: the case uses users' ops {', '.join(ops)}, not all declared in this process; "
+                                f"it was saved with ${USER_OPS_ENV}={','.join(modules) or '(unset)'}") from e
+        except (ValueError, KeyError, TypeError) as e:
+            raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
+        outcome = Checker(engines).check(case)
+    finally:
+        if missing:
+            if previous is None:
+                os.environ.pop(USER_OPS_ENV, None)
+            else:
+                os.environ[USER_OPS_ENV] = previous
     log(f"{case.describe()}\n{outcome.verdict}{': ' + outcome.reason if outcome.reason else ''}")
     return 1 if outcome.verdict == FAIL else 0

@@ -10,10 +10,19 @@ TVM (depthwise convolution, batched right operands, other axes, ceil-mode poolin
 permute_dims, tanh, sigmoid, ...), with edge shapes: 1, primes, sizes off the kernels' tiles,
 broadcast batch dims, and now and then a zero-size dim.
 
+Users' ops are drawn too: every declared family outside the ``simaccel`` namespace that has
+a `fuzz` hook (simaccel.ops.OpFamily.fuzz; $SIMACCEL_OPS names their modules) may become a
+node, named after the family (``myaccel.rms_norm``), when its hook takes the chosen value's
+shape. Its Relax call is built from the family's pattern, its output shape comes from Relax's
+own shape inference, and its reference is the family's numpy reference. Without user
+families nothing changes: the same seed draws the same models.
+
 Every choice goes through a `Draw`, so the fuzzer can hand the drawing to hypothesis, which
 then shrinks a failing model by shrinking its choices. `Case.reference()` evaluates the model
 in float64 with numpy (rounding each result to the model's dtype, as TVM and simaccel store
-them); it is written independently of simaccel's own op references.
+them); for built-in ops it is written independently of simaccel's own op references. For a
+user op it is that op's own reference (what simaccel's `ref` engine runs too), so it cannot
+settle a disagreement with TVM (`Case.independent_reference`).
 """
 
 from __future__ import annotations
@@ -72,6 +81,7 @@ class Config:
     tiny: bool = False  # small dims only (the simulator)
     specials_percent: int = 10  # float32 models whose first input holds NaN and inf
     zero_dim_percent: int = 2  # dims drawn as 0 (TVM's CUDA build refuses most zero-size tensors)
+    user_ops: bool = True  # draw users' declared ops too (those with a fuzz hook), where there are any
 
 
 @dataclass
@@ -90,6 +100,11 @@ class Case:
     def ops(self) -> list[str]:
         return [v.op for v in self.values if v.op is not None]
 
+    @property
+    def user_ops(self) -> list[str]:
+        """The distinct users' ops in the model (names with a namespace), in order."""
+        return list(dict.fromkeys(op for op in self.ops if is_user_op(op)))
+
     def describe(self) -> str:
         kinds = ", ".join(self.ops)
         return f"{self.dtype}, {len(self.params)} params, {len(self.ops)} ops ({kinds}), {len(self.outputs)} output(s)"
@@ -107,7 +122,7 @@ class Case:
                 exprs = dict(params)
                 for i, v in enumerate(self.values):
                     if v.op is not None:
-                        exprs[i] = builder.emit(OPS[v.op].relax([exprs[a] for a in v.args], v.attrs, self.dtype))
+                        exprs[i] = builder.emit(fuzz_op(v.op).relax([exprs[a] for a in v.args], v.attrs, self.dtype))
                 outs = [exprs[i] for i in self.outputs]
                 out = builder.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
             builder.emit_func_output(out)
@@ -148,7 +163,19 @@ class Case:
     @property
     def exact_reference(self) -> bool:
         """Whether `reference()` knows every op's semantics (ceil-mode pooling it does not)."""
-        return all(OPS[v.op].exact(v.attrs) for v in self.values if v.op is not None)
+        return all(self._exact(v) for v in self.values if v.op is not None)
+
+    @property
+    def independent_reference(self) -> bool:
+        """Whether `reference()` is written independently of simaccel: not where a user op's own
+        reference computes that node (simaccel's `ref` engine runs the same function)."""
+        return not self.user_ops
+
+    def _exact(self, v: Value) -> bool:
+        op = fuzz_op(v.op)
+        if isinstance(op, UserFuzzOp):
+            return op.exact_for([self.values[a].shape for a in v.args], v.attrs, self.dtype)
+        return op.exact(v.attrs)
 
     def reference(self) -> list[np.ndarray]:
         """The outputs computed in float64, each op's result rounded to the model's dtype."""
@@ -160,7 +187,7 @@ class Case:
                 if v.op is None:
                     results[i] = next(arrays).astype(np.float64)
                 else:
-                    y = OPS[v.op].numpy([results[a] for a in v.args], v.attrs, self.dtype)
+                    y = fuzz_op(v.op).numpy([results[a] for a in v.args], v.attrs, self.dtype)
                     results[i] = np.asarray(y, np.float64).astype(self.dtype).astype(np.float64)
         return [results[i] for i in self.outputs]
 
@@ -168,7 +195,7 @@ class Case:
 # -- drawing ------------------------------------------------------------------------------------
 def draw_case(draw: Draw, config: Config = Config()) -> Case:
     dtype = draw.choice(config.dtypes)
-    builder = _Builder(draw, config)
+    builder = _Builder(draw, config, dtype)
     first = builder.param(builder.input_shape(), "x")
     if draw.chance(30):
         builder.param(builder.values[first].shape, "y")  # a second input of the same shape
@@ -188,10 +215,13 @@ def draw_case(draw: Draw, config: Config = Config()) -> Case:
 
 
 class _Builder:
-    def __init__(self, draw: Draw, config: Config):
+    def __init__(self, draw: Draw, config: Config, dtype: str = "float32"):
         self.draw = draw
         self.config = config
+        self.dtype = dtype
         self.values: list[Value] = []
+        # users' families that can be drawn in this dtype (none: the draws are those of before)
+        self.user = [f for f in user_families() if dtype in f.dtypes] if config.user_ops else []
 
     def dim(self) -> int:
         if self.draw.chance(self.config.zero_dim_percent):
@@ -218,7 +248,7 @@ class _Builder:
 
     def add(self, op: str, args, attrs=None) -> int:
         attrs = attrs or {}
-        shape = OPS[op].shape([self.values[a].shape for a in args], attrs)
+        shape = fuzz_op(op).shape([self.values[a].shape for a in args], attrs)
         self.values.append(Value(shape, op, tuple(args), attrs))
         return len(self.values) - 1
 
@@ -232,7 +262,25 @@ class _Builder:
             kinds += ["linear", "linear", "reshape", "permute"]
         if len(shape) == 4:
             kinds += ["conv", "conv", "conv", "pool", "pool"]
+        if self.user:  # only where there are users' ops: the draws without them stay the same
+            kinds += ["user", "user"]
         getattr(self, f"_{self.draw.choice(kinds)}")(x, shape)
+
+    def _user(self, x, shape):
+        """A user op applied to `x`, with new weights of the shapes its fuzz hook asks for (an
+        elementwise op instead where the hook, or Relax, does not take this shape)."""
+        family = self.draw.choice(self.user)
+        answer = family.fuzz(tuple(shape), self.draw)
+        if answer is None:
+            return self._unary(x, shape)
+        shapes, kwargs = _hook_answer(family, answer)
+        roles = list(family.inputs)
+        try:
+            out = relax_shape(family, [tuple(shape)] + [shapes[r] for r in roles[1:]], kwargs, self.dtype)
+        except Exception:  # noqa: BLE001 - Relax refuses these shapes: the op does not apply here
+            return self._unary(x, shape)
+        args = [x] + [self.param(shapes[r], "w", weight=True) for r in roles[1:]]
+        self.values.append(Value(out, family.name, tuple(args), kwargs))
 
     def _unary(self, x, shape):
         self.add(self.draw.choice(("relu", "gelu", "tanh", "sigmoid", "exp", "relu")), [x])
@@ -523,3 +571,164 @@ OPS: dict[str, FuzzOp] = {
     "max_pool2d": FuzzOp(_pool_make("max_pool2d"), _pool_shape, _max_pool, lambda attrs: not attrs["ceil_mode"]),
     "avg_pool2d": FuzzOp(_pool_make("avg_pool2d"), _pool_shape, _avg_pool, lambda attrs: not attrs["ceil_mode"]),
 }
+
+
+# -- users' ops: declared families with a fuzz hook ------------------------------------------------
+def is_user_op(name: str) -> bool:
+    """Whether a node's op is a user's family (``namespace.op``) rather than a built-in FuzzOp."""
+    return "." in name
+
+
+def user_families() -> list:
+    """Declared families outside the ``simaccel`` namespace that have a fuzz hook (the
+    modules named in $SIMACCEL_OPS are imported first)."""
+    from ...ops import families
+
+    return [f for f in families() if f.namespace != "simaccel" and f.fuzz is not None]
+
+
+def fuzz_op(name: str) -> "FuzzOp | UserFuzzOp":
+    """The op a node names: a built-in FuzzOp, or a user family (UnsupportedOpError, naming
+    $SIMACCEL_OPS, where no family of that name is declared)."""
+    op = OPS.get(name)
+    if op is not None:
+        return op
+    if not is_user_op(name):
+        raise KeyError(f"unknown fuzz op {name!r}")
+    return UserFuzzOp(name)
+
+
+def _hook_answer(family, answer) -> tuple[dict, dict]:
+    """The fuzz hook's (shapes by role, Relax kwargs), checked: every other input role has a shape."""
+    from ...errors import OpDeclarationError
+
+    try:
+        shapes, kwargs = answer
+        shapes = {str(r): tuple(int(d) for d in s) for r, s in dict(shapes).items()}
+        kwargs = dict(kwargs or {})
+    except (TypeError, ValueError) as e:
+        raise OpDeclarationError(f"op family {family.name!r}: its fuzz hook must return (shapes by role, "
+                                 f"Relax kwargs) or None, got {answer!r}") from e
+    missing = [r for r in family.inputs[1:] if r not in shapes]
+    if missing:
+        raise OpDeclarationError(f"op family {family.name!r}: its fuzz hook gave no shape for input(s) {missing}")
+    return shapes, kwargs
+
+
+def _relax_function(op: str):
+    """The Relax builder a pattern node names: ``relax.nn.rms_norm`` -> tvm.relax.op.nn.rms_norm."""
+    from tvm import relax
+
+    from ...errors import OpDeclarationError
+
+    if not op.startswith("relax."):
+        raise OpDeclarationError(f"pattern op {op!r}: the fuzzer builds only Relax ops (relax.*)")
+    try:
+        return _resolve(relax.op, op[len("relax."):])
+    except AttributeError:
+        raise OpDeclarationError(f"pattern op {op!r}: tvm.relax.op has no {op[len('relax.'):]}") from None
+
+
+def relax_call(family, exprs, kwargs) -> tuple:
+    """The family's pattern applied to `exprs` (one per input role, in order): the root call
+    gets `kwargs`, inner calls their defaults. Returns (root call, named nodes' calls)."""
+    by_role = dict(zip(family.inputs, exprs))
+    nodes = {}
+
+    def build(node, root: bool):
+        args = [build(a, False) if hasattr(a, "args") else by_role[a] for a in node.args]
+        call = _relax_function(node.op)(*args, **(kwargs if root else {}))
+        if root or node.name:
+            nodes["root" if root else node.name] = call
+        return call
+
+    return build(family.pattern, True), nodes
+
+
+def _placeholders(family, shapes, dtype) -> list:
+    from tvm import relax
+
+    return [relax.Var(role, relax.TensorType(tuple(shape), dtype)) for role, shape in zip(family.inputs, shapes)]
+
+
+def relax_shape(family, shapes, kwargs, dtype) -> tuple[int, ...]:
+    """The output shape of the family's Relax call on inputs of `shapes`, by Relax's own shape
+    inference; an exception where Relax refuses them or the result is no static-shape tensor."""
+    from tvm import relax
+
+    builder = relax.BlockBuilder()
+    by_role = dict(zip(family.inputs, _placeholders(family, shapes, dtype)))
+
+    def infer(node, root: bool):  # node by node, each on variables: no scope to leave open on a refusal
+        args = [infer(a, False) if hasattr(a, "args") else by_role[a] for a in node.args]
+        ty = builder.normalize(_relax_function(node.op)(*args, **(kwargs if root else {}))).ty
+        return ty if root else relax.Var("t", ty)
+
+    ty = infer(family.pattern, True)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        raise ValueError(f"{family.name}: Relax gives {ty}, not a tensor of static shape")
+    return tuple(int(d.value) for d in ty.shape.values)
+
+
+class UserFuzzOp:
+    """A user family as a node: `relax`, `shape` and `numpy` like a FuzzOp; the numpy side is the
+    family's own reference on the Program attributes its `from_relax` reads from the call."""
+
+    def __init__(self, name: str):
+        from ...ops import get_op
+
+        self.name = name
+        self.family = get_op(name).family  # UnsupportedOpError (naming $SIMACCEL_OPS) if undeclared
+
+    def relax(self, exprs, attrs, dtype):
+        return relax_call(self.family, exprs, attrs)[0]
+
+    def shape(self, shapes, attrs, dtype: str = "float32"):
+        return relax_shape(self.family, shapes, attrs, dtype)
+
+    def program_attrs(self, shapes, attrs, dtype) -> dict:
+        """What simaccel's op gets from this call (the family's `from_relax`); Reject where the
+        call stays on TVM."""
+        from ...ops import RelaxMatch
+
+        params = _placeholders(self.family, shapes, dtype)
+        _, nodes = relax_call(self.family, params, attrs)
+        if self.family.from_relax is None:
+            return {}
+        from ..backend.patterns import python_value
+
+        nodes = {name: _CallAttrs(call, python_value) for name, call in nodes.items()}
+        roles = dict(zip(self.family.inputs, shapes))
+        return self.family.from_relax(RelaxMatch(nodes, roles, {r: dtype for r in roles}))
+
+    def exact_for(self, shapes, attrs, dtype) -> bool:
+        """Whether the family's reference states this call's semantics: its `from_relax` takes it."""
+        try:
+            self.program_attrs(shapes, attrs, dtype)
+        except Exception:  # noqa: BLE001 - Reject, or a from_relax that cannot read this call
+            return False
+        return True
+
+    def numpy(self, xs, attrs, dtype):
+        from ...ops import get_op
+
+        op = get_op(self.name)  # looked up each time: a test may plant a fault in the reference
+        program = self.program_attrs([x.shape for x in xs], attrs, dtype)
+        return op.reference(*xs, **op.all_attrs(program))
+
+
+class _CallAttrs(dict):
+    """A built call's attributes as Python values, read on first access (as `from_relax` sees them)."""
+
+    def __init__(self, call, convert):
+        super().__init__()
+        self._attrs, self._convert = call.attrs, convert
+
+    def __missing__(self, key):
+        if self._attrs is None or not hasattr(self._attrs, key):
+            raise KeyError(key)
+        value = self[key] = self._convert(getattr(self._attrs, key))
+        return value
+
+    def __contains__(self, key):
+        return dict.__contains__(self, key) or (self._attrs is not None and hasattr(self._attrs, key))

@@ -1,0 +1,237 @@
+"""The op declaration API (simaccel.ops): derived variants, validation of declarations, an op
+declared from outside the package end to end, and the layering of the code."""
+
+from __future__ import annotations
+
+import ast
+import math
+import pathlib
+
+import numpy as np
+import pytest
+from numba import cuda
+from tvm import relax
+
+from harness import compare_with_tvm
+from model_zoo import single_op
+from simaccel import OpDeclarationError, ShapeError
+from simaccel.ops import OpFamily, Reject, attrs, declare, families, get_op, list_ops, relax_op
+from simaccel.tvm_integration import partition_report
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+F32 = "float32"
+
+
+# -- an op declared the way a user would: SiLU as x * sigmoid(x) (one role used twice) ----------
+def silu_kernel(out, x, total, beta):
+    i = cuda.grid(1)
+    if i < total:
+        v = x[i]
+        out[i] = v / (1.0 + math.exp(-beta * v))
+
+
+def launch_silu(target, out, data, *, beta):
+    total = math.prod(data.shape)
+    if total:
+        flat = (total,)
+        target.launch(silu_kernel, (total + 63) // 64, 64, target.reshape(out, flat), target.reshape(data, flat), total, beta)
+    return int(total > 0)
+
+
+def silu_from_relax(match):
+    if match.dtypes["data"] != F32:
+        raise Reject("testaccel.silu runs in float32 only")
+    return {"beta": 1.0}
+
+
+def silu_family():
+    return OpFamily(
+    name="testaccel.silu",
+    inputs=("data",),
+    pattern=relax_op("relax.multiply", "data", relax_op("relax.sigmoid", "data")),
+    attrs={"beta": attrs.number},
+    from_relax=silu_from_relax,
+    infer=lambda shapes, **_: shapes[0],
+    reference=lambda data, *, beta: data.astype(np.float32) / (1 + np.exp(-beta * data.astype(np.float32))),
+    kernel=launch_silu,
+    doc="x * sigmoid(x)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def silu(isolated_isa):
+    """testaccel.silu is declared for each test of this module, and forgotten after it."""
+    return declare(silu_family())
+
+
+def silu_model(dtype=F32):
+    return single_op(lambda x, w: relax.op.nn.relu(relax.op.matmul(relax.op.multiply(x, relax.op.sigmoid(x)), w)),
+                     [((4, 8), dtype), ((8, 6), dtype)])
+
+
+def test_a_user_op_partitions_with_built_in_ops_into_one_region():
+    _, report = partition_report(silu_model())
+    assert list(report.regions.values()) == [["testaccel.silu", "simaccel.matmul_relu"]]
+    assert report.kept == []
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_user_op_runs_end_to_end_equal_to_tvm(engine):
+    _, _, ledger = compare_with_tvm(silu_model(), engine)
+    assert ledger["ops"]["testaccel.silu"] == 1
+    assert ledger["kernel_launches"].get("testaccel.silu", 0) == (1 if engine == "sim" else 0)
+
+
+def test_a_user_op_s_reject_reason_is_reported():
+    """Rejected, the user op leaves its Relax ops to lower-priority patterns, or to TVM with its reason."""
+    _, report = partition_report(silu_model("float16"))
+    assert list(report.regions.values()) == [["simaccel.multiply", "simaccel.matmul_relu"]]
+    from simaccel.profile import DeviceProfile
+
+    _, report = partition_report(silu_model("float16"), DeviceProfile(ops={"simaccel.matmul", "testaccel.silu"}))
+    assert list(report.regions.values()) == [["simaccel.matmul_relu"]]
+    assert any("testaccel.silu rejected: testaccel.silu runs in float32 only" in reason for _, _, reason in report.kept)
+
+
+def test_a_user_op_is_listed_with_the_built_in_ones(silu):
+    assert "testaccel.silu" in list_ops() and silu in families()
+    assert get_op("testaccel.silu").family is silu
+
+
+def test_declared_ops_are_forgotten_outside_the_isolated_test():
+    import subprocess
+    import sys
+
+    # A fresh process: the test module's own declaration is not part of the package.
+    code = "import simaccel.ops as o; print('testaccel.silu' in o.list_ops(), len(o.list_ops()))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/").stdout.split() == ["False", "24"]
+
+
+# -- derived variants ------------------------------------------------------------------------------
+def test_variants_come_from_the_flags():
+    conv = [op for op in list_ops() if op.startswith("simaccel.conv2d")]
+    assert conv == ["simaccel.conv2d", "simaccel.conv2d_bias", "simaccel.conv2d_bias_relu", "simaccel.conv2d_relu"]
+    op = get_op("simaccel.dense_bias_gelu")
+    assert op.inputs == ("data", "weight", "bias") and op.fixed == {"transpose_b": True, "activation": "gelu"}
+    with pytest.raises(ShapeError, match="bias \\(4,\\) is not one value per output column"):
+        op.infer([(2, 3), (5, 3), (4,)], [F32] * 3, **op.all_attrs({}))
+
+
+def test_the_fused_reference_is_the_family_s_plus_bias_and_activation():
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(np.float16) for s in ((3, 5), (4, 5), (4,)))
+    op = get_op("simaccel.dense_bias_relu")
+    got = op.reference(x, w, b, **op.all_attrs({}))
+    want = np.maximum(x.astype(np.float32) @ w.astype(np.float32).T + b.astype(np.float32), 0).astype(np.float16)
+    assert got.dtype == np.float16 and np.array_equal(got, want)
+
+
+def test_kernel_and_isa_activation_tables_agree():
+    from simaccel.kernels.activation import ACTIVATIONS as KERNEL_CODES
+    from simaccel.ops.activation import ACTIVATIONS
+
+    assert set(KERNEL_CODES) == {"none", *ACTIVATIONS}
+
+
+# -- declarations that are refused -------------------------------------------------------------------
+def family(**changes):
+    base = dict(name="testaccel.ok", inputs=("data",), pattern=relax_op("relax.nn.relu", "data"),
+                infer=lambda shapes: shapes[0], reference=lambda data: data, kernel="m:f")
+    return OpFamily(**{**base, **changes})
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"name": "nonamespace"}, "'namespace.op'"),
+    ({"name": "a.b.c"}, "'namespace.op'"),
+    ({"inputs": ("data", "weight")}, "roles \\['data'\\] differ from inputs"),
+    ({"inputs": ("data", "data")}, "distinct role names"),
+    ({"pattern": "relax.nn.relu"}, "relax_op"),
+    ({"kernel": "no_colon"}, "kernel must be a callable or 'module:function'"),
+    ({"bias": "diagonal"}, "bias must be None or one of"),
+    ({"activations": ("swish",)}, "unknown activations \\['swish'\\]"),
+    ({"attrs": {"alpha": 1.0}}, "attribute 'alpha' needs a kind"),
+    ({"activations": ("relu",), "attrs": {"activation": attrs.flag}}, "'activation' is set by the variant"),
+    ({"dtypes": ("int8",)}, "dtypes must be"),
+])
+def test_malformed_declarations_are_refused_with_the_reason(changes, message):
+    with pytest.raises(OpDeclarationError, match=message):
+        declare(family(**changes))
+
+
+def test_a_taken_name_is_refused():
+    with pytest.raises(OpDeclarationError, match="already declared"):
+        declare(family(name="simaccel.relu"))
+    with pytest.raises(OpDeclarationError, match="already declared"):  # a variant's name
+        declare(family(name="simaccel.conv2d_relu"))
+
+
+def test_user_ops_from_the_environment(tmp_path, monkeypatch):
+    module = tmp_path / "env_op.py"
+    module.write_text(
+        "from simaccel.ops import OpFamily, declare, relax_op\n"
+        "declare(OpFamily(name='envaccel.tanh', inputs=('data',), pattern=relax_op('relax.tanh', 'data'),\n"
+        "    infer=lambda shapes: shapes[0], reference=lambda data: data, kernel='m:f'))\n"
+    )
+    monkeypatch.setenv("SIMACCEL_OPS", str(module))
+    assert get_op("envaccel.tanh").family.name == "envaccel.tanh"
+    monkeypatch.setenv("SIMACCEL_OPS", str(tmp_path / "missing.py"))
+    for _ in range(2):  # every read says so, not only the first
+        with pytest.raises(OpDeclarationError, match="SIMACCEL_OPS: cannot load .*missing.py"):
+            list_ops()
+    monkeypatch.delenv("SIMACCEL_OPS")
+
+
+def test_an_unknown_op_says_how_to_load_it():
+    from simaccel import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match="name it in \\$SIMACCEL_OPS"):
+        get_op("otheraccel.fft")
+
+
+# -- layering ------------------------------------------------------------------------------------------
+LAYERS = {  # folder -> the package it is installed as, and the layers it may import
+    "kernels": ("simaccel.kernels", set()),
+    "simaccel": ("simaccel", {"simaccel.kernels"}),
+    "tvm_integration/backend": ("simaccel.tvm_integration.backend", {"simaccel", "simaccel.kernels"}),
+    "tvm_integration/tools": ("simaccel.tvm_integration.tools", {"simaccel", "simaccel.kernels", "simaccel.tvm_integration.backend"}),
+}
+
+
+def _imports(path: pathlib.Path, package: str) -> set[str]:
+    """Absolute names of the simaccel modules `path` (in `package`) imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            name = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                name = f"{base}.{name}" if name else base
+            found.add(name)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {n for n in found if n.startswith("simaccel")}
+
+
+def _layer(module: str) -> str:
+    for _, (package, _) in sorted(LAYERS.items(), key=lambda kv: -len(kv[1][0])):
+        if module == package or module.startswith(package + "."):
+            return package
+    return module
+
+
+@pytest.mark.parametrize("folder", list(LAYERS))
+def test_no_layer_imports_a_layer_above_it(folder):
+    package, allowed = LAYERS[folder]
+    for path in (ROOT / folder).rglob("*.py"):
+        inner = path.relative_to(ROOT / folder).parent.parts  # the sub-package the file is in
+        for name in _imports(path, ".".join((package, *inner))):
+            layer = _layer(name)
+            assert layer == package or layer in allowed, f"{path.relative_to(ROOT)} imports {name} (layer {layer})"
+
+
+def test_an_op_family_is_one_declaration_in_the_isa():
+    """The backend holds no per-op knowledge: no op name appears in its source."""
+    source = "".join(p.read_text() for p in (ROOT / "tvm_integration" / "backend").glob("*.py"))
+    for op in ("conv2d", "matmul", "pool2d", "softmax", "layer_norm", "dense"):
+        assert op not in source, f"the backend mentions {op}"
