@@ -15,7 +15,8 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["simaccel", "simaccel.ops", "simaccel.engines", "simaccel.kernels", "simaccel.tvm_integration"],
+    packages=["simaccel", "simaccel.ops", "simaccel.ops.builtin", "simaccel.engines", "simaccel.kernels", "simaccel.tvm_integration",
+              "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools"],
     package_dir={
         "simaccel": "simaccel",
         "simaccel.kernels": "kernels",
@@ -36,8 +37,8 @@ setup(
         "bench": ["matplotlib>=3.8"],
     },
     entry_points={
-        "console_scripts": ["simaccel = simaccel.cli:main"],
+        "console_scripts": ["simaccel = simaccel.tvm_integration.tools.cli:main"],
         # A plain `import tvm` calls this hook: it registers simaccel's codegen and runtime.
-        "tvm.backends": ["simaccel = simaccel.tvm_integration.autoload:_autoload"],
+        "tvm.backends": ["simaccel = simaccel.tvm_integration.backend.autoload:_autoload"],
     },
 )

@@ -51,7 +51,7 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
                   activation) -> int:
     """Launch the direct conv2d on `target`; returns the number of kernel launches.
 
-    Shapes and attributes come validated by the ISA (simaccel.ops.conv2d): data (N, C, H, W);
+    Shapes and attributes come validated by the ISA (simaccel.ops.builtin.conv2d): data (N, C, H, W);
     weight (O, C, KH, KW); bias None or O values; strides (sh, sw); padding (top, left,
     bottom, right); dilation (dh, dw); out (N, O, OH, OW).
     """

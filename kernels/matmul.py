@@ -135,7 +135,7 @@ def _matmul_kernel(out, a, b, bias, M, N, K, transpose_b, has_bias, act):
 def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str) -> int:
     """Launch the register-tiled matmul on `target`; returns the number of kernel launches.
 
-    Shapes come validated by the ISA (simaccel.ops.matmul): data (..., M, K), rank 2..4
+    Shapes come validated by the ISA (simaccel.ops.builtin.matmul): data (..., M, K), rank 2..4
     (leading dims are flattened into rows); weight (K, N), or (N, K) when `transpose_b`
     (torch linear form, y = x @ W^T); bias None or N values; out data.shape[:-1] + (N,).
     """

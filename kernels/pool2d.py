@@ -75,7 +75,7 @@ def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv
 def _prepare(target, out, data, pool_size, strides, padding, dilation):
     """(grid, block, o3, x3, scalar args), or None when the output is empty.
 
-    Shapes and attributes come validated by the ISA (simaccel.ops.pool2d).
+    Shapes and attributes come validated by the ISA (simaccel.ops.builtin.pool2d).
     """
     N, C, H, W = (int(d) for d in data.shape)
     OH, OW = int(out.shape[2]), int(out.shape[3])

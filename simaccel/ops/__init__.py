@@ -16,8 +16,7 @@ from . import attrs, rules
 from .declare import OpDef, OpFamily, RelaxMatch, RelaxPattern, Reject, relax_op
 from .registry import USER_OPS_ENV, declare, families, get_op, list_ops, load_user_ops
 
-# The built-in families, declared through the same API (order: lowest match priority first).
-from . import elementwise, normalization, pool2d, conv2d, matmul  # noqa: E402, F401  isort: skip
+from . import builtin  # noqa: E402, F401  (declares the built-in families, through the same API)
 
 __all__ = [
     "OpDef",

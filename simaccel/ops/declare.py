@@ -7,7 +7,7 @@ and the Numba kernel launcher. Variants come from two flags: `bias` (a fused bia
 `activations` (fused activations). `declare` derives one `OpDef` per variant and registers
 it; the TVM backend derives the Relax patterns and their checks from the same objects, the
 runtime validates and executes Programs with them, and `simaccel ops` lists them. Built-in
-ops (simaccel.ops.matmul, ...) are declared this way too.
+ops (simaccel/ops/builtin/) are declared this way too.
 
 Nothing here imports TVM or Numba: patterns are data, attributes arrive as plain Python
 values, and a kernel given as ``"module:function"`` is imported on first launch.

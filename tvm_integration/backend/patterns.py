@@ -118,6 +118,11 @@ class OpPattern:
     pattern: object
     annotations: dict  # role or node name ("root" = the family's outermost call) -> pattern
 
+    @property
+    def size(self) -> int:
+        """How many Relax calls it matches."""
+        return len(self.op.family.pattern.nodes()) + self.op.bias + (self.op.activation != "none")
+
 
 def op_pattern(op: OpDef) -> OpPattern:
     annotations: dict = {}
@@ -190,16 +195,18 @@ def _check_function(spec: OpPattern):
 def registered_patterns():
     """simaccel's entries in TVM's pattern registry, in priority order (tried first first).
 
-    The order is the ISA's declaration order, reversed: within a family the fused variants
-    before the plain op (bias and activation last declared), and ops declared later (users'
-    own) before the built-in ones where both match.
+    Larger patterns first (a fused conv2d + add + relu before the add or the relu alone; the
+    dense form, matmul of a permute_dims, before the plain matmul), and among patterns of one
+    size the later declared first (users' ops before built-in ones), so the order of the
+    built-in modules does not matter.
     """
     ours = sync_patterns()
     newest = {}
     for pattern in get_patterns_with_prefix(""):  # the registry's order: newest first
         if pattern.name in ours:
             newest.setdefault(pattern.name, pattern)
-    return [newest[name] for name in reversed(ours)]
+    order = list(ours)
+    return [newest[name] for name in sorted(order, key=lambda n: (-ours[n].size, -order.index(n)))]
 
 
 def check(spec: OpPattern, context: PatternCheckContext) -> bool:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from . import attrs as kinds
-from .declare import OpFamily, Reject, relax_op
-from .registry import declare
-from .rules import check_rank, f32
+from ...errors import ShapeError
+from .. import attrs as kinds
+from ..declare import OpFamily, Reject, relax_op
+from ..registry import declare
+from ..rules import check_rank, f32
 
 
 def _last_axis_only(match, axes, what: str) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from .activation import ACTIVATIONS, activate
-from .declare import OpFamily, relax_op
-from .registry import declare
-from .rules import check_rank, f32
+from ...errors import ShapeError
+from ..activation import ACTIVATIONS, activate
+from ..declare import OpFamily, relax_op
+from ..registry import declare
+from ..rules import check_rank, f32
 
 
 def broadcast_shape(shapes):

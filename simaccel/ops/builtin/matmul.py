@@ -8,10 +8,10 @@ A bias adds one value per output column; accumulation is float32.
 
 from __future__ import annotations
 
-from ..errors import ShapeError
-from .declare import OpFamily, Reject, relax_op
-from .registry import declare
-from .rules import check_rank, f32
+from ...errors import ShapeError
+from ..declare import OpFamily, Reject, relax_op
+from ..registry import declare
+from ..rules import check_rank, f32
 
 
 def infer_matmul(shapes, *, transpose_b):

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from . import attrs as kinds
-from .declare import OpFamily, Reject, relax_op
-from .registry import declare
-from .rules import check_rank, f32, output_hw, padding4, window_taps
+from ...errors import ShapeError
+from .. import attrs as kinds
+from ..declare import OpFamily, Reject, relax_op
+from ..registry import declare
+from ..rules import check_rank, f32, output_hw, padding4, window_taps
 
 WINDOW_ATTRS = {"pool_size": kinds.pair, "strides": kinds.pair, "padding": kinds.padding, "dilation": kinds.pair}
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from . import attrs as kinds
-from .declare import OpFamily, Reject, relax_op
-from .registry import declare
-from .rules import check_rank, f32, output_hw, padding4, window_taps
+from ...errors import ShapeError
+from .. import attrs as kinds
+from ..declare import OpFamily, Reject, relax_op
+from ..registry import declare
+from ..rules import check_rank, f32, output_hw, padding4, window_taps
 
 OP = "simaccel.conv2d"
 
