@@ -56,10 +56,25 @@ def test_demo_rejects_a_bad_engine_from_the_environment():
 
 
 def test_ops_lists_the_isa():
-    result = simaccel("ops")
+    result = simaccel("ops", env={"SIMACCEL_OPS": ""})
     assert result.returncode == 0
-    assert "simaccel.conv2d_bias_relu(data, weight, bias)  attrs: strides, padding, dilation" in result.stdout
-    assert len(result.stdout.strip().splitlines()) == 24
+    lines = result.stdout.strip().splitlines()
+    assert ("simaccel.conv2d_bias_relu(data, weight, bias)  attrs: strides, padding, dilation"
+            "  family: simaccel.conv2d (built-in)") in lines
+    assert "simaccel.relu(data)  family: simaccel.relu (built-in)" in lines
+    assert len(lines) == 24 and all(line.endswith("(built-in)") for line in lines)
+
+
+def test_ops_lists_users_ops_from_the_environment():
+    rms_norm_op = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "rms_norm_op.py")
+    result = simaccel("ops", env={"SIMACCEL_OPS": rms_norm_op})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 25 and lines[:24] == simaccel("ops", env={"SIMACCEL_OPS": ""}).stdout.strip().splitlines()
+    assert lines[-1] == ("myaccel.rms_norm(data, weight)  attrs: epsilon"
+                         "  family: myaccel.rms_norm (user op, namespace myaccel, drawn by simaccel fuzz)")
+    bad = simaccel("ops", env={"SIMACCEL_OPS": "/no/such/ops.py"})
+    assert bad.returncode == 2 and "cannot load '/no/such/ops.py'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_demo_exits_1_on_a_mismatch(monkeypatch):

@@ -179,7 +179,7 @@ def list_ops_command() -> int:
         if family.namespace == "simaccel":
             origin = "built-in"
         else:
-            origin = f"user op, namespace {family.namespace}, " + ("fuzzed" if family.fuzz else "no fuzz hook")
+            origin = f"user op, namespace {family.namespace}, " + ("drawn by simaccel fuzz" if family.fuzz else "no fuzz hook")
         for variant in family.variants():
             op = get_op(variant.name)
             attrs = f"  attrs: {', '.join(op.attrs)}" if op.attrs else ""
