@@ -46,4 +46,4 @@ def from_relax(match):  # Relax's attributes -> the op's, or the reason the matc
 declare(OpFamily(
     name="myaccel.rms_norm", inputs=("data", "weight"), pattern=relax_op("relax.nn.rms_norm", "data", "weight"),
     attrs={"epsilon": attrs.positive_float}, from_relax=from_relax, infer=infer, reference=rms_norm, kernel=launch,
-    fuzz=lambda shape, draw: ({"weight": shape[-1:]}, {"axes": [-1], "epsilon": 1e-5}) if shape else None))
+    fuzz=lambda shape, draw: ({"weight": shape[-1:]}, {"axes": [-1], "epsilon": 1e-5}) if len(shape) > 1 else None))

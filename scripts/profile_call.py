@@ -12,8 +12,8 @@ import time
 
 import tvm
 
-from simaccel.tvm_integration import deploy
-from simaccel.tvm_integration.artifacts import case_inputs, load_manifest
+from simaccel.tvm_integration.tools import deploy
+from simaccel.tvm_integration.tools.artifacts import case_inputs, load_manifest
 
 directory = sys.argv[1]
 name = sys.argv[2] if len(sys.argv) > 2 else "mm8"

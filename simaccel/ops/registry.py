@@ -87,23 +87,33 @@ def load_user_ops() -> None:
 def _import(entry: str) -> None:
     try:
         if entry.endswith(".py"):
-            path = os.path.abspath(entry)
-            name = "simaccel_user_ops_" + "".join(c if c.isalnum() else "_" for c in path)
-            if name in sys.modules:
-                return
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or not os.path.isfile(path):
-                raise FileNotFoundError(f"no such file: {path}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[name]
-                raise
+            _import_file(os.path.abspath(entry))
         else:
             importlib.import_module(entry)
     except OpDeclarationError:
         raise
     except Exception as e:
         raise OpDeclarationError(f"${USER_OPS_ENV}: cannot load {entry!r}: {type(e).__name__}: {e}") from e
+
+
+def _import_file(path: str) -> None:
+    """Import a .py file as the module its name says (as `import name` beside it would), so
+    that a script importing it too does not declare its ops a second time."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    name = os.path.splitext(os.path.basename(path))[0]
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
+            return
+        name = "simaccel_user_ops_" + "".join(c if c.isalnum() else "_" for c in path)  # another module's name
+        if name in sys.modules:
+            return
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
