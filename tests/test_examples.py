@@ -1,0 +1,138 @@
+"""The scripts in examples/ run and say what the README says they say.
+
+Each example runs as a subprocess from the repository root, as a user would run it; the CPU
+engines (`ref`, `sim`) run everywhere, the `gpu` tests where there is a GPU and the full TVM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(name: str, *args, env=None) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], check=False, capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+    print(result.stdout, result.stderr)  # shown by pytest when the test fails
+    return result
+
+
+def region_lines(stdout: str) -> list[str]:
+    """The report's region listings: '<region symbol>: op -> op ...' lines."""
+    return [line.strip() for line in stdout.splitlines() if re.match(r"^\s+fused_\S+: ", line)]
+
+
+def reports(stdout: str) -> list[str]:
+    """Each partition report printed by two_profiles.py, from its '== profile' line on."""
+    return stdout.split("== profile ")[1:]
+
+
+def test_the_rms_norm_declaration_stays_under_50_lines():
+    lines = (EXAMPLES / "rms_norm_op.py").read_text().splitlines()
+    assert len(lines) < 50, f"examples/rms_norm_op.py has {len(lines)} lines"
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_user_op_on_cpu_engines(engine):
+    result = run_example("user_op.py", "--engine", engine)
+    assert result.returncode == 0
+    assert "RESULT: match" in result.stdout
+    regions = region_lines(result.stdout)
+    assert len(regions) == 1
+    assert regions[0].endswith(": myaccel.rms_norm -> simaccel.dense_bias_relu"), regions
+    assert "relax.tanh: simaccel has no pattern for relax.tanh" in result.stdout
+    assert f"simaccel engine '{engine}'" in result.stdout
+    launches = "1 launches" if engine == "sim" else "0 launches"
+    assert f"myaccel.rms_norm x1 ({launches})" in result.stdout
+
+
+def test_user_op_refuses_cuda_without_a_gpu():
+    import tvm
+
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    result = run_example("user_op.py", "--engine", "cuda")
+    assert result.returncode == 2
+    assert "no CUDA GPU" in result.stderr
+
+
+def test_the_user_op_reaches_a_fresh_process_through_the_environment():
+    # cwd "/": from the repository root, `python -m` would import the source folder simaccel/,
+    # which is not the installed package (kernels/ and tvm_integration/ are installed into it).
+    result = subprocess.run(
+        [sys.executable, "-m", "simaccel.tvm_integration.tools.cli", "ops"], check=False, capture_output=True, text=True,
+        timeout=300, cwd="/", env={**os.environ, "SIMACCEL_OPS": str(EXAMPLES / "rms_norm_op.py")},
+    )
+    assert result.returncode == 0, result.stderr
+    line = [line for line in result.stdout.splitlines() if line.startswith("myaccel.rms_norm(")]
+    assert line and line[0].startswith("myaccel.rms_norm(data, weight)") and "epsilon" in line[0], result.stdout
+
+
+def test_two_profiles_give_two_correct_partitions():
+    result = run_example("two_profiles.py")
+    assert result.returncode == 0
+    assert "RESULT: match" in result.stdout
+    full, conv_only = reports(result.stdout)
+    assert full.startswith("full:") and conv_only.startswith("conv-only:")
+    assert region_lines(full) != region_lines(conv_only)
+    assert [line.split(": ", 1)[1] for line in region_lines(full)] == [
+        "simaccel.conv2d_bias_relu -> simaccel.conv2d_bias_relu -> simaccel.max_pool2d",
+        "simaccel.dense_bias -> simaccel.softmax",
+    ]
+    assert [line.split(": ", 1)[1] for line in region_lines(conv_only)] == ["simaccel.conv2d_bias_relu"] * 2
+    assert "split into 2 regions of at most 20000 bytes" in conv_only
+    assert "op simaccel.max_pool2d is not enabled in profile conv-only" in conv_only
+    assert "op simaccel.softmax is not enabled in profile conv-only" in conv_only
+    assert len(re.findall(r"max abs error vs TVM alone = \S+: match\n", result.stdout)) == 2
+
+
+def test_zero_copy_example_falls_back_to_the_cpu():
+    result = run_example("zero_copy_gpu.py", "--device", "cpu", "--repeat", "3")
+    assert result.returncode == 0
+    assert "RESULT: match" in result.stdout
+    assert "showing the same flow on the CPU" in result.stdout
+    assert "pointer identity (the region read and wrote TVM's own buffers): yes" in result.stdout
+    assert "NOT a buffer TVM handed over" not in result.stdout
+    assert "zero-copy  : host->device 0 B, device->host 0 B, device->device 0 B; result matches" in result.stdout
+
+
+def full_tvm_on_a_gpu():
+    from simaccel.tvm_integration.tools.deploy import runtime_only
+
+    if runtime_only():
+        pytest.skip("the examples compile their models: needs the full TVM")
+
+
+@pytest.mark.gpu
+def test_user_op_on_the_gpu():
+    full_tvm_on_a_gpu()
+    result = run_example("user_op.py", "--engine", "cuda")
+    assert result.returncode == 0
+    assert "RESULT: match" in result.stdout
+    assert region_lines(result.stdout)[0].endswith(": myaccel.rms_norm -> simaccel.dense_bias_relu")
+    assert "run on cuda:0, simaccel engine 'cuda'" in result.stdout
+    assert "myaccel.rms_norm x1 (1 launches)" in result.stdout
+    assert "'host_to_device': 0, 'device_to_host': 0, 'device_to_device': 0" in result.stdout
+
+
+@pytest.mark.gpu
+def test_zero_copy_example_on_the_gpu():
+    full_tvm_on_a_gpu()
+    result = run_example("zero_copy_gpu.py", "--device", "cuda", "--repeat", "5")
+    assert result.returncode == 0
+    assert "RESULT: match" in result.stdout
+    assert "on cuda:0" in result.stdout and "showing the same flow on the CPU" not in result.stdout
+    assert "pointer identity (the region read and wrote TVM's own buffers): yes" in result.stdout
+    assert "zero-copy  : host->device 0 B, device->host 0 B, device->device 0 B; result matches" in result.stdout
+    staged = 4 * (64 * 256 + 512 * 256 + 512 + 64 * 512)  # h0, fc_w, fc_b in; h1 out; float32
+    assert f"host-staged: host->device {staged} B, device->host {staged} B" in result.stdout
