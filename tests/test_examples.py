@@ -74,7 +74,7 @@ def test_the_user_op_reaches_a_fresh_process_through_the_environment():
         timeout=300, cwd="/", env={**os.environ, "SIMACCEL_OPS": str(EXAMPLES / "rms_norm_op.py")},
     )
     assert result.returncode == 0, result.stderr
-    line = [line for line in result.stdout.splitlines() if line.startswith("myaccel.rms_norm(")]
+    line = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("myaccel.rms_norm(")]
     assert line and line[0].startswith("myaccel.rms_norm(data, weight)") and "epsilon" in line[0], result.stdout
 
 

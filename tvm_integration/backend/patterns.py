@@ -195,9 +195,9 @@ def _check_function(spec: OpPattern):
 def registered_patterns():
     """simaccel's entries in TVM's pattern registry, in priority order (tried first first).
 
-    Larger patterns first (a fused conv2d + add + relu before the add or the relu alone; the
-    dense form, matmul of a permute_dims, before the plain matmul), and among patterns of one
-    size the later declared first (users' ops before built-in ones), so the order of the
+    Larger patterns first (an op with its fused bias add and activation before the add or
+    the activation alone; a pattern of two calls before one of the two), and among patterns
+    of one size the later declared first (users' ops before built-in ones), so the order of the
     built-in modules does not matter.
     """
     ours = sync_patterns()

@@ -172,7 +172,8 @@ def _dispatch(args) -> int:
 
 
 def list_ops_command() -> int:
-    """`simaccel ops`: every op, family by family (built-in first), with its family and namespace."""
+    """`simaccel ops`: every family (built-in first) with where it comes from and what it
+    computes, then its ops (the variants) with their inputs and attributes, indented."""
     from ...ops import families, get_op
 
     for family in families():
@@ -180,10 +181,11 @@ def list_ops_command() -> int:
             origin = "built-in"
         else:
             origin = f"user op, namespace {family.namespace}, " + ("drawn by simaccel fuzz" if family.fuzz else "no fuzz hook")
+        print(f"{family.name} family ({origin})" + (f": {family.doc}" if family.doc else ""))
         for variant in family.variants():
             op = get_op(variant.name)
             attrs = f"  attrs: {', '.join(op.attrs)}" if op.attrs else ""
-            print(f"{op.name}({', '.join(op.inputs)}){attrs}  family: {family.name} ({origin})")
+            print(f"  {op.name}({', '.join(op.inputs)}){attrs}")
     return OK
 
 
