@@ -142,7 +142,7 @@ def rms_norm_op(isolated_isa, monkeypatch):
     monkeypatch.setenv("SIMACCEL_OPS", RMS_NORM_OP)
     yield isolated_isa.get_op("myaccel.rms_norm")
     for name in set(sys.modules) - modules:
-        if name.startswith("simaccel_user_ops_"):
+        if name.startswith("simaccel_user_ops_") or getattr(sys.modules[name], "__file__", None) == RMS_NORM_OP:
             del sys.modules[name]  # a later $SIMACCEL_OPS naming it declares it again
 
 
@@ -224,3 +224,18 @@ def test_a_planted_fault_in_a_user_op_is_found_and_replayed_in_a_fresh_process(t
                             cwd="/", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SIMACCEL_OPS={RMS_NORM_OP}" in result.stdout and "passed" in result.stdout
+
+
+def test_tvm_s_cpu_build_settles_what_a_user_op_s_own_reference_cannot(rms_norm_op):
+    """On a GPU, simaccel equal to TVM's CPU build where TVM's GPU build differs: TVM is off."""
+    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, compare
+
+    case = next(c for c in (draw_case(Draw.seeded(seed), Config(specials_percent=0, max_ops=3)) for seed in range(40))
+                if "myaccel.rms_norm" in c.ops)
+    ours = [r.astype(case.dtype) for r in case.reference()]
+    theirs = [(r + 1 + np.abs(r)).astype(case.dtype) for r in case.reference()]  # TVM's GPU build, off
+    unsettled = compare(case, ours, theirs, "engine cuda")
+    assert unsettled.verdict == FAIL and "cannot settle it" in unsettled.reason
+    settled = compare(case, ours, theirs, "engine cuda", witness=ours)
+    assert settled.verdict == TVM_OFF and "TVM's CPU build gives simaccel's result" in settled.reason
+    assert compare(case, ours, theirs, "engine cuda", witness=theirs).verdict == FAIL

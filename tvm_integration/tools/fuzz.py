@@ -115,6 +115,8 @@ class Checker:
                     self.ops.update(ran)
                     self.with_regions += bool(ran) and engine == self.engines[0]
                 outcome = compare(case, got, want, f"engine {engine}")
+                if outcome.verdict == FAIL and device != "cpu" and not case.independent_reference:
+                    outcome = compare(case, got, want, f"engine {engine}", witness=self._tvm_on_cpu(mod, arrays))
                 if outcome.verdict == FAIL:
                     return outcome
                 if outcome.verdict == TVM_OFF:
@@ -124,6 +126,18 @@ class Checker:
                 executable.export_library(str(path))
                 self.exported.append((case, path, want))
         return verdict
+
+    @staticmethod
+    def _tvm_on_cpu(mod, arrays) -> list | None:
+        """TVM alone built for the CPU: the second witness where the reference is a user op's own."""
+        import tvm
+
+        from ..backend.pipeline import build_tvm_only, default_target
+
+        try:
+            return _run(build_tvm_only(mod, default_target("cpu")), arrays, tvm.cpu())
+        except Exception:  # noqa: BLE001 - no witness, then
+            return None
 
     def check_exported(self) -> list[tuple[Case, Outcome]]:
         """Run every exported library in one fresh process (TVM only imported); the failures."""
@@ -198,11 +212,14 @@ def _run(executable, arrays, dev) -> list[np.ndarray]:
     return [t.numpy() for t in outputs_as_list(vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))]
 
 
-def compare(case: Case, got: list, want: list, where: str) -> Outcome:
+def compare(case: Case, got: list, want: list, where: str, witness: list | None = None) -> Outcome:
     """PASS when `got` equals TVM's `want` (NaN and inf where TVM has them, close elsewhere).
 
     Otherwise the float64 reference decides: TVM_OFF where simaccel is no further from it
     than twice TVM's error (or within tolerance of it), FAIL where simaccel is the one off.
+    Where that reference is a user op's own (not independent of what simaccel runs), only a
+    `witness` can settle it: TVM alone built for the CPU. When simaccel's GPU result equals
+    it and TVM's GPU build does not, TVM's two builds disagree and TVM is the one off.
     """
     if len(got) != len(want):
         return Outcome(FAIL, f"{where}: {len(got)} outputs, TVM alone gives {len(want)}")
@@ -221,6 +238,10 @@ def compare(case: Case, got: list, want: list, where: str) -> Outcome:
     errors = [(_error(g, r), _error(w, r)) for g, w, r in zip(got, want, case.reference())]
     against = ", ".join(f"simaccel {ours:.3g} / TVM alone {theirs:.3g}" for ours, theirs in errors)
     if not case.independent_reference:  # the user op's own reference: what simaccel's ref engine runs
+        if witness is not None and len(witness) == len(got) and all(
+                g.shape == c.shape and _close(g, c, rtol, atol) for g, c in zip(got, witness)):
+            return Outcome(TVM_OFF, f"{message} ({case.dtype}); TVM's CPU build gives simaccel's result, its "
+                                    f"GPU build does not (errors against the op's reference: {against})")
         return Outcome(FAIL, f"{message}; the float64 reference uses {', '.join(case.user_ops)}'s own "
                              f"reference, so it cannot settle it (errors against it: {against})")
     if any(ours > max(rtol + atol, 2 * theirs) for ours, theirs in errors):
@@ -605,6 +626,13 @@ def replay(folder, log=print) -> int:
         data, engines, modules = saved["case"], saved["engines"], list(saved.get("user_op_modules") or [])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
+    from ...engines import get_engine
+
+    for engine in engines:  # a case found on a GPU: say so here, not "skipped" for want of one
+        try:
+            get_engine(engine)
+        except SimAccelError as e:
+            raise SimAccelError(f"{folder}: the case was found on engine {engine}, which cannot run here: {e}") from e
     previous = os.environ.get(USER_OPS_ENV)
     missing = [m for m in modules if m not in user_op_modules()]
     if missing:
