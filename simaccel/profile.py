@@ -10,6 +10,8 @@ tensors, so the two cannot drift.
 from __future__ import annotations
 
 import json
+import os
+import threading
 from dataclasses import asdict, dataclass, field, fields
 
 from .errors import DtypeError, LayoutError, ShapeError, SimAccelError
@@ -157,3 +159,24 @@ def _itemsize(dtype: str) -> int:
 
 
 DEFAULT_PROFILE = DeviceProfile()
+
+PROFILE_ENV = "SIMACCEL_PROFILE"
+_LOADED: dict[tuple, DeviceProfile] = {}
+_LOCK = threading.Lock()
+
+
+def active_profile() -> DeviceProfile:
+    """The profile partitioning and the runtime use when none is given: the JSON file named in
+    $SIMACCEL_PROFILE (read again when it changes), else `DEFAULT_PROFILE`."""
+    path = os.environ.get(PROFILE_ENV, "")
+    if not path:
+        return DEFAULT_PROFILE
+    try:
+        key = (os.path.abspath(path), os.stat(path).st_mtime_ns)
+    except OSError as e:
+        raise SimAccelError(f"${PROFILE_ENV}={path}: {e.strerror or e}") from e
+    with _LOCK:
+        profile = _LOADED.get(key)
+        if profile is None:
+            profile = _LOADED[key] = DeviceProfile.load(path)
+    return profile

@@ -34,7 +34,7 @@ from .engines import ENGINE_NAMES, Call, get_engine
 from .errors import DeviceError, EngineError, LayoutError, ProgramError, SimAccelError
 from .ledger import Ledger
 from .ops import get_op
-from .profile import DEFAULT_PROFILE, DeviceProfile
+from .profile import DeviceProfile, active_profile
 from .program import Program
 from .tensors import TensorRef, check, describe, device_of, from_dlpack, overlaps
 
@@ -95,14 +95,15 @@ class Runtime:
     Parameters
     ----------
     profile:
-        The device profile every Program is validated against.
+        The device profile every Program is validated against; default: `active_profile()`
+        ($SIMACCEL_PROFILE, else the default profile), read when a Program is first seen.
     max_plans:
         How many parsed Programs, and how many plans, stay cached (least recently used first
         out). Default: $SIMACCEL_MAX_PLANS, else 256.
     """
 
-    def __init__(self, profile: DeviceProfile = DEFAULT_PROFILE, max_plans: int | None = None):
-        self.profile = profile
+    def __init__(self, profile: DeviceProfile | None = None, max_plans: int | None = None):
+        self._profile = profile
         self.ledger = Ledger()
         self.max_plans = _max_plans(max_plans)
         self._engine: str | None = None
@@ -110,6 +111,10 @@ class Runtime:
         self._programs: OrderedDict[str, tuple[str, Program]] = OrderedDict()
         self._plans: OrderedDict[tuple, Plan] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def profile(self) -> DeviceProfile:
+        return self._profile or active_profile()
 
     # -- engine choice -------------------------------------------------------------------
     def set_engine(self, name: str | None) -> None:

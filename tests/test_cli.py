@@ -289,3 +289,16 @@ def test_demo_rejects_impossible_combinations_before_compiling(args, message):
     result = simaccel("demo", *args)
     assert result.returncode == 2
     assert message in result.stderr and "[2] compile" not in result.stdout
+
+
+def test_demo_with_a_device_profile(tmp_path):
+    """--profile: the demo partitions for the user's accelerator, says so, and still matches TVM alone."""
+    profile = tmp_path / "conv-only.json"
+    profile.write_text(json.dumps({"name": "conv-only", "ops": ["simaccel.conv2d"], "max_region_bytes": 200000}))
+    result = simaccel("demo", "--device", "cpu", "--profile", str(profile))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "region(s) (profile conv-only)" in result.stdout and "RESULT: match" in result.stdout
+    assert "not enabled in profile conv-only" in result.stdout
+    profile.write_text(json.dumps({"name": "bad", "max_rank": 0.5}))
+    bad = simaccel("demo", "--device", "cpu", "--profile", str(profile))
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "max_rank must be a positive integer" in bad.stderr

@@ -239,3 +239,17 @@ def test_tvm_s_cpu_build_settles_what_a_user_op_s_own_reference_cannot(rms_norm_
     settled = compare(case, ours, theirs, "engine cuda", witness=ours)
     assert settled.verdict == TVM_OFF and "TVM's CPU build gives simaccel's result" in settled.reason
     assert compare(case, ours, theirs, "engine cuda", witness=theirs).verdict == FAIL
+
+
+def test_cli_fuzz_partitions_for_a_device_profile(tmp_path):
+    """--profile reaches every worker: the summary names it, and cut regions still match TVM alone."""
+    profile = tmp_path / "scratch.json"
+    profile.write_text(json.dumps({"name": "scratch1k", "max_region_bytes": 1024}))
+    result = simaccel_cli("fuzz", "--cases", "8", "--seed", "5", "--out", str(tmp_path / "out"), "--export-every", "4",
+                          "--jobs", "2", "--profile", str(profile))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "out" / "fuzz-summary.json").read_text())
+    assert summary["counts"]["failed"] == 0 and summary["cases"] == 8
+    assert "partitioning for device profile 'scratch1k'" in result.stdout
+    for job in ("job0", "job1"):
+        assert json.loads((tmp_path / "out" / job / "fuzz-summary.json").read_text())["profile"]["name"] == "scratch1k"

@@ -17,7 +17,7 @@ import tvm
 from tvm import relax
 
 from ...errors import SimAccelError
-from ...profile import DEFAULT_PROFILE, DeviceProfile
+from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
 from .patterns import Rejection, checking, op_name, registered_patterns
 from .split import split_regions
 
@@ -51,21 +51,22 @@ def partition_for_simaccel(mod: tvm.IRModule, profile: DeviceProfile | None = No
     mod:
         A Relax module with static shapes.
     profile:
-        The device profile the check functions read; the default matches the runtime's.
+        The device profile the check functions read; default: `simaccel.profile.active_profile()`
+        ($SIMACCEL_PROFILE, else the default profile), which is also the runtime's default.
 
     Returns
     -------
     The partitioned module. Run `relax.transform.RunCodegen()` (or use
     `simaccel.tvm_integration.build`) to turn the regions into simaccel Programs.
     """
-    return _partition(mod, profile or DEFAULT_PROFILE, [])
+    return _partition(mod, profile or active_profile(), [])
 
 
 def partition_report(mod: tvm.IRModule, profile: DeviceProfile | None = None) -> tuple[tvm.IRModule, PartitionReport]:
     """Partition like `partition_for_simaccel` and also say where each op went, and why."""
     rejections: list[Rejection] = []
     splits: list[str] = []
-    profile = profile or DEFAULT_PROFILE
+    profile = profile or active_profile()
     partitioned = _partition(mod, profile, rejections, splits)
     report = _report(partitioned, rejections)
     report.profile, report.splits = profile.name, splits

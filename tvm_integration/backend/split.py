@@ -66,17 +66,29 @@ def split_regions(mod: tvm.IRModule, limit: int | None) -> tuple[tvm.IRModule, l
 
 
 def _parse(region: relax.Function):
-    """(local functions by var, calls as (var, callee var, args) in order, output vars)."""
-    functions, calls = {}, []
+    """(local functions by var, calls as (var, callee var, args) in order, output vars).
+
+    A binding of one var to another (``gv = lv``, which MergeCompositeFunctions leaves at the
+    end of a region) is followed to the var it names.
+    """
+    functions, calls, aliases = {}, [], {}
+
+    def resolve(expr):
+        while isinstance(expr, relax.Var) and expr in aliases:
+            expr = aliases[expr]
+        return expr
+
     for block in region.body.blocks:
         for binding in block.bindings:
             value = binding.value
             if isinstance(value, relax.Function):
                 functions[binding.var] = value
             elif isinstance(value, relax.Call):
-                calls.append((binding.var, value.op, list(value.args)))
+                calls.append((binding.var, value.op, [resolve(a) for a in value.args]))
+            elif isinstance(value, relax.Var):
+                aliases[binding.var] = value
     body = region.body.body
-    outputs = list(body.fields) if isinstance(body, relax.Tuple) else [body]
+    outputs = [resolve(f) for f in (body.fields if isinstance(body, relax.Tuple) else [body])]
     return functions, calls, outputs
 
 

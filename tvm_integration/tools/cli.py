@@ -16,6 +16,8 @@ import traceback
 from ...errors import SimAccelError
 
 OK, MISMATCH, USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
+PROFILE_HELP = ("device profile to partition for and enforce: a JSON file of simaccel.DeviceProfile fields "
+                "(default: $SIMACCEL_PROFILE, else every op, float32/float16, no size limits)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--staged", action="store_true", help="GPU only: copy region tensors through host memory (comparison mode)")
     demo.add_argument("--seed", type=int, default=0, help="seed for the random inputs and weights (default 0)")
     demo.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="model dtype (default float32)")
+    demo.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
 
     run = commands.add_parser(
         "run",
@@ -116,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--shrink-seconds", type=float, default=300, help="time allowed to shrink a failure (default 300)")
     fuzz.add_argument("--jobs", type=int, default=1, help="worker processes sharing the cases (default 1)")
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
+    fuzz.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
     fuzz.add_argument("--shared", help=argparse.SUPPRESS)  # set by --jobs for its workers: models already checked
 
     commands.add_parser(
@@ -151,6 +155,11 @@ def check_args(args) -> None:
 
 
 def _dispatch(args) -> int:
+    if getattr(args, "profile", None):
+        from ...profile import PROFILE_ENV, active_profile
+
+        os.environ[PROFILE_ENV] = os.path.abspath(args.profile)  # fuzz workers and replays inherit it
+        active_profile()  # a bad file: one line and exit 2, before any work
     if args.command == "demo":
         from .demo import run_demo
 

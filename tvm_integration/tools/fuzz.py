@@ -39,6 +39,7 @@ import numpy as np
 
 from ...errors import SimAccelError, UnsupportedOpError
 from ...ops import USER_OPS_ENV
+from ...profile import PROFILE_ENV, active_profile
 from ...runtime import get_runtime
 from .deploy import error_line
 from .fuzz_models import Case, Config, Draw, Value, draw_case, fuzz_op, user_families
@@ -370,9 +371,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     )(given(st.data())(one_case))
     start = time.monotonic()
     log(f"fuzz: {cases} cases, seed {seed}, engines {', '.join(engines)}, dtypes {', '.join(dtypes)}")
-    drawn = [f.name for f in user_families()]
-    if drawn:
-        log(f"fuzz: users' ops drawn too: {', '.join(drawn)} (${USER_OPS_ENV}={','.join(user_op_modules())})")
+    drawn = _log_settings(log)
     try:
         seeded(seed)(test)()
     except FuzzFailure:
@@ -399,7 +398,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
         "counts": tally.counts, "examples": tally.examples, "reloaded_in_fresh_process": reloaded,
         "cases_with_simaccel_regions": checker.with_regions, "simaccel_ops_run": dict(sorted(checker.ops.items())),
         "user_op_modules": user_op_modules(), "user_ops_in_models": _user_op_counts(drawn, checker.user_ops),
-        "reloaded_with_user_ops": reloaded_user,
+        "reloaded_with_user_ops": reloaded_user, "profile": active_profile().to_dict(),
         "failures": saved,
     }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -411,6 +410,16 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     return 1 if failures else 0
 
 
+def _log_settings(log) -> list[str]:
+    """Say which users' ops are drawn and which device profile partitions; the drawn ops."""
+    drawn = [f.name for f in user_families()]
+    if drawn:
+        log(f"fuzz: users' ops drawn too: {', '.join(drawn)} (${USER_OPS_ENV}={','.join(user_op_modules())})")
+    if os.environ.get(PROFILE_ENV):
+        log(f"fuzz: partitioning for device profile {active_profile().name!r} (${PROFILE_ENV}={os.environ[PROFILE_ENV]})")
+    return drawn
+
+
 def user_op_modules() -> list[str]:
     """The entries of $SIMACCEL_OPS, .py paths made absolute (so a process in another folder finds them)."""
     value = os.environ.get(USER_OPS_ENV, "")
@@ -419,10 +428,13 @@ def user_op_modules() -> list[str]:
 
 
 def user_ops_environ() -> dict:
-    """os.environ for a child process: $SIMACCEL_OPS with absolute paths (unset stays unset)."""
+    """os.environ for a child process: $SIMACCEL_OPS and $SIMACCEL_PROFILE with absolute paths
+    (unset stays unset)."""
     env = dict(os.environ)
     if env.get(USER_OPS_ENV, "").strip():
         env[USER_OPS_ENV] = ",".join(user_op_modules())
+    if env.get(PROFILE_ENV, "").strip():
+        env[PROFILE_ENV] = os.path.abspath(env[PROFILE_ENV])
     return env
 
 
@@ -473,6 +485,7 @@ def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shri
                                                  env=user_ops_environ()), logfile))
     log(f"fuzz: {cases} cases in {jobs} processes, seeds {seed * 1000}..{seed * 1000 + jobs - 1}, "
         f"engines {', '.join(engines)}, dtypes {', '.join(dtypes)}")
+    _log_settings(log)
     progress, start = _Progress(cases, log), time.monotonic()
     while any(p.poll() is None for _, p, _ in workers):
         progress.update(_added([_read_json(f / "progress.json") for f, _, _ in workers]))
@@ -610,7 +623,8 @@ def save_reproduction(case: Case, outcome: Outcome, engines, out_dir) -> Path:
     np.savez(folder / "inputs.npz", **{v.name: a for v, a in zip(case.params, case.arrays())})
     (folder / "case.json").write_text(json.dumps(
         {"engines": list(engines), "verdict": outcome.verdict, "reason": outcome.reason,
-         "simaccel": __version__, "user_op_modules": modules, "case": data}, indent=1, default=list))
+         "simaccel": __version__, "user_op_modules": modules,
+         "profile": active_profile().to_dict() if os.environ.get(PROFILE_ENV) else None, "case": data}, indent=1, default=list))
     (folder / "repro.py").write_text(REPRO)
     return folder
 
@@ -633,6 +647,13 @@ def replay(folder, log=print) -> int:
             get_engine(engine)
         except SimAccelError as e:
             raise SimAccelError(f"{folder}: the case was found on engine {engine}, which cannot run here: {e}") from e
+    profile = saved.get("profile")
+    previous_profile = os.environ.get(PROFILE_ENV)
+    if profile is not None and profile != active_profile().to_dict():
+        path = Path(tempfile.mkdtemp(prefix="simaccel-replay-")) / "profile.json"
+        path.write_text(json.dumps(profile))
+        os.environ[PROFILE_ENV] = str(path)
+        log(f"replay: ${PROFILE_ENV}={path} (the device profile {profile.get('name')!r} the case was found with)")
     previous = os.environ.get(USER_OPS_ENV)
     missing = [m for m in modules if m not in user_op_modules()]
     if missing:
@@ -649,10 +670,11 @@ def replay(folder, log=print) -> int:
             raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
         outcome = Checker(engines).check(case)
     finally:
-        if missing:
-            if previous is None:
-                os.environ.pop(USER_OPS_ENV, None)
-            else:
-                os.environ[USER_OPS_ENV] = previous
+        for name, value, changed in ((USER_OPS_ENV, previous, bool(missing)), (PROFILE_ENV, previous_profile, True)):
+            if changed:
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     log(f"{case.describe()}\n{outcome.verdict}{': ' + outcome.reason if outcome.reason else ''}")
     return 1 if outcome.verdict == FAIL else 0
