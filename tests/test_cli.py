@@ -302,3 +302,10 @@ def test_demo_with_a_device_profile(tmp_path):
     profile.write_text(json.dumps({"name": "bad", "max_rank": 0.5}))
     bad = simaccel("demo", "--device", "cpu", "--profile", str(profile))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "max_rank must be a positive integer" in bad.stderr
+
+
+def test_a_closed_pipe_is_no_error():
+    """`simaccel ops | true`: the reader is gone before anything is written; no error, no traceback."""
+    result = subprocess.run(f"{sys.executable} -m simaccel.tvm_integration.tools.cli ops | true; echo ${{PIPESTATUS[0]}}",
+                            shell=True, executable="/bin/bash", capture_output=True, text=True, timeout=300, cwd="/")
+    assert result.stdout.strip() == "0" and result.stderr == ""

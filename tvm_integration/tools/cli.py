@@ -24,11 +24,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # usage errors: argparse prints them and exits 2
     try:
         check_args(args)
-        return _dispatch(args)
+        status = _dispatch(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return status
     except SimAccelError as e:
         return _fail(USER_ERROR, f"error: {type(e).__name__}: {e}")
     except KeyboardInterrupt:
         return _fail(INTERRUPTED, "interrupted")
+    except BrokenPipeError:  # the reader went away (`simaccel ops | head`): nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return OK
     except Exception as e:
         return _fail(
             INTERNAL_ERROR,
