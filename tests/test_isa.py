@@ -235,3 +235,15 @@ def test_an_op_family_is_one_declaration_in_the_isa():
     source = "".join(p.read_text() for p in (ROOT / "tvm_integration" / "backend").glob("*.py"))
     for op in ("conv2d", "matmul", "pool2d", "softmax", "layer_norm", "dense"):
         assert op not in source, f"the backend mentions {op}"
+
+
+@pytest.mark.parametrize("hook, message", [
+    ({"from_relax": lambda match: match.attrs["no_such_attribute"]}, "testaccel.broken: from_relax failed .*KeyError"),
+    ({"from_relax": lambda match: ["not", "a", "dict"]}, "from_relax returned list, not a dict"),
+    ({"infer": lambda shapes: shapes[5]}, "testaccel.broken: its shape rule \\(infer\\) failed .*IndexError"),
+])
+def test_a_bug_in_a_declaration_is_named_not_hidden(hook, message):
+    """A user's hook that crashes stops partitioning with an error naming the family and the hook."""
+    declare(family(name="testaccel.broken", pattern=relax_op("relax.tanh", "data"), **hook))
+    with pytest.raises(OpDeclarationError, match=message):
+        partition_report(single_op(lambda x: relax.op.tanh(x), [((4, 8), F32)]))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import DtypeError, OpDeclarationError, ShapeError
+from ..errors import DtypeError, OpDeclarationError, ShapeError, SimAccelError
 from .activation import ACTIVATIONS, activate
 from .rules import FLOAT_DTYPES, is_bias_for
 
@@ -230,6 +230,11 @@ class OpDef:
             text = str(e)
             text = text[len(self.family.name) + 2:] if text.startswith(self.family.name + ": ") else text
             raise ShapeError(text if text.startswith(self.name + ":") else f"{self.name}: {text}") from None
+        except SimAccelError:
+            raise
+        except Exception as e:  # a bug in the declaration's rule, not bad input: say whose
+            raise OpDeclarationError(f"{self.name}: its shape rule (infer) failed on shapes {list(shapes)} with "
+                                     f"attributes {attrs}: {type(e).__name__}: {e}") from e
         if self.bias and not is_bias_for(self.family.bias, shapes[core], shape):
             raise ShapeError(f"{self.name}: bias {tuple(shapes[core])} is not one value per "
                              f"{'output channel' if self.family.bias == 'channel' else 'output column'} "

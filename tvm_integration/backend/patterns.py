@@ -25,7 +25,7 @@ from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
-from ...errors import SimAccelError
+from ...errors import OpDeclarationError, SimAccelError
 from ...ops import OpDef, RelaxMatch, RelaxPattern, Reject, families, get_op
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
@@ -229,9 +229,15 @@ def program_attrs(spec: OpPattern, annotated, shapes: dict, dtypes: dict) -> dic
     if from_relax is None:
         return {}
     nodes = {name: _Attrs(annotated[name]) for name in spec.annotations if name == "root" or name not in spec.op.inputs}
-    attrs = from_relax(RelaxMatch(nodes, shapes, dtypes))
+    try:
+        attrs = from_relax(RelaxMatch(nodes, shapes, dtypes))
+    except (Reject, SimAccelError):
+        raise
+    except Exception as e:  # a bug in the declaration, not in the model: say whose
+        raise OpDeclarationError(f"{spec.op.family.name}: from_relax failed on a match with input shapes "
+                                 f"{dict(shapes)}: {type(e).__name__}: {e}") from e
     if not isinstance(attrs, dict):
-        raise SimAccelError(f"{spec.op.family.name}: from_relax returned {type(attrs).__name__}, not a dict")
+        raise OpDeclarationError(f"{spec.op.family.name}: from_relax returned {type(attrs).__name__}, not a dict")
     return attrs
 
 
@@ -258,9 +264,9 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
     try:
         attrs = program_attrs(spec, annotated, shapes, dtypes)
         shape, dtype = op.infer([shapes[r] for r in op.inputs], [dtypes[r] for r in op.inputs], **op.all_attrs(attrs))
-    except Reject as e:
-        return str(e)
-    except SimAccelError as e:
+    except OpDeclarationError:
+        raise  # the declaration is wrong: stop, do not quietly keep every match on TVM
+    except (Reject, SimAccelError) as e:
         return str(e)
     if context is not None:
         # The fused op must compute what the matched Relax ops compute; its shape and dtype
