@@ -247,3 +247,59 @@ def test_a_bug_in_a_declaration_is_named_not_hidden(hook, message):
     declare(family(name="testaccel.broken", pattern=relax_op("relax.tanh", "data"), **hook))
     with pytest.raises(OpDeclarationError, match=message):
         partition_report(single_op(lambda x: relax.op.tanh(x), [((4, 8), F32)]))
+
+
+# -- a user family with fused variants (bias and activation flags) --------------------------------
+def scale_kernel(out, x, w, b, rows, cols, has_bias, relu):
+    i = cuda.grid(1)
+    if i < rows * cols:
+        c = i % cols
+        v = x[i // cols, c] * w[c]
+        if has_bias:
+            v += b[c]
+        if relu and not v > 0:
+            v = 0.0
+        out[i // cols, c] = v
+
+
+def launch_scale(target, out, data, weight, bias=None, *, activation):
+    *lead, cols = data.shape
+    rows = math.prod(lead)
+    if rows * cols == 0:
+        return 0
+    view = (rows, cols)
+    target.launch(scale_kernel, (rows * cols + 63) // 64, 64, target.reshape(out, view), target.reshape(data, view),
+                  weight, weight if bias is None else target.reshape(bias, (cols,)), rows, cols,
+                  int(bias is not None), int(activation == "relu"))
+    return 1
+
+
+def infer_scale(shapes):
+    if tuple(shapes[1]) != shapes[0][-1:]:
+        raise ShapeError(f"weight {shapes[1]} is not one value per column of {shapes[0]}")
+    return shapes[0]
+
+
+def scale_family():
+    return OpFamily(
+        name="testaccel.scale", inputs=("data", "weight"), pattern=relax_op("relax.multiply", "data", "weight"),
+        infer=infer_scale,
+        reference=lambda data, weight: data.astype(np.float32) * weight.astype(np.float32),
+        kernel=launch_scale, bias="row", activations=("relu",), dtypes=(F32,),
+    )
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_user_family_s_fused_variants_partition_and_run(engine):
+    declare(scale_family())
+    assert [op for op in list_ops() if op.startswith("testaccel.scale")] == [
+        "testaccel.scale", "testaccel.scale_bias", "testaccel.scale_bias_relu", "testaccel.scale_relu"]
+    make = lambda x, w, b: relax.op.nn.relu(relax.op.add(relax.op.multiply(x, w), b))  # noqa: E731
+    mod = single_op(make, [((3, 5), F32), ((5,), F32), ((5,), F32)])
+    _, report = partition_report(mod)
+    assert list(report.regions.values()) == [["testaccel.scale_bias_relu"]]
+    _, _, ledger = compare_with_tvm(mod, engine)
+    assert ledger["ops"] == {"testaccel.scale_bias_relu": 1}
+    wrong_bias = single_op(make, [((3, 5), F32), ((5,), F32), ((3, 1), F32)])  # one value per row: not fused
+    assert ["testaccel.scale_bias_relu"] not in partition_report(wrong_bias)[1].regions.values()
+    compare_with_tvm(wrong_bias, engine)
