@@ -33,6 +33,7 @@ from collections import OrderedDict
 from .engines import ENGINE_NAMES, Call, get_engine
 from .errors import DeviceError, EngineError, LayoutError, ProgramError, SimAccelError
 from .ledger import Ledger
+from .launch_plan import plan_launches
 from .ops import get_op
 from .profile import DeviceProfile, active_profile
 from .program import Program
@@ -63,6 +64,11 @@ class Plan:
         self.engine = engine
         self.device = device
         self.steps = [(node, get_op(node.op)) for node in program.ops]
+        # The kernel engines replay each op's recorded launches (simaccel.launch_plan).
+        self.launches = [()] * len(program.ops)
+        if engine.launches_kernels:
+            for launch in plan_launches(program):
+                self.launches[launch.op] += (launch,)
         self.slots: list = [None] * len(program.tensors)
         for i in program.intermediates:
             self.slots[i] = engine.allocate(program.tensors[i], device[1])
@@ -258,9 +264,9 @@ class Runtime:
             views = {i: slots[i] for i in aliased}
             for i in aliased:
                 slots[i] = plan.alias_buffer(i)
-            for node, op in plan.steps:
+            for (node, op), recorded in zip(plan.steps, plan.launches):
                 try:
-                    launches = engine.execute(call, node, op, [slots[i] for i in node.inputs], slots[node.output])
+                    launches = engine.execute(call, node, op, [slots[i] for i in node.inputs], slots[node.output], recorded)
                 except SimAccelError:
                     raise
                 except Exception as e:  # a kernel or reference failure: name where it happened

@@ -42,6 +42,7 @@ class Engine:
     name = "base"
     device_type = "cpu"
     description = ""
+    launches_kernels = False  # True: plans record each op's kernel launches for `execute`
 
     def available(self) -> str | None:
         """None if this engine can run here, else a one-line reason."""
@@ -75,8 +76,12 @@ class Engine:
         """Give back the memory of plan-owned `arrays` (an evicted plan's buffers); empties the list."""
         arrays.clear()
 
-    def execute(self, call: Call, node: OpNode, op: OpDef, inputs: list, output) -> int:
-        """Run one op, writing `output` in place; return the number of kernels launched."""
+    def execute(self, call: Call, node: OpNode, op: OpDef, inputs: list, output, launches: tuple = ()) -> int:
+        """Run one op, writing `output` in place; return the number of kernels launched.
+
+        `launches` are the op's recorded kernel launches (simaccel.launch_plan) for engines
+        that set `launches_kernels`; the others get none.
+        """
         raise NotImplementedError
 
     def finish(self, call: Call) -> None:

@@ -1,0 +1,118 @@
+"""Launch plans: the kernel launches of a Program, derived once, replayed on every call.
+
+Each op's launcher (its family's `kernel`) is run once per Program against placeholders that
+stand for the Program's tensors: they have the tensors' shapes and dtypes but no memory, and
+`target.reshape` of one is another placeholder of the same tensor. The recording target keeps
+what each launch would do: the kernel function, grid, block, shared memory and arguments,
+where an array argument is a `View` (tensor id, shape) and every other argument a number. So
+the plan of every op, built-in or a user's, comes from its own launcher, with no code per op.
+
+The "sim" and "cuda" engines replay the plan with the call's arrays (`replay`): a warm call
+runs no launcher logic. A native region launcher needs exactly this list too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import EngineError
+from .ops import get_op
+from .program import Program
+
+
+@dataclass(frozen=True)
+class View:
+    """A kernel argument that is Program tensor `tensor`, viewed with `shape` (same elements)."""
+
+    tensor: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch of op `op` (its index in the Program)."""
+
+    op: int
+    kernel: Callable
+    grid: object
+    block: object
+    shared_bytes: int
+    args: tuple  # View | int | float
+
+
+class _Placeholder:
+    """A Program tensor as a launcher sees it while the plan is recorded: shape and dtype only."""
+
+    __slots__ = ("tensor", "shape", "dtype")
+
+    def __init__(self, tensor: int, shape, dtype):
+        self.tensor, self.shape, self.dtype = tensor, tuple(int(d) for d in shape), np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class _Recorder:
+    """A kernel target that records launches instead of running them."""
+
+    name = "plan"
+    stream = None
+
+    def __init__(self, program: Program, index: int):
+        self.where = f"region {program.name}: op {index} ({program.ops[index].op})"
+        self.index = index
+        self.launches: list[Launch] = []
+
+    def reshape(self, array, shape):
+        if not isinstance(array, _Placeholder):
+            raise EngineError(f"{self.where}: its launcher reshapes {type(array).__name__}, not one of its arrays")
+        shape = tuple(int(d) for d in shape)
+        if math.prod(shape) != array.size:
+            raise EngineError(f"{self.where}: its launcher views {array.shape} as {shape} (a different size)")
+        return _Placeholder(array.tensor, shape, array.dtype)
+
+    def launch(self, fn, grid, block, *args, shared_bytes: int = 0):
+        recorded = []
+        for position, arg in enumerate(args):
+            if isinstance(arg, _Placeholder):
+                recorded.append(View(arg.tensor, arg.shape))
+            elif isinstance(arg, (bool, int, float, np.integer, np.floating)):
+                recorded.append(arg.item() if isinstance(arg, np.generic) else arg)
+            else:
+                raise EngineError(
+                    f"{self.where}: kernel {getattr(fn, '__name__', fn)} argument {position} is a "
+                    f"{type(arg).__name__}; a kernel takes the op's arrays (or views of them) and numbers"
+                )
+        self.launches.append(Launch(self.index, fn, grid, block, int(shared_bytes), tuple(recorded)))
+
+
+def plan_launches(program: Program) -> tuple[Launch, ...]:
+    """Every kernel launch of `program` (a validated Program), in order."""
+    launches = []
+    for index, node in enumerate(program.ops):
+        op = get_op(node.op)
+        recorder = _Recorder(program, index)
+        arrays = [_Placeholder(i, program.tensors[i].shape, program.tensors[i].dtype) for i in node.inputs]
+        out = _Placeholder(node.output, program.tensors[node.output].shape, program.tensors[node.output].dtype)
+        count = op.kernel(recorder, out, *arrays, **op.all_attrs(node.attrs))
+        if count != len(recorder.launches):
+            raise EngineError(f"{recorder.where}: its launcher says it launched {count} kernels but launched "
+                              f"{len(recorder.launches)}")
+        launches += recorder.launches
+    return tuple(launches)
+
+
+def replay(launches, target, slots) -> None:
+    """Launch `launches` on `target` (a simaccel.kernels.KernelTarget); `slots[i]` is tensor i's array there."""
+    for launch in launches:
+        args = [target.reshape(slots[a.tensor], a.shape) if isinstance(a, View) else a for a in launch.args]
+        target.launch(launch.kernel, launch.grid, launch.block, *args, shared_bytes=launch.shared_bytes)

@@ -1,0 +1,117 @@
+"""Launch plans (simaccel.launch_plan): each op's launches recorded once from its own launcher,
+then replayed by the kernel engines. Checked against the launchers run directly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+from simaccel import EngineError
+from simaccel.kernels import KernelTarget
+from simaccel.kernels.matmul import _matmul_kernel
+from simaccel.launch_plan import View, plan_launches, replay
+from simaccel.ops import OpFamily, declare, get_op, relax_op
+from simaccel.program import OpNode, Program, TensorSpec
+from test_kernels import RecordingTarget
+from test_runtime import mlp_program
+
+
+def one_op_program(name: str, shapes, dtype: str, attrs=None) -> Program:
+    op = get_op(name)
+    shape, _ = op.infer(shapes, [dtype] * len(shapes), **op.all_attrs(attrs or {}))
+    tensors = tuple(TensorSpec(f"t{i}", tuple(s), dtype) for i, s in enumerate(shapes)) + (TensorSpec("out", shape, dtype),)
+    n = len(shapes)
+    return Program(name, tensors, tuple(range(n)), (n,), (OpNode(name, tuple(range(n)), n, dict(attrs or {})),)).validate()
+
+
+WINDOW = {"strides": [2, 1], "padding": [1, 0, 1, 2], "dilation": [1, 2]}
+CASES = [
+    ("simaccel.dense_bias_gelu", [(2, 3, 5), (7, 5), (7,)], {}),
+    ("simaccel.matmul_relu", [(3, 70), (70, 66)], {}),
+    ("simaccel.conv2d_bias_relu", [(1, 2, 6, 5), (3, 2, 3, 2), (1, 3, 1, 1)], WINDOW),
+    ("simaccel.max_pool2d", [(1, 2, 5, 6)], {"pool_size": [2, 3], **WINDOW}),
+    ("simaccel.avg_pool2d", [(1, 2, 5, 6)], {"pool_size": [2, 3], "count_include_pad": False, **WINDOW}),
+    ("simaccel.softmax", [(3, 33)], {}),
+    ("simaccel.layer_norm", [(2, 9), (9,), (9,)], {"epsilon": 1e-5}),
+    ("simaccel.add", [(2, 1, 4), (3, 1)], {}),
+    ("simaccel.multiply", [(5,), (5,)], {}),
+    ("simaccel.gelu", [(4, 3)], {}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name, shapes, attrs", CASES, ids=[c[0] for c in CASES])
+def test_replaying_the_plan_launches_what_the_launcher_launches(name, shapes, attrs, dtype):
+    """Same kernels, grids, blocks and arguments (arrays as views of the same tensors), same result."""
+    program = one_op_program(name, shapes, dtype, attrs)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    op = get_op(name)
+
+    direct, direct_out = RecordingTarget(), np.full(program.tensors[-1].shape, np.nan, dtype)
+    op.kernel(direct, FakeCUDAArray(direct_out), *map(FakeCUDAArray, arrays), **op.all_attrs(attrs))
+    replayed, replayed_out = RecordingTarget(), np.full(program.tensors[-1].shape, np.nan, dtype)
+    slots = {i: FakeCUDAArray(a) for i, a in enumerate(arrays)} | {len(arrays): FakeCUDAArray(replayed_out)}
+    plan = plan_launches(program)
+    replay(plan, replayed, slots)
+
+    def tensor(view, out):  # which of the op's tensors an array argument views
+        [index] = [i for i, t in enumerate([*arrays, out]) if np.shares_memory(view._ary, t)]
+        return index
+
+    assert len(plan) == len(direct.launches) == len(replayed.launches) >= 1
+    for (fn, grid, block, args), (fn2, grid2, block2, args2) in zip(direct.launches, replayed.launches):
+        assert (fn, grid, block) == (fn2, grid2, block2)
+        for a, b in zip(args, args2, strict=True):
+            if isinstance(a, FakeCUDAArray):
+                assert a.shape == b.shape and tensor(a, direct_out) == tensor(b, replayed_out)
+            else:
+                assert a == b and type(a) is type(b)
+    np.testing.assert_array_equal(replayed_out, direct_out)
+    assert not np.isnan(replayed_out).any()
+
+
+def test_a_plan_names_tensors_and_views():
+    plan = plan_launches(mlp_program())
+    assert [launch.op for launch in plan] == [0, 1]
+    matmul = plan[0]
+    assert matmul.kernel is _matmul_kernel
+    views = [a for a in matmul.args if isinstance(a, View)]
+    # out (4, 6) and data (4, 8) as 2-D views, the weight as it is, the bias flattened
+    assert views == [View(3, (4, 6)), View(0, (4, 8)), View(1, (6, 8)), View(2, (6,))]
+    assert all(isinstance(a, (View, int, float)) for a in matmul.args)
+
+
+def test_an_empty_tensor_plans_no_launch():
+    assert plan_launches(one_op_program("simaccel.softmax", [(0, 5)], "float32")) == ()
+
+
+def test_a_launcher_passing_other_objects_is_refused(isolated_isa):
+    def launch(target, out, data):
+        target.launch(lambda o, x, extra: None, 1, 1, out, data, [1, 2])
+        return 1
+
+    declare(OpFamily(name="testaccel.bad_launcher", inputs=("data",), pattern=relax_op("relax.tanh", "data"),
+                     infer=lambda shapes: shapes[0], reference=lambda data: data, kernel=launch))
+    with pytest.raises(EngineError, match="op 0 \\(testaccel.bad_launcher\\): kernel <lambda> argument 2 is a list"):
+        plan_launches(one_op_program("testaccel.bad_launcher", [(3,)], "float32"))
+
+
+def test_a_launcher_miscounting_its_launches_is_refused(isolated_isa):
+    declare(OpFamily(name="testaccel.miscount", inputs=("data",), pattern=relax_op("relax.tanh", "data"),
+                     infer=lambda shapes: shapes[0], reference=lambda data: data, kernel=lambda target, out, data: 2))
+    with pytest.raises(EngineError, match="says it launched 2 kernels but launched 0"):
+        plan_launches(one_op_program("testaccel.miscount", [(3,)], "float32"))
+
+
+def test_the_kernel_target_runs_a_replayed_plan_in_place():
+    """End to end on the simulator: replay writes the output array in place."""
+    program = mlp_program()
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype("float32") for s in ((4, 8), (6, 8), (6,)))
+    h, y = np.empty((4, 6), "float32"), np.empty((4, 6), "float32")
+    replay(plan_launches(program), KernelTarget("sim"), dict(enumerate(map(FakeCUDAArray, (x, w, b, h, y)))))
+    want = np.maximum(x @ w.T + b, 0)
+    want = np.exp(want - want.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
