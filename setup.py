@@ -7,6 +7,10 @@ PyPI project of that name.
 
 from setuptools import setup
 
+# Checked together on 2026-11-30: NVVM 13.5 (its PTX is version 9.5, which a CUDA 13.0 driver
+# cannot JIT: simaccel.aot ships cubins) and nvJitLink 13.5 for sm_90 cubins.
+AOT = ["numba-cuda[cu13]==0.30.*", "cuda-toolkit==13.5.*"]
+
 setup(
     name="simaccel",
     version="0.1.0",
@@ -33,7 +37,10 @@ setup(
         "hypothesis>=6.100,<7",
     ],
     extras_require={
-        "test": ["pytest>=8"],
+        # The test extra brings the AOT toolchain too, so CI compiles every kernel (simaccel.aot).
+        "test": ["pytest>=8", *AOT],
+        # NVVM, NVRTC and nvJitLink from pip: kernels compiled for a GPU on a machine without one.
+        "aot": AOT,
         "bench": ["matplotlib>=3.8"],
     },
     entry_points={

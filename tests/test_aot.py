@@ -1,0 +1,71 @@
+"""Ahead-of-time kernels (simaccel.aot): every op's launch plan compiled to PTX and a cubin for
+an H100/H200 (sm_90) on this machine, which has no GPU and no driver."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import HAS_GPU
+from simaccel.aot import abi_params, compile_kernel, compile_program, signature, toolchain_missing
+from simaccel.launch_plan import plan_launches
+from test_launch_plan import CASES, one_op_program
+
+SM90 = (9, 0)
+
+
+def test_the_toolchain_is_installed():
+    """The test extra brings NVVM, NVRTC and nvJitLink: AOT is tested, never skipped, in CI."""
+    assert toolchain_missing() is None
+
+
+def entry_params(ptx: str) -> int:
+    """How many parameters the PTX's kernel entry declares."""
+    head = ptx.split(".entry", 1)[1].split(")", 1)[0]
+    return sum(".param" in line for line in head.splitlines())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name, shapes, attrs", CASES, ids=[c[0] for c in CASES])
+def test_every_op_compiles_for_sm90_without_a_gpu(name, shapes, attrs, dtype):
+    program = one_op_program(name, shapes, dtype, attrs)
+    launches = plan_launches(program)
+    compiled = compile_program(program, SM90)
+    assert len(compiled) == len({(launch.kernel, signature(launch, program)) for launch in launches}) >= 1
+    for launch in launches:
+        [kernel] = [k for k in compiled if k.kernel is launch.kernel and k.signature == signature(launch, program)]
+        assert ".target sm_90" in kernel.ptx and kernel.cubin[:4] == b"\x7fELF"
+        # The argument layout a native launcher fills: 8 bytes per parameter, arrays expanded.
+        assert entry_params(kernel.ptx) == abi_params(launch)
+        assert kernel.entry in kernel.ptx
+
+
+def test_a_user_op_compiles_like_a_built_in_one(isolated_isa, monkeypatch):
+    import pathlib
+
+    monkeypatch.setenv("SIMACCEL_OPS", str(pathlib.Path(__file__).parents[1] / "examples" / "rms_norm_op.py"))
+    program = one_op_program("myaccel.rms_norm", [(3, 5, 16), (16,)], "float16", {"epsilon": 1e-5})
+    [kernel] = compile_program(program, SM90)
+    assert kernel.kernel.__name__ == "rms_norm_kernel" and kernel.cubin[:4] == b"\x7fELF"
+    assert entry_params(kernel.ptx) == abi_params(plan_launches(program)[0])
+
+
+@pytest.mark.skipif(HAS_GPU, reason="on a machine with a driver numba finds a current device")
+def test_device_functions_need_the_target_architecture_stood_in():
+    """Why `compile_for` exists: without it numba asks the (absent) driver for the current device
+    while it compiles a device function a kernel calls (here a fresh one, so nothing is cached)."""
+    from numba import cuda, types
+    from numba.cuda.cudadrv.error import CudaSupportError
+
+    @cuda.jit(device=True)
+    def twice(v):
+        return v * 2
+
+    def kernel(out, x):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = twice(x[i])
+
+    sig = (types.float32[::1], types.float32[::1])
+    with pytest.raises(CudaSupportError):
+        cuda.compile_ptx(kernel, sig, cc=SM90)
+    assert compile_kernel(kernel, sig, SM90).cubin[:4] == b"\x7fELF"
