@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import simaccel
@@ -47,5 +49,10 @@ def isolated_isa(monkeypatch):
     monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
     monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
     monkeypatch.setattr(registry, "_loaded_env", registry._loaded_env)
+    modules = set(sys.modules)
     yield registry
     simaccel.get_runtime().clear()  # plans hold resolved ops
+    for name in set(sys.modules) - modules:  # users' op modules loaded meanwhile: a later load declares again
+        path = getattr(sys.modules[name], "__file__", None) or ""
+        if path.endswith(".py") and "site-packages" not in path and not name.startswith("simaccel."):
+            del sys.modules[name]
