@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 import numpy as np
 import tvm
@@ -25,8 +26,9 @@ from tvm import relax
 
 import simaccel
 from simaccel import DeviceProfile
-from simaccel.data import random_arrays
 from simaccel.tvm_integration import build, build_tvm_only, partition_report
+from simaccel.tvm_integration.tools.models import random_inputs
+
 
 PROFILES = [
     DeviceProfile(name="full"),
@@ -58,10 +60,6 @@ def model(dtype: str = "float32") -> tvm.IRModule:
     return bb.get()
 
 
-def indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["ref", "sim"], default="ref")
@@ -69,8 +67,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     mod = model()
-    params = [(p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in mod["main"].params]
-    tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in random_arrays(params, args.seed)]
+    tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in random_inputs(mod, args.seed)]
     want = relax.VirtualMachine(build_tvm_only(mod), tvm.cpu())["main"](*tensors).numpy()
     runtime = simaccel.get_runtime()
 
@@ -78,7 +75,7 @@ def main(argv=None) -> int:
     for profile in PROFILES:
         print(f"== profile {profile.name}: {profile.to_dict()}")
         _, report = partition_report(mod, profile)
-        print(indent(report.format()))
+        print(textwrap.indent(report.format(), "    "))
         layouts.append([ops for ops in report.regions.values()])
 
         runtime.ledger.reset()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -25,8 +26,8 @@ import tvm
 from tvm import relax
 
 import simaccel
-from simaccel.data import random_arrays
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
+from simaccel.tvm_integration.tools.models import random_inputs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rms_norm_op  # noqa: E402,F401  declares myaccel.rms_norm: importing it is all it takes
@@ -51,10 +52,6 @@ def model(dtype: str = "float32") -> tvm.IRModule:
     return bb.get()
 
 
-def indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["ref", "sim", "cuda"], default="ref")
@@ -70,13 +67,12 @@ def main(argv=None) -> int:
 
     print("[1] partition (myaccel.rms_norm is declared in examples/rms_norm_op.py)")
     _, report = partition_report(mod)
-    print(indent(report.format()))
+    print(textwrap.indent(report.format(), "    "))
 
     print(f"[2] build with simaccel and with TVM alone (target {target.kind.name})")
     simaccel_exec, reference_exec = build(mod, target), build_tvm_only(mod, target)
 
-    params = [(p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in mod["main"].params]
-    tensors = [tvm.runtime.tensor(a, dev) for a in random_arrays(params, args.seed)]
+    tensors = [tvm.runtime.tensor(a, dev) for a in random_inputs(mod, args.seed)]
     runtime = simaccel.get_runtime()
     runtime.ledger.reset()
     print(f"[3] run on {dev}, simaccel engine {args.engine!r}")

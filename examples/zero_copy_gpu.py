@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -34,16 +35,11 @@ import tvm
 from tvm import relax
 
 import simaccel
-from simaccel.data import random_arrays
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
-from simaccel.tvm_integration.tools.models import hetero_chain
+from simaccel.tvm_integration.tools.models import hetero_chain, random_inputs
 
 ROWS, FEATURES, HIDDEN = 64, 256, 512
 RTOL, ATOL = 1e-4, 1e-4
-
-
-def indent(text: str) -> str:
-    return "\n".join("    " + line for line in text.splitlines())
 
 
 def per_call(vm, tensors, dev, repeat: int) -> float:
@@ -83,12 +79,11 @@ def main(argv=None) -> int:
     mod = hetero_chain("float32", ROWS, FEATURES, HIDDEN)
     print("[1] partition: TVM kernel -> simaccel region -> TVM kernel")
     _, report = partition_report(mod)
-    print(indent(report.format()))
+    print(textwrap.indent(report.format(), "    "))
     print(f"[2] build with simaccel and with TVM alone (target {target.kind.name})")
     vm = relax.VirtualMachine(build(mod, target), dev)
     reference = relax.VirtualMachine(build_tvm_only(mod, target), dev)
-    params = [(p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in mod["main"].params]
-    _, w, b = tensors = [tvm.runtime.tensor(a, dev) for a in random_arrays(params, 0)]
+    _, w, b = tensors = [tvm.runtime.tensor(a, dev) for a in random_inputs(mod, 0)]
 
     print(f"[3] one call on {dev}, engine {engine!r}, with the ledger tracing the region's tensors")
     runtime.ledger.reset()
