@@ -687,19 +687,15 @@ class UserFuzzOp:
         return relax_shape(self.family, shapes, attrs, dtype)
 
     def program_attrs(self, shapes, attrs, dtype) -> dict:
-        """What simaccel's op gets from this call (the family's `from_relax`); Reject where the
-        call stays on TVM."""
-        from ...ops import RelaxMatch
+        """What simaccel's op gets from this call: what partitioning reads from it (the family's
+        `from_relax`, through the backend's `program_attrs`); Reject where it stays on TVM."""
+        from ..backend.patterns import composite_name, program_attrs, sync_patterns
 
         params = _placeholders(self.family, shapes, dtype)
         _, nodes = relax_call(self.family, params, attrs)
-        if self.family.from_relax is None:
-            return {}
-        from ..backend.patterns import python_value
-
-        nodes = {name: _CallAttrs(call, python_value) for name, call in nodes.items()}
         roles = dict(zip(self.family.inputs, shapes))
-        return self.family.from_relax(RelaxMatch(nodes, roles, {r: dtype for r in roles}))
+        spec = sync_patterns()[composite_name(self.name)]
+        return program_attrs(spec, nodes, roles, {r: dtype for r in roles})
 
     def exact_for(self, shapes, attrs, dtype) -> bool:
         """Whether the family's reference states this call's semantics: its `from_relax` takes it."""
@@ -715,20 +711,3 @@ class UserFuzzOp:
         op = get_op(self.name)  # looked up each time: a test may plant a fault in the reference
         program = self.program_attrs([x.shape for x in xs], attrs, dtype)
         return op.reference(*xs, **op.all_attrs(program))
-
-
-class _CallAttrs(dict):
-    """A built call's attributes as Python values, read on first access (as `from_relax` sees them)."""
-
-    def __init__(self, call, convert):
-        super().__init__()
-        self._attrs, self._convert = call.attrs, convert
-
-    def __missing__(self, key):
-        if self._attrs is None or not hasattr(self._attrs, key):
-            raise KeyError(key)
-        value = self[key] = self._convert(getattr(self._attrs, key))
-        return value
-
-    def __contains__(self, key):
-        return dict.__contains__(self, key) or (self._attrs is not None and hasattr(self._attrs, key))
