@@ -22,16 +22,17 @@ from .patterns import op_name, program_attrs, sync_patterns, tensor_info
 def codegen(functions, options=None, constant_names=None) -> list:
     """Entry point registered as ``relax.ext.simaccel``: returns one runtime module."""
     regions = []
+    specs = sync_patterns()  # once per call: every region's composites match against them
     for func in functions:
         symbol = str(func.attrs["global_symbol"])
-        program = region_program(symbol, func)
+        program = region_program(symbol, func, specs)
         arity = len(program.inputs) + len(program.outputs)
         regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json(), arity))
     return [forwarder_module(regions)] if regions else []
 
 
-def region_program(symbol: str, func: relax.Function) -> Program:
-    """The validated Program for one region function."""
+def region_program(symbol: str, func: relax.Function, specs: dict) -> Program:
+    """The validated Program for one region function (`specs`: `sync_patterns()`)."""
     tensors: list[TensorSpec] = []
     ids: dict[relax.Var, int] = {}
 
@@ -52,7 +53,7 @@ def region_program(symbol: str, func: relax.Function) -> Program:
             if isinstance(value, relax.Function):
                 composites[binding.var] = value
             elif isinstance(value, relax.Call) and value.op in composites:
-                name, role_args, attrs = composite_call(symbol, composites[value.op], value.args)
+                name, role_args, attrs = composite_call(symbol, composites[value.op], value.args, specs)
                 missing = [a for a in role_args if a not in ids]
                 if missing:
                     raise CodegenError(f"region {symbol}: {name} reads {missing}, which the region does not define")
@@ -75,9 +76,9 @@ def region_program(symbol: str, func: relax.Function) -> Program:
         raise CodegenError(f"region {symbol}: {e}") from e
 
 
-def composite_call(symbol: str, composite: relax.Function, args) -> tuple[str, list, dict]:
+def composite_call(symbol: str, composite: relax.Function, args, specs: dict) -> tuple[str, list, dict]:
     """(op name, region vars in the op's input order, attributes) for one composite call."""
-    spec = sync_patterns().get(str(composite.attrs["Composite"]))
+    spec = specs.get(str(composite.attrs["Composite"]))
     name = op_name(str(composite.attrs["Composite"]))
     if spec is None:
         raise CodegenError(f"region {symbol}: composite {name} is not a simaccel op")

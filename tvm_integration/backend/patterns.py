@@ -278,14 +278,12 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
     reason = profile.why_not_tensor("output", shape, dtype)
     if reason:
         return reason
-    nbytes = sum(_nbytes(shapes[r], dtypes[r]) for r in op.inputs) + _nbytes(shape, dtype)
+    nbytes = sum(tensor_bytes(shapes[r], dtypes[r]) for r in op.inputs) + tensor_bytes(shape, dtype)
     return profile.why_not_region(nbytes, f"{op.name} alone")
 
 
-def _nbytes(shape, dtype: str) -> int:
+def tensor_bytes(shape, dtype: str) -> int:
+    """Bytes of a tensor of static `shape` and `dtype`."""
     import numpy as np
 
-    count = 1
-    for d in shape:
-        count *= d
-    return count * np.dtype(dtype).itemsize
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize

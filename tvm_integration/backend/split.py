@@ -14,15 +14,12 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .patterns import tensor_info
+from .patterns import tensor_bytes, tensor_info
 
 
 def nbytes(var) -> int:
     shape, dtype = tensor_info(var)
-    count = 1
-    for d in shape or ():
-        count *= d
-    return count * tvm.runtime.DataType(dtype).bits // 8 if dtype else 0
+    return tensor_bytes(shape, dtype) if shape is not None and dtype else 0
 
 
 def region_bytes(region: relax.Function) -> int:
@@ -44,16 +41,17 @@ def split_regions(mod: tvm.IRModule, limit: int | None) -> tuple[tvm.IRModule, l
         total = region_bytes(func)
         if total <= limit:
             continue
-        parts = _cut(func, limit)
+        functions, calls, outputs = _parse(func)
+        parts = _cut(calls, outputs, limit)
         if len(parts) < 2:
             continue
         new = []
         for k, part in enumerate(parts):
-            function = relax.utils.copy_with_new_vars(_part_function(func, part))
+            function = relax.utils.copy_with_new_vars(_part_function(func, functions, part))
             part_gvar = builder.add_func(function, f"{gvar.name_hint}_part{k}")
             builder.update_func(part_gvar, function.with_attr("global_symbol", part_gvar.name_hint))
             new.append((part_gvar, part))
-        replacements[gvar] = (func, new)
+        replacements[gvar] = (func, outputs, new)
         notes.append(f"{gvar.name_hint} needs {total} bytes: split into {len(parts)} regions of at most {limit} bytes")
     if not replacements:
         return mod, []
@@ -92,9 +90,8 @@ def _parse(region: relax.Function):
     return functions, calls, outputs
 
 
-def _cut(region: relax.Function, limit: int) -> list[dict]:
-    """Consecutive groups of calls within `limit` bytes: each {"calls", "inputs", "outputs"}."""
-    _, calls, outputs = _parse(region)
+def _cut(calls, outputs, limit: int) -> list[dict]:
+    """Consecutive groups of `calls` within `limit` bytes: each {"calls", "inputs", "outputs"}."""
     groups, current, seen, size = [], [], set(), 0
     for call in calls:
         var, _, args = call
@@ -122,8 +119,7 @@ def _cut(region: relax.Function, limit: int) -> list[dict]:
     return parts
 
 
-def _part_function(region: relax.Function, part: dict) -> relax.Function:
-    functions, _, _ = _parse(region)
+def _part_function(region: relax.Function, functions: dict, part: dict) -> relax.Function:
     bindings = []
     used = []
     for _, callee, _ in part["calls"]:
@@ -152,7 +148,7 @@ class _ReplaceCalls(relax.PyExprMutator):
         entry = self.replacements.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
         if entry is None:
             return call
-        region, parts = entry
+        region, outputs, parts = entry
         env = dict(zip(region.params, call.args))
         for part_gvar, part in parts:
             result = self.builder_.emit(relax.Call(part_gvar, [env[v] for v in part["inputs"]]))
@@ -161,6 +157,5 @@ class _ReplaceCalls(relax.PyExprMutator):
             else:
                 for i, var in enumerate(part["outputs"]):
                     env[var] = self.builder_.emit(relax.TupleGetItem(result, i))
-        _, _, outputs = _parse(region)
         body = region.body.body
         return relax.Tuple([env[v] for v in outputs]) if isinstance(body, relax.Tuple) else env[outputs[0]]
