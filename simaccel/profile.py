@@ -14,6 +14,8 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field, fields
 
+import numpy as np
+
 from .errors import DtypeError, LayoutError, ShapeError, SimAccelError
 
 # TVM allocates every buffer at a multiple of this (kAllocAlignment in TVM's runtime), so a
@@ -119,7 +121,7 @@ class DeviceProfile:
             count *= int(dim)
         if count > self.max_elements:
             return f"{role} has {count} elements, more than the profile's {self.max_elements}"
-        size = count * _itemsize(dtype)
+        size = count * np.dtype(dtype).itemsize
         if self.max_tensor_bytes is not None and size > self.max_tensor_bytes:
             return f"{role} {tuple(shape)} {dtype} takes {size} bytes, more than profile {self.name}'s {self.max_tensor_bytes} per tensor"
         return None
@@ -150,12 +152,6 @@ class DeviceProfile:
         if self.alignment is not None and address % self.alignment:
             raise LayoutError(f"{where} data pointer {address:#x} is not aligned to the {self.alignment} bytes "
                               f"profile {self.name} needs")
-
-
-def _itemsize(dtype: str) -> int:
-    import numpy as np
-
-    return np.dtype(dtype).itemsize
 
 
 DEFAULT_PROFILE = DeviceProfile()

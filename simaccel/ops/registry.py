@@ -70,6 +70,13 @@ def families() -> list[OpFamily]:
     return list(_FAMILIES.values())
 
 
+def user_op_entries(value: str | None = None) -> list[str]:
+    """The entries of $SIMACCEL_OPS (or of `value`): module names or .py paths, comma- or
+    os.pathsep-separated."""
+    value = os.environ.get(USER_OPS_ENV, "") if value is None else value
+    return [e.strip() for e in value.replace(os.pathsep, ",").split(",") if e.strip()]
+
+
 def load_user_ops() -> None:
     """Import the modules named in $SIMACCEL_OPS (once per value of the variable)."""
     global _loaded_env
@@ -79,7 +86,7 @@ def load_user_ops() -> None:
     with _LOCK:
         if value == _loaded_env:
             return
-        for entry in filter(None, (e.strip() for e in value.replace(os.pathsep, ",").split(","))):
+        for entry in user_op_entries(value):
             _import(entry)  # a failure raises now and again on the next read, never silently
         _loaded_env = value
 

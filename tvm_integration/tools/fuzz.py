@@ -39,6 +39,7 @@ import numpy as np
 
 from ...errors import SimAccelError, UnsupportedOpError
 from ...ops import USER_OPS_ENV
+from ...ops.registry import user_op_entries
 from ...profile import PROFILE_ENV, active_profile
 from ...runtime import get_runtime
 from .deploy import error_line
@@ -422,9 +423,7 @@ def _log_settings(log) -> list[str]:
 
 def user_op_modules() -> list[str]:
     """The entries of $SIMACCEL_OPS, .py paths made absolute (so a process in another folder finds them)."""
-    value = os.environ.get(USER_OPS_ENV, "")
-    entries = [e.strip() for e in value.replace(os.pathsep, ",").split(",") if e.strip()]
-    return [os.path.abspath(e) if e.endswith(".py") else e for e in entries]
+    return [os.path.abspath(e) if e.endswith(".py") else e for e in user_op_entries()]
 
 
 def user_ops_environ() -> dict:
