@@ -86,3 +86,20 @@ def test_the_gpu_check_script_builds_its_cubins_here(tmp_path):
     assert len(launches) == 4
     for launch in launches:
         assert (tmp_path / launch["cubin"]).read_bytes()[:4] == b"\x7fELF" and launch["entry"].startswith("_Z")
+
+
+def test_a_missing_toolchain_is_a_clear_error(monkeypatch):
+    """Without NVVM (the aot extra not installed) compiling says what to install, not a bare ImportError."""
+    import numba.cuda.cudadrv.nvvm as nvvm
+
+    from simaccel import EngineError
+    from simaccel.kernels.elementwise import _unary_kernel
+
+    def absent():
+        raise OSError("libnvvm.so: cannot open shared object file")
+
+    monkeypatch.setattr(nvvm, "NVVM", absent)
+    assert "pip install '.[aot]'" in toolchain_missing() and "libnvvm.so" in toolchain_missing()
+    program = one_op_program("simaccel.relu", [(4,)], "float32")
+    with pytest.raises(EngineError, match="toolchain is not installed .*libnvvm.so"):
+        compile_kernel(_unary_kernel, signature(plan_launches(program)[0], program), SM90)
