@@ -21,6 +21,7 @@ Two facts of numba-cuda 0.30 this rests on (checked by the tests):
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -103,8 +104,13 @@ def compile_for(arch: tuple[int, int]):
             dispatcher.get_current_device = real
 
 
+@functools.lru_cache(maxsize=1024)
 def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
-    """`kernel` compiled for `sig` to PTX (NVVM) and to a cubin for `arch` (nvJitLink)."""
+    """`kernel` compiled for `sig` to PTX (NVVM) and to a cubin for `arch` (nvJitLink).
+
+    Cached per process: regions and libraries that launch the same kernel with the same
+    signature share one compile.
+    """
     from numba import cuda
 
     reason = toolchain_missing()

@@ -5,18 +5,36 @@ copied (host->device, device->host, device->device) and wall time per region.
 Zero-copy execution leaves the byte counters at 0: that is the point of the project.
 An optional trace records, for every boundary tensor of every call, the memory address the
 accelerator used, so a test can check that it is TVM's own buffer.
+
+Native regions (simaccel.native) count their calls themselves, in memory the ledger hands
+them (`native_counters`: calls, launches, nanoseconds, bytes copied); `snapshot` adds those
+counts in, so the ledger shows both paths. Native calls are not traced.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import Counter, defaultdict
+
+
+class _NativeRegion:
+    """The counters one native region updates, with what they mean for the ledger."""
+
+    def __init__(self, name: str, ops: list[str], launches_per_op: list[int]):
+        self.name, self.ops, self.launches_per_op = name, ops, launches_per_op
+        self.counts = (ctypes.c_int64 * 4)()  # calls, launches, nanoseconds, copied bytes
+        self.baseline = [0, 0, 0, 0]
+
+    def since_reset(self) -> list[int]:
+        return [now - then for now, then in zip(self.counts, self.baseline)]
 
 
 class Ledger:
     def __init__(self):
         self._lock = threading.Lock()
         self.tracing = False
+        self._native: list[_NativeRegion] = []
         self.reset()
 
     def reset(self) -> None:
@@ -29,6 +47,15 @@ class Ledger:
             self._region_calls = Counter()
             self._region_seconds = defaultdict(float)
             self._trace = []
+            for region in self._native:
+                region.baseline = list(region.counts)
+
+    def native_counters(self, name: str, ops: list[str], launches_per_op: list[int]) -> int:
+        """Address of four int64 counters a native region of `name` (with `ops`) updates; kept forever."""
+        region = _NativeRegion(name, list(ops), list(launches_per_op))
+        with self._lock:
+            self._native.append(region)
+        return ctypes.addressof(region.counts)
 
     def record_region(self, name: str, seconds: float) -> None:
         with self._lock:
@@ -60,15 +87,26 @@ class Ledger:
             return [dict(entry) for entry in self._trace]
 
     def snapshot(self) -> dict:
-        """A plain-dict copy of every counter, safe to keep after later calls."""
+        """A plain-dict copy of every counter (Python and native regions), safe to keep."""
         with self._lock:
+            calls, ops, launches = self._calls, Counter(self._ops), Counter(self._launches)
+            bytes_ = dict(self._bytes)
+            region_calls, seconds = Counter(self._region_calls), defaultdict(float, self._region_seconds)
+            for region in self._native:
+                n, _, nanoseconds, copied = region.since_reset()
+                if n == 0:
+                    continue
+                calls += n
+                region_calls[region.name] += n
+                seconds[region.name] += nanoseconds * 1e-9
+                bytes_["device_to_device"] += copied
+                for op, count in zip(region.ops, region.launches_per_op):
+                    ops[op] += n
+                    launches[op] += n * count
             return {
-                "offloaded_calls": self._calls,
-                "ops": dict(self._ops),
-                "kernel_launches": dict(self._launches),
-                "bytes": dict(self._bytes),
-                "regions": {
-                    name: {"calls": self._region_calls[name], "seconds": self._region_seconds[name]}
-                    for name in self._region_calls
-                },
+                "offloaded_calls": calls,
+                "ops": dict(ops),
+                "kernel_launches": dict(launches),
+                "bytes": bytes_,
+                "regions": {name: {"calls": region_calls[name], "seconds": seconds[name]} for name in region_calls},
             }

@@ -16,6 +16,11 @@ $SIMACCEL_MAX_PLANS); an evicted plan gives its intermediates back at once.
 
 Engine choice, first match wins: `use_engine(...)` (a context), `set_engine(...)`, the
 environment variable SIMACCEL_ENGINE, then "auto" (CPU tensors -> "ref", CUDA -> "cuda").
+
+Native regions (a CUDA build's regions compiled to C++, simaccel.native) do not come here:
+they run without Python while "auto" is the choice. While a Python engine or the
+host-staged mode is chosen anywhere in the process (`route_flag`), they forward every call
+here instead, so the same library runs on the readable Python "cuda" engine.
 Host-staged mode (GPU only, for comparison): `set_staged(True)`, `use_staged()` or
 SIMACCEL_STAGED=1 (also true/yes/on; 0/false/no/off or unset: zero-copy).
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import contextvars
 import os
 import threading
@@ -49,6 +55,10 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 _scoped_engine: contextvars.ContextVar[str | None] = contextvars.ContextVar("simaccel_engine", default=None)
 _scoped_staged: contextvars.ContextVar[bool | None] = contextvars.ContextVar("simaccel_staged", default=None)
+# Native regions read this flag on every call: nonzero sends the call to the Python runtime.
+_ROUTE = ctypes.c_int32(0)
+_python_scopes = 0  # `use_engine`/`use_staged` blocks open now, in any thread, that choose Python
+_scopes_lock = threading.Lock()
 
 
 class Plan:
@@ -128,29 +138,62 @@ class Runtime:
         if name is not None:
             _check_engine_name(name)
         self._engine = name
+        self.route_flag()
 
     @contextlib.contextmanager
     def use_engine(self, name: str):
         """Use engine `name` inside a `with` block (per thread / task)."""
         _check_engine_name(name)
         token = _scoped_engine.set(name)
-        try:
-            yield self
-        finally:
-            _scoped_engine.reset(token)
+        with self._python_scope(name != AUTO):
+            try:
+                yield self
+            finally:
+                _scoped_engine.reset(token)
 
     def set_staged(self, staged: bool | None) -> None:
         """Copy GPU tensors through host memory (True), zero-copy (False), or default (None)."""
         self._staged = staged
+        self.route_flag()
 
     @contextlib.contextmanager
     def use_staged(self, staged: bool = True):
         """Host-staged mode inside a `with` block (per thread / task)."""
         token = _scoped_staged.set(staged)
+        with self._python_scope(bool(staged)):
+            try:
+                yield self
+            finally:
+                _scoped_staged.reset(token)
+
+    @contextlib.contextmanager
+    def _python_scope(self, python: bool):
+        global _python_scopes
+        if not python:
+            yield
+            return
+        with _scopes_lock:
+            _python_scopes += 1
+        self.route_flag()
         try:
-            yield self
+            yield
         finally:
-            _scoped_staged.reset(token)
+            with _scopes_lock:
+                _python_scopes -= 1
+            self.route_flag()
+
+    def route_flag(self) -> int:
+        """Update and return the address of the flag native regions read on every call.
+
+        Set (1) while the process chooses a Python engine or the host-staged mode:
+        `set_engine`, `set_staged`, an open `use_engine`/`use_staged` block in any thread,
+        or $SIMACCEL_ENGINE / $SIMACCEL_STAGED as they are when a native region is first
+        called or this is next updated. Native regions then forward to `invoke`.
+        """
+        engine = self._engine or os.environ.get(ENGINE_ENV) or AUTO
+        staged = self._staged if self._staged is not None else os.environ.get(STAGED_ENV, "").strip().lower() in _TRUE
+        _ROUTE.value = int(_python_scopes > 0 or engine != AUTO or bool(staged))
+        return ctypes.addressof(_ROUTE)
 
     @property
     def staged(self) -> bool:

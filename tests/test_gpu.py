@@ -4,11 +4,17 @@ Every test here is marked `gpu` (skipped, with the reason, where no GPU exists).
 prebuilt libraries (simaccel.tvm_integration.tools.artifacts): from $SIMACCEL_GPU_ARTIFACTS when
 set (a GPU machine whose TVM has only its runtime), else built in-process (full TVM). Only
 `tvm.runtime` is used at run time, as in a deployment.
+
+A library's regions are native (simaccel.native); the tests parametrized by `path` run them
+natively and routed to the Python "cuda" engine (`use_engine("cuda")`), the readable path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -22,6 +28,12 @@ pytestmark = pytest.mark.gpu
 
 TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2)}
 ZERO = {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
+PATHS = ["native", "python"]
+
+
+def on_path(runtime, path: str):
+    """Run regions natively, or through the Python "cuda" engine."""
+    return runtime.use_engine("cuda") if path == "python" else contextlib.nullcontext()
 
 
 @pytest.fixture(scope="session")
@@ -60,13 +72,15 @@ class Case:
             np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), **TOLERANCE[self.dtype])
 
 
-@pytest.mark.parametrize("name", ["demo_f32", "demo_f16", "hetero_f32", "hetero_f16", "upstream_f32", "mm1024"])
-def test_matches_tvm_only_on_the_gpu_with_zero_host_traffic(artifacts, clean_runtime, name):
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", ["demo_f32", "demo_f16", "hetero_f32", "hetero_f16", "upstream_f32", "mm8", "mm1024"])
+def test_matches_tvm_only_on_the_gpu_with_zero_host_traffic(artifacts, clean_runtime, name, path):
     case = Case(artifacts, name)
     tensors = case.tensors()
     want = case.run(tensors, reference=True)
     clean_runtime.ledger.reset()
-    got = case.run(tensors)
+    with on_path(clean_runtime, path):
+        got = case.run(tensors)
     case.check(got, want)
     ledger = clean_runtime.ledger.snapshot()
     assert ledger["offloaded_calls"] == len(case.manifest["cases"][name]["regions"])
@@ -74,13 +88,27 @@ def test_matches_tvm_only_on_the_gpu_with_zero_host_traffic(artifacts, clean_run
     assert ledger["bytes"] == ZERO
 
 
+def test_native_and_python_paths_give_identical_bits(artifacts, clean_runtime):
+    """One switch, one result: the same kernels, launched natively or by numba."""
+    for name in ("demo_f32", "demo_f16", "hetero_f16", "upstream_f32"):
+        case = Case(artifacts, name)
+        tensors = case.tensors(seed=3)
+        native = case.run(tensors)
+        with clean_runtime.use_engine("cuda"):
+            python = case.run(tensors)
+        for a, b in zip(native, python, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_pointer_identity(artifacts, clean_runtime):
-    """The region reads the buffer TVM's kernel wrote and writes the buffer TVM allocated."""
+    """The region reads the buffer TVM's kernel wrote and writes the buffer TVM allocated
+    (traced by the Python engine; the native region's arguments are checked in test_native)."""
     case = Case(artifacts, "hetero_f32")
     x, w, b = case.tensors()
     clean_runtime.ledger.tracing = True
     try:
-        h0, h1, h2 = case.run([x, w, b])
+        with clean_runtime.use_engine("cuda"):
+            h0, h1, h2 = case.run([x, w, b])
     finally:
         clean_runtime.ledger.tracing = False
     trace = clean_runtime.ledger.trace()
@@ -109,7 +137,8 @@ def test_host_staged_mode_counts_the_copies(artifacts, clean_runtime):
     }
 
 
-def test_non_default_stream_long_upstream_many_calls(artifacts, clean_runtime):
+@pytest.mark.parametrize("path", PATHS)
+def test_non_default_stream_long_upstream_many_calls(artifacts, clean_runtime, path):
     """Correct on a user stream, behind a slow TVM kernel, with no sync between calls."""
     import tvm_ffi
     from numba import cuda
@@ -120,7 +149,7 @@ def test_non_default_stream_long_upstream_many_calls(artifacts, clean_runtime):
     stream = cuda.stream()
     handle = int(stream)
     results = []
-    with tvm_ffi.use_raw_stream(case.dev, handle):
+    with tvm_ffi.use_raw_stream(case.dev, handle), on_path(clean_runtime, path):
         assert tvm_ffi.get_raw_stream(case.dev) == handle
         for _ in range(5):
             for tensors in inputs:
@@ -131,7 +160,8 @@ def test_non_default_stream_long_upstream_many_calls(artifacts, clean_runtime):
     assert clean_runtime.ledger.snapshot()["offloaded_calls"] == len(results)
 
 
-def test_two_threads_two_vms(artifacts, clean_runtime):
+@pytest.mark.parametrize("path", PATHS)
+def test_two_threads_two_vms(artifacts, clean_runtime, path):
     cases = [Case(artifacts, "demo_f32"), Case(artifacts, "demo_f32")]
     errors = []
 
@@ -139,7 +169,9 @@ def test_two_threads_two_vms(artifacts, clean_runtime):
         try:
             for seed in seeds:
                 tensors = case.tensors(seed)
-                case.check(case.run(tensors), case.run(tensors, reference=True))
+                with on_path(clean_runtime, path):
+                    got = case.run(tensors)
+                case.check(got, case.run(tensors, reference=True))
         except BaseException as e:  # reported below
             errors.append(e)
 
@@ -152,18 +184,20 @@ def test_two_threads_two_vms(artifacts, clean_runtime):
 
 
 def test_warm_calls_allocate_nothing(artifacts, clean_runtime, monkeypatch):
+    """The Python engine's plans: intermediates are made on the cold call only."""
     from simaccel.engines import get_engine
 
     case = Case(artifacts, "demo_f32")
     tensors = case.tensors()
-    case.run(tensors)  # cold: plans and intermediates are made here
-    engine = get_engine("cuda")
-    allocations = []
-    original = engine.allocate
-    monkeypatch.setattr(engine, "allocate", lambda *a, **k: allocations.append(a) or original(*a, **k))
-    plans = len(clean_runtime._plans)
-    for _ in range(5):
-        case.check(case.run(tensors), case.run(tensors, reference=True))
+    with clean_runtime.use_engine("cuda"):
+        case.run(tensors)  # cold: plans and intermediates are made here
+        engine = get_engine("cuda")
+        allocations = []
+        original = engine.allocate
+        monkeypatch.setattr(engine, "allocate", lambda *a, **k: allocations.append(a) or original(*a, **k))
+        plans = len(clean_runtime._plans)
+        for _ in range(5):
+            case.check(case.run(tensors), case.run(tensors, reference=True))
     assert allocations == [] and len(clean_runtime._plans) == plans
 
 
@@ -190,12 +224,15 @@ def test_second_gpu_runs_its_own_regions(artifacts, clean_runtime):
         pytest.skip(f"needs 2 GPUs, this machine has {len(cuda.gpus)}")
     case = Case(artifacts, "demo_f32", device="cuda:1")
     tensors = case.tensors()
+    want = case.run(tensors, reference=True)
+    case.check(case.run(tensors), want)  # native: its kernels loaded on the second GPU
     clean_runtime.ledger.tracing = True
     try:
-        got = case.run(tensors)
+        with clean_runtime.use_engine("cuda"):
+            got = case.run(tensors)
     finally:
         clean_runtime.ledger.tracing = False
-    case.check(got, case.run(tensors, reference=True))
+    case.check(got, want)
     assert {e["device"] for e in clean_runtime.ledger.trace()} == {"cuda:1"}
     plans = [p for key, p in clean_runtime._plans.items() if key[2] == ("cuda", 1)]
     intermediates = [a for plan in plans for a in plan.slots if a is not None]
@@ -408,3 +445,140 @@ def test_tvm_cuda_and_cpu_builds_differ_on_nan_in_max_pooling():
         results[device] = vm["main"](tvm.runtime.tensor(data, dev)).numpy().ravel()
     assert np.isnan(results["cpu"][0]) and results["cpu"][1] == 3.0
     assert results["cuda"].tolist() == [3.0, 3.0]
+
+
+# -- native regions: CUDA graphs, deployment without simaccel, special values, aliasing ------------
+def test_tvm_cuda_graph_captures_and_replays_native_regions(artifacts, clean_runtime):
+    """Built with relax.backend.use_cuda_graph: TVM runs the model once, captures what reads
+    only static memory on a fresh stream (a region's first call there allocates on the
+    stream), then replays that graph. A replayed region calls no region function (the ledger
+    does not count it) yet the results match TVM alone with new inputs each run."""
+    case = Case(artifacts, "graph_f32")
+    regions = len(case.manifest["cases"]["graph_f32"]["regions"])
+    inputs = case.tensors()
+    clean_runtime.ledger.reset()
+    for seed in (0, 1, 2, 3):
+        fresh = case.tensors(seed)
+        for tensor, new in zip(inputs, fresh):
+            tensor.copyfrom(new)  # the graph reads the same buffers; their contents change
+        case.check(case.run(inputs), case.run(inputs, reference=True))
+    calls = clean_runtime.ledger.snapshot()["offloaded_calls"]
+    assert 0 < calls < 4 * regions, f"{calls} region calls in 4 runs of {regions} regions: none was replayed from a graph"
+
+
+def test_a_user_captured_graph_replays_native_regions(artifacts, clean_runtime):
+    """A user captures TVM's stream (torch.cuda.graph) after a warm-up and replays it."""
+    torch = pytest.importorskip("torch")
+    import tvm_ffi
+
+    case = Case(artifacts, "demo_f32")
+    inputs = case.tensors()
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with tvm_ffi.use_raw_stream(case.dev, stream.cuda_stream), torch.cuda.stream(stream):
+        for _ in range(3):  # warm-up: TVM's memory pool and the regions' memory for this stream
+            case.run(inputs)
+        stream.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            captured = case.run(inputs)
+    for seed in (5, 6):
+        for tensor, new in zip(inputs, case.tensors(seed)):
+            tensor.copyfrom(new)
+        graph.replay()
+        torch.cuda.synchronize()
+        case.check(captured, case.run(inputs, reference=True))
+
+
+BARE_RUN = r"""
+import ctypes, os, sys
+sys.modules["simaccel"] = sys.modules["numba"] = None  # importing either fails
+os.environ["TVM_DEVICE_BACKEND_AUTOLOAD"] = "0"
+import numpy as np, tvm
+from tvm import base
+from tvm.runtime.vm import VirtualMachine
+library, inputs, output = sys.argv[1:4]
+if "tvm_runtime_cuda" not in base._LOADED_LIBS:  # a runtime-only TVM: load its CUDA part
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+        ctypes.CDLL(load_nvidia_dynamic_lib("cudart").abs_path, mode=ctypes.RTLD_GLOBAL)
+    except Exception:
+        ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
+    from tvm_ffi.libinfo import load_lib_ctypes
+    lib_dir = os.path.dirname(os.path.realpath(base._LOADED_LIBS["tvm_runtime"]._name))
+    base._LOADED_LIBS["tvm_runtime_cuda"] = load_lib_ctypes(
+        package="tvm", target_name="tvm_runtime_cuda", extra_lib_paths=[lib_dir], mode="RTLD_LOCAL")
+    import tvm_ffi
+    from tvm.support import nvcc
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", lambda code, *_: nvcc.compile_cuda(
+        code, target_format="cubin", compiler="nvrtc", arch="sm_90a"), override=True)
+dev = tvm.cuda(0)
+vm = VirtualMachine(tvm.runtime.load_module(library), dev)
+arrays = np.load(inputs)
+result = vm["main"](*[tvm.runtime.tensor(arrays[f"arg{i}"], dev) for i in range(len(arrays.files))])
+np.save(output, result.numpy())
+print("modules:", sorted(m for m in ("simaccel", "numba") if sys.modules.get(m) is not None))
+"""
+
+
+def test_a_deployed_library_runs_without_simaccel_or_numba(artifacts, tmp_path):
+    directory, manifest = artifacts
+    case = Case(artifacts, "demo_f32")
+    arrays = case_inputs(manifest, "demo_f32")
+    np.savez(tmp_path / "inputs.npz", **{f"arg{i}": a for i, a in enumerate(arrays)})
+    done = subprocess.run([sys.executable, "-c", BARE_RUN, os.path.join(directory, "demo_f32.simaccel.so"),
+                           str(tmp_path / "inputs.npz"), str(tmp_path / "out.npy")],
+                          capture_output=True, text=True, cwd="/", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "modules: []" in done.stdout
+    want = case.run(case.tensors(), reference=True)[0].numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), want, **TOLERANCE["float32"])
+
+
+@pytest.fixture(scope="module")
+def native_specials(tmp_path_factory):
+    """One native library, compiled here, holding every special-value Program in both dtypes
+    and a matmul whose output may alias its input."""
+    from simaccel.aot import toolchain_missing
+    from simaccel.native.source import NativeRegion
+
+    reason = toolchain_missing()
+    if reason:
+        pytest.skip(reason)
+    from native_support import region_library
+
+    programs = {f"s{i}_{dtype}": one_op_program(name, shapes, dtype, attrs)
+                for i, (name, shapes, attrs) in enumerate(SPECIAL_PROGRAMS) for dtype in ("float32", "float16")}
+    programs["alias"] = one_op_program("simaccel.matmul", [(64, 64), (64, 64)], "float32")
+    library, _ = region_library([NativeRegion(s, p) for s, p in programs.items()], tmp_path_factory.mktemp("specials"))
+    return library, programs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_native_regions_equal_ref_on_nan_inf_and_empty_windows(clean_runtime, native_specials, dtype):
+    import tvm
+
+    from compare import assert_same
+
+    library, programs = native_specials
+    for i, (name, shapes, attrs) in enumerate(SPECIAL_PROGRAMS):
+        program = programs[f"s{i}_{dtype}"]
+        arrays = [specials(s, dtype, i) for i, s in enumerate(shapes)]
+        want = np.empty(program.tensors[-1].shape, dtype)
+        with clean_runtime.use_engine("ref"):
+            clean_runtime.run(program, *arrays, want)
+        tensors = [tvm.runtime.tensor(a, tvm.cuda(0)) for a in arrays]
+        got = tvm.runtime.tensor(np.zeros(want.shape, dtype), tvm.cuda(0))
+        library[f"s{i}_{dtype}"](*tensors, got)
+        assert_same(got.numpy(), want, dtype)
+
+
+def test_native_aliased_output_on_the_gpu(clean_runtime, native_specials):
+    import tvm
+
+    library, _ = native_specials
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 64, 64)).astype(np.float32)
+    xt, wt = tvm.runtime.tensor(x, tvm.cuda(0)), tvm.runtime.tensor(w, tvm.cuda(0))
+    library["alias"](xt, wt, xt)  # the output is the input's own memory
+    np.testing.assert_allclose(xt.numpy(), x @ w, rtol=1e-4, atol=1e-4)
+    assert clean_runtime.ledger.snapshot()["bytes"] == {**ZERO, "device_to_device": x.nbytes}

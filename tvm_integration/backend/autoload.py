@@ -3,7 +3,9 @@
 It registers two global functions, both cheap to register and resolved lazily:
 
 * ``relax.ext.simaccel``      - the BYOC codegen, called by `relax.transform.RunCodegen`;
-* ``simaccel.runtime.invoke`` - the runtime entry the compiled forwarder calls.
+* ``simaccel.runtime.invoke`` - the runtime entry the compiled forwarder calls;
+* ``simaccel.runtime.native_region`` / ``native_route`` - asked once by each native region
+  (simaccel.native) for its ledger counters and the flag that routes it to Python.
 
 It imports neither `tvm.relax` (absent in a runtime-only TVM) nor Numba, so a plain
 `import tvm` stays fast, and a library exported with simaccel regions runs in a fresh
@@ -19,6 +21,8 @@ from ... import errors
 
 CODEGEN_FUNC = "relax.ext.simaccel"
 INVOKE_FUNC = "simaccel.runtime.invoke"
+NATIVE_REGION_FUNC = "simaccel.runtime.native_region"
+NATIVE_ROUTE_FUNC = "simaccel.runtime.native_route"
 
 _registered = False
 
@@ -35,6 +39,18 @@ def _invoke(key, program_json, *tensors):
     invoke(key, program_json, *tensors)
 
 
+def _native_region(key, program_json, launches_per_op):
+    from .bridge import native_region
+
+    return native_region(key, program_json, launches_per_op)
+
+
+def _native_route():
+    from ...runtime import get_runtime
+
+    return get_runtime().route_flag()
+
+
 def register() -> None:
     """Register simaccel's codegen, runtime entry and error kinds with tvm-ffi (idempotent)."""
     global _registered
@@ -42,6 +58,8 @@ def register() -> None:
         return
     tvm_ffi.register_global_func(CODEGEN_FUNC, _codegen, override=True)
     tvm_ffi.register_global_func(INVOKE_FUNC, _invoke, override=True)
+    tvm_ffi.register_global_func(NATIVE_REGION_FUNC, _native_region, override=True)
+    tvm_ffi.register_global_func(NATIVE_ROUTE_FUNC, _native_route, override=True)
     for name in errors.__all__:
         tvm_ffi.register_error(name, getattr(errors, name))
     _registered = True

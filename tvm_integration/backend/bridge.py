@@ -12,6 +12,7 @@ accelerator's kernels are queued behind TVM's.
 from __future__ import annotations
 
 import functools
+import json
 
 import tvm_ffi
 
@@ -32,3 +33,11 @@ def invoke(key: str, program_json: str, *handles) -> None:
         if device[0] != "cpu":
             stream = tvm_ffi.get_raw_stream(_ffi_device(*device))
     get_runtime().invoke(key, program_json, *tensors, stream=stream)
+
+
+def native_region(key: str, program_json: str, launches_per_op: str) -> int:
+    """Where a native region (simaccel.native) counts its calls: ledger memory, by address."""
+    data = json.loads(program_json)
+    ops = [op["op"] for op in data["ops"]]
+    launches = [int(n) for n in launches_per_op.split(",")] if launches_per_op else []
+    return get_runtime().ledger.native_counters(data["name"], ops, launches)

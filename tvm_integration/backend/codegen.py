@@ -4,31 +4,53 @@
 Each region's composite calls become the ops of a Program: inputs are the region's
 parameters, outputs its results (DPS outputs at run time), everything in between an
 intermediate. The op's inputs and attributes are read by matching the composite's body
-against the same pattern that created it. The regions' functions are compiled by TVM's
-LLVM backend (simaccel.tvm_integration.backend.forwarder); nothing is written to disk.
+against the same pattern that created it.
+
+For a CUDA target (codegen option `target`, else the current `with target:`), the regions
+become native C++ functions that launch kernels compiled ahead of time
+(simaccel.tvm_integration.backend.native). Otherwise, or with `native=False`, each region
+function forwards its tensors to the Python runtime; that one is compiled by TVM's LLVM
+backend (simaccel.tvm_integration.backend.forwarder).
 """
 
 from __future__ import annotations
+
+import json
 
 from tvm import relax
 
 from ...errors import CodegenError, SimAccelError
 from ...program import OpNode, Program, TensorSpec
-from .forwarder import forwarder_module
+from ...native.source import NativeRegion
 from ...ops import Reject
+from ...profile import DeviceProfile, active_profile
+from .forwarder import forwarder_module
+from .native import native_choice, native_module
 from .patterns import op_name, program_attrs, sync_patterns, tensor_info
 
 
 def codegen(functions, options=None, constant_names=None) -> list:
-    """Entry point registered as ``relax.ext.simaccel``: returns one runtime module."""
-    regions = []
+    """Entry point registered as ``relax.ext.simaccel``: returns one runtime module.
+
+    `options` (`RunCodegen({"simaccel": {...}})`): `target` (the build's target), `native`
+    (True / False / "auto", default $SIMACCEL_NATIVE or "auto") and `profile` (a device
+    profile as JSON text; default the active profile).
+    """
     specs = sync_patterns()  # once per call: every region's composites match against them
-    for func in functions:
-        symbol = str(func.attrs["global_symbol"])
-        program = region_program(symbol, func, specs)
+    programs = [(str(f.attrs["global_symbol"]), f) for f in functions]
+    programs = [(symbol, region_program(symbol, f, specs)) for symbol, f in programs]
+    if not programs:
+        return []
+    arch = native_choice(options)
+    if arch is not None:
+        text = dict(options or {}).get("profile")
+        profile = DeviceProfile.from_dict(json.loads(str(text))) if text else active_profile()
+        return [native_module([NativeRegion(s, p, profile.alignment) for s, p in programs], arch)]
+    regions = []
+    for symbol, program in programs:
         arity = len(program.inputs) + len(program.outputs)
         regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json(), arity))
-    return [forwarder_module(regions)] if regions else []
+    return [forwarder_module(regions)]
 
 
 def region_program(symbol: str, func: relax.Function, specs: dict) -> Program:

@@ -6,6 +6,8 @@ TVM alone, the reference every simaccel result is checked against.
 
 from __future__ import annotations
 
+import json
+
 import tvm
 from tvm import relax
 
@@ -28,11 +30,26 @@ def default_target(device: str = "cpu") -> tvm.target.Target:
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda'")
 
 
-def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None):
-    """Partition `mod` for simaccel, run the codegen and compile the rest with TVM."""
+def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None, native=None):
+    """Partition `mod` for simaccel, run the codegen and compile the rest with TVM.
+
+    native: for a CUDA target, compile the regions to native code (True), keep them on the
+    Python runtime (False), or None: $SIMACCEL_NATIVE, else native where the toolchain is
+    installed (simaccel.tvm_integration.backend.native).
+    """
+    target = tvm.target.Target(target) if isinstance(target, str) else (target or default_target())
     mod = partition_for_simaccel(mod, profile)
-    mod = relax.transform.RunCodegen()(mod)
-    return tvm.compile(mod, target=target or default_target())
+    options = {"target": target}
+    if native is not None:
+        options["native"] = native
+    if profile is not None:
+        options["profile"] = json.dumps(profile.to_dict())
+    mod = relax.transform.RunCodegen({"simaccel": options})(mod)
+    executable = tvm.compile(mod, target=target)
+    if target.kind.name == "cuda" and tvm.cuda(0).exist:
+        # Link native regions now, once: creating VMs from several threads would race in it.
+        executable.jit()
+    return executable
 
 
 def build_tvm_only(mod: tvm.IRModule, target=None):

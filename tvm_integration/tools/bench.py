@@ -1,10 +1,13 @@
-"""`simaccel bench`: TVM alone vs simaccel zero-copy vs simaccel host-staged, on one GPU.
+"""`simaccel bench`: TVM alone vs simaccel (native, Python zero-copy, host-staged), on one GPU.
 
 A benchmark, not a test. For each case (the demo model; relu(x @ W) at 1024^3 and 4096^3;
 an 8x8 region that shows the per-call overhead) it loads the prebuilt libraries
-(simaccel.tvm_integration.tools.artifacts), checks that the builds agree, then times one call of
-each mode in turn (interleaved, so drift hits all modes alike), each call followed by a
-device synchronisation, and reports medians after warm-up. Where PyTorch is present its
+(simaccel.tvm_integration.tools.artifacts), checks that the builds agree and that the
+native regions give exactly the Python engine's result, times the first call of the
+regions (native, then Python), then times one call of each mode in turn (interleaved, so
+drift hits all modes alike), each call followed by a device synchronisation, and reports
+medians after warm-up. The modes run one library: its native regions ("simaccel_native"),
+or the same regions routed to the Python "cuda" engine, zero-copy or host-staged. Where PyTorch is present its
 cuBLAS matmul+relu (TF32 off) is timed in the same loop as a peer. Writes bench.json (with
 the date, device name and versions) and bench.png. The artifacts and the output folder
 are checked before anything is timed.
@@ -12,6 +15,7 @@ are checked before anything is timed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -27,7 +31,7 @@ from . import deploy
 from .artifacts import case_inputs, load_manifest, require_cases
 
 CASES = ["mm8", "mm1024", "mm4096", "demo_f32"]
-MODES = ["tvm_only", "simaccel_zero_copy", "simaccel_staged"]
+MODES = ["tvm_only", "simaccel_native", "simaccel_zero_copy", "simaccel_staged"]
 GEMM_SIZE = {"mm8": 8, "mm1024": 1024, "mm4096": 4096}
 
 
@@ -75,9 +79,13 @@ def _bench_case(directory, manifest, name, runtime, repeat, warmup) -> dict:
     arrays = case_inputs(manifest, name)
     tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
 
-    def call(vm, staged=False):
+    def call(vm, engine=None, staged=False):
         def go():
-            with runtime.use_staged(staged):
+            with contextlib.ExitStack() as scope:
+                if engine:
+                    scope.enter_context(runtime.use_engine(engine))
+                if staged:
+                    scope.enter_context(runtime.use_staged())
                 vm["main"](*tensors)
             dev.sync()
 
@@ -85,19 +93,24 @@ def _bench_case(directory, manifest, name, runtime, repeat, warmup) -> dict:
 
     calls = {
         "tvm_only": call(tvm_vm),
-        "simaccel_zero_copy": call(simaccel_vm),
-        "simaccel_staged": call(simaccel_vm, staged=True),
+        "simaccel_native": call(simaccel_vm),
+        "simaccel_zero_copy": call(simaccel_vm, engine="cuda"),
+        "simaccel_staged": call(simaccel_vm, engine="cuda", staged=True),
     }
+    first_call = {mode: _first_call_ms(runtime, calls[mode]) for mode in ("simaccel_native", "simaccel_zero_copy")}
     peer = _torch_peer(arrays, GEMM_SIZE.get(name))
     if peer is not None:
         calls["torch_cublas"] = peer
 
-    # Both results stay alive until compared, so neither can reuse the other's memory.
+    # The results stay alive until compared, so none can reuse another's memory.
     want, got = tvm_vm["main"](*tensors), simaccel_vm["main"](*tensors)
+    with runtime.use_engine("cuda"):
+        python = simaccel_vm["main"](*tensors)
     error = float(np.max(np.abs(got.numpy().astype(np.float64) - want.numpy().astype(np.float64))))
+    identical = bool(np.array_equal(got.numpy(), python.numpy(), equal_nan=True))
 
     bytes_per_call = {}
-    for mode in ("simaccel_zero_copy", "simaccel_staged"):
+    for mode in ("simaccel_native", "simaccel_zero_copy", "simaccel_staged"):
         runtime.ledger.reset()
         calls[mode]()
         bytes_per_call[mode] = runtime.ledger.snapshot()["bytes"]
@@ -130,10 +143,23 @@ def _bench_case(directory, manifest, name, runtime, repeat, warmup) -> dict:
     return {
         "regions": manifest["cases"][name]["regions"],
         "max_abs_error_vs_tvm_only": error,
+        "native_equals_python": identical,
+        "first_call": first_call,
         "modes": modes,
         "time_ratio_vs_tvm_only": {mode: v["median_us"] / base for mode, v in modes.items()},
         "staged_over_zero_copy": modes["simaccel_staged"]["median_us"] / modes["simaccel_zero_copy"]["median_us"],
     }
+
+
+def _first_call_ms(runtime, go) -> dict:
+    """The first call of a freshly loaded library's regions: the call's wall time, and the
+    longest time spent inside one region (kernel loading or compiling, memory setup)."""
+    runtime.ledger.reset()
+    start = time.perf_counter()
+    go()
+    wall = time.perf_counter() - start
+    regions = runtime.ledger.snapshot()["regions"]
+    return {"call_ms": wall * 1e3, "slowest_region_ms": max((r["seconds"] for r in regions.values()), default=0.0) * 1e3}
 
 
 def _torch_peer(arrays, size):
@@ -163,7 +189,7 @@ def _chart(report, path) -> None:
     except ImportError:
         return
     cases = list(report["cases"])
-    modes = [m for m in ("tvm_only", "simaccel_zero_copy", "simaccel_staged", "torch_cublas")
+    modes = [m for m in (*MODES, "torch_cublas")
              if any(m in report["cases"][c]["modes"] for c in cases)]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(modes)

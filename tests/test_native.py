@@ -1,0 +1,312 @@
+"""Native regions (simaccel.native) on a machine without a GPU, against a stand-in CUDA driver.
+
+The region libraries here are generated, AOT-compiled and linked exactly as the codegen does
+for a CUDA target; the stand-in driver (tests/fake_cuda_driver.c) records every launch. So
+these tests check what a native region hands the driver: which kernel, grid, block, shared
+memory, stream, and every 8-byte parameter (the data pointers TVM passed, the shapes and
+byte strides numba's kernel ABI expects), and every error it raises. Whether the kernels
+then compute the right thing is the GPU tests' job (tests/test_gpu.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import tvm  # noqa: F401  (registers simaccel's errors and runtime functions with tvm-ffi)
+import tvm_ffi
+
+from simaccel import DeviceError, DtypeError, EngineError, LayoutError, ProgramError, ShapeError
+from simaccel.aot import abi_params, compile_kernel, signature
+from simaccel.launch_plan import View, plan_launches
+from simaccel.native.source import NativeRegion
+from simaccel.program import OpNode, Program, TensorSpec
+from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
+from test_launch_plan import CASES, one_op_program
+
+SM90 = (9, 0)
+STREAM = 0x5EED
+
+
+def region_symbol(name: str, dtype: str) -> str:
+    return f"r_{name.replace('simaccel.', '').replace('.', '_')}_{dtype}"
+
+
+def chain_program() -> Program:
+    """dense_bias -> gelu -> softmax: two intermediates, one reshaped view, one output."""
+    t = (TensorSpec("x", (4, 6), "float32"), TensorSpec("w", (8, 6), "float32"), TensorSpec("b", (8,), "float32"),
+         TensorSpec("h", (4, 8), "float32"), TensorSpec("g", (4, 8), "float32"), TensorSpec("y", (4, 8), "float32"))
+    ops = (OpNode("simaccel.dense_bias", (0, 1, 2), 3), OpNode("simaccel.gelu", (3,), 4), OpNode("simaccel.softmax", (4,), 5))
+    return Program("chain", t, (0, 1, 2), (5,), ops).validate()
+
+
+PROGRAMS = {region_symbol(n, d): one_op_program(n, s, d, a) for n, s, a in CASES for d in ("float32", "float16")}
+PROGRAMS["r_chain"] = chain_program()
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    """(library, driver): every op in both dtypes and a 3-op chain, in one library."""
+    directory = tmp_path_factory.mktemp("native")
+    os.environ["SIMACCEL_CUDA_DRIVER"] = str(fake_driver(directory))
+    try:
+        library, _ = region_library([NativeRegion(s, p) for s, p in PROGRAMS.items()], directory)
+        driver = FakeDriver(fake_driver(directory))
+        yield library, driver
+    finally:
+        os.environ.pop("SIMACCEL_CUDA_DRIVER", None)
+
+
+@pytest.fixture
+def fake(native, clean_runtime):
+    library, driver = native
+    driver.reset()
+    yield library, driver
+    driver.reset()
+
+
+def arrays_for(program: Program, seed=0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = program.inputs + program.outputs
+    return [rng.standard_normal(program.tensors[i].shape).astype(program.tensors[i].dtype) for i in ids]
+
+
+def expected_words(program: Program, launch, addresses: dict[int, int]) -> list[int] | None:
+    """numba's kernel ABI, written out: per array meminfo, parent, nitems, itemsize, data,
+    shape, byte strides (C order); an int as int64; a float as the bits of a float64.
+    None for a word the test cannot know (an intermediate's address)."""
+    words = []
+    for arg in launch.args:
+        if isinstance(arg, View):
+            item = np.dtype(program.tensors[arg.tensor].dtype).itemsize
+            strides = [item * int(np.prod(arg.shape[k + 1:], dtype=np.int64)) for k in range(len(arg.shape))]
+            words += [0, 0, int(np.prod(arg.shape, dtype=np.int64)), item, addresses.get(arg.tensor), *arg.shape, *strides]
+        elif isinstance(arg, (bool, int)):
+            words.append(int(arg))
+        else:
+            words.append(int(np.array(float(arg), np.float64).view(np.int64)))
+    return words
+
+
+def dims3(value) -> tuple:
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    return dims + (1,) * (3 - len(dims))
+
+
+@pytest.mark.parametrize("symbol", sorted(PROGRAMS))
+def test_a_region_launches_its_plan_on_tvms_stream_with_tvms_pointers(fake, symbol):
+    library, driver = fake
+    program = PROGRAMS[symbol]
+    arrays = arrays_for(program)
+    ids = program.inputs + program.outputs
+    with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), STREAM):
+        library[symbol](*[cuda_tensor(a) for a in arrays])
+    plan = plan_launches(program)
+    launches = driver.launches()
+    assert len(launches) == len(plan) >= 1
+    addresses = {i: a.ctypes.data for i, a in zip(ids, arrays)}
+    intermediates = set()
+    for got, launch in zip(launches, plan):
+        kernel = compile_kernel(launch.kernel, signature(launch, program), SM90)
+        assert got["entry"] == kernel.entry and got["stream"] == STREAM
+        assert got["grid"] == dims3(launch.grid) and got["block"] == dims3(launch.block)
+        assert got["shared"] == launch.shared_bytes and len(got["words"]) == abi_params(launch)
+        for word, want in zip(got["words"], expected_words(program, launch, addresses), strict=True):
+            if want is None:  # an intermediate: the region's own, aligned memory
+                assert word % 256 == 0 and word not in addresses.values()
+                intermediates.add(word)
+            else:
+                assert word == want
+    assert len(intermediates) == len(program.intermediates)
+
+
+def test_intermediates_are_allocated_once_per_stream(fake):
+    library, driver = fake
+    program = PROGRAMS["r_chain"]
+    tensors = [cuda_tensor(a) for a in arrays_for(program)]
+    device = tvm_ffi.device("cuda", 0)
+    before = driver.counter("allocations")
+    for stream in (11, 11, 11, 12, 12):
+        with tvm_ffi.use_raw_stream(device, stream):
+            library["r_chain"](*tensors)
+    assert driver.counter("allocations") - before == 2 * len(program.intermediates)
+    streams = [launch["stream"] for launch in driver.launches()]
+    assert streams == [11] * 9 + [12] * 6
+
+
+def test_under_graph_capture_intermediates_come_from_the_stream(fake):
+    """cuMemAlloc is illegal while a stream is captured: a region first called there allocates
+    and frees on the stream (graph memory nodes); the stand-in fails a plain cuMemAlloc."""
+    library, driver = fake
+    program = PROGRAMS["r_chain"]
+    tensors = [cuda_tensor(a) for a in arrays_for(program)]
+    driver.capturing(True)
+    with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), 77):
+        library["r_chain"](*tensors)
+        library["r_chain"](*tensors)
+    assert driver.counter("allocations") == 0
+    assert driver.counter("async_allocations") == driver.counter("async_frees") == 2 * len(program.intermediates)
+    assert len(driver.launches()) == 6
+
+
+def test_an_output_that_is_an_input_is_computed_aside_and_copied(fake, clean_runtime):
+    library, driver = fake
+    program = PROGRAMS[region_symbol("simaccel.gelu", "float32")]
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(4, 3)
+    same = cuda_tensor(x)
+    library[region_symbol("simaccel.gelu", "float32")](same, same)
+    [launch] = driver.launches()
+    out_word = launch["words"][4]  # the kernel's first argument is the output
+    assert out_word != x.ctypes.data and driver.counter("copies") == 1
+    assert clean_runtime.ledger.snapshot()["bytes"]["device_to_device"] == x.nbytes
+    assert program.outputs == (1,)
+
+
+def test_two_outputs_in_one_buffer_are_refused(tmp_path, native):
+    program = Program("two", (TensorSpec("x", (4,), "float32"), TensorSpec("a", (4,), "float32"),
+                              TensorSpec("b", (4,), "float32")), (0,), (1, 2),
+                      (OpNode("simaccel.relu", (0,), 1), OpNode("simaccel.gelu", (0,), 2))).validate()
+    library, _ = region_library([NativeRegion("two", program)], tmp_path)
+    x, out = np.ones(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(LayoutError, match="outputs 'a' and 'b' share memory"):
+        library["two"](cuda_tensor(x), cuda_tensor(out), cuda_tensor(out))
+
+
+SYMBOL = region_symbol("simaccel.layer_norm", "float32")
+
+
+def layer_norm_tensors(**changes):
+    program = PROGRAMS[SYMBOL]
+    arrays = arrays_for(program)
+    tensors = [cuda_tensor(a) for a in arrays]
+    for index, tensor in changes.items():
+        tensors[int(index[1:])] = tensor(arrays)
+    return tensors
+
+
+@pytest.mark.parametrize("error, match, tensors", [
+    (ProgramError, "takes 3 inputs and 1 outputs, got 3 tensors", lambda: layer_norm_tensors()[:3]),
+    (ShapeError, r"input 't0' expects shape \(2, 9\), got \(2, 8\)",
+     lambda: layer_norm_tensors(t0=lambda a: cuda_tensor(np.zeros((2, 8), np.float32)))),
+    (DtypeError, "input 't1' expects dtype float32, got float16",
+     lambda: layer_norm_tensors(t1=lambda a: cuda_tensor(np.zeros(9, np.float16)))),
+    (DeviceError, "output 'out' is on cpu:0; this region was compiled for CUDA GPUs",
+     lambda: layer_norm_tensors(t3=lambda a: tvm_ffi.from_dlpack(np.zeros((2, 9), np.float32)))),
+    (DeviceError, r"tensors are on mixed devices \(cuda:0 and cuda:1 for 't2'\)",
+     lambda: layer_norm_tensors(t2=lambda a: cuda_tensor(a[2], device_id=1))),
+    (LayoutError, r"input 't0' \(2, 9\) must be compact row-major, got element strides \(1, 2\)",
+     lambda: layer_norm_tensors(t0=lambda a: cuda_tensor(np.zeros(18, np.float32), shape=(2, 9), strides=(1, 2)))),
+    (LayoutError, "input 't0' data pointer 0x[0-9a-f]+ \\(byte_offset included\\) is not aligned to 4 bytes",
+     lambda: layer_norm_tensors(t0=lambda a: cuda_tensor(np.zeros(19, np.float32), shape=(2, 9), byte_offset=2))),
+])
+def test_bad_tensors_get_simaccels_errors_naming_region_and_tensor(fake, error, match, tensors):
+    library, driver = fake
+    with pytest.raises(error, match=f"region {SYMBOL}: {match}|region {SYMBOL} {match}"):
+        library[SYMBOL](*tensors())
+    assert driver.launches() == []
+
+
+def test_a_byte_offset_is_part_of_the_data_pointer(fake):
+    library, driver = fake
+    program = PROGRAMS[SYMBOL]
+    backing = np.zeros(2 * 9 + 4, np.float32)
+    tensors = layer_norm_tensors(t0=lambda a: cuda_tensor(backing, shape=(2, 9), byte_offset=16))
+    library[SYMBOL](*tensors)
+    [launch] = driver.launches()
+    assert backing.ctypes.data + 16 in launch["words"]
+    assert len(plan_launches(program)) == 1
+
+
+def test_the_ledger_counts_native_calls(fake, clean_runtime):
+    library, _ = fake
+    program = PROGRAMS["r_chain"]
+    tensors = [cuda_tensor(a) for a in arrays_for(program)]
+    for _ in range(3):
+        library["r_chain"](*tensors)
+    ledger = clean_runtime.ledger.snapshot()
+    assert ledger["offloaded_calls"] == 3 and ledger["regions"]["chain"]["calls"] == 3
+    assert ledger["ops"] == {"simaccel.dense_bias": 3, "simaccel.gelu": 3, "simaccel.softmax": 3}
+    assert sum(ledger["kernel_launches"].values()) == 9
+    assert ledger["bytes"] == {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
+    clean_runtime.ledger.reset()
+    assert clean_runtime.ledger.snapshot()["offloaded_calls"] == 0
+
+
+def test_choosing_a_python_engine_routes_native_regions_through_python(fake, clean_runtime):
+    """The switch: with a Python engine chosen the region forwards to simaccel.runtime.invoke
+    (here engine "sim", which refuses the CUDA tensors: proof the call went there)."""
+    library, driver = fake
+    tensors = [cuda_tensor(a) for a in arrays_for(PROGRAMS["r_chain"])]
+    with clean_runtime.use_engine("sim"), pytest.raises(DeviceError, match="engine 'sim' runs on cpu memory"):
+        library["r_chain"](*tensors)
+    assert driver.launches() == []
+    library["r_chain"](*tensors)  # the block is closed: native again
+    assert len(driver.launches()) == 3
+
+
+def test_threads_on_their_own_streams(fake):
+    library, driver = fake
+    program = PROGRAMS["r_chain"]
+    tensors = [cuda_tensor(a) for a in arrays_for(program)]
+    errors = []
+
+    def work(stream):
+        try:
+            with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), stream):
+                for _ in range(20):
+                    library["r_chain"](*tensors)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(100 + i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    launches = driver.launches()
+    assert len(launches) == 6 * 20 * 3
+    for stream in range(100, 106):
+        assert [l["entry"] for l in launches if l["stream"] == stream] == [l["entry"] for l in launches[:3]] * 20
+
+
+def test_kernels_that_load_on_no_gpu_are_an_error_naming_both_forms(fake):
+    library, driver = fake
+    driver.reject_ptx(True)
+    tensors = [cuda_tensor(a, device_id=3) for a in arrays_for(PROGRAMS["r_chain"])]
+    with pytest.raises(EngineError, match="region r_chain on cuda:3: kernel .* does not load on this sm_90 GPU: its cubin: "
+                                          "CUDA_ERROR_NO_BINARY_FOR_GPU .* its PTX: CUDA_ERROR_UNSUPPORTED_PTX_VERSION"):
+        library["r_chain"](*tensors)
+
+
+def test_the_library_links_no_cuda_library(native, tmp_path):
+    program = PROGRAMS["r_chain"]
+    _, path = region_library([NativeRegion("r_chain", program)], tmp_path)
+    needed = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    assert "NEEDED" in needed and "cuda" not in needed.lower()
+
+
+def test_a_deployed_region_needs_neither_simaccel_nor_numba(native, tmp_path):
+    """In a process that cannot import simaccel or numba, the library still runs (and counts locally)."""
+    program = PROGRAMS["r_chain"]
+    _, path = region_library([NativeRegion("r_chain", program)], tmp_path)
+    script = f"""
+import sys
+sys.modules["simaccel"] = sys.modules["numba"] = None  # any import of them fails
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+import numpy as np, tvm_ffi
+from native_support import FakeDriver, cuda_tensor
+lib = tvm_ffi.load_module({str(path)!r})
+arrays = [np.ones(s, np.float32) for s in [(4, 6), (8, 6), (8,), (4, 8)]]
+lib["r_chain"](*[cuda_tensor(a) for a in arrays])
+print(len(FakeDriver({os.environ["SIMACCEL_CUDA_DRIVER"]!r}).launches()))
+"""
+    env = {**os.environ}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3"]

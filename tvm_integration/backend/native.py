@@ -1,0 +1,82 @@
+"""Native region functions: the regions of a CUDA build as compiled C++, no Python on the hot path.
+
+Where it sits: the codegen (simaccel.tvm_integration.backend.codegen) calls `native_module`
+for a CUDA target. Each region's kernels are compiled ahead of time from the same Numba
+kernel functions (simaccel.aot) for the target's architecture, its launch plan becomes
+tables in one generated C++ file (simaccel.native.source), and the object compiled from it
+is a TVM `static_library` module: `export_library` links it into the model's library, and
+`Executable.jit()` into a shared library for use in the same process.
+
+`native_choice` reads the switch: the codegen options (`native`: True / False / "auto"),
+else $SIMACCEL_NATIVE, else "auto" = native for a CUDA target when the CUDA compiler
+toolchain and a C++ compiler are present.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+
+from ...aot import toolchain_missing
+from ...errors import CodegenError
+from ...native.build import compile_object, compiler_missing
+from ...native.source import NativeRegion, library_source
+
+NATIVE_ENV = "SIMACCEL_NATIVE"
+_CHOICES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
+            "auto": "auto", "": "auto"}
+
+
+def target_arch(target) -> tuple[int, int] | None:
+    """(major, minor) of a CUDA target's architecture ("sm_90" -> (9, 0)); None for other targets."""
+    if target is None or target.kind.name != "cuda":
+        return None
+    arch = str(target.attrs.get("arch", ""))
+    digits = arch.removeprefix("sm_").rstrip("a")
+    if not arch.startswith("sm_") or not digits.isdigit():
+        raise CodegenError(f"CUDA target {target} has arch {arch!r}; native regions need one like 'sm_90'")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def native_choice(options) -> tuple[int, int] | None:
+    """The architecture to compile native regions for, or None for Python region functions."""
+    import tvm
+
+    options = dict(options or {})
+    choice = options.get("native")
+    if choice is None:
+        text = os.environ.get(NATIVE_ENV, "").strip().lower()
+        if text not in _CHOICES:
+            raise CodegenError(f"{NATIVE_ENV}={os.environ[NATIVE_ENV]!r}: use 1/0/auto")
+        choice = _CHOICES[text]
+    elif choice not in (True, False, "auto"):
+        raise CodegenError(f"codegen option native={choice!r}: use True, False or 'auto'")
+    if choice is False:
+        return None
+    target = options.get("target") or tvm.target.Target.current(allow_none=True)
+    target = tvm.target.Target(target) if isinstance(target, str) else target
+    arch = target_arch(target)
+    if arch is None:
+        if choice is True:
+            raise CodegenError(f"native regions need a CUDA target, got {target}")
+        return None
+    missing = toolchain_missing() or compiler_missing()
+    if missing:
+        if choice is True:
+            raise CodegenError(f"native regions cannot be built here: {missing}")
+        warnings.warn(f"simaccel: regions of this CUDA build run through Python: {missing}", stacklevel=2)
+        return None
+    return arch
+
+
+def native_module(regions: list[NativeRegion], arch: tuple[int, int]):
+    """One TVM static_library module exporting a native function per region."""
+    import tvm
+
+    obj = compile_object(library_source(regions, arch))
+    with tempfile.TemporaryDirectory(prefix="simaccel-native-") as tmp:
+        path = os.path.join(tmp, "simaccel_regions.o")
+        with open(path, "wb") as f:
+            f.write(obj)
+        return tvm.runtime.load_static_library(path, [r.symbol for r in regions])
