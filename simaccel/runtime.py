@@ -182,6 +182,11 @@ class Runtime:
                 _python_scopes -= 1
             self.route_flag()
 
+    def route_flag_set(self) -> bool:
+        """Whether native regions go through this runtime now (see `route_flag`)."""
+        self.route_flag()
+        return bool(_ROUTE.value)
+
     def route_flag(self) -> int:
         """Update and return the address of the flag native regions read on every call.
 

@@ -6,6 +6,7 @@
  * as "device" memory, copies for real in cuMemcpyDtoDAsync, and keeps every launch (entry,
  * grid, block, shared bytes, stream, parameter words) for the test to read through ctypes.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,8 @@ static int num_functions;
 static LaunchRecord launches[MAX_LAUNCHES];
 static int num_launches;
 static int allocations, async_allocations, async_frees, copies, capturing, ptx_loads, reject_ptx, context_pushes;
-static int current_context;  /* 0: none current, else device + 1 */
+static __thread int current_context;  /* 0: none current, else device + 1 */
+static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---- what the tests read and set ---- */
 int fake_num_launches(void) { return num_launches; }
@@ -88,7 +90,11 @@ int cuModuleGetFunction(void** function, void* module, const char* name) {
 int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void* stream, void** params, void** extra) {
   (void)extra;
-  if (num_launches == MAX_LAUNCHES) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+  pthread_mutex_lock(&record_lock);
+  if (num_launches == MAX_LAUNCHES) {
+    pthread_mutex_unlock(&record_lock);
+    return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+  }
   Function* f = (Function*)function;
   LaunchRecord* r = &launches[num_launches++];
   strcpy(r->entry, f->entry);
@@ -98,6 +104,7 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   r->stream = stream;
   r->num_words = f->num_words;
   for (int i = 0; i < f->num_words && i < MAX_WORDS; ++i) r->words[i] = *(const int64_t*)params[i];
+  pthread_mutex_unlock(&record_lock);
   return 0;
 }
 

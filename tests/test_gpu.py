@@ -490,7 +490,7 @@ def test_a_user_captured_graph_replays_native_regions(artifacts, clean_runtime):
 
 
 BARE_RUN = r"""
-import ctypes, os, sys
+import ctypes, os, pathlib, sys
 sys.modules["simaccel"] = sys.modules["numba"] = None  # importing either fails
 os.environ["TVM_DEVICE_BACKEND_AUTOLOAD"] = "0"
 import numpy as np, tvm
@@ -504,7 +504,7 @@ if "tvm_runtime_cuda" not in base._LOADED_LIBS:  # a runtime-only TVM: load its 
     except Exception:
         ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
     from tvm_ffi.libinfo import load_lib_ctypes
-    lib_dir = os.path.dirname(os.path.realpath(base._LOADED_LIBS["tvm_runtime"]._name))
+    lib_dir = pathlib.Path(base._LOADED_LIBS["tvm_runtime"]._name).resolve().parent
     base._LOADED_LIBS["tvm_runtime_cuda"] = load_lib_ctypes(
         package="tvm", target_name="tvm_runtime_cuda", extra_lib_paths=[lib_dir], mode="RTLD_LOCAL")
     import tvm_ffi

@@ -275,6 +275,32 @@ def test_threads_on_their_own_streams(fake):
         assert [l["entry"] for l in launches if l["stream"] == stream] == [l["entry"] for l in launches[:3]] * 20
 
 
+def test_threads_on_one_stream_do_not_interleave_their_launches(fake):
+    """Calls on one stream share the region's intermediates: each call's launches must reach
+    the stream together, or one call's kernel would read another call's intermediate."""
+    library, driver = fake
+    tensors = [cuda_tensor(a) for a in arrays_for(PROGRAMS["r_chain"])]
+    start = threading.Barrier(6)
+    errors = []
+
+    def work():
+        try:
+            start.wait()
+            for _ in range(40):
+                library["r_chain"](*tensors)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    entries = [launch["entry"] for launch in driver.launches()]
+    assert len(entries) == 6 * 40 * 3 and entries == entries[:3] * (6 * 40)
+
+
 def test_kernels_that_load_on_no_gpu_are_an_error_naming_both_forms(fake):
     library, driver = fake
     driver.reject_ptx(True)

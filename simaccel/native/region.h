@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -272,18 +273,23 @@ struct DeviceState {
   std::vector<CUfunction> functions;
 };
 
-struct Memory {  // one region's intermediates (and aliased-output scratch) on one stream
-  int32_t device;
-  void* stream;
+// One region's intermediates (and aliased-output scratch) on one device and stream. Its lock
+// is held while a call queues its kernels: calls from several threads on one stream share
+// this memory, so each call's launches must reach the stream together, never interleaved.
+struct Memory {
+  Memory(int32_t device, void* stream, int32_t tensors) : device(device), stream(stream), slots(tensors, 0) {}
+  const int32_t device;
+  void* const stream;
   std::vector<CUdeviceptr> slots;  // by tensor id; 0 where not allocated
+  std::mutex lock;
 };
 
 struct RegionState {
   std::once_flag once;
   Counters local;  // used where simaccel's Python runtime is not installed
   Counters* counters = &local;
-  std::mutex lock;
-  std::vector<Memory> memory;
+  std::mutex lock;  // guards `memory`, whose entries never move or go away
+  std::deque<Memory> memory;
 };
 
 struct Library {  // what one generated library holds besides its regions
@@ -484,16 +490,16 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   uint64_t data[kMaxTensors] = {};
   for (int32_t i = 0; i < n; ++i) data[i < n_in ? r.inputs[i] : r.outputs[i - n_in]] = address[i];
   std::vector<CUdeviceptr> call_owned;  // allocated on the stream for this call only (capture)
+  Memory* memory = nullptr;
   {
     std::lock_guard<std::mutex> guard(s.lock);
-    Memory* memory = nullptr;
     for (Memory& m : s.memory) {
       if (m.device == device && m.stream == stream) memory = &m;
     }
-    if (memory == nullptr) {
-      s.memory.push_back(Memory{device, stream, std::vector<CUdeviceptr>(r.num_tensors, 0)});
-      memory = &s.memory.back();
-    }
+    if (memory == nullptr) memory = &s.memory.emplace_back(device, stream, r.num_tensors);
+  }
+  std::lock_guard<std::mutex> one_call_at_a_time(memory->lock);
+  {
     int capturing = 0;
     bool checked_capture = false;
     for (int32_t t = 0; t < r.num_tensors; ++t) {

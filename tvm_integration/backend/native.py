@@ -80,3 +80,8 @@ def native_module(regions: list[NativeRegion], arch: tuple[int, int]):
         with open(path, "wb") as f:
             f.write(obj)
         return tvm.runtime.load_static_library(path, [r.symbol for r in regions])
+
+
+def has_native_regions(executable) -> bool:
+    """Whether `executable` (from `build`/`tvm.compile`) holds native region functions."""
+    return bool(executable.mod._collect_from_import_tree(lambda m: m.kind == "static_library"))

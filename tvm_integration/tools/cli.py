@@ -99,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser(
         "bench",
-        help="benchmark TVM alone vs simaccel zero-copy vs host-staged on a GPU (writes JSON and PNG)",
+        help="benchmark TVM alone vs simaccel native, Python zero-copy and host-staged on a GPU (writes JSON and PNG)",
         description="Times, on one GPU, prebuilt libraries (see --artifacts) as medians of repeated runs.",
     )
     bench.add_argument("--artifacts", required=True, help="folder made by `python -m simaccel.tvm_integration.tools.artifacts`")

@@ -42,6 +42,7 @@ def run_demo(
     from . import models
     from ..backend.partition import partition_report
     from ..backend.pipeline import build, build_tvm_only, default_target
+    from ..backend.native import has_native_regions
 
     if device == "auto":
         device = "cuda" if gpu_present() else "cpu"
@@ -75,7 +76,9 @@ def run_demo(
     inputs = models.random_inputs(mod, seed)
     tensors = [tvm.runtime.tensor(a, tvm_device) for a in inputs]
     runtime.ledger.reset()
-    step(f"run on {tvm_device}, simaccel engine {runtime.engine_name(device)!r}")
+    native = has_native_regions(simaccel_exec) and not runtime.route_flag_set()
+    step(f"run on {tvm_device}, " + ("simaccel regions native (C++ launching AOT-compiled kernels)" if native
+                                     else f"simaccel engine {runtime.engine_name(device)!r}"))
     got = relax.VirtualMachine(simaccel_exec, tvm_device)["main"](*tensors).numpy()
     step("run the TVM-only build")
     want = relax.VirtualMachine(reference_exec, tvm_device)["main"](*tensors).numpy()
