@@ -104,21 +104,25 @@ def compile_for(arch: tuple[int, int]):
             dispatcher.get_current_device = real
 
 
-@functools.lru_cache(maxsize=1024)
 def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
     """`kernel` compiled for `sig` to PTX (NVVM) and to a cubin for `arch` (nvJitLink).
 
     Cached per process: regions and libraries that launch the same kernel with the same
     signature share one compile.
     """
-    from numba import cuda
-
     reason = toolchain_missing()
     if reason:
         raise EngineError(reason)
+    return _compile(kernel, sig, tuple(arch))
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
+    from numba import cuda
+
     with compile_for(arch):
-        ptx, _ = cuda.compile_ptx(kernel, sig, cc=tuple(arch))
-    return CompiledKernel(kernel, sig, tuple(arch), ptx, _link(ptx, arch, kernel.__name__))
+        ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch)
+    return CompiledKernel(kernel, sig, arch, ptx, _link(ptx, arch, kernel.__name__))
 
 
 def compile_program(program: Program, arch: tuple[int, int]) -> list[CompiledKernel]:

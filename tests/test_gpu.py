@@ -370,9 +370,10 @@ def test_evicted_plans_give_device_memory_back():
         specs = tuple(TensorSpec(n, shape, "float32") for n in ("x", "h", "y"))
         return Program(f"chain{i}", specs, (0,), (2,), (OpNode("simaccel.relu", (0,), 1), OpNode("simaccel.gelu", (1,), 2)))
 
-    def free_bytes():
-        cuda.synchronize()
-        return cuda.current_context().get_memory_info()[0]
+    def free_bytes():  # of GPU 0, whatever context an earlier test left current on this thread
+        with cuda.gpus[0]:
+            cuda.synchronize()
+            return cuda.current_context().get_memory_info()[0]
 
     for i in range(12):
         runtime.run(chain(i), x, y)

@@ -336,3 +336,67 @@ print(len(FakeDriver({os.environ["SIMACCEL_CUDA_DRIVER"]!r}).launches()))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd="/")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3"]
+
+
+# -- the codegen: which builds get native regions, and what an exported library holds ----------
+def test_a_cuda_build_exports_native_regions_that_link_no_cuda_library(tmp_path):
+    from simaccel.tvm_integration import build, partition_report
+    from simaccel.tvm_integration.backend.native import has_native_regions
+    from simaccel.tvm_integration.tools.models import demo_cnn
+
+    mod = demo_cnn(batch=1)
+    _, report = partition_report(mod)
+    executable = build(mod, "nvidia/nvidia-h100")
+    assert has_native_regions(executable)
+    executable.export_library(str(tmp_path / "model.so"))
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(tmp_path / "model.so")],
+                             capture_output=True, text=True, check=True).stdout
+    assert all(f"__tvm_ffi_{region}" in symbols for region in report.regions)
+    needed = subprocess.run(["readelf", "-d", str(tmp_path / "model.so")], capture_output=True, text=True).stdout
+    assert "libcuda" not in needed and "libcudart" not in needed
+
+
+def test_cpu_builds_and_native_false_keep_python_regions(monkeypatch):
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.backend.native import has_native_regions
+    from simaccel.tvm_integration.tools.models import matmul_relu
+
+    mod = matmul_relu(8)
+    assert not has_native_regions(build(mod, "llvm"))
+    assert not has_native_regions(build(mod, "nvidia/nvidia-h100", native=False))
+    monkeypatch.setenv("SIMACCEL_NATIVE", "0")
+    assert not has_native_regions(build(mod, "nvidia/nvidia-h100"))
+
+
+def test_the_native_switch_refuses_what_it_cannot_do(monkeypatch):
+    from simaccel import CodegenError
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.tools.models import matmul_relu
+
+    with pytest.raises(CodegenError, match="native regions need a CUDA target, got .*llvm"):
+        build(matmul_relu(8), "llvm", native=True)
+    monkeypatch.setenv("SIMACCEL_NATIVE", "sometimes")
+    with pytest.raises(CodegenError, match="SIMACCEL_NATIVE='sometimes': use 1/0/auto"):
+        build(matmul_relu(8), "nvidia/nvidia-h100")
+
+
+def test_without_a_driver_the_region_says_so(native, tmp_path):
+    program = PROGRAMS["r_chain"]
+    _, path = region_library([NativeRegion("r_chain", program)], tmp_path)
+    script = f"""
+import sys
+sys.path.insert(0, {str(os.path.dirname(__file__))!r})
+import numpy as np, tvm, tvm_ffi
+from native_support import cuda_tensor
+lib = tvm_ffi.load_module({str(path)!r})
+arrays = [np.ones(s, np.float32) for s in [(4, 6), (8, 6), (8,), (4, 8)]]
+try:
+    lib["r_chain"](*[cuda_tensor(a) for a in arrays])
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    env = {**os.environ, "SIMACCEL_CUDA_DRIVER": str(tmp_path / "no-such-libcuda.so")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("EngineError region r_chain: cannot open the CUDA driver ")
+    assert "no-such-libcuda.so" in done.stdout

@@ -417,11 +417,13 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   int32_t device = -1;
   for (int32_t i = 0; i < n; ++i) {
     const TensorSpec& spec = r.tensors[i < n_in ? r.inputs[i] : r.outputs[i - n_in]];
-    std::string where = std::string("region ") + r.symbol + ": " + (i < n_in ? "input" : "output") + " '" + spec.name + "'";
+    auto where = [&] {  // built only for an error message: the checks run on every call
+      return std::string("region ") + r.symbol + ": " + (i < n_in ? "input" : "output") + " '" + spec.name + "'";
+    };
     DLTensor* t = as_tensor(args[i]);
-    if (t == nullptr) return fail("DeviceError", where + " is not a tensor (TVM-FFI type index " + std::to_string(args[i].type_index) + ")");
+    if (t == nullptr) return fail("DeviceError", where() + " is not a tensor (TVM-FFI type index " + std::to_string(args[i].type_index) + ")");
     if (t->device.device_type != kDLCUDA) {
-      return fail("DeviceError", where + " is on " + device_text(t->device) + "; this region was compiled for CUDA GPUs");
+      return fail("DeviceError", where() + " is on " + device_text(t->device) + "; this region was compiled for CUDA GPUs");
     }
     if (device >= 0 && t->device.device_id != device) {
       return fail("DeviceError", std::string("region ") + r.symbol + ": tensors are on mixed devices (cuda:" +
@@ -429,25 +431,25 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
     }
     device = t->device.device_id;
     if (t->dtype.code != spec.code || t->dtype.bits != spec.bits || t->dtype.lanes != 1) {
-      return fail("DtypeError", where + " expects dtype " + dtype_text(spec.code, spec.bits, 1) + ", got " +
+      return fail("DtypeError", where() + " expects dtype " + dtype_text(spec.code, spec.bits, 1) + ", got " +
                                     dtype_text(t->dtype.code, t->dtype.bits, t->dtype.lanes) + " (shape " +
                                     shape_text(t->ndim, t->shape) + ", on " + device_text(t->device) + ")");
     }
     if (t->ndim != spec.ndim || std::memcmp(t->shape, spec.shape, sizeof(int64_t) * spec.ndim) != 0) {
-      return fail("ShapeError", where + " expects shape " + shape_text(spec.ndim, spec.shape) + ", got " +
+      return fail("ShapeError", where() + " expects shape " + shape_text(spec.ndim, spec.shape) + ", got " +
                                     shape_text(t->ndim, t->shape) + " (" + dtype_text(spec.code, spec.bits, 1) +
                                     ", on " + device_text(t->device) + ")");
     }
     if (!compact(t)) {
-      return fail("LayoutError", where + " " + shape_text(spec.ndim, spec.shape) + " must be compact row-major, got element strides " +
+      return fail("LayoutError", where() + " " + shape_text(spec.ndim, spec.shape) + " must be compact row-major, got element strides " +
                                      shape_text(t->ndim, t->strides));
     }
     address[i] = reinterpret_cast<uint64_t>(t->data) + t->byte_offset;
     if (address[i] % spec.alignment) {
-      return fail("LayoutError", where + " data pointer " + hex(address[i]) + " (byte_offset included) is not aligned to " +
+      return fail("LayoutError", where() + " data pointer " + hex(address[i]) + " (byte_offset included) is not aligned to " +
                                      std::to_string(spec.alignment) + " bytes");
     }
-    if (address[i] == 0 && spec.nbytes > 0) return fail("LayoutError", where + " has a null data pointer");
+    if (address[i] == 0 && spec.nbytes > 0) return fail("LayoutError", where() + " has a null data pointer");
   }
   if (device < 0 || device >= kMaxDevices) {
     return fail("DeviceError", std::string("region ") + r.symbol + ": no tensor on a CUDA device below cuda:" + std::to_string(kMaxDevices));
@@ -484,7 +486,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
     context.pushed = true;
   }
   CUstream stream = static_cast<CUstream>(TVMFFIEnvGetStream(kDLCUDA, device));
-  std::string where = std::string("region ") + r.symbol + " on cuda:" + std::to_string(device);
+  auto where = [&] { return std::string("region ") + r.symbol + " on cuda:" + std::to_string(device); };
 
   // Device memory of every tensor: TVM's for the boundary, this region's for the rest.
   uint64_t data[kMaxTensors] = {};
@@ -516,7 +518,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
         // cuMemAlloc is illegal while the stream is captured into a CUDA graph: there the
         // memory is allocated and freed on the stream, and so becomes part of the graph.
         CUresult rc = capturing ? d.MemAllocAsync(&p, bytes, stream) : d.MemAlloc(&p, bytes);
-        if (rc != 0) return fail("EngineError", where + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
+        if (rc != 0) return fail("EngineError", where() + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
                                                     r.tensors[t].name + "': " + cuda_error(rc));
         if (capturing) {
           call_owned.push_back(p);
@@ -542,7 +544,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
     CUresult rc = d.LaunchKernel(state->functions[launch.kernel], launch.grid[0], launch.grid[1], launch.grid[2],
                                  launch.block[0], launch.block[1], launch.block[2], launch.shared_bytes, stream, params, nullptr);
     if (rc != 0) {
-      return fail("EngineError", where + ": launch " + std::to_string(l) + " (op " + std::to_string(launch.op) + ", kernel " +
+      return fail("EngineError", where() + ": launch " + std::to_string(l) + " (op " + std::to_string(launch.op) + ", kernel " +
                                      lib.kernels[launch.kernel].name + ") failed: " + cuda_error(rc));
     }
     ++launched;
@@ -553,7 +555,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
       if (!aliased[n_in + o]) continue;
       const int32_t t = r.outputs[o];
       CUresult rc = d.MemcpyDtoDAsync(address[n_in + o], data[t], static_cast<size_t>(r.tensors[t].nbytes), stream);
-      if (rc != 0) return fail("EngineError", where + ": copying output '" + r.tensors[t].name + "' into place failed: " + cuda_error(rc));
+      if (rc != 0) return fail("EngineError", where() + ": copying output '" + r.tensors[t].name + "' into place failed: " + cuda_error(rc));
       copied += r.tensors[t].nbytes;
     }
   }

@@ -1,0 +1,137 @@
+"""PyTorch models through torch.export on the GPU: simaccel (native and Python regions) vs TVM alone.
+
+A benchmark script for a GPU machine with the full TVM and torch: each model (random
+weights) is exported with torch.export, imported with TVM's `from_exported_program`,
+built with simaccel for the GPU (native regions) and with TVM alone, checked against TVM
+alone (and torch), then timed: one call of each mode in turn, each followed by a device
+synchronisation, medians after warm-up. Writes torch-models.json to OUT.
+
+    python scripts/torch_models_gpu.py OUT [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def models():
+    import torch
+    import torchvision
+    from torch import nn
+
+    class MixerBlock(nn.Module):
+        """One MLP-mixer block: token mixing then channel mixing, each with LayerNorm and a residual."""
+
+        def __init__(self, tokens=64, channels=128, hidden=256):
+            super().__init__()
+            self.norm1, self.norm2 = nn.LayerNorm(channels), nn.LayerNorm(channels)
+            self.tokens = nn.Sequential(nn.Linear(tokens, hidden), nn.GELU(), nn.Linear(hidden, tokens))
+            self.channels = nn.Sequential(nn.Linear(channels, hidden), nn.GELU(), nn.Linear(hidden, channels))
+
+        def forward(self, x):
+            x = x + self.tokens(self.norm1(x).transpose(1, 2)).transpose(1, 2)
+            return x + self.channels(self.norm2(x))
+
+    torch.manual_seed(0)
+    return {
+        "resnet18": (torchvision.models.resnet18().eval(), (1, 3, 224, 224)),
+        "mlp_mixer_block": (MixerBlock().eval(), (8, 64, 128)),
+    }
+
+
+def timed(calls: dict, sync, repeat: int, warmup: int = 10) -> dict:
+    samples = {name: [] for name in calls}
+    for _ in range(warmup):
+        for go in calls.values():
+            go()
+            sync()
+    for _ in range(repeat):
+        for name, go in calls.items():
+            start = time.perf_counter()
+            go()
+            sync()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(s) * 1e6 for name, s in samples.items()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("--repeat", type=int, default=100)
+    args = parser.parse_args(argv)
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    import simaccel
+    from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
+    from simaccel.tvm_integration.tools.deploy import outputs_as_list
+
+    runtime = simaccel.get_runtime()
+    target, dev = default_target("cuda"), tvm.cuda(0)
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": torch.cuda.get_device_name(0),
+              "method": f"median of {args.repeat} interleaved calls after warm-up, each followed by a device sync",
+              "models": {}}
+    for name, (module, shape) in models().items():
+        start = time.perf_counter()
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            exported = torch.export.export(module, (x,))
+            want_torch = module(x).numpy()
+        mod = from_exported_program(exported, keep_params_as_input=False)
+        _, partition = partition_report(mod)
+        ours = relax.VirtualMachine(build(mod, target), dev)
+        theirs = relax.VirtualMachine(build_tvm_only(mod, target), dev)
+        built = time.perf_counter() - start
+        data = tvm.runtime.tensor(x.numpy(), dev)
+
+        def first(result):
+            return outputs_as_list(result)[0].numpy()
+
+        want = first(theirs["main"](data))
+        got = first(ours["main"](data))
+        with runtime.use_engine("cuda"):
+            python = first(ours["main"](data))
+        model_gpu = module.cuda()
+        x_gpu = x.cuda()
+
+        def torch_call():
+            with torch.no_grad():
+                model_gpu(x_gpu)
+
+        def python_call():
+            with runtime.use_engine("cuda"):
+                ours["main"](data)
+
+        medians = timed({"tvm_only": lambda: theirs["main"](data), "simaccel_native": lambda: ours["main"](data),
+                         "simaccel_python": python_call, "torch": torch_call},
+                        lambda: (dev.sync(), torch.cuda.synchronize()), args.repeat)
+        entry = {
+            "input": list(shape),
+            "regions": len(partition.regions),
+            "kept_on_tvm": len(partition.kept),
+            "build_s": built,
+            "max_abs_error_vs_tvm_only": float(np.max(np.abs(got.astype(np.float64) - want))),
+            "max_abs_error_tvm_only_vs_torch": float(np.max(np.abs(want - want_torch))),
+            "native_equals_python": bool(np.array_equal(got, python)),
+            "median_us": medians,
+            "ratio_vs_tvm_only": {k: v / medians["tvm_only"] for k, v in medians.items()},
+        }
+        report["models"][name] = entry
+        print(name, json.dumps(entry), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "torch-models.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
