@@ -108,11 +108,13 @@ def test_cli_fuzz_prints_progress_and_a_summary(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (("--cases", "0"), "--cases 0: must be >= 1"),
-    (("--engine", "warp"), "--engine warp: choose from ref, sim, cuda"),
+    (("--engine", "warp"), "--engine warp: choose from ref, sim, cuda, native"),
     (("--dtype", "float64"), "--dtype float64: choose from float32, float16"),
     (("--replay", "/nonexistent"), "not a simaccel fuzz reproduction"),
     (("--out", "/proc/no/such/place"), "--out /proc/no/such/place: cannot create the folder"),
     pytest.param(("--engine", "cuda"), "engine 'cuda' cannot run here",
+                 marks=pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")),
+    pytest.param(("--engine", "native"), "engine 'cuda' cannot run here",
                  marks=pytest.mark.skipif(HAS_GPU, reason="this machine has a GPU")),
 ])
 def test_cli_fuzz_refuses_bad_arguments(args, message):

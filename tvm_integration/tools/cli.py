@@ -115,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     fuzz.add_argument("--cases", type=int, default=100, help="how many models (default 100)")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the run (default 0): same seed, same models")
-    fuzz.add_argument("--engine", default="ref", help="engines, comma-separated: ref, sim (small models), cuda (default ref)")
+    fuzz.add_argument("--engine", default="ref", help="engines, comma-separated: ref, sim (small models), cuda (the Python "
+                      "engine on the GPU), native (native regions on the GPU) (default ref)")
     fuzz.add_argument("--dtype", default="float32,float16", help="model dtypes, comma-separated (default both)")
     fuzz.add_argument("--max-ops", type=int, default=8, help="most op groups drawn per model (default 8)")
     fuzz.add_argument("--out", default="fuzz-out", help="folder for fuzz-summary.json and reproductions")
@@ -153,7 +154,7 @@ def check_args(args) -> None:
                                  ("--jobs", args.jobs, 1)):
             if not value >= low:
                 raise SimAccelError(f"{flag} {value}: must be >= {low}")
-        for flag, value, known in (("--engine", args.engine, ("ref", "sim", "cuda")), ("--dtype", args.dtype, ("float32", "float16"))):
+        for flag, value, known in (("--engine", args.engine, ("ref", "sim", "cuda", "native")), ("--dtype", args.dtype, ("float32", "float16"))):
             items = value.split(",")
             if not items or any(item not in known for item in items):
                 raise SimAccelError(f"{flag} {value}: choose from {', '.join(known)} (comma-separated)")

@@ -2,7 +2,8 @@
 
 Each case (simaccel.tvm_integration.tools.fuzz_models) is built twice for its device, with simaccel
 and with TVM alone, and run on the same inputs on every engine asked for (`ref` and `sim` on
-the CPU, `cuda` on a GPU). A sample is also exported and run again in a fresh process that
+the CPU; on a GPU `native`, the build's native regions, and `cuda`, the same regions routed
+to the Python engine). A sample is also exported and run again in a fresh process that
 imports only TVM. A case that TVM alone cannot build or run is skipped (TVM's fault, not
 simaccel's); a result that differs from TVM's is checked against the case's float64
 reference before it counts as simaccel's failure: where TVM's own result is the further from
@@ -45,7 +46,9 @@ from ...runtime import get_runtime
 from .deploy import error_line
 from .fuzz_models import Case, Config, Draw, Value, draw_case, fuzz_op, user_families
 
-ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda"}
+ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda", "native": "cuda"}
+# "native": the CUDA build's native regions (simaccel.native), run with no Python engine chosen.
+RUNTIME_ENGINE = {"native": "auto"}
 TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol relative to the output's scale)
 PASS, SKIP, TVM_OFF, FAIL = "passed", "skipped (TVM alone cannot build or run it)", "TVM numerically off", "failed"
 
@@ -107,7 +110,7 @@ class Checker:
                 runtime = get_runtime()
                 runtime.ledger.reset()
                 try:
-                    with runtime.use_engine(engine):
+                    with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)):
                         got = _run(executable, arrays, dev)
                 except Exception as e:  # noqa: BLE001 - simaccel failed to run what TVM runs
                     _stop_if_context_lost(e, f"simaccel on engine {engine}", case)
@@ -325,11 +328,12 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     for engine in engines:
         if engine not in ENGINE_DEVICE:
             raise SimAccelError(f"unknown engine {engine!r} for fuzz; choose from {', '.join(ENGINE_DEVICE)}")
-        get_engine(engine)  # EngineError here, not every case skipped, where it cannot run (cuda without a GPU)
+        # EngineError here, not every case skipped, where it cannot run (cuda without a GPU)
+        get_engine("cuda" if ENGINE_DEVICE[engine] == "cuda" else engine)
     # On the GPU: no NaN/inf inputs (TVM's CUDA build takes max() as fmaxf, which drops NaN,
     # where its CPU build, and simaccel on every engine, keeps it: docs/design.md) and no
     # zero-size dims (TVM's CUDA build refuses most of them: "Divide by zero").
-    gpu = "cuda" in engines
+    gpu = any(ENGINE_DEVICE[e] == "cuda" for e in engines)
     config = Config(dtypes=tuple(dtypes), max_ops=max_ops, tiny="sim" in engines,
                     specials_percent=0 if gpu else Config.specials_percent,
                     zero_dim_percent=0 if gpu else Config.zero_dim_percent)
@@ -571,7 +575,7 @@ class _Progress:
 
 
 def _device_name(engines) -> str:
-    if "cuda" in engines:
+    if any(ENGINE_DEVICE[e] == "cuda" for e in engines):
         from .deploy import gpu_name
 
         return gpu_name()
@@ -643,7 +647,7 @@ def replay(folder, log=print) -> int:
 
     for engine in engines:  # a case found on a GPU: say so here, not "skipped" for want of one
         try:
-            get_engine(engine)
+            get_engine("cuda" if ENGINE_DEVICE.get(engine) == "cuda" else engine)
         except SimAccelError as e:
             raise SimAccelError(f"{folder}: the case was found on engine {engine}, which cannot run here: {e}") from e
     profile = saved.get("profile")
