@@ -196,7 +196,8 @@ class Runtime:
         called or this is next updated. Native regions then forward to `invoke`.
         """
         engine = self._engine or os.environ.get(ENGINE_ENV) or AUTO
-        staged = self._staged if self._staged is not None else os.environ.get(STAGED_ENV, "").strip().lower() in _TRUE
+        # An unreadable $SIMACCEL_STAGED routes too: the Python runtime then says what is wrong.
+        staged = self._staged if self._staged is not None else os.environ.get(STAGED_ENV, "").strip().lower() not in _FALSE
         _ROUTE.value = int(_python_scopes > 0 or engine != AUTO or bool(staged))
         return ctypes.addressof(_ROUTE)
 

@@ -400,3 +400,24 @@ except Exception as e:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("EngineError region r_chain: cannot open the CUDA driver ")
     assert "no-such-libcuda.so" in done.stdout
+
+
+@pytest.mark.parametrize("variable, value, error, match", [
+    # (on a machine without a GPU the Python runtime first finds it has no cuda engine)
+    ("SIMACCEL_STAGED", "maybe", EngineError, "SIMACCEL_STAGED='maybe' is not a boolean|engine 'cuda' cannot run here"),
+    ("SIMACCEL_ENGINE", "warp", EngineError, "unknown SIMACCEL_ENGINE value 'warp'"),
+])
+def test_a_bad_engine_setting_is_an_error_not_ignored(fake, clean_runtime, monkeypatch, variable, value, error, match):
+    """Native regions read the settings through the route flag: a value the Python runtime
+    cannot read sends the call there, where it is refused with the reason."""
+    library, driver = fake
+    monkeypatch.setenv(variable, value)
+    clean_runtime.route_flag()
+    tensors = [cuda_tensor(a) for a in arrays_for(PROGRAMS["r_chain"])]
+    try:
+        with pytest.raises(error, match=match):
+            library["r_chain"](*tensors)
+    finally:
+        monkeypatch.delenv(variable)
+        clean_runtime.route_flag()
+    assert driver.launches() == []
