@@ -421,3 +421,22 @@ def test_a_bad_engine_setting_is_an_error_not_ignored(fake, clean_runtime, monke
         monkeypatch.delenv(variable)
         clean_runtime.route_flag()
     assert driver.launches() == []
+
+
+def test_a_users_op_gets_a_native_region(isolated_isa, monkeypatch, native, tmp_path):
+    """examples/rms_norm_op.py declares myaccel.rms_norm with a Numba kernel and no native code:
+    its region launches the AOT-compiled kernel with TVM's pointers like a built-in op's."""
+    import pathlib
+
+    monkeypatch.setenv("SIMACCEL_OPS", str(pathlib.Path(__file__).parents[1] / "examples" / "rms_norm_op.py"))
+    program = one_op_program("myaccel.rms_norm", [(3, 5, 16), (16,)], "float32", {"epsilon": 1e-5})
+    library, _ = region_library([NativeRegion("user", program)], tmp_path)
+    driver = native[1]
+    driver.reset()
+    arrays = arrays_for(program)
+    library["user"](*[cuda_tensor(a) for a in arrays])
+    [launch] = driver.launches()
+    [planned] = plan_launches(program)
+    assert launch["entry"] == compile_kernel(planned.kernel, signature(planned, program), SM90).entry
+    addresses = {i: a.ctypes.data for i, a in zip(program.inputs + program.outputs, arrays)}
+    assert launch["words"] == expected_words(program, planned, addresses)
