@@ -76,7 +76,8 @@ def library_source(regions: list[NativeRegion], arch: tuple[int, int]) -> str:
         parts.append(f"const unsigned char kCubin{k}[] = {_c_bytes(kernel.cubin)};")
         parts.append(f"const char kPtx{k}[] = {_c_bytes(kernel.ptx.encode())};")
     parts.append("const Kernel kKernels[] = {")
-    parts += [f'  {{kCubin{k}, {len(c.cubin)}, kPtx{k}, "{c.entry}", "{c.kernel.__name__}"}},' for k, c in enumerate(compiled)]
+    parts += [f"  {{kCubin{k}, {len(c.cubin)}, kPtx{k}, {_c_string(c.entry)}, {_c_string(c.kernel.__name__)}}},"
+              for k, c in enumerate(compiled)]
     parts.append("};")
     parts.append(f"Library kLibrary{{kKernels, {len(compiled)}, {{}}, {{}}}};")
     for r, (region, launches, indices) in enumerate(plans):
