@@ -19,6 +19,7 @@ from tvm import relax
 from ...errors import SimAccelError
 from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
 from .patterns import Rejection, checking, op_name, registered_patterns
+from .prepare import prepare_for_inference
 from .split import split_regions
 
 
@@ -30,9 +31,12 @@ class PartitionReport:
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (var, relax op, reason)
     profile: str = DEFAULT_PROFILE.name
     splits: list[str] = field(default_factory=list)  # regions cut to fit the profile's scratchpad
+    rewritten: list[str] = field(default_factory=list)  # inference rewrites made before matching (prepare.py)
 
     def format(self) -> str:
         lines = [f"offloaded to simaccel: {len(self.regions)} region(s) (profile {self.profile})"]
+        for note in self.rewritten:
+            lines.append(f"  rewritten first: {note}")
         for name, ops in self.regions.items():
             lines.append(f"  {name}: {' -> '.join(ops)}")
         for note in self.splits:
@@ -66,18 +70,22 @@ def partition_report(mod: tvm.IRModule, profile: DeviceProfile | None = None) ->
     """Partition like `partition_for_simaccel` and also say where each op went, and why."""
     rejections: list[Rejection] = []
     splits: list[str] = []
+    rewritten: list[str] = []
     profile = profile or active_profile()
-    partitioned = _partition(mod, profile, rejections, splits)
+    partitioned = _partition(mod, profile, rejections, splits, rewritten)
     report = _report(partitioned, rejections)
-    report.profile, report.splits = profile.name, splits
+    report.profile, report.splits, report.rewritten = profile.name, splits, rewritten
     return partitioned, report
 
 
-def _partition(mod, profile, rejections, splits=None):
+def _partition(mod, profile, rejections, splits=None, rewritten=None):
     if not isinstance(mod, tvm.IRModule):
         raise SimAccelError(f"partitioning takes a Relax IRModule, got {type(mod).__name__}")
     if not isinstance(profile, DeviceProfile):
         raise SimAccelError(f"profile must be a simaccel.DeviceProfile, got {type(profile).__name__}")
+    mod, notes = prepare_for_inference(mod)
+    if rewritten is not None:
+        rewritten += notes
     with checking(profile, rejections):
         fused = relax.transform.FuseOpsByPattern(
             registered_patterns(), bind_constants=False, annotate_codegen=False
