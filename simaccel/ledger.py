@@ -7,8 +7,9 @@ An optional trace records, for every boundary tensor of every call, the memory a
 accelerator used, so a test can check that it is TVM's own buffer.
 
 Native regions (simaccel.native) count their calls themselves, in memory the ledger hands
-them (`native_counters`: calls, launches, nanoseconds, bytes copied); `snapshot` adds those
-counts in, so the ledger shows both paths. Native calls are not traced.
+them (`native_counters`: calls, nanoseconds, bytes copied; launches follow from the calls and
+the region's launches per op); `snapshot` adds those counts in, so the ledger shows both
+paths. Native calls are not traced.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class _NativeRegion:
 
     def __init__(self, name: str, ops: list[str], launches_per_op: list[int]):
         self.name, self.ops, self.launches_per_op = name, ops, launches_per_op
-        self.counts = (ctypes.c_int64 * 4)()  # calls, launches, nanoseconds, copied bytes
-        self.baseline = [0, 0, 0, 0]
+        self.counts = (ctypes.c_int64 * 3)()  # calls, nanoseconds, copied bytes
+        self.baseline = [0, 0, 0]
 
     def since_reset(self) -> list[int]:
         return [now - then for now, then in zip(self.counts, self.baseline)]
@@ -51,7 +52,7 @@ class Ledger:
                 region.baseline = list(region.counts)
 
     def native_counters(self, name: str, ops: list[str], launches_per_op: list[int]) -> int:
-        """Address of four int64 counters a native region of `name` (with `ops`) updates; kept forever."""
+        """Address of three int64 counters a native region of `name` (with `ops`) updates; kept forever."""
         region = _NativeRegion(name, list(ops), list(launches_per_op))
         with self._lock:
             self._native.append(region)
@@ -93,7 +94,7 @@ class Ledger:
             bytes_ = dict(self._bytes)
             region_calls, seconds = Counter(self._region_calls), defaultdict(float, self._region_seconds)
             for region in self._native:
-                n, _, nanoseconds, copied = region.since_reset()
+                n, nanoseconds, copied = region.since_reset()
                 if n == 0:
                     continue
                 calls += n

@@ -42,8 +42,7 @@ struct TensorSpec {
 };
 
 struct Kernel {
-  const unsigned char* cubin;  // for the build's architecture
-  uint64_t cubin_size;
+  const unsigned char* cubin;  // for the build's architecture (an ELF image: it knows its size)
   const char* ptx;  // the same kernel as PTX, tried where the cubin does not load
   const char* entry;
   const char* name;  // the Numba kernel's name, for messages
@@ -116,10 +115,9 @@ struct Driver {
 };
 
 template <typename F>
-bool bind_symbol(void* lib, const char* name, F* slot, std::string* missing) {
+void bind_symbol(void* lib, const char* name, F* slot, std::string* missing) {
   *slot = reinterpret_cast<F>(dlsym(lib, name));
   if (*slot == nullptr && missing->empty()) *missing = std::string("the CUDA driver has no ") + name;
-  return *slot != nullptr;
 }
 
 // The driver library: $SIMACCEL_CUDA_DRIVER (a stand-in that records launches, for tests on
@@ -214,9 +212,9 @@ std::string hex(uint64_t value) {
 // when it is installed (simaccel.tvm_integration.backend.bridge); else kept here.
 
 struct Counters {
-  std::atomic<int64_t> calls{0}, launches{0}, nanoseconds{0}, copied_bytes{0};
+  std::atomic<int64_t> calls{0}, nanoseconds{0}, copied_bytes{0};
 };
-static_assert(sizeof(Counters) == 4 * sizeof(int64_t), "counters are read as four int64 by Python");
+static_assert(sizeof(Counters) == 3 * sizeof(int64_t), "counters are read as three int64 by Python");
 
 // A global function of simaccel's Python runtime, or nullptr where simaccel is not installed.
 TVMFFIObjectHandle global_function(const char* name) {
@@ -534,7 +532,6 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   // Launch the kernels, in order, with the data pointers patched into their parameters.
   int64_t words[kMaxWords];
   void* params[kMaxWords];
-  int64_t launched = 0;
   for (int32_t l = 0; l < r.num_launches; ++l) {
     const Launch& launch = r.launches[l];
     if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0) continue;  // no elements
@@ -547,7 +544,6 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
       return fail("EngineError", where() + ": launch " + std::to_string(l) + " (op " + std::to_string(launch.op) + ", kernel " +
                                      lib.kernels[launch.kernel].name + ") failed: " + cuda_error(rc));
     }
-    ++launched;
   }
   int64_t copied = 0;
   if (any_aliased) {
@@ -562,7 +558,6 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   for (CUdeviceptr p : call_owned) d.MemFreeAsync(p, stream);
   Counters& c = *s.counters;
   c.calls.fetch_add(1, std::memory_order_relaxed);
-  c.launches.fetch_add(launched, std::memory_order_relaxed);
   c.copied_bytes.fetch_add(copied, std::memory_order_relaxed);
   c.nanoseconds.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
                           std::memory_order_relaxed);

@@ -58,7 +58,7 @@ def library_source(regions: list[NativeRegion], arch: tuple[int, int]) -> str:
             indices.append(kernels[key][0])
         plans.append((region, launches, indices))
     compiled = [c for _, c in sorted(kernels.values(), key=lambda item: item[0])]
-    words = max((len(_words(r.program, l)[0]) for r, ls, _ in plans for l in ls), default=1)
+    words = max((abi_params(launch) for _, launches, _ in plans for launch in launches), default=1)
     boundary = max(len(r.program.inputs) + len(r.program.outputs) for r in regions)
     tensors = max(len(r.program.tensors) for r in regions)
     parts = [
@@ -76,7 +76,7 @@ def library_source(regions: list[NativeRegion], arch: tuple[int, int]) -> str:
         parts.append(f"const unsigned char kCubin{k}[] = {_c_bytes(kernel.cubin)};")
         parts.append(f"const char kPtx{k}[] = {_c_bytes(kernel.ptx.encode())};")
     parts.append("const Kernel kKernels[] = {")
-    parts += [f"  {{kCubin{k}, {len(c.cubin)}, kPtx{k}, {_c_string(c.entry)}, {_c_string(c.kernel.__name__)}}},"
+    parts += [f"  {{kCubin{k}, kPtx{k}, {_c_string(c.entry)}, {_c_string(c.kernel.__name__)}}},"
               for k, c in enumerate(compiled)]
     parts.append("};")
     parts.append(f"Library kLibrary{{kKernels, {len(compiled)}, {{}}, {{}}}};")
