@@ -440,3 +440,18 @@ def test_a_users_op_gets_a_native_region(isolated_isa, monkeypatch, native, tmp_
     assert launch["entry"] == compile_kernel(planned.kernel, signature(planned, program), SM90).entry
     addresses = {i: a.ctypes.data for i, a in zip(program.inputs + program.outputs, arrays)}
     assert launch["words"] == expected_words(program, planned, addresses)
+
+
+def test_without_a_cpp_compiler_a_cuda_build_says_so(monkeypatch):
+    """native=True: a CodegenError naming the compiler; auto: a warning, and Python regions."""
+    from simaccel import CodegenError
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.backend.native import has_native_regions
+    from simaccel.tvm_integration.tools.models import matmul_relu
+
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    with pytest.raises(CodegenError, match="native regions cannot be built here: no C\\+\\+ compiler '/nonexistent/g\\+\\+'"):
+        build(matmul_relu(8), "nvidia/nvidia-h100", native=True)
+    with pytest.warns(UserWarning, match="regions of this CUDA build run through Python: no C\\+\\+ compiler"):
+        executable = build(matmul_relu(8), "nvidia/nvidia-h100")
+    assert not has_native_regions(executable)
