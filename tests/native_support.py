@@ -62,6 +62,8 @@ class FakeDriver:
 
 
 # -- CUDA-looking tensors through DLPack ------------------------------------------------------
+# DLPack's structs are declared here, not taken from simaccel.tensors: this module is also
+# imported by a process in which simaccel cannot be imported (a deployment without it).
 class _DLDevice(ctypes.Structure):
     _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
