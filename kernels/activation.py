@@ -16,7 +16,7 @@ import numba
 from numba.cuda.extending import register_jitable
 
 # The kernels' code for each activation of the ISA (simaccel.ops.activation names the same ones).
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2}
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "sqrt": 7, "rsqrt": 8}
 
 _INV_SQRT2 = 0.7071067811865476
 
@@ -25,7 +25,7 @@ _INV_SQRT2 = 0.7071067811865476
 def apply_activation(v, code):
     """Apply activation `code` (see ACTIVATIONS) to scalar `v`; returns float32.
 
-    gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))).
+    gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))); silu is x * sigmoid(x).
     """
     x = numba.float32(v)
     if code == 1:
@@ -36,4 +36,28 @@ def apply_activation(v, code):
     if code == 2:
         e = numba.float32(math.erf(x * numba.float32(_INV_SQRT2)))
         return numba.float32(numba.float32(0.5) * x * (numba.float32(1.0) + e))
+    if code == 3 or code == 5:
+        s = _sigmoid(x)
+        return s if code == 3 else numba.float32(x * s)
+    if code == 4:
+        return numba.float32(math.tanh(x))
+    # exp and sqrt outside their float32 range are written out: the simulator runs Python's
+    # math, which raises there, where the GPU gives inf and NaN.
+    if code == 6:
+        if x > numba.float32(89.0):
+            return numba.float32(math.inf)
+        return numba.float32(math.exp(x))
+    if code == 7 or code == 8:
+        r = numba.float32(math.nan) if x < numba.float32(0.0) else numba.float32(math.sqrt(x))
+        return r if code == 7 else numba.float32(numba.float32(1.0) / r)
     return x
+
+
+@register_jitable
+def _sigmoid(x):
+    """1 / (1 + exp(-x)) in float32, without overflow: exp of a non-positive number only."""
+    one = numba.float32(1.0)
+    if x >= numba.float32(0.0):
+        return numba.float32(one / (one + numba.float32(math.exp(-x))))
+    e = numba.float32(math.exp(x))  # NaN lands here too, and stays NaN
+    return numba.float32(e / (one + e))

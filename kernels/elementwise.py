@@ -1,7 +1,8 @@
-"""Elementwise kernels: broadcasting add / multiply, and relu / gelu.
+"""Elementwise kernels: broadcasting add / subtract / multiply / divide, broadcast_to and
+copies, and the unary functions of simaccel.kernels.activation.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
-(simaccel.add, simaccel.multiply, simaccel.relu, simaccel.gelu). One thread per output
+(simaccel.add, simaccel.subtract, ..., simaccel.broadcast_to, simaccel.relu, ...). One thread per output
 element (grid-stride loop), consecutive threads on consecutive addresses. Binary ops
 broadcast numpy-style up to rank 4: shapes are padded to rank 4 on the left and the kernel
 gets the output dims and each input's element strides as scalar arguments (stride 0 on
@@ -24,6 +25,10 @@ _RANK = 4
 
 OP_ADD = 0
 OP_MULTIPLY = 1
+OP_SUBTRACT = 2
+OP_DIVIDE = 3
+OP_FIRST = 4
+BINARY_OPS = {"add": OP_ADD, "multiply": OP_MULTIPLY, "subtract": OP_SUBTRACT, "divide": OP_DIVIDE}
 
 
 @register_jitable
@@ -69,8 +74,14 @@ def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
         vb = float32(b[ib])
         if op == 0:
             r = va + vb
-        else:
+        elif op == 1:
             r = va * vb
+        elif op == 2:
+            r = va - vb
+        elif op == 3:
+            r = va / vb
+        else:  # OP_FIRST: the first operand, broadcast (broadcast_to, and copies)
+            r = va
         out[idx] = r
         idx += step
 
@@ -168,16 +179,51 @@ def _launch_unary(target, out, data, act) -> int:
     return 1
 
 
-def launch_add(target, out, a, b) -> int:
-    """out = a + b with numpy broadcasting (rank <= 4); returns the launch count."""
-    return _launch_binary(target, out, a, b, OP_ADD)
+def launch_binary(target, out, a, b, *, operation) -> int:
+    """out = a <operation> b (a key of BINARY_OPS) with numpy broadcasting (rank <= 4);
+    returns the launch count."""
+    return _launch_binary(target, out, a, b, BINARY_OPS[operation])
 
 
-def launch_multiply(target, out, a, b) -> int:
-    """out = a * b with numpy broadcasting (rank <= 4); returns the launch count."""
-    return _launch_binary(target, out, a, b, OP_MULTIPLY)
+def launch_broadcast_to(target, out, data, *, shape) -> int:
+    """out = data broadcast (numpy rules) to out's shape, rank <= 4."""
+    return _launch_binary(target, out, data, data, OP_FIRST)
+
+
+def launch_copy(target, out, data, **_) -> int:
+    """out = data's elements in order (a view op whose output is a region output), any rank;
+    the view's attributes (its shape) are out's shape already."""
+    total = _size(data.shape)
+    if total == 0:
+        return 0
+    flat = target.reshape(data, (total,))
+    return _launch_binary(target, target.reshape(out, (total,)), flat, flat, OP_FIRST)
 
 
 def launch_activation(target, out, data, *, activation) -> int:
     """out = activation(data) (a name of simaccel.kernels.activation.ACTIVATIONS); returns the launch count."""
     return _launch_unary(target, out, data, ACTIVATIONS[activation])
+
+
+def _clip_kernel(out, x, low, high, total):
+    # TVM's clip: max(min(x, high), low) as selects, so NaN gives `high`.
+    lo = float32(low)
+    hi = float32(high)
+    idx = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while idx < total:
+        v = float32(x[idx])
+        v = v if v < hi else hi
+        out[idx] = v if v > lo else lo
+        idx += step
+
+
+def launch_clip(target, out, data, *, min, max) -> int:
+    """out = clip(data, min, max), TVM's semantics (NaN -> max)."""
+    total = _size(data.shape)
+    if total == 0:
+        return 0
+    grid, block = _grid(total)
+    target.launch(_clip_kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)),
+                  float(min), float(max), total)
+    return 1

@@ -1,7 +1,7 @@
 """Matrix multiplication kernel: y = act(x @ W (+ bias)) or, dense form, act(x @ W^T (+ bias)).
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
-(simaccel.matmul*, simaccel.dense*). One register-tiled kernel covers all twelve ops:
+(simaccel.matmul*, simaccel.dense*). One register-tiled kernel covers all of them, batched too:
 64x64 output tiles per 16x16-thread block, a 4x4 micro-tile of outputs per thread, operands
 staged through shared memory in K slices of 16, float32 accumulation (also for float16
 inputs), bias and activation fused into the epilogue, bounds checks everywhere so any M, N,
@@ -54,12 +54,20 @@ B_TILE_SHAPE = (BK, BN + 2)
 ACC_SHAPE = (TM, TN)
 B_REG_SHAPE = (TN,)
 
-# CUDA caps gridDim.y at 65535; row tiles beyond that are walked by a loop in the kernel.
+# CUDA caps gridDim.y and gridDim.z at 65535; row tiles and matrices beyond that are walked
+# by loops in the kernel.
 _MAX_GRID_Y = 65535
+_MAX_GRID_Z = 65535
 
 
-def _matmul_kernel(out, a, b, bias, M, N, K, transpose_b, has_bias, act):
-    """out[M, N] = act(a[M, K] @ B + bias), B = b[K, N], or b[N, K]^T when transpose_b."""
+def _matmul_kernel(out, a, b, bias, M, N, K, transpose_b, has_bias, act, batches, d1, sa0, sa1, sb0, sb1):
+    """out[z] = act(a[za] @ B[zb] + bias) for each of `batches` matrices z of `out`, B = b[K, N],
+    or b[N, K]^T when transpose_b.
+
+    The arrays are 2-D, matrices stacked by rows: out's matrix z is rows z*M .. z*M + M - 1.
+    The batch index z is (i0, i1) over batch dims (batches // d1, d1); a's matrix is
+    i0*sa0 + i1*sa1 and b's i0*sb0 + i1*sb1 (stride 0 on a broadcast batch dim).
+    """
     sa = cuda.shared.array(A_TILE_SHAPE, float32)  # sa[k, m] = a[row0 + m, k0 + k]
     sb = cuda.shared.array(B_TILE_SHAPE, float32)  # sb[k, n] = B[k0 + k, col0 + n]
     acc = cuda.local.array(ACC_SHAPE, float32)
@@ -76,93 +84,117 @@ def _matmul_kernel(out, a, b, bias, M, N, K, transpose_b, has_bias, act):
     row_tiles = (M + BM - 1) // BM
     zero = float32(0.0)
     # Loop bounds are uniform over the block, so every thread reaches every syncthreads.
-    for tile_m in range(cuda.blockIdx.y, row_tiles, cuda.gridDim.y):
-        row0 = tile_m * BM
-        for i in range(TM):
-            for j in range(TN):
-                acc[i, j] = zero
-        for k0 in range(0, K, BK):
-            # A slice: consecutive threads read consecutive k of one row (coalesced).
-            ka = k0 + fill_k
-            for p in range(MN_PASSES):
-                m = fill_mn + p * ROWS_PER_PASS
-                row = row0 + m
-                if row < M and ka < K:
-                    sa[fill_k, m] = float32(a[row, ka])
-                else:
-                    sa[fill_k, m] = zero
-            if transpose_b:
-                # b is (N, K): consecutive threads read consecutive k of one weight row.
+    for z in range(cuda.blockIdx.z, batches, cuda.gridDim.z):
+        i0 = z // d1
+        i1 = z - i0 * d1
+        a_base = (i0 * sa0 + i1 * sa1) * M
+        b_base = (i0 * sb0 + i1 * sb1) * (N if transpose_b else K)
+        out_base = z * M
+        for tile_m in range(cuda.blockIdx.y, row_tiles, cuda.gridDim.y):
+            row0 = tile_m * BM
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] = zero
+            for k0 in range(0, K, BK):
+                # A slice: consecutive threads read consecutive k of one row (coalesced).
+                ka = k0 + fill_k
                 for p in range(MN_PASSES):
-                    n = fill_mn + p * ROWS_PER_PASS
-                    col = col0 + n
-                    if col < N and ka < K:
-                        sb[fill_k, n] = float32(b[col, ka])
+                    m = fill_mn + p * ROWS_PER_PASS
+                    row = row0 + m
+                    if row < M and ka < K:
+                        sa[fill_k, m] = float32(a[a_base + row, ka])
                     else:
-                        sb[fill_k, n] = zero
-            else:
-                # b is (K, N): consecutive threads read consecutive n of one k row.
-                col = col0 + fill_n
-                for p in range(K_PASSES):
-                    k = fill_kn + p * K_ROWS_PER_PASS
-                    kb = k0 + k
-                    if kb < K and col < N:
-                        sb[k, fill_n] = float32(b[kb, col])
-                    else:
-                        sb[k, fill_n] = zero
-            cuda.syncthreads()
-            for kk in range(BK):
-                for j in range(TN):
-                    breg[j] = sb[kk, tx + j * THREADS_X]
-                for i in range(TM):
-                    av = sa[kk, ty + i * THREADS_Y]
+                        sa[fill_k, m] = zero
+                if transpose_b:
+                    # b is (N, K): consecutive threads read consecutive k of one weight row.
+                    for p in range(MN_PASSES):
+                        n = fill_mn + p * ROWS_PER_PASS
+                        col = col0 + n
+                        if col < N and ka < K:
+                            sb[fill_k, n] = float32(b[b_base + col, ka])
+                        else:
+                            sb[fill_k, n] = zero
+                else:
+                    # b is (K, N): consecutive threads read consecutive n of one k row.
+                    col = col0 + fill_n
+                    for p in range(K_PASSES):
+                        k = fill_kn + p * K_ROWS_PER_PASS
+                        kb = k0 + k
+                        if kb < K and col < N:
+                            sb[k, fill_n] = float32(b[b_base + kb, col])
+                        else:
+                            sb[k, fill_n] = zero
+                cuda.syncthreads()
+                for kk in range(BK):
                     for j in range(TN):
-                        acc[i, j] += av * breg[j]
-            cuda.syncthreads()
-        # Epilogue: bias, activation, store (consecutive threads write consecutive columns).
-        for i in range(TM):
-            row = row0 + ty + i * THREADS_Y
-            if row < M:
-                for j in range(TN):
-                    col = col0 + tx + j * THREADS_X
-                    if col < N:
-                        v = acc[i, j]
-                        if has_bias:
-                            v += float32(bias[col])
-                        out[row, col] = apply_activation(v, act)
+                        breg[j] = sb[kk, tx + j * THREADS_X]
+                    for i in range(TM):
+                        av = sa[kk, ty + i * THREADS_Y]
+                        for j in range(TN):
+                            acc[i, j] += av * breg[j]
+                cuda.syncthreads()
+            # Epilogue: bias, activation, store (consecutive threads write consecutive columns).
+            for i in range(TM):
+                row = row0 + ty + i * THREADS_Y
+                if row < M:
+                    for j in range(TN):
+                        col = col0 + tx + j * THREADS_X
+                        if col < N:
+                            v = acc[i, j]
+                            if has_bias:
+                                v += float32(bias[col])
+                            out[out_base + row, col] = apply_activation(v, act)
+
+
+def _batch_strides(batch, out_batch):
+    """Matrix strides of a C-contiguous stack of matrices with batch dims `batch`, broadcast to
+    `out_batch` (rank 2, left-padded): 0 on broadcast dims."""
+    batch = (1,) * (2 - len(batch)) + tuple(batch)
+    return (batch[1] if batch[0] != 1 else 0, 1 if batch[1] != 1 else 0)
 
 
 def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str) -> int:
     """Launch the register-tiled matmul on `target`; returns the number of kernel launches.
 
-    Shapes come validated by the ISA (simaccel.ops.builtin.matmul): data (..., M, K), rank 2..4
-    (leading dims are flattened into rows); weight (K, N), or (N, K) when `transpose_b`
-    (torch linear form, y = x @ W^T); bias None or N values; out data.shape[:-1] + (N,).
+    Shapes come validated by the ISA (simaccel.ops.builtin.matmul): data (..., M, K), rank 2..4;
+    weight (K, N), or (N, K) when `transpose_b` (torch linear form, y = x @ W^T), or, not
+    transposed, a stack (..., K, N) whose batch dims broadcast with data's (attention's
+    Q @ K^T and A @ V); bias None or N values; out (broadcast batch dims..., M, N).
+    A 2-D weight is shared by every row of data, so data's batch dims are folded into rows.
     """
     # Device arrays' shapes reject negative indices: work on plain tuples.
     dshape = tuple(int(d) for d in data.shape)
     wshape = tuple(int(d) for d in weight.shape)
+    oshape = tuple(int(d) for d in out.shape)
     K = dshape[-1]
-    N = wshape[0] if transpose_b else wshape[1]
-    rows = math.prod(dshape[:-1])
+    N = oshape[-1]
     act = ACTIVATIONS[activation]
-    if rows == 0 or N == 0:
+    if math.prod(oshape) == 0:
         return 0
-
-    a2 = target.reshape(data, (rows, K))
-    o2 = target.reshape(out, (rows, N))
+    if len(wshape) == 2:  # one weight: every row of data is a row of one big matrix
+        batches, d1, sa, sb = 1, 1, (0, 0), (0, 0)
+        M = math.prod(dshape[:-1])
+    else:
+        out_batch = oshape[:-2]
+        padded = (1,) * (2 - len(out_batch)) + out_batch
+        batches, d1 = math.prod(out_batch), padded[1]
+        sa, sb = _batch_strides(dshape[:-2], padded), _batch_strides(wshape[:-2], padded)
+        M = dshape[-2]
+    a2 = target.reshape(data, (math.prod(dshape) // K, K))
+    w2 = target.reshape(weight, (math.prod(wshape) // wshape[-1], wshape[-1]))
+    o2 = target.reshape(out, (math.prod(oshape) // N, N))
     if bias is not None:
         b1 = target.reshape(bias, (N,))
         has_bias = 1
     else:
         # Never read (has_bias=0); a 1-D view of the weight keeps the kernel signature
         # the same without allocating anything.
-        b1 = target.reshape(weight, (wshape[0] * wshape[1],))
+        b1 = target.reshape(weight, (math.prod(wshape),))
         has_bias = 0
-    grid = ((N + BN - 1) // BN, min((rows + BM - 1) // BM, _MAX_GRID_Y))
+    grid = ((N + BN - 1) // BN, min((M + BM - 1) // BM, _MAX_GRID_Y), min(batches, _MAX_GRID_Z))
     block = (THREADS_X, THREADS_Y)
     target.launch(
         _matmul_kernel, grid, block,
-        o2, a2, weight, b1, rows, N, K, 1 if transpose_b else 0, has_bias, act,
+        o2, a2, w2, b1, M, N, K, 1 if transpose_b else 0, has_bias, act, batches, d1, *sa, *sb,
     )
     return 1

@@ -96,9 +96,16 @@ class _Recorder:
 
 
 def plan_launches(program: Program) -> tuple[Launch, ...]:
-    """Every kernel launch of `program` (a validated Program), in order."""
+    """Every kernel launch of `program` (a validated Program), in order.
+
+    Ops whose output is a view (`Program.views`) launch nothing; the launches that read a
+    view name the view's own tensor id, which the caller resolves to memory (the runtime
+    reshapes the owner's array, native regions patch in the owner's pointer).
+    """
     launches = []
     for index, node in enumerate(program.ops):
+        if node.output in program.views:
+            continue  # its output is its input's memory: nothing to launch
         op = get_op(node.op)
         recorder = _Recorder(program, index)
         arrays = [_Placeholder(i, program.tensors[i].shape, program.tensors[i].dtype) for i in node.inputs]

@@ -53,7 +53,7 @@ class DeviceProfile:
     name: str = "simaccel-default"
     ops: frozenset[str] | None = field(default=None)
     dtypes: tuple[str, ...] = ("float32", "float16")
-    max_rank: int = 4
+    max_rank: int = 6
     max_tensor_bytes: int | None = None
     max_region_bytes: int | None = None
     alignment: int | None = None

@@ -66,6 +66,25 @@ class Program:
         boundary = set(self.inputs) | set(self.outputs)
         return tuple(i for i in range(len(self.tensors)) if i not in boundary)
 
+    @functools.cached_property
+    def views(self) -> dict[int, int]:
+        """Intermediates that are views of another tensor's memory: tensor id -> the id of the
+        tensor that owns the memory (never itself a view).
+
+        The output of a view op (a reshape: same elements, same order) is not computed when it
+        is an intermediate: it is the input's memory under another shape, so no kernel runs
+        and nothing is copied. A view op whose output is a region output copies, since that
+        output is the caller's own buffer.
+        """
+        from .ops import get_op
+
+        boundary = set(self.inputs) | set(self.outputs)
+        views: dict[int, int] = {}
+        for node in self.ops:
+            if node.output not in boundary and get_op(node.op).family.view:
+                views[node.output] = views.get(node.inputs[0], node.inputs[0])
+        return views
+
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict:
         return {
@@ -213,8 +232,9 @@ class Program:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of all its tensors: what the region needs of the accelerator's scratchpad."""
-        return sum(t.nbytes for t in self.tensors)
+        """Bytes of all its tensors (views take none of their own): what the region needs of the
+        accelerator's scratchpad."""
+        return sum(t.nbytes for i, t in enumerate(self.tensors) if i not in self.views)
 
     def _check_attrs(self, where: str, op, attrs) -> None:
         """Exactly the op's attributes, each of its declared kind (simaccel.ops.attrs)."""

@@ -4,7 +4,8 @@ TVM's compiled region function calls `Runtime.invoke(key, program_json, *tensors
 with the region's inputs followed by its DPS outputs and the caller's current stream. The
 runtime parses and validates each Program once, picks an engine, checks every tensor
 (dtype, shape, device, layout, alignment) and binds it as a zero-copy view, runs the ops in
-order with intermediates from a per-plan pool, and records the call in its ledger.
+order with intermediates from a per-plan pool, and records the call in its ledger. An
+intermediate that is a view (a reshape, `Program.views`) is its owner's memory reshaped.
 
 An output whose memory is also one of the call's inputs (an aliased DPS output) is computed
 into plan-owned scratch and copied into place after the last op, so no op reads what an
@@ -81,7 +82,8 @@ class Plan:
                 self.launches[launch.op] += (launch,)
         self.slots: list = [None] * len(program.tensors)
         for i in program.intermediates:
-            self.slots[i] = engine.allocate(program.tensors[i], device[1])
+            if i not in program.views:  # a view gets its owner's memory on each call
+                self.slots[i] = engine.allocate(program.tensors[i], device[1])
         self.scratch: dict = {}  # staging buffers, host-staged mode only
         self.alias_scratch: dict = {}  # tensor id -> buffer an aliased output is computed into
         self.lock = threading.Lock()
@@ -313,7 +315,12 @@ class Runtime:
             views = {i: slots[i] for i in aliased}
             for i in aliased:
                 slots[i] = plan.alias_buffer(i)
+            for i, owner in program.views.items():
+                slots[i] = engine.view(slots[owner], program.tensors[i])
             for (node, op), recorded in zip(plan.steps, plan.launches):
+                if node.output in program.views:  # a reshape of memory already there: no work
+                    self.ledger.record_op(node.op, 0)
+                    continue
                 try:
                     launches = engine.execute(call, node, op, [slots[i] for i in node.inputs], slots[node.output], recorded)
                 except SimAccelError:

@@ -21,6 +21,11 @@ def dense(x, w):
     return op.matmul(x, op.permute_dims(w))
 
 
+def const(value, like):
+    """A scalar constant in the dtype of `like` (a parameter)."""
+    return relax.const(value, str(like.ty.dtype))
+
+
 OPS = [
     ("matmul", lambda x, w: op.matmul(x, w), [((5, 7), None), ((7, 3), None)]),
     ("matmul_batched", lambda x, w, b: op.nn.relu(op.add(op.matmul(x, w), b)), [((2, 3, 5), None), ((5, 4), None), ((4,), None)]),
@@ -39,6 +44,23 @@ OPS = [
     ("multiply", lambda x, y: op.multiply(x, y), [((2, 5), None), ((2, 5), None)]),
     ("relu", lambda x: op.nn.relu(x), [((4, 5), None)]),
     ("gelu", lambda x: op.nn.gelu(x), [((4, 5), None)]),
+    # What torch.export models need (issue: the PyTorch ISA).
+    ("subtract_divide", lambda x, y: op.divide(op.subtract(x, y), op.add(op.multiply(y, y), const(1.0, y))),
+     [((2, 3, 4), None), ((3, 1), None)]),
+    ("sigmoid_tanh_silu", lambda x: op.add(op.sigmoid(x), op.multiply(op.tanh(x), op.nn.silu(x))), [((3, 7), None)]),
+    ("exp_sqrt_rsqrt", lambda x: op.add(op.sqrt(op.exp(x)), op.rsqrt(op.add(op.exp(x), const(0.5, x)))), [((2, 9), None)]),
+    ("clip_relu6", lambda x: op.clip(op.multiply(x, const(4.0, x)), 0.0, 6.0), [((2, 3, 4, 4), None)]),
+    ("broadcast_to", lambda x: op.broadcast_to(x, (2, 3, 4)), [((3, 1), None)]),
+    ("reshape_views", lambda x, w: op.reshape(op.matmul(op.reshape(x, (6, 4)), w), (2, 3, 5)), [((2, 3, 4), None), ((4, 5), None)]),
+    ("squeeze_expand_flatten", lambda x: op.flatten(op.expand_dims(op.squeeze(op.nn.relu(x), [1]), [0])), [((2, 1, 3), None)]),
+    ("permute_dims", lambda x: op.permute_dims(op.nn.relu(x), [0, 2, 1, 3]), [((2, 3, 4, 5), None)]),
+    ("strided_slice", lambda x: op.strided_slice(x, [1, 2], [1, 0], [3, 5], [1, 2]), [((2, 4, 6), None)]),
+    ("mean_spatial", lambda x: op.mean(x, axis=[2, 3], keepdims=True), [((2, 3, 4, 5), None)]),
+    ("sum_max_last", lambda x: op.add(op.sum(x, axis=[-1]), op.max(x, axis=[-1])), [((2, 3, 7), None)]),
+    ("conv2d_depthwise", lambda x, w: op.nn.conv2d(x, w, strides=2, padding=1, groups=4), [((1, 4, 7, 7), None), ((4, 1, 3, 3), None)]),
+    ("conv2d_grouped", lambda x, w: op.nn.conv2d(x, w, padding=1, groups=2), [((2, 4, 5, 5), None), ((6, 2, 3, 3), None)]),
+    ("matmul_both_batched", lambda q, k: op.nn.softmax(op.matmul(q, op.permute_dims(k, [0, 1, 3, 2]))),
+     [((2, 2, 5, 8), None), ((2, 2, 6, 8), None)]),
 ]
 
 

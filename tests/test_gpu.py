@@ -248,7 +248,7 @@ KERNEL_CASES = [
     ("simaccel.dense_bias_gelu", [(300, 257), (129, 257), (129,)], {}),
     ("simaccel.matmul_relu", [(2, 100, 64), (64, 200)], {}),
     ("simaccel.conv2d_bias_relu", [(2, 16, 33, 31), (24, 16, 3, 3), (1, 24, 1, 1)],
-     {"strides": [2, 1], "padding": [1, 1, 2, 0], "dilation": [1, 2]}),
+     {"strides": [2, 1], "padding": [1, 1, 2, 0], "dilation": [1, 2], "groups": 1}),
     ("simaccel.max_pool2d", [(2, 8, 65, 63)], {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}),
     ("simaccel.avg_pool2d", [(2, 8, 65, 63)],
      {"pool_size": [3, 2], "strides": [2, 1], "padding": [1, 0, 1, 1], "dilation": [1, 1], "count_include_pad": False}),
@@ -319,7 +319,7 @@ SPECIAL_PROGRAMS = [
     ("simaccel.avg_pool2d", [(1, 3, 3, 3)], {**EMPTY_WINDOWS, "count_include_pad": False}),
     ("simaccel.dense_bias_relu", [(70, 65), (66, 65), (66,)], {}),
     ("simaccel.conv2d_bias_relu", [(1, 3, 9, 9), (4, 3, 3, 3), (1, 4, 1, 1)],
-     {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1]}),
+     {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}),
 ]
 
 

@@ -155,6 +155,34 @@ def test_matmul_row_tiles_beyond_grid_y(name, monkeypatch):
     check(name, _matmul_inputs(name, (130, 3), 5, "float32", rng))
 
 
+# (data shape, weight shape): both batched, batch dims broadcast both ways (attention's Q @ K^T).
+BATCHED_CASES = [((2, 3, 5), (2, 5, 4)), ((3, 5), (2, 5, 4)), ((2, 1, 3, 5), (1, 3, 5, 4)), ((4, 3, 17), (1, 17, 2)),
+                 ((2, 2, 70, 3), (2, 2, 3, 66))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.matmul", "simaccel.matmul_bias_relu"])
+@pytest.mark.parametrize("data_shape,weight_shape", BATCHED_CASES, ids=str)
+def test_matmul_with_a_batched_weight(name, data_shape, weight_shape, dtype):
+    rng = np.random.default_rng(13)
+    arrays = [_random(rng, data_shape, dtype), _random(rng, weight_shape, dtype)]
+    if "_bias" in name:
+        arrays.append(_random(rng, (weight_shape[-1],), dtype))
+    out, _ = check(name, arrays)
+    want = np.matmul(arrays[0].astype(np.float64), arrays[1].astype(np.float64))
+    if "_bias" not in name:
+        np.testing.assert_allclose(out.astype(np.float64), want, **TOL[dtype])
+
+
+def test_batched_matmul_beyond_grid_z(monkeypatch):
+    # With gridDim.z capped at 2, 5 matrices make block z=0 also do matrices 2 and 4.
+    from simaccel.kernels import matmul as matmul_kernels
+
+    monkeypatch.setattr(matmul_kernels, "_MAX_GRID_Z", 2)
+    rng = np.random.default_rng(14)
+    check("simaccel.matmul", [_random(rng, (5, 3, 4), "float32"), _random(rng, (5, 4, 2), "float32")])
+
+
 @pytest.mark.parametrize("name", ["simaccel.matmul", "simaccel.dense"])
 def test_matmul_float16_accumulates_in_float32(name):
     # sum = 2048 + 63 * 1: exact in float32 (2111 -> 2112 in float16), but a float16
@@ -172,12 +200,15 @@ def test_matmul_float16_accumulates_in_float32(name):
 
 CONV_OPS = ["simaccel.conv2d", "simaccel.conv2d_bias", "simaccel.conv2d_relu", "simaccel.conv2d_bias_relu"]
 
-# (data shape, weight shape, strides, padding (top, left, bottom, right), dilation)
+# (data shape, weight shape, strides, padding (top, left, bottom, right), dilation, groups)
 CONV_CASES = [
-    ((1, 3, 5, 6), (4, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1)),
-    ((2, 2, 7, 6), (3, 2, 3, 2), (2, 1), (1, 0, 2, 1), (1, 2)),
-    ((1, 3, 6, 5), (2, 3, 1, 1), (1, 2), (0, 0, 0, 0), (1, 1)),
-    ((1, 1, 6, 6), (5, 1, 2, 3), (3, 2), (2, 1, 0, 1), (2, 1)),
+    ((1, 3, 5, 6), (4, 3, 3, 3), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    ((2, 2, 7, 6), (3, 2, 3, 2), (2, 1), (1, 0, 2, 1), (1, 2), 1),
+    ((1, 3, 6, 5), (2, 3, 1, 1), (1, 2), (0, 0, 0, 0), (1, 1), 1),
+    ((1, 1, 6, 6), (5, 1, 2, 3), (3, 2), (2, 1, 0, 1), (2, 1), 1),
+    ((2, 4, 6, 5), (4, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 4),  # depthwise (MobileNet)
+    ((1, 6, 5, 5), (4, 3, 3, 2), (1, 1), (1, 0, 1, 1), (1, 1), 2),  # two groups of 3 channels
+    ((1, 3, 5, 5), (6, 1, 2, 2), (1, 1), (0, 0, 0, 0), (2, 2), 3),  # depthwise, 2 outputs per channel
 ]
 
 
@@ -186,12 +217,12 @@ CONV_CASES = [
 def test_conv2d_ops(name, dtype):
     idx = CONV_OPS.index(name)
     rng = np.random.default_rng(100 + idx)
-    for case, (dshape, wshape, strides, padding, dilation) in enumerate(CONV_CASES):
+    for case, (dshape, wshape, strides, padding, dilation, groups) in enumerate(CONV_CASES):
         arrays = [_random(rng, dshape, dtype), _random(rng, wshape, dtype, scale=0.5)]
         if "_bias" in name:
             o = wshape[0]
             arrays.append(_random(rng, (1, o, 1, 1) if case % 2 == 0 else (o, 1, 1), dtype))
-        out, _ = check(name, arrays, dict(strides=strides, padding=padding, dilation=dilation))
+        out, _ = check(name, arrays, dict(strides=strides, padding=padding, dilation=dilation, groups=groups))
         if "_relu" in name:
             assert (out >= 0).all()
 
@@ -295,23 +326,181 @@ BROADCAST_CASES = [
 ]
 
 
+BINARY_OPS = ["simaccel.add", "simaccel.subtract", "simaccel.multiply", "simaccel.divide"]
+UNARY_OPS = [f"simaccel.{name}" for name in ACTIVATIONS if name != "none"]
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", ["simaccel.add", "simaccel.multiply"])
+@pytest.mark.parametrize("name", BINARY_OPS)
 def test_binary(name, dtype):
-    rng = np.random.default_rng(17 if name.endswith("add") else 18)
+    rng = np.random.default_rng(17 + BINARY_OPS.index(name))
     for lhs_shape, rhs_shape in BROADCAST_CASES:
         for a_shape, b_shape in ((lhs_shape, rhs_shape), (rhs_shape, lhs_shape)):
-            check(name, [_random(rng, a_shape, dtype), _random(rng, b_shape, dtype)])
+            b = _random(rng, b_shape, dtype)
+            if name.endswith("divide"):
+                b = (np.sign(b) + (b == 0)) * (np.abs(b) + 0.5)  # away from 0: relative error stays small
+            check(name, [_random(rng, a_shape, dtype), np.asarray(b, dtype=dtype)])
+
+
+def test_binary_ops_are_not_commutative_by_mistake():
+    a, b = np.array([6.0, 1.0], np.float32), np.array([2.0, 4.0], np.float32)
+    assert run_op("simaccel.subtract", [a, b])[0].tolist() == [4.0, -3.0]
+    assert run_op("simaccel.divide", [a, b])[0].tolist() == [3.0, 0.25]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("name", ["simaccel.relu", "simaccel.gelu"])
+@pytest.mark.parametrize("name", UNARY_OPS)
 @pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 1, 3, 4)], ids=str)
 def test_unary(name, shape, dtype):
     rng = np.random.default_rng(len(shape))
-    out, _ = check(name, [_random(rng, shape, dtype, scale=3.0)])
+    x = _random(rng, shape, dtype, scale=3.0)
+    if name.endswith("sqrt"):
+        x = np.asarray(np.abs(x) + 0.1, dtype=dtype)
+    out, _ = check(name, [x])
     if name.endswith("relu"):
         assert (out >= 0).all()
+
+
+@pytest.mark.parametrize("name", UNARY_OPS + ["simaccel.clip"])
+def test_unary_special_values_match_the_reference(name):
+    # NaN, infinities, zeros and large magnitudes (sigmoid must not overflow either way).
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 100.0, -100.0, -1.0, 7.0], np.float32)
+    attrs = {"min": 0.0, "max": 6.0} if name.endswith("clip") else {}
+    out, ref = run_op(name, [x], attrs)
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-30, equal_nan=True)
+    if name.endswith("clip"):  # TVM's clip: NaN -> max, like max(min(x, 6), 0) as selects
+        assert out.tolist() == [6.0, 6.0, 0.0, 0.0, 0.0, 6.0, 0.0, 0.0, 6.0]
+    if name.endswith("sigmoid"):
+        assert out[5] == 1.0 and 0 <= out[6] < 1e-40
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clip(dtype):
+    rng = np.random.default_rng(5)
+    for low, high in ((0.0, 6.0), (-0.5, 0.25), (1.0, 1.0)):
+        out, _ = check("simaccel.clip", [_random(rng, (3, 7), dtype, scale=4.0)], {"min": low, "max": high})
+        assert out.min() >= np.asarray(low, dtype) and out.max() <= np.asarray(high, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,to", [((3,), (2, 3)), ((2, 1), (2, 4)), ((1, 3, 1), (2, 2, 3, 4)), ((), (2, 2)), ((4,), (4,))],
+                         ids=str)
+def test_broadcast_to(shape, to, dtype):
+    x = _random(np.random.default_rng(1), shape, dtype)
+    out, _ = check("simaccel.broadcast_to", [x], {"shape": list(to)})
+    np.testing.assert_array_equal(out, np.broadcast_to(x, to))
+
+
+# ---------------------------------------------------------------------------------------
+# layout: views (copied when they are a region's output), permute_dims, strided_slice
+
+VIEW_CASES = [
+    ("simaccel.reshape", (2, 3, 4), (4, 6)),
+    ("simaccel.expand_dims", (2, 3), (2, 1, 3)),
+    ("simaccel.squeeze", (2, 1, 3, 1), (2, 3)),
+    ("simaccel.flatten", (2, 3, 2), (12,)),
+    ("simaccel.reshape", (1, 2, 1, 3, 1, 2), (12,)),
+]
+
+
+@pytest.mark.parametrize("name,shape,to", VIEW_CASES, ids=str)
+def test_view_ops_copy_in_order(name, shape, to):
+    x = _random(np.random.default_rng(2), shape, "float16")
+    out, _ = check(name, [x], {"shape": list(to)})
+    np.testing.assert_array_equal(out, x.reshape(to))
+
+
+def test_a_view_of_another_size_is_refused():
+    from simaccel.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=r"simaccel.reshape: cannot view data \(2, 3\) \(6 elements\) as \(4,\)"):
+        get_op("simaccel.reshape").infer([(2, 3)], ["float32"], shape=[4])
+
+
+PERMUTE_CASES = [((5,), [0]), ((3, 4), [1, 0]), ((2, 3, 4, 5), [0, 2, 1, 3]), ((2, 3, 4), [2, 0, 1]),
+                 ((1, 3, 2, 2, 4), [3, 1, 2, 0, 4]), ((2, 1, 3, 2, 2, 3), [5, 4, 3, 2, 1, 0]), ((2, 0, 3), [2, 1, 0])]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,axes", PERMUTE_CASES, ids=str)
+def test_permute_dims(shape, axes, dtype):
+    x = _random(np.random.default_rng(3), shape, dtype)
+    out, ref = run_op("simaccel.permute_dims", [x], {"axes": axes}, expected_launches=int(x.size > 0))
+    np.testing.assert_array_equal(out, np.transpose(x, axes))
+    np.testing.assert_array_equal(ref, out)
+
+
+def test_permute_merges_axes_that_stay_neighbours():
+    from simaccel.kernels.layout import merged_dims
+
+    # (B, H, S, D) -> (B, S, H, D): D stays contiguous, B steps over all of H*S*D.
+    assert merged_dims([2, 4, 3, 8], [96, 8, 24, 1]) == ([1, 1, 2, 4, 3, 8], [0, 0, 96, 8, 24, 1])
+    # The identity permutation is one flat copy.
+    assert merged_dims([2, 3, 4], [12, 4, 1]) == ([1, 1, 1, 1, 1, 24], [0, 0, 0, 0, 0, 1])
+
+
+SLICE_CASES = [((5,), [1], [4], [1]), ((4, 6), [0, 1], [4, 6], [2, 3]), ((3, 4, 5), [1, 0, 2], [2, 4, 5], [1, 1, 2]),
+               ((2, 3, 4, 2), [0, 2, 1, 0], [2, 3, 3, 2], [1, 1, 1, 1]), ((4, 4), [2, 0], [2, 4], [1, 1])]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,begin,end,strides", SLICE_CASES, ids=str)
+def test_strided_slice(shape, begin, end, strides, dtype):
+    x = _random(np.random.default_rng(4), shape, dtype)
+    out, ref = run_op("simaccel.strided_slice", [x], {"begin": begin, "end": end, "strides": strides},
+                      expected_launches=int(ref_size(shape, begin, end, strides) > 0))
+    want = x[tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))]
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(ref, want)
+
+
+def ref_size(shape, begin, end, strides):
+    return int(np.prod([len(range(b, e, s)) for b, e, s in zip(begin, end, strides)]))
+
+
+def test_a_slice_out_of_bounds_is_refused():
+    from simaccel.errors import ShapeError
+
+    with pytest.raises(ShapeError, match="axis 1: slice 2:5:1 is not within 0..4"):
+        get_op("simaccel.strided_slice").infer([(3, 4)], ["float32"], begin=[0, 2], end=[3, 5], strides=[1, 1])
+
+
+# ---------------------------------------------------------------------------------------
+# reductions
+
+REDUCTION_CASES = [((3, 7), [1], False), ((2, 3, 4, 5), [2, 3], True), ((2, 3, 4), [0], False),
+                   ((2, 3, 4), [0, 1, 2], False), ((4, 1, 3), [1, 2], True), ((2, 3, 4, 2, 2), [1, 2, 3], False)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean", "simaccel.max"])
+@pytest.mark.parametrize("shape,axes,keepdims", REDUCTION_CASES, ids=str)
+def test_reductions(name, shape, axes, keepdims, dtype):
+    x = _random(np.random.default_rng(6), shape, dtype)
+    out, _ = check(name, [x], {"axes": axes, "keepdims": keepdims})
+    numpy_fn = {"sum": np.sum, "mean": np.mean, "max": np.max}[name.split(".")[1]]
+    want = numpy_fn(x.astype(np.float64), axis=tuple(axes), keepdims=keepdims)
+    np.testing.assert_allclose(out.astype(np.float64), want, **TOL[dtype])
+
+
+def test_reductions_of_nothing_and_of_nan_are_tvms():
+    empty = np.zeros((2, 0, 3), np.float32)
+    assert run_op("simaccel.sum", [empty], {"axes": [1], "keepdims": False})[0].tolist() == [[0.0] * 3] * 2
+    assert np.isnan(run_op("simaccel.mean", [empty], {"axes": [1], "keepdims": False})[0]).all()
+    lowest = np.finfo(np.float32).min  # TVM's start value for max, not -inf
+    assert (run_op("simaccel.max", [empty], {"axes": [1], "keepdims": False})[0] == lowest).all()
+    x = np.array([[np.nan, 1.0, 2.0], [1.0, np.nan, 0.5], [1.0, 2.0, np.nan]], np.float32)
+    out, ref = run_op("simaccel.max", [x], {"axes": [1], "keepdims": False})
+    # A running `acc if acc > v else v`: a NaN survives only if no later element replaces it.
+    np.testing.assert_array_equal(out, ref)
+    assert out[0] == 2.0 and out[1] == 0.5 and np.isnan(out[2])
+
+
+def test_a_reduction_over_axes_that_are_not_neighbours_is_refused():
+    from simaccel.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=r"axes \[0, 2\] are not neighbours"):
+        get_op("simaccel.sum").infer([(2, 3, 4)], ["float32"], axes=[0, 2], keepdims=False, reduction="sum")
 
 
 @pytest.mark.parametrize(
@@ -324,7 +513,8 @@ def test_binary_collapses_dims(a_shape, b_shape, nd):
     target = PlanOnlyTarget()
     a, b = np.zeros(a_shape, np.float32), np.zeros(b_shape, np.float32)
     out = np.zeros(np.broadcast_shapes(a_shape, b_shape), np.float32)
-    get_op("simaccel.add").kernel(target, FakeCUDAArray(out), FakeCUDAArray(a), FakeCUDAArray(b))
+    add = get_op("simaccel.add")
+    add.kernel(target, FakeCUDAArray(out), FakeCUDAArray(a), FakeCUDAArray(b), **add.all_attrs({}))
     (_, _, _, args), = target.launches
     assert args[3] == nd
 
@@ -354,9 +544,10 @@ def test_apply_activation_scalar():
 
 
 def test_every_op_has_a_kernel_test():
-    tested = set(MATMUL_OPS) | set(CONV_OPS) | {
-        "simaccel.max_pool2d", "simaccel.avg_pool2d", "simaccel.softmax", "simaccel.layer_norm",
-        "simaccel.add", "simaccel.multiply", "simaccel.relu", "simaccel.gelu",
+    tested = set(MATMUL_OPS) | set(CONV_OPS) | set(BINARY_OPS) | set(UNARY_OPS) | {name for name, _, _ in VIEW_CASES} | {
+        "simaccel.max_pool2d", "simaccel.avg_pool2d", "simaccel.softmax", "simaccel.layer_norm", "simaccel.clip",
+        "simaccel.broadcast_to", "simaccel.permute_dims", "simaccel.strided_slice", "simaccel.sum", "simaccel.mean",
+        "simaccel.max",
     }
     assert set(list_ops()) == tested
 
@@ -374,11 +565,12 @@ class PlanOnlyTarget(KernelTarget):
 
 def test_launch_shapes():
     rng = np.random.default_rng(0)
-    # matmul: 2D grid of 64x64 block tiles covering (N, rows), 16x16 threads per block,
-    # gridDim.y capped at 65535 (the kernel loops over the remaining row tiles)
+    # matmul: a grid of 64x64 block tiles covering (N, rows), 16x16 threads per block,
+    # gridDim.y capped at 65535 (the kernel loops over the remaining row tiles); one weight:
+    # one matrix (gridDim.z 1), data's batch dims folded into rows
     op = get_op("simaccel.dense")
-    for data_shape, n, want in (((2, 9, 5), 17, (1, 1)), ((65, 5), 129, (3, 2)), ((64, 5), 128, (2, 1)),
-                                ((65535 * 64 + 1, 1), 1, (1, 65535))):
+    for data_shape, n, want in (((2, 9, 5), 17, (1, 1, 1)), ((65, 5), 129, (3, 2, 1)), ((64, 5), 128, (2, 1, 1)),
+                                ((65535 * 64 + 1, 1), 1, (1, 65535, 1))):
         target = PlanOnlyTarget()
         data, weight = np.empty(data_shape, np.float32), np.empty((n, data_shape[-1]), np.float32)
         out = np.empty(data_shape[:-1] + (n,), np.float32)

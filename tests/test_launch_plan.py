@@ -29,7 +29,7 @@ WINDOW = {"strides": [2, 1], "padding": [1, 0, 1, 2], "dilation": [1, 2]}
 CASES = [
     ("simaccel.dense_bias_gelu", [(2, 3, 5), (7, 5), (7,)], {}),
     ("simaccel.matmul_relu", [(3, 70), (70, 66)], {}),
-    ("simaccel.conv2d_bias_relu", [(1, 2, 6, 5), (3, 2, 3, 2), (1, 3, 1, 1)], WINDOW),
+    ("simaccel.conv2d_bias_relu", [(1, 2, 6, 5), (3, 2, 3, 2), (1, 3, 1, 1)], {"groups": 1, **WINDOW}),
     ("simaccel.max_pool2d", [(1, 2, 5, 6)], {"pool_size": [2, 3], **WINDOW}),
     ("simaccel.avg_pool2d", [(1, 2, 5, 6)], {"pool_size": [2, 3], "count_include_pad": False, **WINDOW}),
     ("simaccel.softmax", [(3, 33)], {}),

@@ -45,8 +45,20 @@ def chain_program() -> Program:
     return Program("chain", t, (0, 1, 2), (5,), ops).validate()
 
 
+def views_program() -> Program:
+    """Views: of an input (read by relu), of an intermediate (read by softmax), and one that is
+    a region output (copied into the caller's buffer)."""
+    t = (TensorSpec("x", (2, 3, 4), "float32"), TensorSpec("x_rows", (6, 4), "float32"), TensorSpec("h", (6, 4), "float32"),
+         TensorSpec("h_wide", (2, 12), "float32"), TensorSpec("y", (2, 12), "float32"), TensorSpec("h_flat", (24,), "float32"))
+    ops = (OpNode("simaccel.reshape", (0,), 1, {"shape": [6, 4]}), OpNode("simaccel.relu", (1,), 2),
+           OpNode("simaccel.reshape", (2,), 3, {"shape": [2, 12]}), OpNode("simaccel.softmax", (3,), 4),
+           OpNode("simaccel.flatten", (2,), 5, {"shape": [24]}))
+    return Program("views", t, (0,), (4, 5), ops).validate()
+
+
 PROGRAMS = {region_symbol(n, d): one_op_program(n, s, d, a) for n, s, a in CASES for d in ("float32", "float16")}
 PROGRAMS["r_chain"] = chain_program()
+PROGRAMS["r_views"] = views_program()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +97,8 @@ def expected_words(program: Program, launch, addresses: dict[int, int]) -> list[
         if isinstance(arg, View):
             item = np.dtype(program.tensors[arg.tensor].dtype).itemsize
             strides = [item * int(np.prod(arg.shape[k + 1:], dtype=np.int64)) for k in range(len(arg.shape))]
-            words += [0, 0, int(np.prod(arg.shape, dtype=np.int64)), item, addresses.get(arg.tensor), *arg.shape, *strides]
+            owner = program.views.get(arg.tensor, arg.tensor)  # a view is its owner's memory
+            words += [0, 0, int(np.prod(arg.shape, dtype=np.int64)), item, addresses.get(owner), *arg.shape, *strides]
         elif isinstance(arg, (bool, int)):
             words.append(int(arg))
         else:
@@ -122,7 +135,25 @@ def test_a_region_launches_its_plan_on_tvms_stream_with_tvms_pointers(fake, symb
                 intermediates.add(word)
             else:
                 assert word == want
-    assert len(intermediates) == len(program.intermediates)
+    assert len(intermediates) == len(program.intermediates) - len(program.views)
+
+
+def test_views_are_their_owners_memory_and_only_a_viewed_output_is_copied(fake):
+    library, driver = fake
+    program = PROGRAMS["r_views"]
+    assert program.views == {1: 0, 3: 2}  # x_rows is x, h_wide is h; h_flat is an output
+    x, y, h_flat = arrays_for(program)
+    before = driver.counter("allocations")
+    with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), 0x7E1):  # a stream of its own: fresh memory
+        library["r_views"](*[cuda_tensor(a) for a in (x, y, h_flat)])
+    assert driver.counter("allocations") - before == 1  # h only: no memory for either view
+    relu, softmax, copy = driver.launches()
+    # Each kernel's first array is its output (data pointer in word 4), the next its input
+    # (word 11: a 1-D array is 7 words, a 2-D one 9).
+    h = relu["words"][4]
+    assert relu["words"][11] == x.ctypes.data  # relu reads x itself through its view
+    assert softmax["words"][4] == y.ctypes.data and softmax["words"][13] == h  # softmax reads h as (2, 12)
+    assert copy["words"][4] == h_flat.ctypes.data and copy["words"][11] == h  # the viewed output is a copy of h
 
 
 def test_intermediates_are_allocated_once_per_stream(fake):

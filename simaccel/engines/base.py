@@ -68,6 +68,10 @@ class Engine:
         """Memory for an intermediate tensor, owned by a plan and reused across calls."""
         return np.empty(spec.shape, dtype=spec.dtype)
 
+    def view(self, array, spec: TensorSpec):
+        """`array` (C-contiguous, of spec's element count) under spec's shape: same memory."""
+        return array.reshape(spec.shape)
+
     def copy(self, call: Call, destination, source) -> None:
         """Copy one bound tensor into another of the same shape and dtype (on the call's stream)."""
         np.copyto(destination, source)

@@ -73,7 +73,7 @@ struct Region {
   const int32_t* outputs;
   int32_t num_launches;
   const Launch* launches;
-  const int8_t* kinds;          // per tensor: 0 intermediate, 1 input, 2 + k output k
+  const int8_t* kinds;          // per tensor: -1 view, 0 intermediate, 1 input, 2 + k output k
   const char* launches_per_op;  // "1,1,2": for the ledger
 };
 
@@ -503,8 +503,8 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
     int capturing = 0;
     bool checked_capture = false;
     for (int32_t t = 0; t < r.num_tensors; ++t) {
-      const int32_t kind = r.kinds[t];  // 0: intermediate, 1: input, 2 + k: output k
-      if (kind == 1 || (kind >= 2 && !aliased[n_in + kind - 2])) continue;
+      const int32_t kind = r.kinds[t];  // -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
+      if (kind < 0 || kind == 1 || (kind >= 2 && !aliased[n_in + kind - 2])) continue;
       if (memory->slots[t] == 0) {
         if (!checked_capture) {
           d.StreamIsCapturing(stream, &capturing);

@@ -109,6 +109,8 @@ def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], i
                      f"{spec.nbytes}, {align}}},")
     out += [f"const TensorSpec kTensors{r}[] = {{", *specs, "};"]
     kinds = [0] * len(program.tensors)
+    for i in program.views:
+        kinds[i] = -1  # a view: its owner's memory, never allocated
     for i in program.inputs:
         kinds[i] = 1
     for k, o in enumerate(program.outputs):
@@ -154,7 +156,7 @@ def _words(program: Program, launch: Launch) -> tuple[list[int], list[tuple[int,
                 strides.append(step)
                 step *= dim
             nitems = int(np.prod(arg.shape, dtype=np.int64))
-            patches.append((len(words) + 4, arg.tensor))
+            patches.append((len(words) + 4, program.views.get(arg.tensor, arg.tensor)))
             words += [0, 0, nitems, itemsize, 0, *arg.shape, *reversed(strides)]
         elif isinstance(arg, (bool, int)):
             words.append(int(arg))

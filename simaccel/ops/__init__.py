@@ -3,7 +3,8 @@
 The public API to add an instruction (see docs/adding-an-op.md):
 
 * `OpFamily` - the declaration: Relax pattern, attributes, shape rule, reference, kernel;
-* `relax_op` - the Relax expression it replaces; `Reject` - a match that stays on TVM;
+* `relax_op` - the Relax expression it replaces (`relax_value` - a shape or number argument);
+  `Reject` - a match that stays on TVM;
 * `declare`  - add it to the ISA; `attrs` - attribute kinds; `rules` - shape-rule helpers;
 * `ShapeError` - what a shape rule raises for inputs the op does not take.
 
@@ -13,7 +14,7 @@ loaded from $SIMACCEL_OPS when the registry is first read. Kernels are imported 
 
 from ..errors import ShapeError
 from . import attrs, rules
-from .declare import OpDef, OpFamily, RelaxMatch, RelaxPattern, Reject, relax_op
+from .declare import OpDef, OpFamily, RelaxMatch, RelaxPattern, RelaxValue, Reject, relax_op, relax_value
 from .registry import USER_OPS_ENV, declare, families, get_op, list_ops, load_user_ops
 
 from . import builtin  # noqa: E402, F401  (declares the built-in families, through the same API)
@@ -23,6 +24,7 @@ __all__ = [
     "OpFamily",
     "RelaxMatch",
     "RelaxPattern",
+    "RelaxValue",
     "Reject",
     "ShapeError",
     "USER_OPS_ENV",
@@ -33,5 +35,6 @@ __all__ = [
     "list_ops",
     "load_user_ops",
     "relax_op",
+    "relax_value",
     "rules",
 ]

@@ -1,5 +1,5 @@
-"""The ISA's activations: what a fused ``*_<activation>`` variant and a standalone activation
-op compute, and which Relax op each one replaces.
+"""The ISA's activations (elementwise functions of one tensor): what a fused
+``*_<activation>`` variant and a standalone op compute, and which Relax op each one replaces.
 
 Kernels implement them under the same names (simaccel.kernels.activation); a test keeps the
 two tables equal.
@@ -31,10 +31,22 @@ def _gelu(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
+def _sigmoid(x):
+    x = np.asarray(x, dtype=np.float32)
+    e = np.exp(-np.abs(x))  # never overflows; sigmoid(-|x|) = e / (1 + e)
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
 # name -> (the Relax op it replaces, float32 numpy function)
 ACTIVATIONS = {
     "relu": ("relax.nn.relu", _relu),
     "gelu": ("relax.nn.gelu", _gelu),
+    "sigmoid": ("relax.sigmoid", _sigmoid),
+    "tanh": ("relax.tanh", np.tanh),
+    "silu": ("relax.nn.silu", lambda x: x * _sigmoid(x)),
+    "exp": ("relax.exp", np.exp),
+    "sqrt": ("relax.sqrt", np.sqrt),
+    "rsqrt": ("relax.rsqrt", lambda x: 1 / np.sqrt(x)),
 }
 
 

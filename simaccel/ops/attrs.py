@@ -42,6 +42,13 @@ def positive_float(value) -> float:
     return float(value)
 
 
+def count(value) -> int:
+    """An integer >= 1 (groups)."""
+    if type(value) is not int or value < 1:
+        raise ValueError(f"must be an integer >= 1, got {value!r}")
+    return value
+
+
 def integer(value) -> int:
     """Any integer (an axis, a count)."""
     if type(value) is not int:
@@ -54,3 +61,20 @@ def number(value) -> float:
     if type(value) not in (int, float) or not math.isfinite(value):
         raise ValueError(f"must be a finite number, got {value!r}")
     return float(value)
+
+
+def shape(value) -> tuple[int, ...]:
+    """A tensor shape: a list of integers >= 0 (rank 0 to 6)."""
+    if not isinstance(value, (list, tuple)) or len(value) > 6:
+        raise ValueError(f"must be a list of at most 6 integers >= 0, got {value!r}")
+    return _ints(value, len(value), 0, "integers >= 0")
+
+
+def axes(value) -> tuple[int, ...]:
+    """Distinct axes (integers >= 0, the rank is checked by the op's shape rule)."""
+    if not isinstance(value, (list, tuple)) or len(value) > 6:
+        raise ValueError(f"must be a list of at most 6 distinct integers >= 0, got {value!r}")
+    found = _ints(value, len(value), 0, "distinct integers >= 0")
+    if len(set(found)) != len(found):
+        raise ValueError(f"must be distinct, got {value!r}")
+    return found

@@ -16,6 +16,7 @@ values, and a kernel given as ``"module:function"`` is imported on first launch.
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -31,10 +32,25 @@ _NAME = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
 
 
 @dataclass(frozen=True)
+class RelaxValue:
+    """A call argument that is a value, not a tensor: a shape (``R.shape([...])``), a
+    ``PrimValue`` or a scalar constant. `from_relax` reads it as Python in
+    ``match.values[name]``; it is not an input of the op, and a match where it is not a
+    constant stays on TVM."""
+
+    name: str
+
+
+def relax_value(name: str) -> RelaxValue:
+    """A value argument of a Relax call: e.g. ``relax_op("relax.reshape", "data", relax_value("shape"))``."""
+    return RelaxValue(name)
+
+
+@dataclass(frozen=True)
 class RelaxPattern:
     """A Relax call to match: `op` applied to `args`, each a role name (any expression, which
-    becomes that op input) or a nested RelaxPattern. `name` lets `from_relax` read this
-    node's attributes (the outermost node is always ``"root"``)."""
+    becomes that op input), a `relax_value` or a nested RelaxPattern. `name` lets `from_relax`
+    read this node's attributes (the outermost node is always ``"root"``)."""
 
     op: str
     args: tuple
@@ -43,7 +59,20 @@ class RelaxPattern:
     def roles(self) -> list[str]:
         found = []
         for arg in self.args:
-            found += arg.roles() if isinstance(arg, RelaxPattern) else [arg]
+            if isinstance(arg, RelaxPattern):
+                found += arg.roles()
+            elif not isinstance(arg, RelaxValue):
+                found.append(arg)
+        return found
+
+    def values(self) -> list[str]:
+        """Names of the value arguments, nested calls' too."""
+        found = []
+        for arg in self.args:
+            if isinstance(arg, RelaxPattern):
+                found += arg.values()
+            elif isinstance(arg, RelaxValue):
+                found.append(arg.name)
         return found
 
     def nodes(self) -> list["RelaxPattern"]:
@@ -67,6 +96,7 @@ class RelaxMatch:
     nodes: Mapping[str, Mapping[str, Any]]  # node name -> its attributes as Python values
     shapes: Mapping[str, tuple[int, ...]]
     dtypes: Mapping[str, str]
+    values: Mapping[str, Any] = field(default_factory=dict)  # `relax_value` name -> Python value
 
     @property
     def attrs(self) -> Mapping[str, Any]:
@@ -113,6 +143,12 @@ class OpFamily:
         kernel then gets ``activation=`` ("none" for the plain variant).
     dtypes:
         The dtypes it computes in (all inputs and the output share one).
+    view:
+        True for an op whose output is its one input's elements in the same order under
+        another shape (reshape, squeeze, expand_dims, flatten). Such an op runs no kernel
+        and copies nothing where its output is an intermediate: the runtime gives the
+        output the input's memory (`Program.views`). Its `kernel` runs only where the output
+        is a region output (the caller's buffer), and must copy.
     fuzz:
         Optional, for `simaccel fuzz`: ``fuzz(shape, draw) -> (shapes, relax_kwargs)`` to
         apply the op to a value of `shape` (its first input): shapes of the other inputs by
@@ -133,6 +169,7 @@ class OpFamily:
     bias: str | None = None
     activations: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = FLOAT_DTYPES
+    view: bool = False
     fuzz: Callable | None = None
     doc: str = ""
 
@@ -159,6 +196,9 @@ class OpFamily:
         names = [n.name for n in self.pattern.nodes()[1:] if n.name]
         if "root" in names or len(set(names)) != len(names):
             bad("pattern node names must be distinct and not 'root'")
+        values = self.pattern.values()
+        if len(set(values)) != len(values) or set(values) & (set(names) | set(inputs) | {"root", "bias"}):
+            bad(f"value names {values} must be distinct, and differ from the roles and node names")
         for fn_name in ("infer", "reference"):
             if not callable(getattr(self, fn_name)):
                 bad(f"{fn_name} must be callable")
@@ -179,6 +219,8 @@ class OpFamily:
             bad(f"attributes {sorted(clash)} are both declared and fixed")
         if not self.dtypes or any(d not in FLOAT_DTYPES for d in self.dtypes):
             bad(f"dtypes must be a non-empty subset of {FLOAT_DTYPES}")
+        if self.view and (len(inputs) != 1 or self.bias or self.activations):
+            bad("a view op takes exactly one input and has no fused bias or activation")
 
     def variants(self) -> list["OpDef"]:
         """One OpDef per (bias, activation) variant, the plain op first."""
@@ -235,6 +277,9 @@ class OpDef:
         except Exception as e:  # a bug in the declaration's rule, not bad input: say whose
             raise OpDeclarationError(f"{self.name}: its shape rule (infer) failed on shapes {list(shapes)} with "
                                      f"attributes {attrs}: {type(e).__name__}: {e}") from e
+        if self.family.view and math.prod(shape) != math.prod(shapes[0]):
+            raise OpDeclarationError(f"{self.name}: a view op, but its shape rule gives {shape} "
+                                     f"({math.prod(shape)} elements) for data {tuple(shapes[0])}")
         if self.bias and not is_bias_for(self.family.bias, shapes[core], shape):
             raise ShapeError(f"{self.name}: bias {tuple(shapes[core])} is not one value per "
                              f"{'output channel' if self.family.bias == 'channel' else 'output column'} "

@@ -18,6 +18,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
+import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.relax.backend.pattern_registry import get_patterns_with_prefix, register_patterns
@@ -26,7 +27,7 @@ from tvm.relax.dpl import is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
 from ...errors import OpDeclarationError, SimAccelError
-from ...ops import OpDef, RelaxMatch, RelaxPattern, Reject, families, get_op
+from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxValue, Reject, families, get_op
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
 
@@ -84,12 +85,30 @@ def python_value(value):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, tirx.IntImm):
-        return bool(value.value) if value.dtype == "bool" else int(value.value)
+        return bool(value.value) if str(value.expr_ty()) == "bool" else int(value.value)
     if isinstance(value, tirx.FloatImm):
         return float(value.value)
     if isinstance(value, (list, tuple, tvm_ffi.Array)):
         return [python_value(v) for v in value]
     return str(value)  # dtypes, layouts
+
+
+def constant_value(expr):
+    """A value argument as Python, or None where it is not a constant: a static shape as a
+    list of ints, a number (``T.float64(6.0)``) or a scalar constant as an int or float."""
+    from tvm import tirx
+
+    if isinstance(expr, relax.ShapeExpr):
+        dims = [python_value(d) for d in expr.values]
+        return dims if all(type(d) is int for d in dims) else None
+    if isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
+        return python_value(expr)
+    if isinstance(expr, relax.Tuple):  # a tuple of numbers (strided_slice's axes, begins, ...)
+        values = [constant_value(f) for f in expr.fields]
+        return values if all(isinstance(v, (int, float)) for v in values) else None
+    if isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().ndim == 0:
+        return expr.value.numpy().item()
+    return None
 
 
 class _Attrs(dict):
@@ -132,6 +151,8 @@ def op_pattern(op: OpDef) -> OpPattern:
         for arg in node.args:
             if isinstance(arg, RelaxPattern):
                 args.append(build(arg))
+            elif isinstance(arg, RelaxValue):  # checked to be a constant by `program_attrs`
+                args.append(annotations.setdefault(arg.name, wildcard()))
             else:  # a role: the same wildcard wherever it appears (x * sigmoid(x))
                 args.append(annotations.setdefault(arg, wildcard()))
         call = is_op(node.op)(*args)
@@ -225,12 +246,19 @@ def check(spec: OpPattern, context: PatternCheckContext) -> bool:
 
 def program_attrs(spec: OpPattern, annotated, shapes: dict, dtypes: dict) -> dict:
     """The Program attributes of one match (the family's `from_relax`); Reject to stay on TVM."""
+    value_names = spec.op.family.pattern.values()
+    values = {}
+    for name in value_names:
+        values[name] = value = constant_value(annotated[name])
+        if value is None:
+            raise Reject(f"{name} is not a constant ({annotated[name]})")
     from_relax = spec.op.family.from_relax
     if from_relax is None:
         return {}
-    nodes = {name: _Attrs(annotated[name]) for name in spec.annotations if name == "root" or name not in spec.op.inputs}
+    nodes = {name: _Attrs(annotated[name]) for name in spec.annotations
+             if name == "root" or name not in spec.op.inputs and name not in value_names}
     try:
-        attrs = from_relax(RelaxMatch(nodes, shapes, dtypes))
+        attrs = from_relax(RelaxMatch(nodes, shapes, dtypes, values))
     except (Reject, SimAccelError):
         raise
     except Exception as e:  # a bug in the declaration, not in the model: say whose

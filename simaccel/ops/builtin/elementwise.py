@@ -1,6 +1,7 @@
-"""Elementwise families: ``simaccel.add`` and ``simaccel.multiply`` (numpy broadcasting,
-rank <= 4) and one op per ISA activation (``simaccel.relu``, ``simaccel.gelu``). Computed
-in float32, stored in the input dtype."""
+"""Elementwise families: ``simaccel.add``, ``subtract``, ``multiply`` and ``divide`` (numpy
+broadcasting, rank <= 4), ``simaccel.clip``, ``simaccel.broadcast_to``, and one op per ISA
+activation (``simaccel.relu``, ``gelu``, ``sigmoid``, ``tanh``, ``silu``, ``exp``, ``sqrt``,
+``rsqrt``). Computed in float32, stored in the input dtype."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ import numpy as np
 
 from ...errors import ShapeError
 from ..activation import ACTIVATIONS, activate
-from ..declare import OpFamily, relax_op
+from .. import attrs as kinds
+from ..declare import OpFamily, relax_op, relax_value
 from ..registry import declare
 from ..rules import check_rank, f32
 
 
-def broadcast_shape(shapes):
+def broadcast_shape(shapes, **_):
     try:
         shape = np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
     except ValueError:
@@ -27,16 +29,62 @@ def same_shape(shapes, **_):
     return tuple(shapes[0])
 
 
-for _name, _fn in (("add", np.add), ("multiply", np.multiply)):
+for _name, _fn in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply), ("divide", np.divide)):
     declare(OpFamily(
         name=f"simaccel.{_name}",
         inputs=("lhs", "rhs"),
         pattern=relax_op(f"relax.{_name}", "lhs", "rhs"),
         infer=broadcast_shape,
-        reference=lambda lhs, rhs, _fn=_fn: _fn(f32(lhs), f32(rhs)),
-        kernel=f"simaccel.kernels.elementwise:launch_{_name}",
+        reference=lambda lhs, rhs, *, operation, _fn=_fn: _fn(f32(lhs), f32(rhs)),
+        kernel="simaccel.kernels.elementwise:launch_binary",
+        fixed={"operation": _name},
         doc=f"{_name} with numpy broadcasting, rank <= 4",
     ))
+
+
+def clip_from_relax(match):
+    low, high = match.values["min"], match.values["max"]
+    return {"min": float(low), "max": float(high)}
+
+
+def clip(data, *, min, max):
+    """TVM's clip, max(min(x, max), min) as selects: NaN gives `max` (so does TVM, CPU and CUDA)."""
+    x = f32(data)
+    x = np.where(x < np.float32(max), x, np.float32(max))
+    return np.where(x > np.float32(min), x, np.float32(min))
+
+
+declare(OpFamily(
+    name="simaccel.clip",
+    inputs=("data",),
+    pattern=relax_op("relax.clip", "data", relax_value("min"), relax_value("max")),
+    attrs={"min": kinds.number, "max": kinds.number},
+    from_relax=clip_from_relax,
+    infer=same_shape,
+    reference=clip,
+    kernel="simaccel.kernels.elementwise:launch_clip",
+    doc="clip to [min, max] (ReLU6 is clip(0, 6)), elementwise",
+))
+
+
+def infer_broadcast_to(shapes, *, shape):
+    shape = tuple(shape)
+    if broadcast_shape([shapes[0], shape]) != shape:
+        raise ShapeError(f"data {tuple(shapes[0])} does not broadcast to {shape}")
+    return shape
+
+
+declare(OpFamily(
+    name="simaccel.broadcast_to",
+    inputs=("data",),
+    pattern=relax_op("relax.broadcast_to", "data", relax_value("shape")),
+    attrs={"shape": kinds.shape},
+    from_relax=lambda match: {"shape": list(match.values["shape"])},
+    infer=infer_broadcast_to,
+    reference=lambda data, *, shape: np.broadcast_to(data, tuple(shape)),
+    kernel="simaccel.kernels.elementwise:launch_broadcast_to",
+    doc="broadcast_to a shape (numpy rules), rank <= 4",
+))
 
 for _name, (_relax, _) in ACTIVATIONS.items():
     declare(OpFamily(

@@ -1,12 +1,16 @@
 """Matmul families: ``simaccel.matmul`` and ``simaccel.dense``, each with ``_bias`` and
 ``_relu`` / ``_gelu`` variants.
 
-`matmul` multiplies data (..., M, K) by a weight (K, N); `dense` is the torch-style linear
-form, weight (N, K) used as W^T (Relax: ``permute_dims`` of the weight, then ``matmul``).
+`matmul` multiplies data (..., M, K) by a weight (K, N), or by a stack of them (..., K, N)
+whose batch dims broadcast with data's (attention's Q @ K^T and A @ V); `dense` is the
+torch-style linear form, weight (N, K) used as W^T (Relax: ``permute_dims`` of the weight,
+then ``matmul``).
 A bias adds one value per output column; accumulation is float32.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ...errors import ShapeError
 from ..declare import OpFamily, Reject, relax_op
@@ -15,21 +19,25 @@ from ..rules import check_rank, f32
 
 
 def infer_matmul(shapes, *, transpose_b):
-    data, weight = shapes
+    data, weight = (tuple(s) for s in shapes)
     check_rank("data", data, 2, 4)
-    check_rank("weight", weight, 2, 2)
-    k_w, n = (weight[1], weight[0]) if transpose_b else (weight[0], weight[1])
+    check_rank("weight", weight, 2, 2 if transpose_b else 4)
+    k_w, n = (weight[1], weight[0]) if transpose_b else (weight[-2], weight[-1])
     if data[-1] != k_w:
-        raise ShapeError(
-            f"reduction sizes differ: data {tuple(data)} has K={data[-1]}, weight {tuple(weight)} has K={k_w}"
-        )
-    return tuple(data[:-1]) + (n,)
+        raise ShapeError(f"reduction sizes differ: data {data} has K={data[-1]}, weight {weight} has K={k_w}")
+    if len(weight) == 2:
+        return data[:-1] + (n,)
+    try:
+        batch = np.broadcast_shapes(data[:-2], weight[:-2])
+    except ValueError:
+        raise ShapeError(f"batch dims of data {data} and weight {weight} do not broadcast") from None
+    return tuple(batch) + (data[-2], n)
 
 
 def matmul(data, weight, *, transpose_b):
-    """data @ weight (or weight^T) in float32."""
+    """data @ weight (or weight^T) in float32, batch dims broadcast."""
     w = f32(weight)
-    return f32(data) @ (w.T if transpose_b else w)
+    return np.matmul(f32(data), w.T if transpose_b else w)
 
 
 def dense_from_relax(match):
@@ -52,5 +60,5 @@ for _name, _transpose_b in (("simaccel.matmul", False), ("simaccel.dense", True)
         fixed={"transpose_b": _transpose_b},
         bias="row",
         activations=("relu", "gelu"),
-        doc="data (..., M, K) @ " + ("weight (N, K)^T" if _transpose_b else "weight (K, N)"),
+        doc="data (..., M, K) @ " + ("weight (N, K)^T" if _transpose_b else "weight (..., K, N), batch dims broadcast"),
     ))

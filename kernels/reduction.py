@@ -1,0 +1,60 @@
+"""Reduction kernel: sum, mean and max over one run of neighbouring axes.
+
+Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
+(simaccel.sum, simaccel.mean, simaccel.max). The input is viewed as (outer, R, inner): one
+thread per output element (outer, inner), consecutive threads on consecutive inner indices
+(coalesced reads where inner > 1), looping over R in index order with a float32
+accumulator. max is TVM's running ``acc if acc > v else v`` from the dtype's lowest finite
+value, so NaN and empty reductions match TVM's CPU build.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from .elementwise import _grid, divmod_fast
+
+REDUCTIONS = {"sum": 0, "mean": 1, "max": 2}
+
+
+def _reduction_kernel(out, x, R, inner, inv_inner, code, lowest, total):
+    idx = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while idx < total:
+        o, i = divmod_fast(idx, inner, inv_inner)
+        base = o * R * inner + i
+        if code == 2:
+            acc = float32(lowest)
+            for r in range(R):
+                v = float32(x[base + r * inner])
+                acc = acc if acc > v else v
+        else:
+            acc = float32(0.0)
+            for r in range(R):
+                acc += float32(x[base + r * inner])
+            if code == 1:
+                acc = acc / float32(R)
+        out[idx] = acc
+        idx += step
+
+
+def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
+    """out = reduction of data over `axes` (validated by the ISA: one run of neighbouring axes)."""
+    shape = tuple(int(d) for d in data.shape)
+    outer = math.prod(shape[: axes[0]])
+    R = math.prod(shape[axes[0]: axes[-1] + 1])
+    inner = math.prod(shape[axes[-1] + 1:])
+    total = outer * inner
+    if total == 0:
+        return 0
+    lowest = float(np.finfo(np.dtype(data.dtype)).min)
+    grid, block = _grid(total)
+    flat_out = target.reshape(out, (total,))
+    # Reducing nothing reads nothing: `out` stands in for the empty input.
+    flat_in = target.reshape(data, (math.prod(shape),)) if R else flat_out
+    target.launch(_reduction_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner,
+                  REDUCTIONS[reduction], lowest, total)
+    return 1

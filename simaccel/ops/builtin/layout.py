@@ -1,0 +1,157 @@
+"""Layout families: views (``simaccel.reshape``, ``expand_dims``, ``squeeze``, ``flatten``),
+``simaccel.permute_dims`` and ``simaccel.strided_slice``.
+
+A view op's result is its input's elements in the same order under another shape, so it is
+declared ``view=True``: where its output is an intermediate of a region, no kernel runs and
+nothing is copied (the runtime hands the next op the same memory, `Program.views`); where it
+is a region output, a copy kernel fills the caller's buffer. The four Relax ops become one
+kind of Program op each, all with the output `shape` as their attribute.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import ShapeError
+from .. import attrs as kinds
+from ..declare import OpFamily, Reject, relax_op, relax_value
+from ..registry import declare
+from ..rules import check_rank
+
+MAX_RANK = 6
+COPY = "simaccel.kernels.elementwise:launch_copy"
+
+
+def infer_view(shapes, *, shape):
+    data, shape = tuple(shapes[0]), tuple(shape)
+    check_rank("data", data, 0, MAX_RANK)
+    if math.prod(shape) != math.prod(data):
+        raise ShapeError(f"cannot view data {data} ({math.prod(data)} elements) as {shape}")
+    return shape
+
+
+def view(data, *, shape):
+    return np.reshape(data, tuple(shape))
+
+
+def _shape(dims: list[int]) -> dict:
+    if len(dims) > MAX_RANK:
+        raise Reject(f"result of rank {len(dims)} (at most {MAX_RANK})")
+    return {"shape": dims}
+
+
+def reshape_from_relax(match):
+    return _shape(list(match.values["shape"]))
+
+
+def expand_dims_from_relax(match):
+    data = list(match.shapes["data"])
+    rank = len(data) + len(match.attrs["axis"])
+    axes = sorted(a % rank for a in match.attrs["axis"])
+    for a in axes:
+        data.insert(a, 1)
+    return _shape(data)
+
+
+def squeeze_from_relax(match):
+    data = list(match.shapes["data"])
+    axis = match.attrs["axis"]
+    drop = {a % len(data) for a in axis} if axis is not None else {i for i, d in enumerate(data) if d == 1}
+    if any(data[a] != 1 for a in drop):
+        raise Reject(f"squeeze of axes {sorted(drop)} of {tuple(data)}, not all of size 1")
+    return _shape([d for i, d in enumerate(data) if i not in drop])
+
+
+def flatten_from_relax(match):
+    return _shape([math.prod(match.shapes["data"])])
+
+
+for _op, _pattern, _from_relax in (
+    ("reshape", relax_op("relax.reshape", "data", relax_value("shape")), reshape_from_relax),
+    ("expand_dims", relax_op("relax.expand_dims", "data"), expand_dims_from_relax),
+    ("squeeze", relax_op("relax.squeeze", "data"), squeeze_from_relax),
+    ("flatten", relax_op("relax.flatten", "data"), flatten_from_relax),
+):
+    declare(OpFamily(
+        name=f"simaccel.{_op}",
+        inputs=("data",),
+        pattern=_pattern,
+        attrs={"shape": kinds.shape},
+        from_relax=_from_relax,
+        infer=infer_view,
+        reference=view,
+        kernel=COPY,
+        view=True,
+        doc=f"{_op}: a view of its input (no kernel, no copy), rank <= {MAX_RANK}",
+    ))
+
+
+def permute_from_relax(match):
+    axes = match.attrs["axes"]
+    rank = len(match.shapes["data"])
+    return {"axes": [a % rank for a in axes] if axes is not None else list(range(rank - 1, -1, -1))}
+
+
+def infer_permute(shapes, *, axes):
+    data = tuple(shapes[0])
+    check_rank("data", data, 1, MAX_RANK)
+    if sorted(axes) != list(range(len(data))):
+        raise ShapeError(f"axes {list(axes)} are not a permutation of the {len(data)} axes of data {data}")
+    return tuple(data[a] for a in axes)
+
+
+declare(OpFamily(
+    name="simaccel.permute_dims",
+    inputs=("data",),
+    pattern=relax_op("relax.permute_dims", "data"),
+    attrs={"axes": kinds.axes},
+    from_relax=permute_from_relax,
+    infer=infer_permute,
+    reference=lambda data, *, axes: np.transpose(data, axes),
+    kernel="simaccel.kernels.layout:launch_permute",
+    doc=f"permute_dims (transpose) of up to {MAX_RANK} axes",
+))
+
+
+def strided_slice_from_relax(match):
+    data = match.shapes["data"]
+    rank = len(data)
+    axes, begin, end, steps = (match.values[k] for k in ("axes", "begin", "end", "strides"))
+    if not len(axes) == len(begin) == len(end) == len(steps):
+        raise Reject(f"strided_slice with {len(axes)} axes, {len(begin)} begins, {len(end)} ends, {len(steps)} steps")
+    if any(s < 1 for s in steps):
+        raise Reject(f"strided_slice steps {list(steps)} (only steps >= 1)")
+    first, last, step = [0] * rank, list(data), [1] * rank
+    for a, b, e, s in zip(axes, begin, end, steps):
+        start, stop, _ = slice(b, e, s).indices(data[a % rank])  # Relax clamps like Python
+        count = len(range(start, stop, s))
+        first[a % rank], last[a % rank], step[a % rank] = start, start + max(count - 1, 0) * s + (count > 0), s
+    return {"begin": first, "end": last, "strides": step}
+
+
+def infer_strided_slice(shapes, *, begin, end, strides):
+    data = tuple(shapes[0])
+    check_rank("data", data, 1, MAX_RANK)
+    if not len(begin) == len(end) == len(strides) == len(data):
+        raise ShapeError(f"begin {list(begin)}, end {list(end)} and strides {list(strides)} need one value per axis "
+                         f"of data {data}")
+    for k, (b, e, s, d) in enumerate(zip(begin, end, strides, data)):
+        if not (0 <= b <= e <= d and s >= 1):
+            raise ShapeError(f"axis {k}: slice {b}:{e}:{s} is not within 0..{d} with a step >= 1")
+    return tuple(-(-(e - b) // s) for b, e, s in zip(begin, end, strides))
+
+
+declare(OpFamily(
+    name="simaccel.strided_slice",
+    inputs=("data",),
+    pattern=relax_op("relax.strided_slice", "data", relax_value("axes"), relax_value("begin"),
+                     relax_value("end"), relax_value("strides")),
+    attrs={"begin": kinds.shape, "end": kinds.shape, "strides": kinds.shape},
+    from_relax=strided_slice_from_relax,
+    infer=infer_strided_slice,
+    reference=lambda data, *, begin, end, strides: np.asarray(data)[tuple(map(slice, begin, end, strides))],
+    kernel="simaccel.kernels.layout:launch_strided_slice",
+    doc=f"strided_slice (steps >= 1) of up to {MAX_RANK} axes",
+))

@@ -1,0 +1,73 @@
+"""Reduction families: ``simaccel.mean``, ``simaccel.sum`` and ``simaccel.max`` over axes.
+
+The reduced axes must be neighbours (one run, e.g. the spatial axes (2, 3) of NCHW, or the
+last axis): the tensor is then (outer, reduced, inner) in memory. `keepdims` keeps them as
+size 1. Sums accumulate in float32 in index order; max is TVM's running
+``acc if acc > v else v`` from the dtype's lowest finite value (as TVM's max pooling and
+reduction on CPU), so NaN and empty reductions come out as TVM's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeError
+from .. import attrs as kinds
+from ..declare import OpFamily, relax_op
+from ..registry import declare
+from ..rules import check_rank, f32
+
+MAX_RANK = 6
+REDUCTIONS = ("sum", "mean", "max")
+
+
+def reduction_from_relax(match):
+    rank = len(match.shapes["data"])
+    axis = match.attrs["axis"]
+    axes = sorted({a % rank for a in axis}) if axis is not None else list(range(rank))
+    return {"axes": axes, "keepdims": bool(match.attrs["keepdims"])}
+
+
+def infer_reduction(shapes, *, axes, keepdims, reduction):
+    data = tuple(shapes[0])
+    check_rank("data", data, 1, MAX_RANK)
+    axes = list(axes)
+    if not axes or axes != sorted(axes) or axes[-1] >= len(data):
+        raise ShapeError(f"axes {axes} must be increasing axes of data {data}")
+    if axes != list(range(axes[0], axes[-1] + 1)):
+        raise ShapeError(f"axes {axes} are not neighbours (the reduced axes must be one run)")
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(data))
+    return tuple(d for i, d in enumerate(data) if i not in axes)
+
+
+def reduce(data, *, axes, keepdims, reduction):
+    x, axes = f32(data), tuple(axes)
+    if reduction == "sum":
+        return x.sum(axis=axes, keepdims=keepdims, dtype=np.float32)
+    if reduction == "mean":
+        count = np.prod([x.shape[a] for a in axes])
+        return x.sum(axis=axes, keepdims=keepdims, dtype=np.float32) / np.float32(count)
+    lowest = np.float32(np.finfo(np.asarray(data).dtype).min)
+    moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+    rows = moved.reshape(moved.shape[: x.ndim - len(axes)] + (-1,))
+    acc = np.full(rows.shape[:-1], lowest, dtype=np.float32)
+    for r in range(rows.shape[-1]):  # in index order, like TVM's loop
+        acc = np.where(acc > rows[..., r], acc, rows[..., r])
+    shape = infer_reduction([x.shape], axes=axes, keepdims=keepdims, reduction=reduction)
+    return acc.reshape(shape)
+
+
+for _name in REDUCTIONS:
+    declare(OpFamily(
+        name=f"simaccel.{_name}",
+        inputs=("data",),
+        pattern=relax_op(f"relax.{_name}", "data"),
+        attrs={"axes": kinds.axes, "keepdims": kinds.flag},
+        from_relax=reduction_from_relax,
+        infer=infer_reduction,
+        reference=reduce,
+        kernel="simaccel.kernels.reduction:launch_reduction",
+        fixed={"reduction": _name},
+        doc=f"{_name} over neighbouring axes, rank <= {MAX_RANK}",
+    ))
