@@ -20,7 +20,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=["simaccel", "simaccel.ops", "simaccel.ops.builtin", "simaccel.engines", "simaccel.native", "simaccel.kernels", "simaccel.tvm_integration",
-              "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools"],
+              "simaccel.tvm_integration.rewrites", "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools"],
     # The C++ half of native regions, compiled into every CUDA build's library.
     package_data={"simaccel.native": ["region.h"]},
     package_dir={

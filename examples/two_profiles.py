@@ -2,11 +2,11 @@
 
     conv2d+bias+relu -> conv2d+bias+relu -> max_pool2d -> reshape -> dense+bias -> softmax
 
-Profile "full" runs every declared op with no memory limit: two regions (the convolutions
-and the pooling; the dense layer and softmax), only reshape stays on TVM. Profile
-"conv-only" runs only the conv2d family, in float32, with a 20,000-byte scratchpad: the
-two convolutions (24,000 bytes of tensors together) are split into two regions, and
-pooling, dense and softmax stay on TVM, each with the reason the report gives.
+Profile "full" runs every declared op with no memory limit: the whole model is one region
+(the reshape inside it is a view: no kernel, no copy). Profile "conv-only" runs only the
+conv2d family, in float32, with a 20,000-byte scratchpad: the two convolutions (24,000
+bytes of tensors together) are split into two regions, and pooling, reshape, dense and
+softmax stay on TVM, each with the reason the report gives.
 
 Each partition is built and run on the `ref` engine and checked against TVM alone.
 Exit status 0 when both match, 1 otherwise.

@@ -1,16 +1,16 @@
 """Zero-copy on the GPU in one script: TVM kernel -> simaccel region -> TVM kernel.
 
-    h0 = tanh(x)                     TVM kernel
+    h0 = leaky_relu(x)               TVM kernel
     h1 = relu(h0 @ fc_w^T + fc_b)    simaccel region (simaccel.dense_bias_relu)
-    h2 = sigmoid(h1)                 TVM kernel
+    h2 = log_softmax(h1)             TVM kernel
     returns (h0, h1, h2)
 
 Built for the CUDA target and run on the GPU with the ledger tracing every tensor the region
 is handed, it shows:
 
-1. pointer identity: the region read h0 at the device address TVM's tanh kernel wrote it to,
+1. pointer identity: the region read h0 at the device address TVM's leaky_relu kernel wrote it to,
    read the caller's fc_w and fc_b in place, and wrote h1 into the buffer TVM allocated (which
-   TVM's sigmoid then read);
+   TVM's log_softmax then read);
 2. bytes simaccel copied (from the ledger) and time per call: the region native (C++ launching
    the AOT-compiled kernels, GPU only), on the Python `cuda` engine zero-copy, and host-staged
    (the comparison mode that bounces every region tensor through host memory);
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     finally:
         runtime.ledger.tracing = False
     trace = runtime.ledger.trace()
-    ours = {h0.data_ptr(): "h0, written by TVM's tanh kernel", w.data_ptr(): "fc_w, the caller's argument",
-            b.data_ptr(): "fc_b, the caller's argument", h1.data_ptr(): "h1, allocated by TVM; sigmoid reads it"}
+    ours = {h0.data_ptr(): "h0, written by TVM's leaky_relu kernel", w.data_ptr(): "fc_w, the caller's argument",
+            b.data_ptr(): "fc_b, the caller's argument", h1.data_ptr(): "h1, allocated by TVM; log_softmax reads it"}
     for entry in trace:
         print(f"    region {entry['role']:6} {entry['tensor']!r:6} @ {entry['address']:#x} on {entry['device']}: "
               f"{ours.get(entry['address'], 'NOT a buffer TVM handed over')}")

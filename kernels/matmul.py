@@ -180,9 +180,9 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
         batches, d1 = math.prod(out_batch), padded[1]
         sa, sb = _batch_strides(dshape[:-2], padded), _batch_strides(wshape[:-2], padded)
         M = dshape[-2]
-    a2 = target.reshape(data, (math.prod(dshape) // K, K))
-    w2 = target.reshape(weight, (math.prod(wshape) // wshape[-1], wshape[-1]))
-    o2 = target.reshape(out, (math.prod(oshape) // N, N))
+    a2 = target.reshape(data, (math.prod(dshape[:-1]), K))
+    w2 = target.reshape(weight, (math.prod(wshape[:-1]), wshape[-1]))
+    o2 = target.reshape(out, (math.prod(oshape[:-1]), N))
     if bias is not None:
         b1 = target.reshape(bias, (N,))
         has_bias = 1

@@ -115,7 +115,7 @@ def test_pointer_identity(artifacts, clean_runtime):
     inputs = {e["address"] for e in trace if e["role"] == "input"}
     outputs = [e["address"] for e in trace if e["role"] == "output"]
     assert all(e["device"] == "cuda:0" for e in trace)
-    assert h0.data_ptr() in inputs  # tanh's output, written by a TVM kernel, read in place
+    assert h0.data_ptr() in inputs  # leaky_relu's output, written by a TVM kernel, read in place
     assert {w.data_ptr(), b.data_ptr()} <= inputs  # the caller's weights, read in place
     assert outputs == [h1.data_ptr()]  # the region wrote TVM's own buffer; sigmoid read it
     assert len({h0.data_ptr(), h1.data_ptr(), h2.data_ptr()}) == 3

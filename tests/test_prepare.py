@@ -1,4 +1,4 @@
-"""Inference rewrites before partitioning (tvm_integration/backend/prepare.py): an inference
+"""Inference rewrites before partitioning (tvm_integration/rewrites/inference.py): an inference
 batch_norm with constant statistics becomes multiply + add, so conv -> batch_norm -> relu
 (every torch.export CNN) is one region; anything else is left to TVM with its reason."""
 

@@ -52,7 +52,7 @@ def test_two_profiles_give_two_different_correct_partitions():
 def test_a_tensor_over_the_profile_s_size_stays_on_tvm():
     model = mlp(batch=64)  # x and the hidden values are 64 x 16 x 4 = 4096 bytes
     _, report, found = regions(model, DeviceProfile(name="small-tensors", max_tensor_bytes=2048))
-    assert found == []
+    assert set(sum(found, [])) <= {"simaccel.permute_dims"}  # only transposes of small weights fit
     assert any("takes 4096 bytes, more than profile small-tensors's 2048 per tensor" in k[2] for k in report.kept)
 
 

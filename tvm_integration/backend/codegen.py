@@ -26,7 +26,8 @@ from ...ops import Reject
 from ...profile import DeviceProfile, active_profile
 from .forwarder import forwarder_module
 from .native import native_choice, native_module
-from .patterns import op_name, program_attrs, sync_patterns, tensor_info
+from ..rewrites import tensor_info
+from .patterns import op_name, program_attrs, sync_patterns
 
 
 def codegen(functions, options=None, constant_names=None) -> list:

@@ -19,7 +19,7 @@ from tvm import relax
 from ...errors import SimAccelError
 from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
 from .patterns import Rejection, checking, op_name, registered_patterns
-from .prepare import prepare_for_inference
+from ..rewrites import prepare_for_inference
 from .split import split_regions
 
 

@@ -30,6 +30,7 @@ from ...errors import OpDeclarationError, SimAccelError
 from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxValue, Reject, families, get_op
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
+from ..rewrites import tensor_info
 
 logger = logging.getLogger("simaccel.partition")
 
@@ -61,23 +62,6 @@ def checking(profile: DeviceProfile, rejections: list):
 
 
 # -- reading Relax expressions -------------------------------------------------------------
-def tensor_info(expr) -> tuple[tuple[int, ...] | None, str | None]:
-    """(static shape or None, dtype or None) of a Relax tensor expression."""
-    ty = expr.ty
-    if not isinstance(ty, relax.TensorType):
-        return None, None
-    dtype = str(ty.dtype)
-    shape = ty.shape
-    if shape is None or not hasattr(shape, "values"):
-        return None, dtype
-    dims = []
-    for dim in shape.values:
-        if not hasattr(dim, "value"):
-            return None, dtype
-        dims.append(int(dim.value))
-    return tuple(dims), dtype
-
-
 def python_value(value):
     """A Relax attribute value as plain Python: ints, floats, bools, strings, lists, None."""
     from tvm import tirx

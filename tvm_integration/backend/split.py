@@ -14,7 +14,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from .patterns import tensor_bytes, tensor_info
+from ..rewrites import tensor_info
+from .patterns import tensor_bytes
 
 
 def nbytes(var) -> int:

@@ -21,8 +21,10 @@ def demo_cnn(dtype: str = "float32", batch: int = 2) -> tvm.IRModule:
     """A CNN with an MLP head, with TVM-only ops between offloaded regions.
 
     conv+bias+relu -> max_pool -> conv+bias+relu -> avg_pool   (simaccel region 1)
-    reshape (flatten) -> tanh                                  (TVM: no simaccel pattern)
-    dense+bias+relu -> layer_norm -> dense+bias -> softmax     (simaccel region 2)
+    leaky_relu                                                 (TVM: no simaccel pattern)
+    reshape (flatten) -> dense+bias+relu -> layer_norm
+                      -> dense+bias -> softmax                 (simaccel region 2; the reshape
+                                                                is a view: no kernel, no copy)
     """
     bb = relax.BlockBuilder()
     x = _param("image", (batch, 3, 16, 16), dtype)
@@ -40,8 +42,8 @@ def demo_cnn(dtype: str = "float32", batch: int = 2) -> tvm.IRModule:
             h = bb.emit(relax.op.nn.conv2d(h, w2, padding=(1, 1, 1, 1)))
             h = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(h, b2))))
             h = bb.emit(relax.op.nn.avg_pool2d(h, pool_size=(2, 2), strides=(2, 2)))
+            h = bb.emit(relax.op.nn.leakyrelu(h, 0.1))
             h = bb.emit(relax.op.reshape(h, (batch, 256)))
-            h = bb.emit(relax.op.tanh(h))
             h = bb.emit(relax.op.matmul(h, bb.emit(relax.op.permute_dims(fc1_w))))
             h = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(h, fc1_b))))
             h = bb.emit(relax.op.nn.layer_norm(h, ln_g, ln_b, axes=[-1]))
@@ -67,9 +69,9 @@ def random_inputs(mod: tvm.IRModule, seed: int = 0, func: str = "main") -> list[
 def hetero_chain(dtype: str = "float32", rows: int = 64, features: int = 256, hidden: int = 512) -> tvm.IRModule:
     """TVM -> simaccel -> TVM, returning every stage so buffers can be checked.
 
-    h0 = tanh(x)                     (TVM kernel)
+    h0 = leaky_relu(x)               (TVM kernel)
     h1 = relu(h0 @ fc_w^T + fc_b)    (simaccel region: reads h0 where TVM wrote it)
-    h2 = sigmoid(h1)                 (TVM kernel: reads h1 where simaccel wrote it)
+    h2 = log_softmax(h1)             (TVM kernel: reads h1 where simaccel wrote it)
     returns (h0, h1, h2)
     """
     bb = relax.BlockBuilder()
@@ -77,10 +79,10 @@ def hetero_chain(dtype: str = "float32", rows: int = 64, features: int = 256, hi
     w, b = _param("fc_w", (hidden, features), dtype), _param("fc_b", (hidden,), dtype)
     with bb.function("main", [x, w, b]):
         with bb.dataflow():
-            h0 = bb.emit(relax.op.tanh(x))
+            h0 = bb.emit(relax.op.nn.leakyrelu(x, 0.1))
             h1 = bb.emit(relax.op.matmul(h0, bb.emit(relax.op.permute_dims(w))))
             h1 = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(h1, b))))
-            h2 = bb.emit(relax.op.sigmoid(h1))
+            h2 = bb.emit(relax.op.nn.log_softmax(h1))
             out = bb.emit_output(relax.Tuple([h0, h1, h2]))
         bb.emit_func_output(out)
     return bb.get()
@@ -89,20 +91,21 @@ def hetero_chain(dtype: str = "float32", rows: int = 64, features: int = 256, hi
 def long_upstream(dtype: str = "float32", channels: int = 32, size: int = 512) -> tvm.IRModule:
     """A slow TVM kernel right before a simaccel region, to test stream ordering.
 
-    depthwise conv2d 9x9 (groups=channels: TVM only, milliseconds on a GPU) ->
-    max_pool2d 8x8 -> conv2d+bias+relu (simaccel) -> sigmoid (TVM)
+    depthwise conv2d 9x9 on NHWC data (TVM only: simaccel takes NCHW; milliseconds on a GPU) ->
+    permute to NCHW -> max_pool2d 8x8 -> conv2d+bias+relu (simaccel) -> log_softmax (TVM)
     """
     bb = relax.BlockBuilder()
-    x = _param("x", (1, channels, size, size), dtype)
+    x = _param("x", (1, size, size, channels), dtype)
     dw = _param("dw_w", (channels, 1, 9, 9), dtype)
     w, b = _param("conv_w", (16, channels, 3, 3), dtype), _param("conv_b", (1, 16, 1, 1), dtype)
     with bb.function("main", [x, dw, w, b]):
         with bb.dataflow():
-            h = bb.emit(relax.op.nn.conv2d(x, dw, padding=4, groups=channels))
+            h = bb.emit(relax.op.nn.conv2d(x, dw, padding=4, groups=channels, data_layout="NHWC", out_layout="NHWC"))
+            h = bb.emit(relax.op.permute_dims(h, [0, 3, 1, 2]))
             h = bb.emit(relax.op.nn.max_pool2d(h, pool_size=(8, 8), strides=(8, 8)))
             h = bb.emit(relax.op.nn.conv2d(h, w, padding=1))
             h = bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(h, b))))
-            out = bb.emit_output(relax.op.sigmoid(h))
+            out = bb.emit_output(relax.op.nn.log_softmax(h, axis=1))
         bb.emit_func_output(out)
     return bb.get()
 

@@ -1,7 +1,7 @@
 """Inference rewrites applied before partitioning: ops that are arithmetic the ISA already has.
 
-Where it sits: `partition_for_simaccel` runs `prepare_for_inference` on the module before
-matching patterns. Each rewrite gives exactly the same values, done once at build time:
+Where it sits: `partition_for_simaccel` (simaccel.tvm_integration.backend.partition) runs
+`prepare_for_inference` on the module before matching patterns. Each rewrite gives exactly the same values, done once at build time:
 
 * ``relax.nn.batch_norm`` in inference mode (``training=False``) whose four statistics are
   constants becomes ``x * scale + shift`` with constant `scale = gamma / sqrt(var + eps)` and
@@ -23,7 +23,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
-from .patterns import tensor_info
+from .types import tensor_info
 
 BATCH_NORM = "relax.nn.batch_norm"
 
