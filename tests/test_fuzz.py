@@ -157,7 +157,10 @@ def test_draws_without_user_ops_are_those_of_before(monkeypatch):
     monkeypatch.setattr(registry, "_FAMILIES", {n: f for n, f in registry._FAMILIES.items() if f.namespace == "simaccel"})
     data = [case_to_json(draw_case(Draw.seeded(seed), Config())) for seed in range(50)]
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=list).encode()).hexdigest()[:16]
-    assert digest == "8b57dc34fbb86c78"
+    # Changed once on purpose: the generator draws the PyTorch ISA's ops too (reductions, slices,
+    # take, broadcast_to, clip, divide, silu, sqrt, rsqrt, leaky_relu); results before then were
+    # drawn by the older generator.
+    assert digest == "3b896474bc2030cc"
 
 
 def test_models_with_a_user_op_are_valid_relax_and_its_reference_matches_tvm(rms_norm_op):

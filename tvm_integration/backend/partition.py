@@ -38,7 +38,8 @@ class PartitionReport:
         for note in self.rewritten:
             lines.append(f"  rewritten first: {note}")
         for name, ops in self.regions.items():
-            lines.append(f"  {name}: {' -> '.join(ops)}")
+            short = name if len(name) <= 64 else f"{name[:40]}...{name[-20:]}"  # TVM names a region after all its ops
+            lines.append(f"  {short}: {' -> '.join(ops)}")
         for note in self.splits:
             lines.append(f"  split: {note}")
         lines.append(f"kept on TVM: {len(self.kept)} op(s)")

@@ -1,19 +1,24 @@
 """Inference rewrites applied before partitioning: ops that are arithmetic the ISA already has.
 
 Where it sits: `partition_for_simaccel` (simaccel.tvm_integration.backend.partition) runs
-`prepare_for_inference` on the module before matching patterns. Each rewrite gives exactly the same values, done once at build time:
+`prepare_for_inference` on the module before matching patterns. Each rewrite computes the
+same function, once at build time; where constants are folded, only float rounding differs
+(folded constants are computed in float64 and stored in the tensor's dtype):
 
 * ``relax.nn.batch_norm`` in inference mode (``training=False``) whose four statistics are
   constants becomes ``x * scale + shift`` with constant `scale = gamma / sqrt(var + eps)` and
-  `shift = beta - mean * scale` (computed in float64, stored in the tensor's dtype), so a
-  conv -> batch_norm -> relu chain of a torch.export model stays in one region.
-
+  `shift = beta - mean * scale`;
+* then ``conv2d(x, W) * scale`` with a constant weight and one scale per output channel
+  becomes ``conv2d(x, W * scale)``, so conv -> batch_norm -> relu of a torch.export CNN is
+  one ``conv2d_bias_relu``;
 * ``relax.broadcast_to`` of a tensor to its own shape is dropped, and so is a broadcast of a
   matmul operand to batch dims the matmul would broadcast it to anyway (torch.export writes
-  both around every batched linear layer): the matmul then takes a 2-D weight.
+  both around every batched linear layer): the matmul then takes a 2-D weight;
+* ``relax.take`` of one constant index (torch's ``x[i]``) becomes strided_slice + squeeze, and
+  every strided_slice gets its steps written out.
 
-A batch_norm that does not qualify (training mode, statistics that are inputs) is left as
-it is and stays on TVM with its reason in the partition report.
+What does not qualify (a training-mode batch_norm, statistics that are inputs, an index that
+is a tensor) is left as it is and stays on TVM with its reason in the partition report.
 """
 
 from __future__ import annotations
@@ -28,25 +33,19 @@ from .types import tensor_info
 BATCH_NORM = "relax.nn.batch_norm"
 
 
+NOTES = {  # what each rewrite's count means, in the partition report
+    "batch_norm": f"{BATCH_NORM} (inference, constant statistics) rewritten as multiply + add",
+    "conv_scale": "multiply by a per-channel constant folded into the weights of the conv2d before it",
+    "broadcast": "relax.broadcast_to dropped (to its own shape, or into a matmul, which broadcasts itself)",
+    "take": "relax.take of one constant index rewritten as strided_slice + squeeze",
+}
+
+
 def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind."""
-    data = wildcard()
-    stats = [is_const() for _ in range(4)]
-    norm = is_op(BATCH_NORM)(data, *stats)
-    pattern = is_tuple_get_item(norm, 0)
-    folded = 0
-
-    def rewrite(expr, matches):
-        nonlocal folded
-        call = matches[norm]
-        replacement = _affine(matches[data], call)
-        if replacement is None:
-            return expr
-        folded += 1
-        return replacement
-
-    counts = {"broadcast": 0, "take": 0}
-    rewrites = [(pattern, rewrite), *_broadcast_rewrites(counts), *_slice_rewrites(counts)]
+    counts = dict.fromkeys(NOTES, 0)
+    rewrites = [*_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts), *_broadcast_rewrites(counts),
+                *_slice_rewrites(counts)]
     out = tvm.IRModule({}, attrs=mod.attrs)
     for gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
@@ -54,13 +53,46 @@ def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
                 func = rewrite_call(found, replace, func)
             func = relax.analysis.remove_all_unused(func)
         out[gvar] = func
-    notes = [f"{folded} {BATCH_NORM} (inference, constant statistics) rewritten as multiply + add"] if folded else []
-    if counts["broadcast"]:
-        notes.append(f"{counts['broadcast']} relax.broadcast_to dropped (to its own shape, or into a matmul, "
-                     "which broadcasts itself)")
-    if counts["take"]:
-        notes.append(f"{counts['take']} relax.take of one constant index rewritten as strided_slice + squeeze")
-    return out, notes
+    return out, [f"{count} {NOTES[kind]}" for kind, count in counts.items() if count]
+
+
+def _batch_norm_rewrites(counts: dict) -> list:
+    data = wildcard()
+    norm = is_op(BATCH_NORM)(data, *(is_const() for _ in range(4)))
+
+    def rewrite(expr, matches):
+        replacement = _affine(matches[data], matches[norm])
+        if replacement is None:
+            return expr
+        counts["batch_norm"] += 1
+        return replacement
+
+    return [(is_tuple_get_item(norm, 0), rewrite)]
+
+
+def _conv_scale_rewrites(counts: dict) -> list:
+    """`conv2d(x, W) * s` with constant W (OIHW) and a constant s of one value per output channel
+    -> `conv2d(x, W * s)`: what a batch_norm folds into, so conv -> bias -> relu stays one op."""
+    data, weight, scale = wildcard(), is_const(), is_const()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    scaled = is_op("relax.multiply")(conv, scale)
+
+    def rewrite(expr, matches):
+        call = matches[conv]
+        w = matches[weight].value.numpy()
+        s = matches[scale].value.numpy()
+        out_shape = tensor_info(call)[0]
+        layouts = (str(call.attrs.data_layout), str(call.attrs.kernel_layout), str(call.attrs.out_layout))
+        if out_shape is None or layouts != ("NCHW", "OIHW", "NCHW") or s.dtype != w.dtype or w.ndim != 4:
+            return expr
+        channels = w.shape[0]
+        if s.ndim > 4 or s.size != channels or (1,) * (4 - s.ndim) + s.shape != (1, channels, 1, 1):
+            return expr  # not one value per output channel
+        folded = (w.astype(np.float64) * s.astype(np.float64).reshape(channels, 1, 1, 1)).astype(w.dtype)
+        counts["conv_scale"] += 1
+        return relax.Call(call.op, [matches[data], relax.const(folded)], call.attrs, call.ty_args)
+
+    return [(scaled, rewrite)]
 
 
 def _slice_rewrites(counts: dict) -> list:

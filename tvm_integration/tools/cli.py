@@ -14,6 +14,7 @@ import sys
 import traceback
 
 from ...errors import SimAccelError
+from .torch_models import MODEL_NAMES as TORCH_MODELS
 
 OK, MISMATCH, USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
 PROFILE_HELP = ("device profile to partition for and enforce: a JSON file of simaccel.DeviceProfile fields "
@@ -82,6 +83,21 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed for the random inputs and weights (default 0)")
     demo.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="model dtype (default float32)")
     demo.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
+    demo.add_argument(
+        "--model",
+        choices=["cnn", *TORCH_MODELS],
+        default="cnn",
+        help="cnn: the built-in CNN + MLP model (default); the others are PyTorch models exported with "
+        "torch.export and imported into TVM (needs pip install 'simaccel[torch]'), checked against TVM alone "
+        "and shown beside torch's own result",
+    )
+    demo.add_argument(
+        "--size",
+        choices=["full", "small"],
+        default="full",
+        help="torch models: full (the real architecture at its usual input, the default) or small (a small "
+        "input or a narrow copy: seconds on the CPU engines)",
+    )
 
     run = commands.add_parser(
         "run",
@@ -169,7 +185,8 @@ def _dispatch(args) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
-        return run_demo(engine=args.engine, seed=args.seed, dtype=args.dtype, device=args.device, staged=args.staged)
+        return run_demo(engine=args.engine, seed=args.seed, dtype=args.dtype, device=args.device, staged=args.staged,
+                        model=args.model, size=args.size)
     if args.command == "run":
         return run_library_command(args)
     if args.command == "bench":

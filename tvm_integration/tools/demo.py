@@ -1,7 +1,8 @@
 """`simaccel demo`: the whole BYOC flow on a small heterogeneous model, checked against TVM.
 
-Builds the demo CNN, partitions it (printing what went where and why), compiles it with
-simaccel and with TVM alone, runs both on the same inputs, and compares. Returns the
+Builds the demo CNN (or, with `--model NAME`, exports a PyTorch model with torch.export),
+partitions it (printing what went where and why), compiles it with simaccel and with TVM
+alone, runs both on the same inputs, and compares. Returns the
 process exit status: 0 when the results match, 1 when they do not. On a runtime-only TVM
 it refuses at once, before importing anything that needs the full TVM.
 """
@@ -24,9 +25,14 @@ def gpu_present() -> bool:
 
 
 def run_demo(
-    engine: str = "auto", seed: int = 0, dtype: str = "float32", device: str = "auto", staged: bool = False, out=print
+    engine: str = "auto", seed: int = 0, dtype: str = "float32", device: str = "auto", staged: bool = False, out=print,
+    model: str = "cnn", size: str = "full",
 ) -> int:
-    """Run the demo on `device` ("cpu", "cuda", or "auto": the GPU when there is one)."""
+    """Run the demo on `device` ("cpu", "cuda", or "auto": the GPU when there is one).
+
+    `model` is "cnn" (the built-in demo model) or a torch.export model of
+    simaccel.tvm_integration.tools.torch_models (needs torch), at `size` "full" or "small".
+    """
     from .deploy import runtime_only
 
     if runtime_only():
@@ -55,16 +61,29 @@ def run_demo(
             f"--engine {engine} cannot run a model on {device}: "
             + ("the cuda engine works on GPU tensors" if engine == "cuda" else f"the {engine} engine works on host memory")
         )
+    torch_model = None
+    if model != "cnn":
+        from . import torch_models
+
+        if dtype != "float32":
+            raise SimAccelError(f"--model {model} is exported from torch in float32; --dtype {dtype} applies to the cnn model")
+        torch_model = torch_models.load(model, size, seed)
     runtime = get_runtime()
     if engine != "auto":
         runtime.set_engine(engine)
     runtime.set_staged(staged or None)
     tvm_device = tvm.device(device, 0)
     target = default_target(device)
-    mod = models.demo_cnn(dtype)
 
     step = _Steps(out)
-    step("partition the demo model (CNN + MLP head)")
+    if torch_model is None:
+        mod = models.demo_cnn(dtype)
+        step("partition the demo model (CNN + MLP head)")
+    else:
+        step(f"export {model} ({size}, input {torch_model.input_shape}) with torch.export and import it into TVM")
+        out(_indent(torch_model.doc))
+        mod = torch_model.to_relax()
+        step(f"partition {model}")
     _, report = partition_report(mod)
     out(_indent(report.format()))
 
@@ -79,18 +98,28 @@ def run_demo(
     native = has_native_regions(simaccel_exec) and not runtime.route_flag_set()
     step(f"run on {tvm_device}, " + ("simaccel regions native (C++ launching AOT-compiled kernels)" if native
                                      else f"simaccel engine {runtime.engine_name(device)!r}"))
-    got = relax.VirtualMachine(simaccel_exec, tvm_device)["main"](*tensors).numpy()
+    got = _first(relax.VirtualMachine(simaccel_exec, tvm_device)["main"](*tensors))
     step("run the TVM-only build")
-    want = relax.VirtualMachine(reference_exec, tvm_device)["main"](*tensors).numpy()
+    want = _first(relax.VirtualMachine(reference_exec, tvm_device)["main"](*tensors))
 
     rtol, atol = TOLERANCE[dtype]
     error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
     ok = bool(np.allclose(got, want, rtol=rtol, atol=atol)) and bool(np.all(np.isfinite(got)))
     out(f"\noutput {got.shape} {got.dtype}: max abs error vs TVM alone = {error:.3g} (rtol {rtol}, atol {atol})")
+    if torch_model is not None:
+        from_torch = float(np.max(np.abs(got.astype(np.float64) - torch_model.run(inputs[0]))))
+        out(f"max abs error vs torch (for reference; float32 sums in another order) = {from_torch:.3g}")
     out("ledger:")
     out(_indent(_format_ledger(runtime.ledger.snapshot())))
     out("RESULT: match" if ok else "RESULT: MISMATCH")
     return 0 if ok else 1
+
+
+def _first(result) -> np.ndarray:
+    """The model's (first) output as numpy: torch.export models return a tuple."""
+    while not hasattr(result, "numpy"):
+        result = result[0]
+    return result.numpy()
 
 
 class _Steps:

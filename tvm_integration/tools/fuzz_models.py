@@ -4,11 +4,12 @@ A model (`Case`) is a list of values in creation order: parameters (inputs, weig
 a weight may be bound as a constant) and op nodes reading earlier values. Drawing picks an
 existing value (so values are used more than once and inputs are shared), an op that fits its
 rank, and new parameters where the op needs them: a DAG, not a chain, that ends in one output
-or a tuple of several. The ops mix what simaccel offloads (matmul/dense with bias and
-activation, conv2d, pooling, softmax, layer_norm, elementwise ops) with what it must leave to
-TVM (depthwise convolution, batched right operands, other axes, ceil-mode pooling, reshape,
-permute_dims, tanh, sigmoid, ...), with edge shapes: 1, primes, sizes off the kernels' tiles,
-broadcast batch dims, and now and then a zero-size dim.
+or a tuple of several. The ops mix what simaccel offloads (matmul/dense, batched too, with
+bias and activation, conv2d with groups, pooling, softmax, layer_norm, elementwise ops, clip,
+reductions, reshape, permute_dims, strided_slice, take of a constant index, broadcast_to)
+with what it must leave to TVM (softmax and layer_norm over other axes, reductions over axes
+apart, backward slices, ceil-mode pooling, leaky_relu, ...), with edge shapes: 1, primes,
+sizes off the kernels' tiles, broadcast batch dims, and now and then a zero-size dim.
 
 Users' ops are drawn too: every declared family outside the ``simaccel`` namespace that has
 a `fuzz` hook (simaccel.ops.OpFamily.fuzz; $SIMACCEL_OPS names their modules) may become a
@@ -257,13 +258,15 @@ class _Builder:
         recent = len(self.values) - 1 - self.draw.int(0, min(3, len(self.values) - 1))  # mostly chains
         x = recent if self.draw.chance(80) else self.draw.int(0, len(self.values) - 1)
         shape = self.values[x].shape
-        kinds = ["unary", "binary"] + (["softmax", "layer_norm"] if shape else [])
+        kinds = ["unary", "binary"] + (["softmax", "layer_norm", "reduce", "slice"] if shape else [])
+        if 1 <= len(shape) <= 3:
+            kinds.append("broadcast")
         if len(shape) >= 2:
             kinds += ["linear", "linear", "reshape", "permute"]
         if len(shape) == 4:
             kinds += ["conv", "conv", "conv", "pool", "pool"]
         if self.user:  # only where there are users' ops: the draws without them stay the same
-            kinds += ["user", "user"]
+            kinds += ["user"] * 3
         getattr(self, f"_{self.draw.choice(kinds)}")(x, shape)
 
     def _user(self, x, shape):
@@ -283,7 +286,40 @@ class _Builder:
         self.values.append(Value(out, family.name, tuple(args), kwargs))
 
     def _unary(self, x, shape):
-        self.add(self.draw.choice(("relu", "gelu", "tanh", "sigmoid", "exp", "relu")), [x])
+        name = self.draw.choice(("relu", "gelu", "tanh", "sigmoid", "exp", "relu", "silu", "sqrt", "rsqrt", "clip",
+                                 "leakyrelu"))
+        if name == "clip":
+            low = self.draw.choice((0.0, -1.0, -0.5))
+            self.add("clip", [x], {"min": low, "max": low + self.draw.choice((0.0, 0.25, 6.0))})
+        else:
+            self.add(name, [x], {"alpha": 0.1} if name == "leakyrelu" else None)
+
+    def _reduce(self, x, shape):
+        """sum / mean / max over one run of axes (simaccel's), or over axes apart (TVM's)."""
+        rank = len(shape)
+        first = self.draw.int(0, rank - 1)
+        axes = list(range(first, self.draw.int(first, rank - 1) + 1))
+        if rank >= 3 and self.draw.chance(15):
+            axes = [0, rank - 1]
+        self.add(self.draw.choice(("sum", "mean", "max")), [x], {"axis": axes, "keepdims": self.draw.chance(50)})
+
+    def _slice(self, x, shape):
+        """A strided_slice of one axis (steps 1 or 2; now and then -1, TVM's), or x[i] (take)."""
+        axis = self.draw.int(0, len(shape) - 1)
+        size = shape[axis]
+        if size and self.draw.chance(25):
+            self.add("take", [x], {"index": self.draw.int(0, size - 1), "axis": axis})
+            return
+        begin = self.draw.int(0, size)
+        end = self.draw.int(begin, size)
+        step = self.draw.choice((1, 1, 2, -1))
+        if step < 0:
+            begin, end = end, begin
+        self.add("strided_slice", [x], {"axes": [axis], "begin": [begin], "end": [end], "strides": [step]})
+
+    def _broadcast(self, x, shape):
+        grown = (self.small(),) + tuple(d if d != 1 or self.draw.chance(50) else self.small() for d in shape)
+        self.add("broadcast_to", [x], {"shape": grown})
 
     def _binary(self, x, shape):
         same = [i for i, v in enumerate(self.values) if i != x and _broadcasts(v.shape, shape)]
@@ -292,7 +328,10 @@ class _Builder:
         else:
             other = self.param(self.broadcast_shape(shape), "e", weight=True)
         args = [other, x] if self.draw.chance(30) else [x, other]
-        self.add(self.draw.choice(("add", "multiply", "add", "subtract")), args)
+        name = self.draw.choice(("add", "multiply", "add", "subtract", "divide"))
+        if name == "divide":  # by exp(.): never 0 or near it, so float16 results stay comparable
+            args[1] = self.add("exp", [args[1]])
+        self.add(name, args)
 
     def broadcast_shape(self, shape) -> tuple[int, ...]:
         """A shape that broadcasts with `shape`: mostly not growing it, sometimes growing it."""
@@ -551,12 +590,68 @@ def _relax_op(name, *arg_names):
     return make
 
 
+def _clip(x, attrs):
+    """TVM's clip: max(min(x, hi), lo) as selects (NaN gives hi)."""
+    x = np.where(x < attrs["max"], x, attrs["max"])
+    return np.where(x > attrs["min"], x, attrs["min"])
+
+
+def _reduced_shape(shape, attrs):
+    axes = {a % len(shape) for a in attrs["axis"]}
+    if attrs["keepdims"]:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _running_max(xs, attrs, dtype):
+    """TVM's max: `acc if acc > v else v` in index order from the dtype's lowest finite value."""
+    x = xs[0]
+    axes = sorted(a % x.ndim for a in attrs["axis"])
+    moved = np.moveaxis(x, axes, list(range(x.ndim - len(axes), x.ndim)))
+    rows = moved.reshape(moved.shape[: x.ndim - len(axes)] + (-1,))
+    acc = np.full(rows.shape[:-1], float(np.finfo(dtype).min))
+    for r in range(rows.shape[-1]):
+        acc = np.where(acc > rows[..., r], acc, rows[..., r])
+    return acc.reshape(_reduced_shape(x.shape, attrs))
+
+
+def _sliced(x, attrs):
+    index = [slice(None)] * x.ndim
+    for a, b, e, step in zip(attrs["axes"], attrs["begin"], attrs["end"], attrs["strides"]):
+        index[a] = slice(b, e, step)
+    return x[tuple(index)]
+
+
+def _take_make(exprs, attrs, dtype):
+    from tvm import relax
+
+    return relax.op.take(exprs[0], relax.const(attrs["index"], "int64"), axis=attrs["axis"])
+
+
 OPS: dict[str, FuzzOp] = {
     "relu": _unary("nn.relu", lambda x: np.where(x > 0, x, 0.0)),
     "gelu": _unary("nn.gelu", lambda x: 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)))),
     "tanh": _unary("tanh", np.tanh),
     "sigmoid": _unary("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x))),
     "exp": _unary("exp", np.exp),
+    "silu": _unary("nn.silu", lambda x: x / (1.0 + np.exp(-x))),
+    "sqrt": _unary("sqrt", np.sqrt),
+    "rsqrt": _unary("rsqrt", lambda x: 1.0 / np.sqrt(x)),
+    "clip": FuzzOp(_relax_op("clip", "min", "max"), _same_shape, lambda xs, attrs, dtype: _clip(xs[0], attrs)),
+    "leakyrelu": FuzzOp(_relax_op("nn.leakyrelu", "alpha"), _same_shape,
+                        lambda xs, attrs, dtype: np.where(xs[0] > 0, xs[0], xs[0] * attrs["alpha"])),
+    "divide": _binary("divide", np.divide),
+    "sum": FuzzOp(_relax_op("sum", "axis", "keepdims"), lambda s, a: _reduced_shape(s[0], a),
+                  lambda xs, attrs, dtype: np.sum(xs[0], axis=tuple(attrs["axis"]), keepdims=attrs["keepdims"])),
+    "mean": FuzzOp(_relax_op("mean", "axis", "keepdims"), lambda s, a: _reduced_shape(s[0], a),
+                   lambda xs, attrs, dtype: np.mean(xs[0], axis=tuple(attrs["axis"]), keepdims=attrs["keepdims"])),
+    "max": FuzzOp(_relax_op("max", "axis", "keepdims"), lambda s, a: _reduced_shape(s[0], a), _running_max),
+    "strided_slice": FuzzOp(_relax_op("strided_slice", "axes", "begin", "end", "strides"), lambda s, a: _sliced(np.empty(s[0], np.int8), a).shape,
+                            lambda xs, attrs, dtype: _sliced(xs[0], attrs)),
+    "take": FuzzOp(_take_make, lambda s, a: s[0][:a["axis"]] + s[0][a["axis"] + 1:],
+                   lambda xs, attrs, dtype: np.take(xs[0], attrs["index"], axis=attrs["axis"])),
+    "broadcast_to": FuzzOp(_relax_op("broadcast_to", "shape"), lambda s, a: tuple(a["shape"]),
+                           lambda xs, attrs, dtype: np.broadcast_to(xs[0], attrs["shape"])),
     "add": _binary("add", np.add),
     "multiply": _binary("multiply", np.multiply),
     "subtract": _binary("subtract", np.subtract),
