@@ -1,12 +1,13 @@
 """PyTorch models through torch.export on the GPU: simaccel (native and Python regions) vs TVM alone.
 
-A benchmark script for a GPU machine with the full TVM and torch: each model (random
-weights) is exported with torch.export, imported with TVM's `from_exported_program`,
-built with simaccel for the GPU (native regions) and with TVM alone, checked against TVM
-alone (and torch), then timed: one call of each mode in turn, each followed by a device
-synchronisation, medians after warm-up. Writes torch-models.json to OUT.
+A benchmark script for a GPU machine with the full TVM and torch: each model of
+simaccel.tvm_integration.tools.torch_models (random weights, full size) is exported with
+torch.export, imported with TVM's `from_exported_program`, built with simaccel for the GPU
+(native regions) and with TVM alone, checked against TVM alone (and torch), then timed: one
+call of each mode in turn, each followed by a device synchronisation, medians after warm-up.
+Writes torch-models.json to OUT.
 
-    python scripts/torch_models_gpu.py OUT [--repeat N]
+    python scripts/torch_models_gpu.py OUT [--repeat N] [--models a,b]
 """
 
 from __future__ import annotations
@@ -20,30 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def models():
-    import torch
-    import torchvision
-    from torch import nn
-
-    class MixerBlock(nn.Module):
-        """One MLP-mixer block: token mixing then channel mixing, each with LayerNorm and a residual."""
-
-        def __init__(self, tokens=64, channels=128, hidden=256):
-            super().__init__()
-            self.norm1, self.norm2 = nn.LayerNorm(channels), nn.LayerNorm(channels)
-            self.tokens = nn.Sequential(nn.Linear(tokens, hidden), nn.GELU(), nn.Linear(hidden, tokens))
-            self.channels = nn.Sequential(nn.Linear(channels, hidden), nn.GELU(), nn.Linear(hidden, channels))
-
-        def forward(self, x):
-            x = x + self.tokens(self.norm1(x).transpose(1, 2)).transpose(1, 2)
-            return x + self.channels(self.norm2(x))
-
-    torch.manual_seed(0)
-    return {
-        "resnet18": (torchvision.models.resnet18().eval(), (1, 3, 224, 224)),
-        "mlp_mixer_block": (MixerBlock().eval(), (8, 64, 128)),
-    }
+from simaccel.tvm_integration.tools import torch_models
 
 
 def timed(calls: dict, sync, repeat: int, warmup: int = 10) -> dict:
@@ -65,11 +43,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
     parser.add_argument("--repeat", type=int, default=100)
+    parser.add_argument("--models", default=",".join(torch_models.MODEL_NAMES))
     args = parser.parse_args(argv)
     import torch
     import tvm
     from tvm import relax
-    from tvm.relax.frontend.torch import from_exported_program
 
     import simaccel
     from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
@@ -80,13 +58,13 @@ def main(argv=None) -> int:
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": torch.cuda.get_device_name(0),
               "method": f"median of {args.repeat} interleaved calls after warm-up, each followed by a device sync",
               "models": {}}
-    for name, (module, shape) in models().items():
+    for name in args.models.split(","):
         start = time.perf_counter()
+        model = torch_models.load(name, "full")
+        module, shape = model.module, model.input_shape
         x = torch.randn(*shape)
-        with torch.no_grad():
-            exported = torch.export.export(module, (x,))
-            want_torch = module(x).numpy()
-        mod = from_exported_program(exported, keep_params_as_input=False)
+        want_torch = model.run(x.numpy())
+        mod = model.to_relax()
         _, partition = partition_report(mod)
         ours = relax.VirtualMachine(build(mod, target), dev)
         theirs = relax.VirtualMachine(build_tvm_only(mod, target), dev)
@@ -118,6 +96,7 @@ def main(argv=None) -> int:
             "input": list(shape),
             "regions": len(partition.regions),
             "kept_on_tvm": len(partition.kept),
+            "rewritten": partition.rewritten,
             "build_s": built,
             "max_abs_error_vs_tvm_only": float(np.max(np.abs(got.astype(np.float64) - want))),
             "max_abs_error_tvm_only_vs_torch": float(np.max(np.abs(want - want_torch))),

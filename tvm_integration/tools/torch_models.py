@@ -85,11 +85,11 @@ def _build(name: str, size: str, torch, torchvision):
     nn = torch.nn
     full = size == "full"
     if name == "resnet18":
-        return torchvision.models.resnet18(), (1, 3, 224, 224) if full else (1, 3, 32, 32), \
+        return torchvision.models.resnet18(), (1, 3, 224, 224) if full else (1, 3, 16, 16), \
             "torchvision resnet18: conv + batch_norm + relu, residual adds, max pool, global average pool, linear"
     if name == "mobilenet_v2":
         model = torchvision.models.mobilenet_v2(width_mult=1.0 if full else 0.25)
-        return model, (1, 3, 224, 224) if full else (1, 3, 32, 32), \
+        return model, (1, 3, 224, 224) if full else (1, 3, 16, 16), \
             "torchvision mobilenet_v2: inverted residuals, depthwise convolutions, ReLU6, global average pool"
     if name == "transformer_encoder":
         width, heads, ff, seq = (256, 4, 1024, 64) if full else (32, 4, 64, 8)
