@@ -258,3 +258,20 @@ def test_cli_fuzz_partitions_for_a_device_profile(tmp_path):
     assert "partitioning for device profile 'scratch1k'" in result.stdout
     for job in ("job0", "job1"):
         assert json.loads((tmp_path / "out" / job / "fuzz-summary.json").read_text())["profile"]["name"] == "scratch1k"
+
+
+def test_a_case_that_kills_the_process_is_left_behind_as_a_reproduction(tmp_path, monkeypatch):
+    """A crash inside a kernel or inside TVM ends the process with no verdict: the case being
+    checked is on disk first, and replays."""
+    from simaccel.tvm_integration.tools import fuzz
+
+    def dies(self, case, sample=True):
+        raise KeyboardInterrupt  # stands for the process dying mid-case (an abort leaves no Python frame)
+
+    monkeypatch.setattr(fuzz.Checker, "check", dies)
+    with pytest.raises(KeyboardInterrupt):
+        run_fuzz(cases=1, seed=0, engines=["ref"], out_dir=tmp_path, export_every=0, log=lambda _: None)
+    [left] = (tmp_path / "running").glob("case-*")
+    assert json.loads((left / "case.json").read_text())["verdict"] == "crashed"
+    monkeypatch.undo()
+    assert replay(left, log=lambda _: None) == 0  # the same case, checked again, passes

@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -355,7 +356,12 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
                 if time.monotonic() > state["deadline"]:
                     return  # shrinking has had its time: what is found so far is the answer
                 state["shrinks"] += 1
+            # Written before, removed after: a case that kills the process (a crash in a kernel
+            # or in TVM) is left behind as a reproduction.
+            running = save_reproduction(case, Outcome("crashed", "the process died while checking this case"),
+                                        engines, Path(out_dir) / "running")
             outcome = memo[key] = checker.check(case, sample=state["deadline"] is None)
+            shutil.rmtree(running, ignore_errors=True)
             if state["deadline"] is None:
                 tally.add(outcome)
                 progress.update(tally)
@@ -500,7 +506,9 @@ def _run_jobs(cases, seed, engines, dtypes, max_ops, out_dir, export_every, shri
         summary = _read_json(folder / "fuzz-summary.json")
         if process.returncode not in (0, 1) or not summary:
             tail = (folder / "fuzz.log").read_text().strip().splitlines()[-1:]
-            raise SimAccelError(f"fuzz worker {folder} stopped with status {process.returncode}: {' '.join(tail)}")
+            left = sorted((folder / "running").glob("case-*"))
+            where = f"; the case it was checking: {left[0]} (simaccel fuzz --replay {left[0]})" if left else ""
+            raise SimAccelError(f"fuzz worker {folder} stopped with status {process.returncode}: {' '.join(tail)}{where}")
         summaries.append(summary)
     tally = _added([s["counts"] for s in summaries])
     failures = [f for s in summaries for f in s["failures"]]

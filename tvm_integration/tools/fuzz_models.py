@@ -310,11 +310,20 @@ class _Builder:
         if size and self.draw.chance(25):
             self.add("take", [x], {"index": self.draw.int(0, size - 1), "axis": axis})
             return
-        begin = self.draw.int(0, size)
-        end = self.draw.int(begin, size)
         step = self.draw.choice((1, 1, 2, -1))
-        if step < 0:
-            begin, end = end, begin
+        if step < 0 and size < 2 and not self.config.zero_dim_percent:
+            step = 1
+        if self.config.zero_dim_percent or not size:
+            begin = self.draw.int(0, size)
+            end = self.draw.int(begin, size)
+            if step < 0:
+                begin, end = end, begin
+        elif step > 0:  # no empty results where zero-size tensors are off (TVM's CUDA build crashes on them)
+            begin = self.draw.int(0, size - 1)
+            end = self.draw.int(begin + 1, size)
+        else:  # backward: from begin down to end + 1 (never to 0: an end of -1 would count from the back)
+            begin = self.draw.int(1, size - 1)
+            end = self.draw.int(0, begin - 1)
         self.add("strided_slice", [x], {"axes": [axis], "begin": [begin], "end": [end], "strides": [step]})
 
     def _broadcast(self, x, shape):
