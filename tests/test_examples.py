@@ -137,3 +137,16 @@ def test_zero_copy_example_on_the_gpu():
     assert "zero-copy  : host->device 0 B, device->host 0 B, device->device 0 B; result matches" in result.stdout
     staged = 4 * (64 * 256 + 512 * 256 + 512 + 64 * 512)  # h0, fc_w, fc_b in; h1 out; float32
     assert f"host-staged: host->device {staged} B, device->host {staged} B" in result.stdout
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_torch_export_example(engine):
+    pytest.importorskip("torch", reason="examples/torch_export.py needs torch: pip install '.[torch]'")
+    result = run_example("torch_export.py", "--engine", engine)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "RESULT: match" in result.stdout
+    [region] = region_lines(result.stdout)
+    assert region.endswith("simaccel.conv2d_bias -> simaccel.clip -> simaccel.reshape -> simaccel.conv2d_bias -> "
+                           "simaccel.mean -> simaccel.dense_bias"), region
+    assert "kept on TVM: 0 op(s)" in result.stdout
+    assert "1 multiply by a per-channel constant folded into the weights of the conv2d before it" in result.stdout
