@@ -1,4 +1,4 @@
-"""Elementwise kernels: broadcasting add / subtract / multiply / divide, broadcast_to and
+"""Elementwise kernels: broadcasting add / subtract / multiply / divide / power, broadcast_to and
 copies, and the unary functions of simaccel.kernels.activation.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
@@ -28,7 +28,8 @@ OP_MULTIPLY = 1
 OP_SUBTRACT = 2
 OP_DIVIDE = 3
 OP_FIRST = 4
-BINARY_OPS = {"add": OP_ADD, "multiply": OP_MULTIPLY, "subtract": OP_SUBTRACT, "divide": OP_DIVIDE}
+OP_POWER = 5
+BINARY_OPS = {"add": OP_ADD, "multiply": OP_MULTIPLY, "subtract": OP_SUBTRACT, "divide": OP_DIVIDE, "power": OP_POWER}
 
 
 @register_jitable
@@ -80,6 +81,8 @@ def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
             r = va - vb
         elif op == 3:
             r = va / vb
+        elif op == 5:
+            r = va ** vb  # powf on the GPU; numpy's float32 power (C's semantics) on the simulator
         else:  # OP_FIRST: the first operand, broadcast (broadcast_to, and copies)
             r = va
         out[idx] = r

@@ -47,6 +47,7 @@ OPS = [
     # What torch.export models need (issue: the PyTorch ISA).
     ("subtract_divide", lambda x, y: op.divide(op.subtract(x, y), op.add(op.multiply(y, y), const(1.0, y))),
      [((2, 3, 4), None), ((3, 1), None)]),
+    ("power", lambda x, y: op.power(op.exp(x), y), [((2, 3, 4), None), ((4,), None)]),
     ("sigmoid_tanh_silu", lambda x: op.add(op.sigmoid(x), op.multiply(op.tanh(x), op.nn.silu(x))), [((3, 7), None)]),
     ("exp_sqrt_rsqrt", lambda x: op.add(op.sqrt(op.exp(x)), op.rsqrt(op.add(op.exp(x), const(0.5, x)))), [((2, 9), None)]),
     ("clip_relu6", lambda x: op.clip(op.multiply(x, const(4.0, x)), 0.0, 6.0), [((2, 3, 4, 4), None)]),

@@ -265,6 +265,7 @@ KERNEL_CASES = [
     ("simaccel.conv2d", [(1, 32, 20, 20), (64, 8, 3, 3)], {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 4}),
     ("simaccel.clip", [(1000, 513)], {"min": 0.0, "max": 0.5}),
     ("simaccel.divide", [(300, 257), (257,)], {}),
+    ("simaccel.power", [(300, 257), (257,)], {}),
     ("simaccel.silu", [(1000, 513)], {}),
     ("simaccel.rsqrt", [(1000, 513)], {}),
     ("simaccel.broadcast_to", [(1, 30, 1)], {"shape": [4, 7, 30, 50]}),
@@ -291,6 +292,8 @@ def test_kernels_at_real_sizes(name, shapes, attrs, dtype):
     arrays = random_arrays([(f"t{i}_w" if i == 1 else f"t{i}", s, dtype) for i, s in enumerate(shapes)], seed=1)
     if name in ("simaccel.rsqrt", "simaccel.divide"):  # away from 0: relative errors stay those of the op
         arrays[-1] = (np.abs(arrays[-1]) + 0.5).astype(dtype)
+    if name == "simaccel.power":  # a positive base: real results
+        arrays[0] = (np.abs(arrays[0]) + 0.5).astype(dtype)
     attrs = op.all_attrs(attrs)
     want = op.reference(*arrays, **attrs)
     shape, out_dtype = op.infer([a.shape for a in arrays], [dtype] * len(arrays), **attrs)

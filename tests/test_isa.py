@@ -98,7 +98,7 @@ def test_a_user_op_is_listed_with_the_built_in_ones(silu):
     assert get_op("testaccel.silu").family is silu
 
 
-BUILT_IN_OPS = 43  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 2 row-wise, 4 binary, 8 unary, clip,
+BUILT_IN_OPS = 44  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 2 row-wise, 5 binary, 8 unary, clip,
                    # broadcast_to, 4 views, permute_dims, strided_slice, 3 reductions
 
 

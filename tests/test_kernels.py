@@ -326,7 +326,7 @@ BROADCAST_CASES = [
 ]
 
 
-BINARY_OPS = ["simaccel.add", "simaccel.subtract", "simaccel.multiply", "simaccel.divide"]
+BINARY_OPS = ["simaccel.add", "simaccel.subtract", "simaccel.multiply", "simaccel.divide", "simaccel.power"]
 UNARY_OPS = [f"simaccel.{name}" for name in ACTIVATIONS if name != "none"]
 
 
@@ -336,16 +336,29 @@ def test_binary(name, dtype):
     rng = np.random.default_rng(17 + BINARY_OPS.index(name))
     for lhs_shape, rhs_shape in BROADCAST_CASES:
         for a_shape, b_shape in ((lhs_shape, rhs_shape), (rhs_shape, lhs_shape)):
-            b = _random(rng, b_shape, dtype)
+            a, b = _random(rng, a_shape, dtype), _random(rng, b_shape, dtype)
             if name.endswith("divide"):
                 b = (np.sign(b) + (b == 0)) * (np.abs(b) + 0.5)  # away from 0: relative error stays small
-            check(name, [_random(rng, a_shape, dtype), np.asarray(b, dtype=dtype)])
+            if name.endswith("power"):
+                a = np.abs(a) + 0.5  # a positive base: a real result (special cases: the test below)
+            check(name, [np.asarray(a, dtype=dtype), np.asarray(b, dtype=dtype)])
 
 
 def test_binary_ops_are_not_commutative_by_mistake():
     a, b = np.array([6.0, 1.0], np.float32), np.array([2.0, 4.0], np.float32)
     assert run_op("simaccel.subtract", [a, b])[0].tolist() == [4.0, -3.0]
     assert run_op("simaccel.divide", [a, b])[0].tolist() == [3.0, 0.25]
+    assert run_op("simaccel.power", [a, b])[0].tolist() == [36.0, 1.0]
+
+
+def test_power_special_values_are_cs():
+    # C's powf (TVM's, on CPU and GPU): NaN for a negative base and a fractional exponent,
+    # x ** 0 = 1 and 1 ** y = 1 even for NaN, inf for 0 ** -1 and for overflow.
+    a = np.array([-2.0, 0.0, 2.0, np.nan, 1.0, 10.0, -8.0], np.float32)
+    b = np.array([0.5, -1.0, 3.0, 0.0, np.nan, 100.0, 3.0], np.float32)
+    out, ref = run_op("simaccel.power", [a, b])
+    np.testing.assert_array_equal(out, ref)
+    assert np.isnan(out[0]) and out[1] == np.inf and out[3] == 1.0 and out[4] == 1.0 and out[6] == -512.0
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

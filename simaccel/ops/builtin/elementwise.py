@@ -1,4 +1,4 @@
-"""Elementwise families: ``simaccel.add``, ``subtract``, ``multiply`` and ``divide`` (numpy
+"""Elementwise families: ``simaccel.add``, ``subtract``, ``multiply``, ``divide`` and ``power`` (numpy
 broadcasting, rank <= 4), ``simaccel.clip``, ``simaccel.broadcast_to``, and one op per ISA
 activation (``simaccel.relu``, ``gelu``, ``sigmoid``, ``tanh``, ``silu``, ``exp``, ``sqrt``,
 ``rsqrt``). Computed in float32, stored in the input dtype."""
@@ -29,7 +29,8 @@ def same_shape(shapes, **_):
     return tuple(shapes[0])
 
 
-for _name, _fn in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply), ("divide", np.divide)):
+for _name, _fn in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply), ("divide", np.divide),
+                   ("power", np.power)):
     declare(OpFamily(
         name=f"simaccel.{_name}",
         inputs=("lhs", "rhs"),
