@@ -47,7 +47,11 @@ def test_an_inference_batch_norm_joins_the_conv_in_one_region(clean_runtime, dty
     mod = conv_bn_relu(dtype, conv_bias=conv_bias)
     _, report = partition_report(mod)
     assert len(report.regions) == 1 and report.kept == []
-    assert report.rewritten == ["1 relax.nn.batch_norm (inference, constant statistics) rewritten as multiply + add"]
+    folded = [] if conv_bias else ["1 multiply by a per-channel constant folded into the weights of the conv2d before it"]
+    assert report.rewritten == ["1 relax.nn.batch_norm (inference, constant statistics) rewritten as multiply + add", *folded]
+    # Without a bias of its own the conv takes the scale into its weights: one conv2d_bias_relu.
+    assert list(report.regions.values()) == [["simaccel.conv2d_bias_relu"] if not conv_bias else
+                                             ["simaccel.conv2d_bias", "simaccel.multiply", "simaccel.add", "simaccel.relu"]]
     assert "rewritten first: 1 relax.nn.batch_norm" in report.format()
     if dtype == "float32":
         compare_with_tvm(mod, engine)  # against TVM alone's own batch_norm

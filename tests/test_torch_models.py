@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch", reason="the torch.export tests need torch and torchvision: pip install '.[torch]'")
+pytest.importorskip("torch", reason="the torch.export tests need torch and torchvision: pip install '.[torch]' "
+                    "after the test extra (README: one command cannot install both)")
 pytest.importorskip("torchvision", reason="the torch.export tests need torchvision: pip install '.[torch]'")
 
 from compare import assert_same  # noqa: E402
@@ -60,7 +61,7 @@ def test_views_in_a_real_model_cost_no_kernel_and_no_copy(clean_runtime):
     mod = model.to_relax()
     _, _, ledger = compare_with_tvm(mod, "sim")
     assert ledger["ops"]["simaccel.reshape"] >= 4
-    assert "simaccel.reshape" not in ledger["kernel_launches"]  # every reshape was a view
+    assert ledger["kernel_launches"].get("simaccel.reshape", 0) == 0  # every reshape was a view
     assert ledger["bytes"]["device_to_device"] == 0
 
 
