@@ -43,9 +43,8 @@ def test_a_whole_model_is_at_most_its_target_of_regions(name):
 @pytest.mark.parametrize("engine", ["ref", "sim"])
 @pytest.mark.parametrize("name", torch_models.MODEL_NAMES)
 def test_a_model_matches_tvm_alone_and_torch(name, engine):
-    if engine == "sim" and name == "resnet18":
-        pytest.skip("resnet18's 512-channel convolutions take minutes on the simulator; its ops are run on sim "
-                    "by the other models and tests/test_kernels.py, and resnet18 itself on ref and on the GPU")
+    # resnet18 on sim takes about 5 minutes here (512-channel convolutions, one Python thread
+    # per CUDA thread); these tests run only where the torch extra is installed.
     model = torch_models.load(name, "small")
     mod = model.to_relax()
     arrays = random_inputs(mod, seed=1)
