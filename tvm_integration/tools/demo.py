@@ -33,7 +33,7 @@ def run_demo(
     `model` is "cnn" (the built-in demo model) or a torch.export model of
     simaccel.tvm_integration.tools.torch_models (needs torch), at `size` "full" or "small".
     """
-    from .deploy import runtime_only
+    from .deploy import outputs_as_list, runtime_only
 
     if runtime_only():
         raise SimAccelError(
@@ -98,9 +98,10 @@ def run_demo(
     native = has_native_regions(simaccel_exec) and not runtime.route_flag_set()
     step(f"run on {tvm_device}, " + ("simaccel regions native (C++ launching AOT-compiled kernels)" if native
                                      else f"simaccel engine {runtime.engine_name(device)!r}"))
-    got = _first(relax.VirtualMachine(simaccel_exec, tvm_device)["main"](*tensors))
+    # torch.export models return a tuple: the first output is the model's
+    got = outputs_as_list(relax.VirtualMachine(simaccel_exec, tvm_device)["main"](*tensors))[0].numpy()
     step("run the TVM-only build")
-    want = _first(relax.VirtualMachine(reference_exec, tvm_device)["main"](*tensors))
+    want = outputs_as_list(relax.VirtualMachine(reference_exec, tvm_device)["main"](*tensors))[0].numpy()
 
     rtol, atol = TOLERANCE[dtype]
     error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
@@ -113,13 +114,6 @@ def run_demo(
     out(_indent(_format_ledger(runtime.ledger.snapshot())))
     out("RESULT: match" if ok else "RESULT: MISMATCH")
     return 0 if ok else 1
-
-
-def _first(result) -> np.ndarray:
-    """The model's (first) output as numpy: torch.export models return a tuple."""
-    while not hasattr(result, "numpy"):
-        result = result[0]
-    return result.numpy()
 
 
 class _Steps:
