@@ -275,3 +275,14 @@ def test_a_case_that_kills_the_process_is_left_behind_as_a_reproduction(tmp_path
     assert json.loads((left / "case.json").read_text())["verdict"] == "crashed"
     monkeypatch.undo()
     assert replay(left, log=lambda _: None) == 0  # the same case, checked again, passes
+
+
+def test_the_gpu_configuration_draws_no_empty_slices():
+    """TVM 0.27's CUDA build dies on a lone strided_slice with an empty result
+    (results/gpu/2026-11-30-h200-torch/tvm-empty-slice): where zero-size tensors are off,
+    every drawn slice and take keeps at least one element, backward slices included."""
+    config = Config(specials_percent=0, zero_dim_percent=0)
+    slices = [v for seed in range(300) for v in draw_case(Draw.seeded(seed), config).values
+              if v.op in ("strided_slice", "take")]
+    assert len(slices) >= 50 and any(v.op == "strided_slice" and v.attrs["strides"] == [-1] for v in slices)
+    assert all(0 not in v.shape for v in slices)
