@@ -7,9 +7,10 @@ PyPI project of that name.
 
 from setuptools import setup
 
-# Checked together on 2026-11-30: NVVM 13.5 (its PTX is version 9.5, which a CUDA 13.0 driver
-# cannot JIT: simaccel.aot ships cubins) and nvJitLink 13.5 for sm_90 cubins.
-AOT = ["numba-cuda[cu13]==0.30.*", "cuda-toolkit==13.5.*"]
+# NVVM and NVRTC 13.0, the versions torch 2.14 pins (so `.[test,torch]` resolves), and
+# nvJitLink 13.x for sm_90 cubins. NVVM 13.0's PTX (version 9.0) also JITs on a CUDA 13.0
+# driver, where NVVM 13.5's did not.
+AOT = ["numba-cuda[cu13]==0.30.*", "cuda-toolkit==13.0.*"]
 
 setup(
     name="simaccel",

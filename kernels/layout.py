@@ -1,8 +1,8 @@
-"""Layout kernel: a strided gather, for permute_dims (transposes of up to 6 axes) and
-strided_slice.
+"""Layout kernels: a strided gather, for permute_dims (transposes of up to 6 axes) and
+strided_slice; a row scatter, for concat.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
-(simaccel.permute_dims, simaccel.strided_slice). One thread per output element (grid-stride
+(simaccel.permute_dims, simaccel.strided_slice, simaccel.concat). One thread per output element (grid-stride
 loop), consecutive threads on consecutive output addresses; output element (i0, ..., i5)
 reads input element ``offset + sum(i_k * s_k)``. A transpose permutes the input's strides,
 a slice starts at an offset and scales them by its steps. Output axes that stay neighbours
@@ -85,3 +85,33 @@ def launch_strided_slice(target, out, data, *, begin, end, strides) -> int:
     dims = [int(d) for d in out.shape]
     offset = sum(b * s for b, s in zip(begin, within))
     return _launch_gather(target, out, data, dims, [s * k for s, k in zip(within, strides)], offset)
+
+
+def _concat_kernel(out, x, row, inv_row, out_row, offset, total):
+    # x viewed as (outer, row) lands in out viewed as (outer, out_row), at column `offset`:
+    # consecutive threads read and write consecutive addresses within a row.
+    idx = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while idx < total:
+        r, c = divmod_fast(idx, row, inv_row)
+        out[r * out_row + offset + c] = x[idx]
+        idx += step
+
+
+def launch_concat(target, out, *data, axis) -> int:
+    """out = concatenate(data, axis): one launch per non-empty input (shapes validated by the ISA)."""
+    shape = tuple(int(d) for d in out.shape)
+    inner = _size(shape[axis + 1:])
+    out_row = shape[axis] * inner
+    flat_out = target.reshape(out, (_size(shape),))
+    launches, offset = 0, 0
+    for x in data:
+        row = int(x.shape[axis]) * inner
+        total = _size(x.shape)
+        if total:
+            grid, block = _grid(total)
+            target.launch(_concat_kernel, grid, block, flat_out, target.reshape(x, (total,)),
+                          row, 1.0 / row, out_row, offset, total)
+            launches += 1
+        offset += row
+    return launches

@@ -197,10 +197,9 @@ class Program:
                 raise ProgramError(f"Program {self.name}: {reason}")
             for i in node.inputs + (node.output,):
                 check_id(i, where)
-            if len(node.inputs) != len(op.inputs):
-                raise ProgramError(
-                    f"Program {self.name}: {where} takes {len(op.inputs)} inputs {op.inputs}, got {len(node.inputs)}"
-                )
+            if not op.takes(len(node.inputs)):
+                wanted = f"one or more inputs ({op.inputs[0]}...)" if op.family.variadic else f"{len(op.inputs)} inputs {op.inputs}"
+                raise ProgramError(f"Program {self.name}: {where} takes {wanted}, got {len(node.inputs)}")
             self._check_attrs(where, op, node.attrs)
             unready = [self.tensors[i].name for i in node.inputs if i not in ready]
             if unready:
@@ -209,7 +208,7 @@ class Program:
                 raise ProgramError(f"Program {self.name}: {where} writes {self.tensors[node.output].name}, already written")
             ins = [self.tensors[i] for i in node.inputs]
             out = self.tensors[node.output]
-            for role, spec in zip(op.inputs, ins):
+            for role, spec in zip(op.roles(len(ins)), ins):
                 profile.check_tensor(node.op, role, spec.shape, spec.dtype)
             profile.check_tensor(node.op, "output", out.shape, out.dtype)
             try:

@@ -63,9 +63,10 @@ def test_ops_lists_the_isa():
     assert "simaccel.conv2d family (built-in): 2-D convolution, NCHW data, OIHW weight, grouped and depthwise too" in lines
     assert "  simaccel.reshape(data)  attrs: shape" in lines
     assert "  simaccel.relu(data)" in lines
+    assert "  simaccel.concat(data...)  attrs: axis" in lines
     ops = [line for line in lines if line.startswith("  ")]
     families = [line for line in lines if not line.startswith("  ")]
-    assert len(ops) == 44 and len(families) == 31 and all("family (built-in): " in line for line in families)
+    assert len(ops) == 45 and len(families) == 32 and all("family (built-in): " in line for line in families)
 
 
 def test_ops_lists_users_ops_from_the_environment():

@@ -62,6 +62,10 @@ OPS = [
     ("conv2d_grouped", lambda x, w: op.nn.conv2d(x, w, padding=1, groups=2), [((2, 4, 5, 5), None), ((6, 2, 3, 3), None)]),
     ("matmul_both_batched", lambda q, k: op.nn.softmax(op.matmul(q, op.permute_dims(k, [0, 1, 3, 2]))),
      [((2, 2, 5, 8), None), ((2, 2, 6, 8), None)]),
+    # concat: three inputs (one a region intermediate, one read twice), a middle axis, a negative one.
+    ("concat_channels", lambda x, y: op.concat([op.nn.relu(x), y, x], axis=1), [((2, 3, 4), None), ((2, 1, 4), None)]),
+    ("concat_last_of_views", lambda x, y: op.concat([op.reshape(x, (3, 4)), op.exp(y)], axis=-1),
+     [((2, 6), None), ((3, 5), None)]),
 ]
 
 

@@ -157,10 +157,10 @@ def test_draws_without_user_ops_are_those_of_before(monkeypatch):
     monkeypatch.setattr(registry, "_FAMILIES", {n: f for n, f in registry._FAMILIES.items() if f.namespace == "simaccel"})
     data = [case_to_json(draw_case(Draw.seeded(seed), Config())) for seed in range(50)]
     digest = hashlib.sha256(json.dumps(data, sort_keys=True, default=list).encode()).hexdigest()[:16]
-    # Changed once on purpose: the generator draws the PyTorch ISA's ops too (reductions, slices,
-    # take, broadcast_to, clip, divide, silu, sqrt, rsqrt, leaky_relu); results before then were
-    # drawn by the older generator.
-    assert digest == "0a779aa52ba3540e"
+    # Changed on purpose when the generator learnt the PyTorch ISA's ops (reductions, slices,
+    # take, broadcast_to, clip, divide, silu, sqrt, rsqrt, leaky_relu), and again for concat;
+    # results before then were drawn by older generators.
+    assert digest == "ce593df9b7825227"
 
 
 def test_models_with_a_user_op_are_valid_relax_and_its_reference_matches_tvm(rms_norm_op):
@@ -193,7 +193,7 @@ def test_models_with_a_user_op_are_valid_relax_and_its_reference_matches_tvm(rms
 def test_cli_fuzz_draws_user_ops_from_the_environment_and_reloads_them(tmp_path):
     """A seeded run with $SIMACCEL_OPS: models hold myaccel.rms_norm, simaccel offloads it, and an
     exported sample with it runs again in a fresh process (which loads the op from $SIMACCEL_OPS)."""
-    result = simaccel_cli("fuzz", "--cases", "6", "--seed", "1", "--out", str(tmp_path), "--export-every", "3",
+    result = simaccel_cli("fuzz", "--cases", "6", "--seed", "2", "--out", str(tmp_path), "--export-every", "3",
                           env={"SIMACCEL_OPS": RMS_NORM_OP})
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads((tmp_path / "fuzz-summary.json").read_text())
@@ -211,8 +211,9 @@ def test_a_planted_fault_in_a_user_op_is_found_and_replayed_in_a_fresh_process(t
     lines = []
     with monkeypatch.context() as planted:
         plant_reference(planted, "myaccel.rms_norm", lambda y: y * 1.5)
-        assert run_fuzz(cases=20, seed=6, engines=["ref"], dtypes=["float32"], out_dir=tmp_path, export_every=0,
-                        shrink_seconds=20, log=lines.append) == 1
+        # The shrinking stops when no smaller model fails; its time limit is only a bound.
+        assert run_fuzz(cases=20, seed=2, engines=["ref"], dtypes=["float32"], out_dir=tmp_path, export_every=0,
+                        shrink_seconds=90, log=lines.append) == 1
         [folder] = [p for p in tmp_path.iterdir() if p.name.startswith("case-")]
         saved = json.loads((folder / "case.json").read_text())
         assert saved["user_op_modules"] == [RMS_NORM_OP]

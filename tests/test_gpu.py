@@ -276,6 +276,7 @@ KERNEL_CASES = [
     ("simaccel.sum", [(64, 1000)], {"axes": [1], "keepdims": False}),
     ("simaccel.max", [(4, 1000, 33)], {"axes": [1], "keepdims": False}),
     ("simaccel.reshape", [(4, 77, 768)], {"shape": [308, 768]}),
+    ("simaccel.concat", [(8, 64, 28, 28), (8, 3, 28, 28), (8, 128, 28, 28)], {"axis": 1}),
 ]
 
 

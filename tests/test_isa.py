@@ -15,7 +15,7 @@ from tvm import relax
 from harness import compare_with_tvm
 from model_zoo import single_op
 from simaccel import OpDeclarationError, ShapeError
-from simaccel.ops import OpFamily, Reject, attrs, declare, families, get_op, list_ops, relax_op
+from simaccel.ops import OpFamily, Reject, attrs, declare, families, get_op, list_ops, relax_op, relax_tuple
 from simaccel.tvm_integration import partition_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -98,8 +98,8 @@ def test_a_user_op_is_listed_with_the_built_in_ones(silu):
     assert get_op("testaccel.silu").family is silu
 
 
-BUILT_IN_OPS = 44  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 2 row-wise, 5 binary, 8 unary, clip,
-                   # broadcast_to, 4 views, permute_dims, strided_slice, 3 reductions
+BUILT_IN_OPS = 45  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 2 row-wise, 5 binary, 8 unary, clip,
+                   # broadcast_to, 4 views, permute_dims, strided_slice, concat, 3 reductions
 
 
 def test_declared_ops_are_forgotten_outside_the_isolated_test():
@@ -156,6 +156,11 @@ def family(**changes):
     ({"attrs": {"alpha": 1.0}}, "attribute 'alpha' needs a kind"),
     ({"activations": ("relu",), "attrs": {"activation": attrs.flag}}, "'activation' is set by the variant"),
     ({"dtypes": ("int8",)}, "dtypes must be"),
+    ({"inputs": ("data", "w"), "pattern": relax_op("relax.add", relax_tuple("data"), "w")},
+     "a tuple role \\(\\['data'\\]\\) must be the family's only input"),
+    ({"pattern": relax_op("relax.nn.relu", relax_op("relax.concat", relax_tuple("data")))}, "an argument of the outermost call"),
+    ({"pattern": relax_op("relax.concat", relax_tuple("data")), "bias": "row"}, "no fused bias"),
+    ({"pattern": relax_op("relax.concat", relax_tuple("data")), "fuzz": lambda shape, draw: None}, "does not draw families"),
 ])
 def test_malformed_declarations_are_refused_with_the_reason(changes, message):
     with pytest.raises(OpDeclarationError, match=message):
@@ -309,3 +314,57 @@ def test_a_user_family_s_fused_variants_partition_and_run(engine):
     wrong_bias = single_op(make, [((3, 5), F32), ((5,), F32), ((3, 1), F32)])  # one value per row: not fused
     assert ["testaccel.scale_bias_relu"] not in partition_report(wrong_bias)[1].regions.values()
     compare_with_tvm(wrong_bias, engine)
+
+
+# -- a user family with a tuple of inputs: rows stacked (concat along axis 0, float32 only) -----
+def stack_rows_kernel(out, x, offset, total):
+    i = cuda.grid(1)
+    if i < total:
+        out[offset + i] = x[i]
+
+
+def launch_stack_rows(target, out, *rows):
+    flat_out, offset, launches = target.reshape(out, (math.prod(out.shape),)), 0, 0
+    for x in rows:
+        total = math.prod(x.shape)
+        if total:
+            target.launch(stack_rows_kernel, (total + 63) // 64, 64, flat_out, target.reshape(x, (total,)), offset, total)
+            launches += 1
+        offset += total
+    return launches
+
+
+def stack_rows_from_relax(match):
+    if match.attrs["axis"] not in (0, -len(match.shapes["rows"][0])) or "float16" in match.dtypes["rows"]:
+        raise Reject("testaccel.stack_rows joins float32 tensors along axis 0 only")
+    return {}
+
+
+def infer_stack_rows(shapes):
+    if any(tuple(s[1:]) != tuple(shapes[0][1:]) for s in shapes):
+        raise ShapeError(f"rows {list(shapes)} differ beyond axis 0")
+    return (sum(s[0] for s in shapes), *shapes[0][1:])
+
+
+def stack_rows_family():
+    return OpFamily(
+        name="testaccel.stack_rows", inputs=("rows",), pattern=relax_op("relax.concat", relax_tuple("rows")),
+        from_relax=stack_rows_from_relax, infer=infer_stack_rows,
+        reference=lambda *rows: np.concatenate(rows, axis=0), kernel=launch_stack_rows, dtypes=(F32,),
+    )
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_user_family_with_a_tuple_of_inputs_partitions_and_runs(engine):
+    family = declare(stack_rows_family())
+    assert family.variadic and get_op("testaccel.stack_rows").roles(3) == ("rows[0]", "rows[1]", "rows[2]")
+    make = lambda x, y: relax.op.concat([relax.op.nn.relu(x), y, x], axis=0)  # noqa: E731
+    mod = single_op(make, [((2, 3), F32), ((1, 3), F32)])
+    _, report = partition_report(mod)
+    assert list(report.regions.values()) == [["simaccel.relu", "testaccel.stack_rows"]]  # the user's op first
+    _, _, ledger = compare_with_tvm(mod, engine)
+    assert ledger["ops"] == {"simaccel.relu": 1, "testaccel.stack_rows": 1}
+    # Along another axis the user's op refuses and the built-in concat takes it.
+    other = single_op(lambda x, y: relax.op.concat([x, y], axis=1), [((2, 3), F32), ((2, 1), F32)])
+    assert list(partition_report(other)[1].regions.values()) == [["simaccel.concat"]]
+    compare_with_tvm(other, engine)

@@ -37,6 +37,7 @@ CASES = [
     ("simaccel.add", [(2, 1, 4), (3, 1)], {}),
     ("simaccel.multiply", [(5,), (5,)], {}),
     ("simaccel.gelu", [(4, 3)], {}),
+    ("simaccel.concat", [(2, 3), (2, 1), (2, 4)], {"axis": 1}),  # one launch per input
 ]
 
 

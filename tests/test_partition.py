@@ -83,6 +83,8 @@ CASES = [
     ("mean_spatial", lambda x: op.mean(x, axis=[2, 3], keepdims=True), [((1, 2, 3, 4), F32)], ["simaccel.mean"]),
     ("sum_apart_axes", lambda x: op.sum(x, axis=[0, 2]), [((2, 3, 4), F32)], []),
     ("broadcast_to", lambda x: op.broadcast_to(x, (2, 3, 5)), [((3, 1), F32)], ["simaccel.broadcast_to"]),
+    ("concat_three", lambda x, y: op.concat([x, y, x], axis=0), [((2, 3), F32), ((4, 3), F32)], ["simaccel.concat"]),
+    ("concat_int32", lambda x, y: op.concat([x, y], axis=1), [((2, 3), "int32"), ((2, 1), "int32")], []),
 ]
 
 
@@ -116,6 +118,22 @@ def test_rejections_say_why(make, inputs, reason):
 def test_matmul_rejection_reasons(inputs, reason):
     _, report = partition_report(single_op(lambda x, w: op.matmul(x, w), inputs))
     assert any(reason in r for _, _, r in report.kept), report.format()
+
+
+def test_a_concat_of_a_tuple_variable_stays_on_tvm_with_the_reason():
+    # A tuple bound to a variable would reach the region as one tuple parameter; only a tuple
+    # written in the call has its fields become the region's tensors.
+    x, y = relax.Var("x", relax.TensorType((2, 3), F32)), relax.Var("y", relax.TensorType((2, 4), F32))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            pair = bb.emit(relax.Tuple([x, y]))
+            out = bb.emit_output(op.concat(pair, axis=1))
+        bb.emit_func_output(out)
+    _, report = partition_report(bb.get())
+    assert report.regions == {}
+    [(_, relax_op, why)] = report.kept
+    assert relax_op == "relax.concat" and "data is the variable" in why and "not a tuple of tensors written in the call" in why
 
 
 def test_ops_without_a_pattern_are_reported():

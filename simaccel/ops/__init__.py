@@ -3,7 +3,8 @@
 The public API to add an instruction (see docs/adding-an-op.md):
 
 * `OpFamily` - the declaration: Relax pattern, attributes, shape rule, reference, kernel;
-* `relax_op` - the Relax expression it replaces (`relax_value` - a shape or number argument);
+* `relax_op` - the Relax expression it replaces (`relax_value` - a shape or number argument,
+  `relax_tuple` - a tuple of tensors, each an input);
   `Reject` - a match that stays on TVM;
 * `declare`  - add it to the ISA; `attrs` - attribute kinds; `rules` - shape-rule helpers;
 * `ShapeError` - what a shape rule raises for inputs the op does not take.
@@ -14,7 +15,8 @@ loaded from $SIMACCEL_OPS when the registry is first read. Kernels are imported 
 
 from ..errors import ShapeError
 from . import attrs, rules
-from .declare import OpDef, OpFamily, RelaxMatch, RelaxPattern, RelaxValue, Reject, relax_op, relax_value
+from .declare import (OpDef, OpFamily, RelaxMatch, RelaxPattern, RelaxTuple, RelaxValue, Reject, relax_op, relax_tuple,
+                      relax_value)
 from .registry import USER_OPS_ENV, declare, families, get_op, list_ops, load_user_ops
 
 from . import builtin  # noqa: E402, F401  (declares the built-in families, through the same API)
@@ -24,6 +26,7 @@ __all__ = [
     "OpFamily",
     "RelaxMatch",
     "RelaxPattern",
+    "RelaxTuple",
     "RelaxValue",
     "Reject",
     "ShapeError",
@@ -35,6 +38,7 @@ __all__ = [
     "list_ops",
     "load_user_ops",
     "relax_op",
+    "relax_tuple",
     "relax_value",
     "rules",
 ]

@@ -47,6 +47,21 @@ def relax_value(name: str) -> RelaxValue:
 
 
 @dataclass(frozen=True)
+class RelaxTuple:
+    """A call argument that is a tuple of tensors, each an input of the op, as many as the
+    model gives: ``relax_op("relax.concat", relax_tuple("data"))``. The family then has this
+    one input role, an argument of the outermost call; a Program op of it takes one or more inputs, named ``data[0]``,
+    ``data[1]``, ..., and its `infer`, `reference` and `kernel` get them all."""
+
+    role: str
+
+
+def relax_tuple(role: str) -> RelaxTuple:
+    """A tuple-of-tensors argument of a Relax call: every field becomes an input of the op."""
+    return RelaxTuple(role)
+
+
+@dataclass(frozen=True)
 class RelaxPattern:
     """A Relax call to match: `op` applied to `args`, each a role name (any expression, which
     becomes that op input), a `relax_value` or a nested RelaxPattern. `name` lets `from_relax`
@@ -61,8 +76,20 @@ class RelaxPattern:
         for arg in self.args:
             if isinstance(arg, RelaxPattern):
                 found += arg.roles()
+            elif isinstance(arg, RelaxTuple):
+                found.append(arg.role)
             elif not isinstance(arg, RelaxValue):
                 found.append(arg)
+        return found
+
+    def tuple_roles(self) -> list[str]:
+        """Roles given as `relax_tuple` (tuples of tensors), nested calls' too."""
+        found = []
+        for arg in self.args:
+            if isinstance(arg, RelaxPattern):
+                found += arg.tuple_roles()
+            elif isinstance(arg, RelaxTuple):
+                found.append(arg.role)
         return found
 
     def values(self) -> list[str]:
@@ -80,7 +107,8 @@ class RelaxPattern:
 
 
 def relax_op(op: str, *args, name: str = "") -> RelaxPattern:
-    """The Relax call `op(*args)`: e.g. ``relax_op("relax.matmul", "data", relax_op("relax.permute_dims", "weight"))``."""
+    """The Relax call `op(*args)`: e.g. ``relax_op("relax.matmul", "data", relax_op("relax.permute_dims", "weight"))``;
+    an argument is a role name, `relax_value`, `relax_tuple` or another `relax_op`."""
     return RelaxPattern(op, tuple(args), name)
 
 
@@ -114,7 +142,9 @@ class OpFamily:
         ``"namespace.op"``, e.g. ``"simaccel.conv2d"`` or ``"myaccel.rms_norm"``; variants
         append ``_bias`` and ``_<activation>``.
     inputs:
-        Input roles in call order; each appears in `pattern`.
+        Input roles in call order; each appears in `pattern`. A role given there as
+        `relax_tuple` (a tuple of tensors: concat's) must be the family's only input; its
+        ops then take one or more inputs.
     pattern:
         The Relax expression replaced (`relax_op`).
     infer:
@@ -177,6 +207,11 @@ class OpFamily:
     def namespace(self) -> str:
         return self.name.split(".", 1)[0]
 
+    @property
+    def variadic(self) -> bool:
+        """Whether its one input role is a tuple of tensors (`relax_tuple`): any count of inputs."""
+        return bool(self.pattern.tuple_roles())
+
     def check(self) -> None:
         """Raise OpDeclarationError for a declaration simaccel could not derive an op from."""
         def bad(problem: str):
@@ -221,6 +256,14 @@ class OpFamily:
             bad(f"dtypes must be a non-empty subset of {FLOAT_DTYPES}")
         if self.view and (len(inputs) != 1 or self.bias or self.activations):
             bad("a view op takes exactly one input and has no fused bias or activation")
+        tuples = self.pattern.tuple_roles()
+        if tuples and (len(inputs) != 1 or len(tuples) != 1 or self.pattern.roles().count(tuples[0]) != 1
+                       or RelaxTuple(tuples[0]) not in self.pattern.args):
+            bad(f"a tuple role ({tuples}) must be the family's only input, an argument of the outermost call")
+        if tuples and (self.bias or self.view):
+            bad("a family with a tuple of inputs has no fused bias and is not a view")
+        if tuples and self.fuzz is not None:
+            bad("`simaccel fuzz` does not draw families with a tuple of inputs yet; leave out `fuzz`")
 
     def variants(self) -> list["OpDef"]:
         """One OpDef per (bias, activation) variant, the plain op first."""
@@ -250,6 +293,17 @@ class OpDef:
     def attrs(self) -> Mapping[str, Callable[[Any], Any]]:
         return self.family.attrs
 
+    def roles(self, count: int) -> tuple[str, ...]:
+        """The names of a call's `count` inputs: its roles, or ``data[0]``, ``data[1]``, ... for a
+        tuple of inputs."""
+        if self.family.variadic:
+            return tuple(f"{self.inputs[0]}[{k}]" for k in range(count))
+        return self.inputs
+
+    def takes(self, count: int) -> bool:
+        """Whether a call of it may have `count` inputs."""
+        return count >= 1 if self.family.variadic else count == len(self.inputs)
+
     def all_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
         """The Program's attributes plus the variant's fixed ones (what rules and kernels get)."""
         return {**attrs, **self.fixed}
@@ -257,15 +311,16 @@ class OpDef:
     def infer(self, shapes, dtypes, **attrs) -> tuple[tuple[int, ...], str]:
         """(output shape, dtype); DtypeError / ShapeError naming the op and the input."""
         first = dtypes[0]
-        for role, dtype in zip(self.inputs, dtypes):
+        roles = self.roles(len(dtypes))
+        for role, dtype in zip(roles, dtypes):
             if dtype not in self.family.dtypes:
                 raise DtypeError(f"{self.name}: {role} has dtype {dtype}; it takes {' or '.join(self.family.dtypes)}")
             if dtype != first:
                 raise DtypeError(
                     f"{self.name}: inputs must share one dtype, got "
-                    + ", ".join(f"{r}={d}" for r, d in zip(self.inputs, dtypes))
+                    + ", ".join(f"{r}={d}" for r, d in zip(roles, dtypes))
                 )
-        core = len(self.family.inputs)
+        core = self._core(len(shapes))
         try:
             shape = tuple(int(d) for d in self.family.infer([tuple(s) for s in shapes[:core]], **self._core_attrs(attrs)))
         except ShapeError as e:  # name the op (the variant) once, whatever the rule said
@@ -288,7 +343,7 @@ class OpDef:
 
     def reference(self, *arrays, **attrs) -> np.ndarray:
         """The numpy result: the family's reference, then the fused bias and activation, in float32."""
-        core = len(self.family.inputs)
+        core = self._core(len(arrays))
         y = self.family.reference(*arrays[:core], **self._core_attrs(attrs))
         if self.bias or self.activation != "none":
             y = np.asarray(y, dtype=np.float32)
@@ -301,6 +356,10 @@ class OpDef:
     def kernel(self, target, out, *arrays, **attrs) -> int:
         """Launch the family's kernel: `arrays` in role order (the bias last), every attribute."""
         return _launcher(self.family.kernel)(target, out, *arrays, **attrs)
+
+    def _core(self, count: int) -> int:
+        """How many of a call's `count` inputs the family's own rules take (not the fused bias)."""
+        return count if self.family.variadic else len(self.family.inputs)
 
     def _core_attrs(self, attrs):
         """What the family's own infer and reference take: not the fused activation."""

@@ -27,7 +27,7 @@ from ...profile import DeviceProfile, active_profile
 from .forwarder import forwarder_module
 from .native import native_choice, native_module
 from ..rewrites import tensor_info
-from .patterns import op_name, program_attrs, sync_patterns
+from .patterns import match_infos, matched_inputs, op_name, program_attrs, sync_patterns
 
 
 def codegen(functions, options=None, constant_names=None) -> list:
@@ -113,13 +113,13 @@ def composite_call(symbol: str, composite: relax.Function, args, specs: dict) ->
     ann = {role: matched[pattern] for role, pattern in spec.annotations.items()}
     param_to_arg = dict(zip(composite.params, args))
     try:
-        role_args = [param_to_arg[ann[role]] for role in spec.op.inputs]
-    except KeyError as e:
-        raise CodegenError(f"region {symbol}: {name} input {e} is not a parameter of its composite") from None
-    shapes = {role: tensor_info(ann[role])[0] for role in spec.op.inputs}
-    dtypes = {role: tensor_info(ann[role])[1] for role in spec.op.inputs}
-    try:
-        attrs = program_attrs(spec, ann, shapes, dtypes)
+        inputs = matched_inputs(spec.op, ann)
+        role_args = []
+        for role, expr in inputs:
+            if expr not in param_to_arg:
+                raise CodegenError(f"region {symbol}: {name} input {role} is not a parameter of its composite")
+            role_args.append(param_to_arg[expr])
+        attrs = program_attrs(spec, ann, *match_infos(spec.op, inputs))
     except Reject as e:
         raise CodegenError(f"region {symbol}: {name} cannot be offloaded: {e}") from None
     return name, role_args, attrs

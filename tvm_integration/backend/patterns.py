@@ -27,7 +27,7 @@ from tvm.relax.dpl import is_op, wildcard
 from tvm.relax.transform import PatternCheckContext
 
 from ...errors import OpDeclarationError, SimAccelError
-from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxValue, Reject, families, get_op
+from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxTuple, RelaxValue, Reject, families, get_op
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
 from ..rewrites import tensor_info
@@ -137,6 +137,8 @@ def op_pattern(op: OpDef) -> OpPattern:
                 args.append(build(arg))
             elif isinstance(arg, RelaxValue):  # checked to be a constant by `program_attrs`
                 args.append(annotations.setdefault(arg.name, wildcard()))
+            elif isinstance(arg, RelaxTuple):  # any arity; `matched_inputs` checks it is a tuple
+                args.append(annotations.setdefault(arg.role, wildcard()))
             else:  # a role: the same wildcard wherever it appears (x * sigmoid(x))
                 args.append(annotations.setdefault(arg, wildcard()))
         call = is_op(node.op)(*args)
@@ -228,6 +230,31 @@ def check(spec: OpPattern, context: PatternCheckContext) -> bool:
     return False
 
 
+def matched_inputs(op: OpDef, annotated) -> list[tuple[str, object]]:
+    """The op's input expressions in one match, in call order, with their names: a tuple
+    role's fields one by one (``data[0]``, ``data[1]``, ...). Reject where a tuple role matched
+    anything but a tuple written in the call (FuseOpsByPattern makes its fields the
+    composite's parameters; a tuple-valued variable would arrive whole)."""
+    if not op.family.variadic:
+        return [(role, annotated[role]) for role in op.inputs]
+    role = op.inputs[0]
+    value = annotated["root"].args[op.family.pattern.args.index(RelaxTuple(role))]
+    if not isinstance(value, relax.Tuple) or not value.fields:
+        what = f"the variable {value.name}" if isinstance(value, relax.Var) else type(value).__name__
+        raise Reject(f"{role} is {what}, not a tuple of tensors written in the call")
+    return list(zip(op.roles(len(value.fields)), value.fields))
+
+
+def match_infos(op: OpDef, inputs: list) -> tuple[dict, dict]:
+    """`RelaxMatch.shapes` and `.dtypes` of one match's `matched_inputs`: by role, and for a
+    tuple role a list with one entry per field."""
+    infos = [tensor_info(expr) for _, expr in inputs]
+    if op.family.variadic:
+        return {op.inputs[0]: [s for s, _ in infos]}, {op.inputs[0]: [d for _, d in infos]}
+    return ({role: s for (role, _), (s, _) in zip(inputs, infos)},
+            {role: d for (role, _), (_, d) in zip(inputs, infos)})
+
+
 def program_attrs(spec: OpPattern, annotated, shapes: dict, dtypes: dict) -> dict:
     """The Program attributes of one match (the family's `from_relax`); Reject to stay on TVM."""
     value_names = spec.op.family.pattern.values()
@@ -262,20 +289,23 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
         return reason
     if context is not None and has_leaking_intermediate_variables(context):
         return "an intermediate result of the fused ops is also used outside them"
-    shapes, dtypes = {}, {}
-    for role in op.inputs:
+    try:
+        inputs = matched_inputs(op, annotated)
+    except Reject as e:
+        return str(e)
+    for role, expr in inputs:
         # Constants are fine: with bind_constants=False they become region parameters, which
         # TVM materialises and passes like any other tensor.
-        shape, dtype = tensor_info(annotated[role])
+        shape, dtype = tensor_info(expr)
         if shape is None:
             return f"{role} has a dynamic or unknown shape"
         reason = profile.why_not_tensor(role, shape, dtype)
         if reason:
             return reason
-        shapes[role], dtypes[role] = shape, dtype
+    in_shapes, in_dtypes = zip(*(tensor_info(expr) for _, expr in inputs))
     try:
-        attrs = program_attrs(spec, annotated, shapes, dtypes)
-        shape, dtype = op.infer([shapes[r] for r in op.inputs], [dtypes[r] for r in op.inputs], **op.all_attrs(attrs))
+        attrs = program_attrs(spec, annotated, *match_infos(op, inputs))
+        shape, dtype = op.infer(list(in_shapes), list(in_dtypes), **op.all_attrs(attrs))
     except OpDeclarationError:
         raise  # the declaration is wrong: stop, do not quietly keep every match on TVM
     except (Reject, SimAccelError) as e:
@@ -290,7 +320,7 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
     reason = profile.why_not_tensor("output", shape, dtype)
     if reason:
         return reason
-    nbytes = sum(tensor_bytes(shapes[r], dtypes[r]) for r in op.inputs) + tensor_bytes(shape, dtype)
+    nbytes = sum(tensor_bytes(s, d) for s, d in zip(in_shapes, in_dtypes)) + tensor_bytes(shape, dtype)
     return profile.why_not_region(nbytes, f"{op.name} alone")
 
 

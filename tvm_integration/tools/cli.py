@@ -217,7 +217,8 @@ def list_ops_command() -> int:
         for variant in family.variants():
             op = get_op(variant.name)
             attrs = f"  attrs: {', '.join(op.attrs)}" if op.attrs else ""
-            print(f"  {op.name}({', '.join(op.inputs)}){attrs}")
+            inputs = f"{op.inputs[0]}..." if family.variadic else ", ".join(op.inputs)
+            print(f"  {op.name}({inputs}){attrs}")
     return OK
 
 

@@ -6,7 +6,7 @@ existing value (so values are used more than once and inputs are shared), an op 
 rank, and new parameters where the op needs them: a DAG, not a chain, that ends in one output
 or a tuple of several. The ops mix what simaccel offloads (matmul/dense, batched too, with
 bias and activation, conv2d with groups, pooling, softmax, layer_norm, elementwise ops, clip,
-reductions, reshape, permute_dims, strided_slice, take of a constant index, broadcast_to)
+reductions, reshape, permute_dims, strided_slice, take of a constant index, broadcast_to, concat)
 with what it must leave to TVM (softmax and layer_norm over other axes, reductions over axes
 apart, backward slices, ceil-mode pooling, leaky_relu, ...), with edge shapes: 1, primes,
 sizes off the kernels' tiles, broadcast batch dims, and now and then a zero-size dim.
@@ -258,7 +258,7 @@ class _Builder:
         recent = len(self.values) - 1 - self.draw.int(0, min(3, len(self.values) - 1))  # mostly chains
         x = recent if self.draw.chance(80) else self.draw.int(0, len(self.values) - 1)
         shape = self.values[x].shape
-        kinds = ["unary", "binary"] + (["softmax", "layer_norm", "reduce", "slice"] if shape else [])
+        kinds = ["unary", "binary"] + (["softmax", "layer_norm", "reduce", "slice", "concat"] if shape else [])
         if 1 <= len(shape) <= 3:
             kinds.append("broadcast")
         if len(shape) >= 2:
@@ -325,6 +325,21 @@ class _Builder:
             begin = self.draw.int(1, size - 1)
             end = self.draw.int(0, begin - 1)
         self.add("strided_slice", [x], {"axes": [axis], "begin": [begin], "end": [end], "strides": [step]})
+
+    def _concat(self, x, shape):
+        """x joined along one axis with 1-3 others: values of the model that fit, or new inputs."""
+        axis = self.draw.int(0, len(shape) - 1)
+        fits = [i for i, v in enumerate(self.values) if len(v.shape) == len(shape)
+                and v.shape[:axis] + v.shape[axis + 1:] == shape[:axis] + shape[axis + 1:]]
+        parts = [x]
+        for _ in range(self.draw.int(1, 3)):
+            if self.draw.chance(50):
+                other = self.draw.choice(fits)  # x itself among them: a value read twice
+            else:
+                size = 0 if self.draw.chance(self.config.zero_dim_percent) else self.small()
+                other = self.param(shape[:axis] + (size,) + shape[axis + 1:], "c", weight=True)
+            parts.insert(self.draw.int(0, len(parts)), other)
+        self.add("concat", parts, {"axis": axis - len(shape) if self.draw.chance(30) else axis})
 
     def _broadcast(self, x, shape):
         grown = (self.small(),) + tuple(d if d != 1 or self.draw.chance(50) else self.small() for d in shape)
@@ -631,6 +646,12 @@ def _sliced(x, attrs):
     return x[tuple(index)]
 
 
+def _concat_make(exprs, attrs, dtype):
+    from tvm import relax
+
+    return relax.op.concat(list(exprs), axis=attrs["axis"])
+
+
 def _take_make(exprs, attrs, dtype):
     from tvm import relax
 
@@ -659,6 +680,8 @@ OPS: dict[str, FuzzOp] = {
                             lambda xs, attrs, dtype: _sliced(xs[0], attrs)),
     "take": FuzzOp(_take_make, lambda s, a: s[0][:a["axis"]] + s[0][a["axis"] + 1:],
                    lambda xs, attrs, dtype: np.take(xs[0], attrs["index"], axis=attrs["axis"])),
+    "concat": FuzzOp(_concat_make, lambda s, a: np.concatenate([np.empty(x, np.int8) for x in s], a["axis"]).shape,
+                     lambda xs, attrs, dtype: np.concatenate(xs, axis=attrs["axis"])),
     "broadcast_to": FuzzOp(_relax_op("broadcast_to", "shape"), lambda s, a: tuple(a["shape"]),
                            lambda xs, attrs, dtype: np.broadcast_to(xs[0], attrs["shape"])),
     "add": _binary("add", np.add),

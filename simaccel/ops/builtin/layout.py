@@ -1,5 +1,5 @@
 """Layout families: views (``simaccel.reshape``, ``expand_dims``, ``squeeze``, ``flatten``),
-``simaccel.permute_dims`` and ``simaccel.strided_slice``.
+``simaccel.permute_dims``, ``simaccel.strided_slice`` and ``simaccel.concat``.
 
 A view op's result is its input's elements in the same order under another shape, so it is
 declared ``view=True``: where its output is an intermediate of a region, no kernel runs and
@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import ShapeError
 from .. import attrs as kinds
-from ..declare import OpFamily, Reject, relax_op, relax_value
+from ..declare import OpFamily, Reject, relax_op, relax_tuple, relax_value
 from ..registry import declare
 from ..rules import check_rank
 
@@ -154,4 +154,38 @@ declare(OpFamily(
     reference=lambda data, *, begin, end, strides: np.asarray(data)[tuple(map(slice, begin, end, strides))],
     kernel="simaccel.kernels.layout:launch_strided_slice",
     doc=f"strided_slice (steps >= 1) of up to {MAX_RANK} axes",
+))
+
+
+def concat_from_relax(match):
+    axis = match.attrs["axis"]
+    if axis is None:  # Relax takes only 1-D tensors then (its type inference checks): axis 0
+        axis = 0
+    return {"axis": axis % len(match.shapes["data"][0])}
+
+
+def infer_concat(shapes, *, axis):
+    first = tuple(shapes[0])
+    check_rank("data[0]", first, 1, MAX_RANK)
+    if not 0 <= axis < len(first):
+        raise ShapeError(f"axis {axis} is not an axis of data[0] {first}")
+    total = 0
+    for k, shape in enumerate(shapes):
+        shape = tuple(shape)
+        if len(shape) != len(first) or shape[:axis] + shape[axis + 1:] != first[:axis] + first[axis + 1:]:
+            raise ShapeError(f"data[{k}] {shape} differs from data[0] {first} on an axis other than {axis}")
+        total += shape[axis]
+    return first[:axis] + (total,) + first[axis + 1:]
+
+
+declare(OpFamily(
+    name="simaccel.concat",
+    inputs=("data",),
+    pattern=relax_op("relax.concat", relax_tuple("data")),
+    attrs={"axis": kinds.integer},
+    from_relax=concat_from_relax,
+    infer=infer_concat,
+    reference=lambda *data, axis: np.concatenate(data, axis=axis),
+    kernel="simaccel.kernels.layout:launch_concat",
+    doc=f"concat of one or more tensors along one axis, rank <= {MAX_RANK}",
 ))
