@@ -63,8 +63,8 @@ def run_op(name, arrays, attrs=None, *, expected_launches=1):
     return out, ref
 
 
-def check(name, arrays, attrs=None):
-    out, ref = run_op(name, arrays, attrs)
+def check(name, arrays, attrs=None, *, expected_launches=1):
+    out, ref = run_op(name, arrays, attrs, expected_launches=expected_launches)
     assert not np.isnan(out).any(), f"{name}: kernel left output elements unwritten"
     np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[str(out.dtype)])
     return out, ref
@@ -147,12 +147,12 @@ def test_matmul_crosses_block_tiles(name, data_shape, n, dtype):
 
 @pytest.mark.parametrize("name", ["simaccel.matmul_bias", "simaccel.dense_relu"])
 def test_matmul_row_tiles_beyond_grid_y(name, monkeypatch):
-    # With gridDim.y capped at 2, 3 row tiles (130 rows) make block y=0 also do tile 2.
+    # With gridDim.y capped at 2, 3 row tiles (130 rows) take two launches: tiles 0-1, then 2.
     from simaccel.kernels import matmul as matmul_kernels
 
     monkeypatch.setattr(matmul_kernels, "_MAX_GRID_Y", 2)
     rng = np.random.default_rng(12)
-    check(name, _matmul_inputs(name, (130, 3), 5, "float32", rng))
+    check(name, _matmul_inputs(name, (130, 3), 5, "float32", rng), expected_launches=2)
 
 
 # (data shape, weight shape): both batched, batch dims broadcast both ways (attention's Q @ K^T).
@@ -174,13 +174,43 @@ def test_matmul_with_a_batched_weight(name, data_shape, weight_shape, dtype):
         np.testing.assert_allclose(out.astype(np.float64), want, **TOL[dtype])
 
 
+LARGE_TILE_CASES = [("simaccel.matmul_bias_relu", (130, 9), 131, "float32"), ("simaccel.dense_gelu", (2, 70, 17), 129, "float16"),
+                    ("simaccel.matmul", (3, 1), 1, "float32")]
+
+
+@pytest.mark.parametrize("name,data_shape,n,dtype", LARGE_TILE_CASES, ids=str)
+def test_matmul_large_tiles(name, data_shape, n, dtype, monkeypatch):
+    # Real sizes choose 128x128 tiles (8x8 outputs per thread); here they are forced on shapes
+    # the simulator runs quickly: a tile tail in M, N and K, a K slice of 8 crossed twice.
+    from simaccel.kernels import matmul as matmul_kernels
+
+    monkeypatch.setattr(matmul_kernels, "MIN_LARGE_TILES", 0)
+    target = PlanOnlyTarget()
+    arrays = _matmul_inputs(name, data_shape, n, dtype, np.random.default_rng(15), bias_2d=False)
+    op = get_op(name)
+    out = np.empty(op.infer([a.shape for a in arrays], [dtype] * len(arrays), **op.all_attrs({}))[0], dtype)
+    op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
+    assert target.launches[0][0] is matmul_kernels._KERNELS["dense" in name, True]
+    check(name, arrays)
+
+
+def test_batched_matmul_large_tiles_beyond_grid_z(monkeypatch):
+    from simaccel.kernels import matmul as matmul_kernels
+
+    monkeypatch.setattr(matmul_kernels, "MIN_LARGE_TILES", 0)
+    monkeypatch.setattr(matmul_kernels, "_MAX_GRID_Z", 4)
+    rng = np.random.default_rng(16)
+    check("simaccel.matmul", [_random(rng, (3, 2, 3, 9), "float32"), _random(rng, (1, 2, 9, 5), "float32")],
+          expected_launches=2)  # 6 matrices: 4, then 2
+
+
 def test_batched_matmul_beyond_grid_z(monkeypatch):
-    # With gridDim.z capped at 2, 5 matrices make block z=0 also do matrices 2 and 4.
+    # With gridDim.z capped at 2, 5 matrices take three launches (2, 2 and 1 matrices).
     from simaccel.kernels import matmul as matmul_kernels
 
     monkeypatch.setattr(matmul_kernels, "_MAX_GRID_Z", 2)
     rng = np.random.default_rng(14)
-    check("simaccel.matmul", [_random(rng, (5, 3, 4), "float32"), _random(rng, (5, 4, 2), "float32")])
+    check("simaccel.matmul", [_random(rng, (5, 3, 4), "float32"), _random(rng, (5, 4, 2), "float32")], expected_launches=3)
 
 
 @pytest.mark.parametrize("name", ["simaccel.matmul", "simaccel.dense"])
@@ -606,18 +636,27 @@ class PlanOnlyTarget(KernelTarget):
 
 def test_launch_shapes():
     rng = np.random.default_rng(0)
-    # matmul: a grid of 64x64 block tiles covering (N, rows), 16x16 threads per block,
-    # gridDim.y capped at 65535 (the kernel loops over the remaining row tiles); one weight:
-    # one matrix (gridDim.z 1), data's batch dims folded into rows
+    # matmul: a grid of block tiles covering (N, rows), 16x16 threads per block: 128x128 tiles
+    # where there are at least MIN_LARGE_TILES of them, else 64x64; gridDim.y capped at 65535
+    # (the kernel loops over the remaining row tiles); one weight: one matrix (gridDim.z 1),
+    # data's batch dims folded into rows
+    from simaccel.kernels import matmul as matmul_kernels
+
     op = get_op("simaccel.dense")
-    for data_shape, n, want in (((2, 9, 5), 17, (1, 1, 1)), ((65, 5), 129, (3, 2, 1)), ((64, 5), 128, (2, 1, 1)),
-                                ((65535 * 64 + 1, 1), 1, (1, 65535, 1))):
+    small, large = matmul_kernels._KERNELS[True, False], matmul_kernels._KERNELS[True, True]  # dense form
+    for data_shape, n, want, kernel in (((2, 9, 5), 17, [(1, 1, 1)], small), ((65, 5), 129, [(3, 2, 1)], small),
+                                        ((64, 5), 128, [(2, 1, 1)], small),
+                                        ((65535 * 128 + 1, 1), 1, [(1, 65535, 1), (1, 1, 1)], large),
+                                        ((1024, 8), 1024, [(16, 16, 1)], small), ((1024, 8), 2048, [(16, 8, 1)], large),
+                                        ((4096, 8), 4096, [(32, 32, 1)], large)):
         target = PlanOnlyTarget()
         data, weight = np.empty(data_shape, np.float32), np.empty((n, data_shape[-1]), np.float32)
         out = np.empty(data_shape[:-1] + (n,), np.float32)
         op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **op.all_attrs({}))
-        (_, grid, block, _), = target.launches
-        assert tuple(grid) == want and tuple(block) == (16, 16), data_shape
+        assert [tuple(grid) for _, grid, _, _ in target.launches] == want, data_shape
+        assert all(tuple(block) == (16, 16) and fn is kernel for fn, _, block, _ in target.launches), data_shape
+        # The launch beyond gridDim.y's cap starts at row tile 65535 (its tile0 argument).
+        assert [args[10] for _, _, _, args in target.launches] == [65535 * k for k in range(len(want))]
     # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256)
     for d, want in ((1, 1), (5, 8), (17, 32), (256, 256), (300, 256)):
         x = _random(rng, (3, d), "float32")

@@ -1,0 +1,105 @@
+"""GEMM kernel variants (experiment): C[M,N] = A[M,K] @ B[K,N], float32 accumulate."""
+from numba import cuda, float32
+
+
+def make(BM, BN, BK, TM, TN, contiguous=False, prefetch=False):
+    TX = BN // TN
+    TY = BM // TM
+    NT = TX * TY
+    PAD = 4
+    A_SHAPE = (BK, BM + PAD)
+    B_SHAPE = (BK, BN + PAD)
+    ACC = (TM, TN)
+    AR = (TM,)
+    BR = (TN,)
+    A_ROWS = NT // BK          # rows of A filled per pass
+    A_PASSES = BM // A_ROWS
+    B_KROWS = NT // BN         # k rows of B filled per pass
+    B_PASSES = BK // B_KROWS
+    PA = (A_PASSES,)
+    PB = (B_PASSES,)
+    assert NT % BK == 0 and BM % A_ROWS == 0 and NT % BN == 0 and BK % B_KROWS == 0
+
+    def kernel(out, a, b, M, N, K):
+        sa = cuda.shared.array(A_SHAPE, float32)
+        sb = cuda.shared.array(B_SHAPE, float32)
+        acc = cuda.local.array(ACC, float32)
+        ar = cuda.local.array(AR, float32)
+        br = cuda.local.array(BR, float32)
+        pa = cuda.local.array(PA, float32)
+        pb = cuda.local.array(PB, float32)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        t = ty * TX + tx
+        fk = t % BK
+        fm = t // BK
+        fn = t % BN
+        fkn = t // BN
+        col0 = cuda.blockIdx.x * BN
+        row0 = cuda.blockIdx.y * BM
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = float32(0.0)
+        if prefetch:
+            for p in range(A_PASSES):
+                row = row0 + fm + p * A_ROWS
+                pa[p] = float32(a[row, fk]) if row < M and fk < K else float32(0.0)
+            for p in range(B_PASSES):
+                kb = fkn + p * B_KROWS
+                col = col0 + fn
+                pb[p] = float32(b[kb, col]) if kb < K and col < N else float32(0.0)
+        for k0 in range(0, K, BK):
+            if prefetch:
+                for p in range(A_PASSES):
+                    sa[fk, fm + p * A_ROWS] = pa[p]
+                for p in range(B_PASSES):
+                    sb[fkn + p * B_KROWS, fn] = pb[p]
+                cuda.syncthreads()
+                k1 = k0 + BK
+                for p in range(A_PASSES):
+                    row = row0 + fm + p * A_ROWS
+                    ka = k1 + fk
+                    pa[p] = float32(a[row, ka]) if row < M and ka < K else float32(0.0)
+                for p in range(B_PASSES):
+                    kb = k1 + fkn + p * B_KROWS
+                    col = col0 + fn
+                    pb[p] = float32(b[kb, col]) if kb < K and col < N else float32(0.0)
+            else:
+                ka = k0 + fk
+                for p in range(A_PASSES):
+                    row = row0 + fm + p * A_ROWS
+                    sa[fk, fm + p * A_ROWS] = float32(a[row, ka]) if row < M and ka < K else float32(0.0)
+                for p in range(B_PASSES):
+                    kb = k0 + fkn + p * B_KROWS
+                    col = col0 + fn
+                    sb[fkn + p * B_KROWS, fn] = float32(b[kb, col]) if kb < K and col < N else float32(0.0)
+                cuda.syncthreads()
+            for kk in range(BK):
+                for i in range(TM):
+                    ar[i] = sa[kk, ty * TM + i] if contiguous else sa[kk, ty + i * TY]
+                for j in range(TN):
+                    br[j] = sb[kk, tx * TN + j] if contiguous else sb[kk, tx + j * TX]
+                for i in range(TM):
+                    for j in range(TN):
+                        acc[i, j] += ar[i] * br[j]
+            cuda.syncthreads()
+        for i in range(TM):
+            row = row0 + (ty * TM + i if contiguous else ty + i * TY)
+            if row < M:
+                for j in range(TN):
+                    col = col0 + (tx * TN + j if contiguous else tx + j * TX)
+                    if col < N:
+                        out[row, col] = acc[i, j]
+
+    kernel.__name__ = f"gemm_{BM}x{BN}x{BK}_{TM}x{TN}{'_c' if contiguous else ''}{'_p' if prefetch else ''}"
+    return kernel, (TX, TY), (BM, BN)
+
+
+VARIANTS = {
+    "v64_4x4": dict(BM=64, BN=64, BK=16, TM=4, TN=4),
+    "v128_8x8_bk8": dict(BM=128, BN=128, BK=8, TM=8, TN=8),
+    "v128_8x8_bk8_p": dict(BM=128, BN=128, BK=8, TM=8, TN=8, prefetch=True),
+    "v128_8x8_bk16_p": dict(BM=128, BN=128, BK=16, TM=8, TN=8, prefetch=True),
+    "v128_8x8_bk8_c": dict(BM=128, BN=128, BK=8, TM=8, TN=8, contiguous=True),
+    "v128x64_8x4_bk16_p": dict(BM=128, BN=64, BK=16, TM=8, TN=4, prefetch=True),
+}
