@@ -1,4 +1,9 @@
-"""Matrix multiplication kernel: y = act(x @ W (+ bias)) or, dense form, act(x @ W^T (+ bias)).
+"""A frozen copy of kernels/matmul.py as of commit 37bfd25 (before batched matmul), kept as
+the "before_batching" peer of scripts/gemm_variants_gpu.py. Not used by simaccel.
+
+Its original docstring follows.
+
+Matrix multiplication kernel: y = act(x @ W (+ bias)) or, dense form, act(x @ W^T (+ bias)).
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.matmul*, simaccel.dense*). One register-tiled kernel covers all twelve ops:

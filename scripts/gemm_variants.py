@@ -1,4 +1,8 @@
-"""GEMM kernel variants (experiment): C[M,N] = A[M,K] @ B[K,N], float32 accumulate."""
+"""GEMM kernel variants for scripts/gemm_variants_gpu.py: C[M,N] = A[M,K] @ B[K,N] in float32,
+with no bias, activation or batching, so that their timings bound what a tiling can reach
+inside kernels/matmul.py. `make` returns (kernel, block, tile) for one tiling: BM x BN tiles,
+BK-wide K slices, TM x TN outputs per thread (strided, or `contiguous`), optionally loading
+the next K slice into registers while the current one is computed (`prefetch`)."""
 from numba import cuda, float32
 
 
