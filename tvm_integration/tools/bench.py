@@ -10,7 +10,8 @@ medians after warm-up. The modes run one library: its native regions ("simaccel_
 or the same regions routed to the Python "cuda" engine, zero-copy or host-staged. Where PyTorch is present its
 cuBLAS matmul+relu (TF32 off) is timed in the same loop as a peer. Writes bench.json (with
 the date, device name and versions) and bench.png. The artifacts and the output folder
-are checked before anything is timed.
+are checked before anything is timed. `--compare OLD.json` then flags every figure more than
+10% worse than that earlier report (simaccel.tvm_integration.tools.bench_compare).
 """
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ from ...errors import SimAccelError
 from ...runtime import get_runtime
 from . import deploy
 from .artifacts import case_inputs, load_manifest, require_cases
+from .bench_compare import compare, format_comparison, load_report
 
 CASES = ["mm8", "mm1024", "mm4096", "demo_f32"]
 MODES = ["tvm_only", "simaccel_native", "simaccel_zero_copy", "simaccel_staged"]
 GEMM_SIZE = {"mm8": 8, "mm1024": 1024, "mm4096": 4096}
 
 
-def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, log=print) -> int:
+def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, compare_with=None, log=print) -> int:
+    """Time every case, write bench.json and bench.png; with `compare_with` (an earlier
+    bench.json) also compare (simaccel.tvm_integration.tools.bench_compare). Returns 1 when a
+    figure is more than 10% worse than before, else 0."""
+    old = load_report(compare_with) if compare_with else None  # a bad file fails before any timing
     manifest = load_manifest(artifacts_dir)
     require_cases(artifacts_dir, manifest, CASES)
     out = _output_folder(out_dir)
@@ -57,7 +63,19 @@ def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, log=pri
     (out / "bench.json").write_text(json.dumps(report, indent=1))
     _chart(report, out / "bench.png")
     log(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
-    return 0
+    if old is None:
+        return 0
+    return compare_reports(out / "bench.json", compare_with, log=log)
+
+
+def compare_reports(new_path, old_path, log=print) -> int:
+    """Compare two bench reports; 1 when a figure is more than 10% worse, else 0."""
+    new, old = load_report(new_path), load_report(old_path)
+    changes, notes = compare(new, old)
+    log(f"compared with {old_path}:")
+    for line in format_comparison(changes, notes, new, old):
+        log(line)
+    return 1 if any(c.regressed() for c in changes) else 0
 
 
 def _output_folder(out_dir) -> Path:

@@ -118,7 +118,11 @@ def _parser() -> argparse.ArgumentParser:
         help="benchmark TVM alone vs simaccel native, Python zero-copy and host-staged on a GPU (writes JSON and PNG)",
         description="Times, on one GPU, prebuilt libraries (see --artifacts) as medians of repeated runs.",
     )
-    bench.add_argument("--artifacts", required=True, help="folder made by `python -m simaccel.tvm_integration.tools.artifacts`")
+    bench.add_argument("--artifacts", help="folder made by `python -m simaccel.tvm_integration.tools.artifacts`")
+    bench.add_argument("--compare", metavar="OLD.json",
+                       help="an earlier bench.json: flag (and exit 1 on) every mode more than 10%% slower against TVM alone")
+    bench.add_argument("--report", metavar="NEW.json",
+                       help="compare this bench.json with --compare instead of timing anything (no GPU needed)")
     bench.add_argument("--out", default="bench", help="output folder for bench.json and bench.png")
     bench.add_argument("--repeat", type=int, default=50, help="timed runs per case (median reported)")
 
@@ -160,6 +164,10 @@ def check_args(args) -> None:
         raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
     if args.command == "bench" and args.repeat < 1:
         raise SimAccelError(f"--repeat {args.repeat}: must be >= 1")
+    if args.command == "bench" and (args.artifacts is None) == (args.report is None):
+        raise SimAccelError("bench: give --artifacts (to time) or --report (to compare a finished run), not both")
+    if args.command == "bench" and args.report and not args.compare:
+        raise SimAccelError("bench --report: also give --compare OLD.json (the report to compare it with)")
     if args.command == "run":
         for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):
             if not (math.isfinite(value) and value >= 0):
@@ -190,9 +198,11 @@ def _dispatch(args) -> int:
     if args.command == "run":
         return run_library_command(args)
     if args.command == "bench":
-        from .bench import run_bench
+        from .bench import compare_reports, run_bench
 
-        return run_bench(args.artifacts, args.out, repeat=args.repeat)
+        if args.report:
+            return compare_reports(args.report, args.compare)
+        return run_bench(args.artifacts, args.out, repeat=args.repeat, compare_with=args.compare)
     if args.command == "fuzz":
         from .fuzz import replay, run_fuzz
 
