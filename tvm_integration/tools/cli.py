@@ -121,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--artifacts", help="folder made by `python -m simaccel.tvm_integration.tools.artifacts`")
     bench.add_argument("--compare", metavar="OLD.json",
                        help="an earlier bench.json: flag (and exit 1 on) every mode more than 10%% slower against TVM alone")
+    bench.add_argument("--ops", action="store_true",
+                       help="instead: each op's kernel at real sizes against the GPU's FP32 peak or memory bandwidth "
+                       "(ops.json, ops.png in --out; needs no artifacts)")
     bench.add_argument("--report", metavar="NEW.json",
                        help="compare this bench.json with --compare instead of timing anything (no GPU needed)")
     bench.add_argument("--out", default="bench", help="output folder for bench.json and bench.png")
@@ -164,7 +167,9 @@ def check_args(args) -> None:
         raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
     if args.command == "bench" and args.repeat < 1:
         raise SimAccelError(f"--repeat {args.repeat}: must be >= 1")
-    if args.command == "bench" and (args.artifacts is None) == (args.report is None):
+    if args.command == "bench" and args.ops and (args.artifacts or args.report or args.compare):
+        raise SimAccelError("bench --ops: times the ISA's kernels alone; it takes no --artifacts, --report or --compare")
+    if args.command == "bench" and not args.ops and (args.artifacts is None) == (args.report is None):
         raise SimAccelError("bench: give --artifacts (to time) or --report (to compare a finished run), not both")
     if args.command == "bench" and args.report and not args.compare:
         raise SimAccelError("bench --report: also give --compare OLD.json (the report to compare it with)")
@@ -200,6 +205,10 @@ def _dispatch(args) -> int:
     if args.command == "bench":
         from .bench import compare_reports, run_bench
 
+        if args.ops:
+            from .bench_ops import run_bench_ops
+
+            return run_bench_ops(args.out, repeat=args.repeat)
         if args.report:
             return compare_reports(args.report, args.compare)
         return run_bench(args.artifacts, args.out, repeat=args.repeat, compare_with=args.compare)

@@ -1,0 +1,60 @@
+"""`simaccel bench --ops` (the per-op roofline bench): its cases are valid ops of the ISA, its
+work counts are right, and it refuses what it cannot do. The timing itself needs a GPU
+(results/gpu/*/ops/)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simaccel.ops import get_op
+from simaccel.tvm_integration.tools.bench_ops import CASES, LIMITS, OpCase, roofline_row, work_of
+from test_cli import simaccel
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
+def test_every_case_is_an_op_of_the_isa_at_a_valid_shape(case):
+    op = get_op(case.op)
+    shape, dtype = op.infer(list(case.shapes), ["float32"] * len(case.shapes), **op.all_attrs(case.attrs))
+    assert dtype == "float32" and math.prod(shape) > 0
+    assert case.work == ("flops" if case.op.startswith(("simaccel.matmul", "simaccel.dense", "simaccel.conv2d")) else "bytes")
+
+
+def test_work_counts():
+    gemm = OpCase("g", "simaccel.matmul", ((64, 32), (32, 16)), {}, "flops")
+    assert work_of(gemm, (64, 16)) == (2 * 64 * 16 * 32, 4 * (64 * 32 + 32 * 16 + 64 * 16))
+    # conv2d: per output element, one multiply-add per weight element of its group.
+    conv = OpCase("c", "simaccel.conv2d", ((2, 8, 10, 10), (6, 4, 3, 3)), {}, "flops")
+    assert work_of(conv, (2, 6, 8, 8))[0] == 2 * (2 * 6 * 8 * 8) * (4 * 3 * 3)
+    relu = OpCase("r", "simaccel.relu", ((1000,),), {}, "bytes")
+    assert work_of(relu, (1000,)) == (0.0, 8000)
+
+
+def test_a_row_is_measured_against_the_limit_that_bounds_it():
+    h200 = LIMITS["NVIDIA H200"]
+    gemm = roofline_row(OpCase("g", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops"), (4096, 4096), 5000.0, h200)
+    assert gemm["unit"] == "FLOP/s" and gemm["achieved"] == pytest.approx(2 * 4096**3 / 5e-3)
+    assert gemm["fraction_of_limit"] == pytest.approx(gemm["achieved"] / 66.9e12)
+    copy = roofline_row(OpCase("r", "simaccel.relu", ((2**20,),), {}, "bytes"), (2**20,), 2.0, h200)
+    assert copy["unit"] == "B/s" and copy["fraction_of_limit"] == pytest.approx(8 * 2**20 / 2e-6 / 4.8e12)
+    unknown = roofline_row(OpCase("r", "simaccel.relu", ((8,),), {}, "bytes"), (8,), 1.0, None)
+    assert unknown["limit"] is None and unknown["fraction_of_limit"] is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (("bench", "--ops", "--artifacts", "x"), "bench --ops: times the ISA's kernels alone"),
+    (("bench", "--ops", "--compare", "old.json"), "it takes no --artifacts, --report or --compare"),
+])
+def test_bench_ops_user_errors(args, message):
+    result = simaccel(*args)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_without_a_gpu_bench_ops_says_so(tmp_path):
+    from numba import cuda
+
+    if cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = simaccel("bench", "--ops", "--out", str(tmp_path))
+    assert result.returncode == 2 and "bench --ops: needs an NVIDIA GPU" in result.stderr, result.stderr

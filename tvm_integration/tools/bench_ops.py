@@ -1,0 +1,225 @@
+"""`simaccel bench --ops`: each op's kernel at real sizes against the GPU's limits (a roofline table).
+
+A benchmark, not a test. Every case launches one op of the ISA through its own launcher on
+the current GPU (`KernelTarget("cuda")`), checks the result against the op's numpy
+reference, and times it with CUDA events (median of `repeat` after warm-up). A case's work
+is counted from its shapes: GEMM-like ops (matmul, dense, conv2d) by their multiply-adds
+(2 FLOPs each) against the GPU's FP32 peak, every other op by the bytes it must read and
+write once against its memory bandwidth. Where PyTorch is installed its equivalent
+(cuBLAS or cuDNN with TF32 off, or its own elementwise kernels) is timed in the same loop,
+as a peer. Writes ops.json (with the date and device) and, where matplotlib is installed,
+ops.png; prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import SimAccelError
+
+# FP32 (non-tensor-core) peak and memory bandwidth, from the vendors' data sheets.
+LIMITS = {
+    "NVIDIA H200": {"flops": 66.9e12, "bytes": 4.8e12},
+    "NVIDIA H100 80GB HBM3": {"flops": 66.9e12, "bytes": 3.35e12},
+}
+
+
+@dataclass(frozen=True)
+class OpCase:
+    label: str
+    op: str
+    shapes: tuple  # input shapes in role order
+    attrs: dict
+    work: str  # "flops" (GEMM-like) or "bytes"
+
+
+CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
+CASES = [
+    OpCase("gemm 4096^3", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops"),
+    OpCase("gemm 1024^3", "simaccel.matmul", ((1024, 1024), (1024, 1024)), {}, "flops"),
+    OpCase("dense+bias+gelu 8192x3072x768", "simaccel.dense_bias_gelu", ((8192, 768), (3072, 768), (3072,)), {}, "flops"),
+    OpCase("conv 56x56x64->64 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 64, 56, 56), (64, 64, 3, 3), (1, 64, 1, 1)), CONV, "flops"),
+    OpCase("conv 28x28x128->128 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 128, 28, 28), (128, 128, 3, 3), (1, 128, 1, 1)), CONV, "flops"),
+    OpCase("conv 14x14x256->256 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 256, 14, 14), (256, 256, 3, 3), (1, 256, 1, 1)), CONV, "flops"),
+    OpCase("depthwise 112x112x32 3x3 b8", "simaccel.conv2d", ((8, 32, 112, 112), (32, 1, 3, 3)), {**CONV, "groups": 32}, "flops"),
+    OpCase("add broadcast 64M", "simaccel.add", ((64, 1024, 1024), (1024, 1024)), {}, "bytes"),
+    OpCase("relu 64M", "simaccel.relu", ((64, 1024, 1024),), {}, "bytes"),
+    OpCase("softmax 32768x1024", "simaccel.softmax", ((32768, 1024),), {}, "bytes"),
+    OpCase("layer_norm 32768x1024", "simaccel.layer_norm", ((32768, 1024), (1024,), (1024,)), {"epsilon": 1e-5}, "bytes"),
+    OpCase("max_pool 3x3/2 b8x64x112x112", "simaccel.max_pool2d", ((8, 64, 112, 112),),
+           {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}, "bytes"),
+    OpCase("mean spatial b64x512x56x56", "simaccel.mean", ((64, 512, 56, 56),), {"axes": [2, 3], "keepdims": True}, "bytes"),
+    OpCase("permute (0,2,1,3) 64x512x16x64", "simaccel.permute_dims", ((64, 512, 16, 64),), {"axes": [0, 2, 1, 3]}, "bytes"),
+]
+
+
+def work_of(case: OpCase, out_shape) -> tuple[float, float]:
+    """(FLOPs, bytes) the case must do at the least: multiply-adds x 2 for GEMM-like ops, and
+    every input and the output read or written once (float32)."""
+    nbytes = 4 * (sum(math.prod(s) for s in case.shapes) + math.prod(out_shape))
+    if case.op.startswith(("simaccel.matmul", "simaccel.dense")):
+        k = case.shapes[0][-1]
+        return 2.0 * math.prod(out_shape) * k, nbytes
+    if case.op.startswith("simaccel.conv2d"):
+        weight = case.shapes[1]  # (O, C / groups, KH, KW): multiply-adds per output element
+        return 2.0 * math.prod(out_shape) * math.prod(weight[1:]), nbytes
+    return 0.0, nbytes
+
+
+def roofline_row(case: OpCase, out_shape, us: float, limits: dict | None) -> dict:
+    """A table row: time, achieved rate and its fraction of the limit that bounds the case."""
+    flops, nbytes = work_of(case, out_shape)
+    row = {"op": case.op, "shapes": [list(s) for s in case.shapes], "median_us": us, "flops": flops, "bytes": nbytes}
+    if case.work == "flops":
+        row["achieved"] = flops / (us * 1e-6)
+        row["unit"] = "FLOP/s"
+        row["limit"] = limits["flops"] if limits else None
+    else:
+        row["achieved"] = nbytes / (us * 1e-6)
+        row["unit"] = "B/s"
+        row["limit"] = limits["bytes"] if limits else None
+    row["fraction_of_limit"] = row["achieved"] / row["limit"] if row["limit"] else None
+    return row
+
+
+def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
+    from numba import cuda
+
+    from ...data import random_arrays
+    from ...kernels import KernelTarget
+    from ...ops import get_op
+    from .bench import _output_folder, _version
+    from .deploy import gpu_name
+
+    if not cuda.is_available():
+        raise SimAccelError("bench --ops: needs an NVIDIA GPU with a working CUDA driver (numba.cuda finds none)")
+    out = _output_folder(out_dir)
+    device = gpu_name()
+    limits = LIMITS.get(device)
+    if limits is None:
+        log(f"bench --ops: no limits known for {device}: achieved rates only")
+    target = KernelTarget("cuda")
+    rows = {}
+    for case in CASES:
+        op = get_op(case.op)
+        attrs = op.all_attrs(case.attrs)
+        arrays = random_arrays([(f"t{i}", s, "float32") for i, s in enumerate(case.shapes)], seed=1)
+        shape, dtype = op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **attrs)
+        device_in = [cuda.to_device(a) for a in arrays]
+        device_out = cuda.device_array(shape, dtype=dtype)
+
+        def launch():
+            op.kernel(target, device_out, *device_in, **attrs)
+
+        us = _median_us(launch, repeat, warmup)
+        got = device_out.copy_to_host()
+        error = _check(case, op, arrays, attrs, got)
+        rows[case.label] = roofline_row(case, shape, us, limits) | {"max_rel_error": error}
+        peer = _torch_peer(case, arrays)
+        if peer is not None:
+            rows[case.label]["torch_us"] = _median_us(peer, repeat, warmup)
+        log(_line(case.label, rows[case.label]))
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "device": device,
+        "limits": limits,
+        "versions": {pkg: _version(pkg) for pkg in ("simaccel", "numba-cuda", "numpy", "torch")},
+        "method": f"CUDA events around each launch, median of {repeat} after {warmup} warm-ups; float32; "
+        "torch peers with TF32 off, timed in the same run",
+        "ops": rows,
+    }
+    (out / "ops.json").write_text(json.dumps(report, indent=1))
+    _chart(report, out / "ops.png")
+    log(f"wrote {out / 'ops.json'}")
+    return 0
+
+
+def _median_us(fn, repeat: int, warmup: int) -> float:
+    from numba import cuda
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cuda.event_elapsed_time(start, end) * 1e3)
+    return statistics.median(times)
+
+
+def _check(case, op, arrays, attrs, got) -> float:
+    want = np.asarray(op.reference(*arrays, **attrs), dtype=np.float64)
+    scale = max(float(np.abs(want).max()), 1e-30)
+    error = float(np.abs(got.astype(np.float64) - want).max() / scale)
+    if not error <= 1e-3:
+        raise SimAccelError(f"bench --ops: {case.label} ({case.op}) differs from its reference: max error {error:.2e} "
+                            "of the result's scale")
+    return error
+
+
+def _torch_peer(case: OpCase, arrays):
+    """The case in PyTorch (cuBLAS / cuDNN with TF32 off), or None without torch or an equivalent."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    t = [torch.from_numpy(a).cuda() for a in arrays]
+    a = case.attrs
+    peers = {
+        "simaccel.matmul": lambda: t[0] @ t[1],
+        "simaccel.dense_bias_gelu": lambda: F.gelu(F.linear(t[0], t[1], t[2])),
+        "simaccel.conv2d_bias_relu": lambda: F.relu(F.conv2d(t[0], t[1], t[2].reshape(-1), padding=1)),
+        "simaccel.conv2d": lambda: F.conv2d(t[0], t[1], padding=1, groups=a.get("groups", 1)),
+        "simaccel.add": lambda: t[0] + t[1],
+        "simaccel.relu": lambda: torch.relu(t[0]),
+        "simaccel.softmax": lambda: torch.softmax(t[0], -1),
+        "simaccel.layer_norm": lambda: F.layer_norm(t[0], t[0].shape[-1:], t[1], t[2], a.get("epsilon", 1e-5)),
+        "simaccel.max_pool2d": lambda: F.max_pool2d(t[0], 3, 2, 1),
+        "simaccel.mean": lambda: t[0].mean((2, 3), keepdim=True),
+        "simaccel.permute_dims": lambda: t[0].permute(*a.get("axes", ())).contiguous(),
+    }
+    return peers.get(case.op)
+
+
+def _line(label: str, row: dict) -> str:
+    rate = row["achieved"] / (1e12 if row["unit"] == "FLOP/s" else 1e9)
+    unit = "TFLOP/s" if row["unit"] == "FLOP/s" else "GB/s"
+    text = f"{label:<32} {row['median_us']:>10.1f} us {rate:>9.1f} {unit:<7}"
+    if row["fraction_of_limit"] is not None:
+        text += f" {row['fraction_of_limit']:>6.1%} of the limit"
+    if "torch_us" in row:
+        text += f"   torch {row['torch_us']:.1f} us (ours takes {row['median_us'] / row['torch_us']:.2f}x its time)"
+    return text
+
+
+def _chart(report, path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    labels = [k for k, v in report["ops"].items() if v["fraction_of_limit"] is not None]
+    if not labels:
+        return
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(labels) + 1.5))
+    ax.barh(labels, [100 * report["ops"][k]["fraction_of_limit"] for k in labels])
+    ax.set_xlabel("% of the limit (FP32 peak for GEMM-like ops, memory bandwidth for the rest)")
+    ax.invert_yaxis()
+    ax.set_title(f"simaccel kernels, {report['device']}, {report['date']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
