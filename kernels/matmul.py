@@ -165,8 +165,6 @@ def _tiled_kernel(BM, BN, BK, transpose_b):
 
 # (transpose_b, large tiles) -> kernel
 _KERNELS = {(t, large): _tiled_kernel(*(LARGE if large else SMALL), t) for t in (False, True) for large in (False, True)}
-_matmul_kernel_large = _KERNELS[False, True]
-_matmul_kernel_small = _KERNELS[False, False]
 
 
 def _batch_strides(batch, out_batch):

@@ -119,7 +119,7 @@ def composite_call(symbol: str, composite: relax.Function, args, specs: dict) ->
             if expr not in param_to_arg:
                 raise CodegenError(f"region {symbol}: {name} input {role} is not a parameter of its composite")
             role_args.append(param_to_arg[expr])
-        attrs = program_attrs(spec, ann, *match_infos(spec.op, inputs))
+        attrs = program_attrs(spec, ann, *match_infos(spec.op, [tensor_info(expr) for _, expr in inputs]))
     except Reject as e:
         raise CodegenError(f"region {symbol}: {name} cannot be offloaded: {e}") from None
     return name, role_args, attrs

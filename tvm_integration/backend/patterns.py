@@ -245,14 +245,13 @@ def matched_inputs(op: OpDef, annotated) -> list[tuple[str, object]]:
     return list(zip(op.roles(len(value.fields)), value.fields))
 
 
-def match_infos(op: OpDef, inputs: list) -> tuple[dict, dict]:
-    """`RelaxMatch.shapes` and `.dtypes` of one match's `matched_inputs`: by role, and for a
-    tuple role a list with one entry per field."""
-    infos = [tensor_info(expr) for _, expr in inputs]
+def match_infos(op: OpDef, infos: list) -> tuple[dict, dict]:
+    """`RelaxMatch.shapes` and `.dtypes` from the (shape, dtype) of each of one match's
+    `matched_inputs`, in order: by role, and for a tuple role a list with one entry per field."""
     if op.family.variadic:
         return {op.inputs[0]: [s for s, _ in infos]}, {op.inputs[0]: [d for _, d in infos]}
-    return ({role: s for (role, _), (s, _) in zip(inputs, infos)},
-            {role: d for (role, _), (_, d) in zip(inputs, infos)})
+    return ({role: s for role, (s, _) in zip(op.inputs, infos)},
+            {role: d for role, (_, d) in zip(op.inputs, infos)})
 
 
 def program_attrs(spec: OpPattern, annotated, shapes: dict, dtypes: dict) -> dict:
@@ -293,19 +292,19 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
         inputs = matched_inputs(op, annotated)
     except Reject as e:
         return str(e)
-    for role, expr in inputs:
-        # Constants are fine: with bind_constants=False they become region parameters, which
-        # TVM materialises and passes like any other tensor.
-        shape, dtype = tensor_info(expr)
+    # Constants are fine: with bind_constants=False they become region parameters, which TVM
+    # materialises and passes like any other tensor.
+    infos = [tensor_info(expr) for _, expr in inputs]
+    for (role, _), (shape, dtype) in zip(inputs, infos):
         if shape is None:
             return f"{role} has a dynamic or unknown shape"
         reason = profile.why_not_tensor(role, shape, dtype)
         if reason:
             return reason
-    in_shapes, in_dtypes = zip(*(tensor_info(expr) for _, expr in inputs))
+    in_shapes, in_dtypes = [s for s, _ in infos], [d for _, d in infos]
     try:
-        attrs = program_attrs(spec, annotated, *match_infos(op, inputs))
-        shape, dtype = op.infer(list(in_shapes), list(in_dtypes), **op.all_attrs(attrs))
+        attrs = program_attrs(spec, annotated, *match_infos(op, infos))
+        shape, dtype = op.infer(in_shapes, in_dtypes, **op.all_attrs(attrs))
     except OpDeclarationError:
         raise  # the declaration is wrong: stop, do not quietly keep every match on TVM
     except (Reject, SimAccelError) as e:
