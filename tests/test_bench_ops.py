@@ -9,7 +9,8 @@ import math
 import pytest
 
 from simaccel.ops import get_op
-from simaccel.tvm_integration.tools.bench_ops import CASES, LIMITS, OpCase, roofline_row, work_of
+from simaccel.tvm_integration.tools.bench_ops import (CASES, LIMITS, MAX_REL_ERROR, OpCase, _line, _relative_error,
+                                                      roofline_row, work_of)
 from test_cli import simaccel
 
 
@@ -40,6 +41,20 @@ def test_a_row_is_measured_against_the_limit_that_bounds_it():
     assert copy["unit"] == "B/s" and copy["fraction_of_limit"] == pytest.approx(8 * 2**20 / 2e-6 / 4.8e12)
     unknown = roofline_row(OpCase("r", "simaccel.relu", ((8,),), {}, "bytes"), (8,), 1.0, None)
     assert unknown["limit"] is None and unknown["fraction_of_limit"] is None
+
+
+def test_a_kernel_off_its_reference_is_marked_not_timed_as_the_op():
+    import numpy as np
+
+    op = get_op("simaccel.relu")
+    x = np.array([-1.0, 2.0, 4.0], np.float32)
+    attrs = op.all_attrs({})
+    assert _relative_error(op, [x], attrs, np.array([0.0, 2.0, 4.0], np.float32)) == 0
+    error = _relative_error(op, [x], attrs, np.array([0.0, 2.0, 4.1], np.float32))
+    assert error == pytest.approx(0.1 / 4) and error > MAX_REL_ERROR
+    row = roofline_row(OpCase("r", "simaccel.relu", ((3,),), {}, "bytes"), (3,), 1.0, None)
+    assert "DIFFERS FROM ITS REFERENCE" in _line("r", row | {"max_rel_error": error, "matches_reference": False})
+    assert "DIFFERS" not in _line("r", row | {"max_rel_error": 0.0, "matches_reference": True})
 
 
 @pytest.mark.parametrize("args, message", [

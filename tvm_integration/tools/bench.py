@@ -198,13 +198,22 @@ def _torch_peer(arrays, size):
     return go
 
 
-def _chart(report, path) -> None:
+def pyplot():
+    """matplotlib's pyplot on a file backend, or None where matplotlib is not installed (the
+    charts are extras: the `bench` extra installs it)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def _chart(report, path) -> None:
+    plt = pyplot()
+    if plt is None:
         return
     cases = list(report["cases"])
     modes = [m for m in (*MODES, "torch_cublas")
