@@ -22,6 +22,13 @@ _LOCK = threading.Lock()
 TARGETS = ("sim", "cuda")
 
 
+def launch_bounds(fn):
+    """The launch bounds a kernel function asks to be compiled with (`fn.launch_bounds`: max
+    threads per block, min blocks per SM), which cap its registers; None where it asks none.
+    The "cuda" target and ahead-of-time compiles (simaccel.aot) both honour them."""
+    return getattr(fn, "launch_bounds", None)
+
+
 def compile_kernel(fn, target: str):
     """Return `fn` wrapped as a kernel for `target` ("sim" or "cuda"), cached per (fn, target)."""
     key = (fn, target)
@@ -41,7 +48,7 @@ def compile_kernel(fn, target: str):
                     # Small regions launch small grids on purpose; numba's low-occupancy
                     # warning would fire (and cost time) on every such launch.
                     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
-                    kernel = cuda.jit(fn)
+                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn))
                 else:
                     raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")
                 _COMPILED[key] = kernel

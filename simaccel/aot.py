@@ -120,8 +120,10 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
 def _compile(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
     from numba import cuda
 
+    from .kernels.target import launch_bounds
+
     with compile_for(arch):
-        ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch)
+        ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel))
     return CompiledKernel(kernel, sig, arch, ptx, _link(ptx, arch, kernel.__name__))
 
 

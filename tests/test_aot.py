@@ -39,6 +39,43 @@ def test_every_op_compiles_for_sm90_without_a_gpu(name, shapes, attrs, dtype):
         assert kernel.entry in kernel.ptx
 
 
+def sm90_resources(ptx: str) -> dict:
+    """Registers, stack and local memory of the PTX's kernel on sm_90, as nvJitLink reports them."""
+    import re
+
+    from cuda.bindings import nvjitlink
+
+    handle = nvjitlink.create(2, ["-arch=sm_90", "-verbose"])
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel")
+        nvjitlink.complete(handle)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+    finally:
+        nvjitlink.destroy(handle)
+    found = re.search(r"used (\d+) registers.*?(\d+) stack.*?(\d+) bytes lmem", log.decode())
+    assert found, log.decode()
+    return dict(zip(("registers", "stack", "local"), map(int, found.groups())))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name, data, weight", [("simaccel.matmul_bias_gelu", (4096, 64), (64, 4096)),
+                                               ("simaccel.dense_bias_gelu", (4096, 64), (4096, 64)),
+                                               ("simaccel.matmul_relu", (2, 8, 64, 64), (2, 8, 64, 64)),
+                                               ("simaccel.dense", (64, 64), (64, 64))])
+def test_matmul_kernels_keep_their_accumulators_in_registers(name, data, weight, dtype):
+    """Both tilings and both forms of B, with an activation epilogue, batched too: no local
+    memory and at most 128 registers (two 256-thread blocks per SM). Either failing halved the
+    kernel's speed on the H200 (results/gpu/2026-11-30-h200-gemm/)."""
+    n = weight[-1] if "matmul" in name else weight[-2]
+    program = one_op_program(name, [data, weight] + [(n,)] * ("_bias" in name), dtype)
+    [kernel] = compile_program(program, SM90)
+    assert kernel.kernel.__name__.endswith("128x128" if data[-2] == 4096 else "64x64")
+    used = sm90_resources(kernel.ptx)
+    assert used["stack"] == 0 and used["local"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
+
+
 def test_a_user_op_compiles_like_a_built_in_one(isolated_isa, monkeypatch):
     import pathlib
 
