@@ -1,59 +1,189 @@
-"""2-D convolution kernel (NCHW data, OIHW weight, grouped) with fused bias + activation.
+"""2-D convolution kernels (NCHW data, OIHW weight, grouped) with fused bias + activation.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.conv2d, simaccel.conv2d_bias, simaccel.conv2d_relu, simaccel.conv2d_bias_relu).
-Direct convolution, one thread per output element (output width fastest, so neighbouring
-threads write neighbouring addresses), float32 accumulation also for float16 inputs. With
-`groups` > 1 output channel o reads only the CG = C / groups input channels of its group
-(depthwise: groups = C, one channel each).
+Float32 accumulation also for float16 inputs; with `groups` > 1 output channel o reads only
+the CG = C / groups input channels of its group (depthwise: groups = C, one channel each).
+Two kernels:
+
+- implicit GEMM on the matmul kernels' tiled core (simaccel.kernels.matmul `tile_steps`), for
+  convolutions with at least MIN_GEMM_CHANNELS output channels per group and MIN_GEMM_PIXELS
+  output pixels per image: for image n and
+  group g, out[n, g's channels] (OG x P output pixels) = W_g (OG x K) @ im2col(x[n], g)
+  (K x P), K = CG * KH * KW. im2col is never stored: the B tile is gathered from x while it
+  is staged in shared memory (a padding position reads as a zero, multiplied like any
+  other input, as in TVM), and the bias is per row (output channel);
+- direct convolution, one thread per output element (output width fastest, so neighbouring
+  threads write neighbouring addresses), for depthwise and other narrow groups and for tiny
+  images, where a GEMM tile would be mostly empty.
 """
 
 from __future__ import annotations
 
+
+import numba
+import numpy as np
 from numba import cuda, float32
+from numba.cuda.extending import register_jitable
 
 from .activation import ACTIVATIONS, apply_activation
+from .elementwise import divmod_fast
+from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, tile_arrays, tile_steps
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
+_MAX_GRID_YZ = 65535
+
+# Output channels per group and output pixels per image from which the implicit GEMM runs
+# (below either: the direct kernel). Its tiles are 64 channels x 64 pixels: below these
+# three quarters of a tile would be empty, which the simulator, running every thread of
+# it, pays for most (resnet18 at 16x16 pixels took over 15 minutes there with no pixel floor).
+MIN_GEMM_CHANNELS = 16
+MIN_GEMM_PIXELS = 16
+# The GEMM's K = CG * KH * KW is split into (c, kh, kw) with float32 quotients, exact below this.
+_MAX_GEMM_K = 1 << 22
 
 
-def _conv2d_kernel(out, x, w, bias, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
-                   has_bias, act, total):
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        ow = idx % OW
-        t = idx // OW
-        oh = t % OH
-        t = t // OH
-        o = t % O
-        n = t // O
+@register_jitable
+def divmod_small(n, d, inv_d):
+    """(n // d, n % d) for 0 <= n < 2**22 and d >= 1, given inv_d = float32(1 / d): a float32
+    estimate of the quotient (off by at most one) and one correction step, a handful of
+    instructions where an integer division is a software routine."""
+    q = numba.int32(float32(n) * float32(inv_d))
+    r = n - q * d
+    if r < 0:
+        q -= 1
+        r += d
+    elif r >= d:
+        q += 1
+        r -= d
+    return q, r
+
+
+def _implicit_gemm_kernel(BM, BN, BK):
+    """The implicit-GEMM conv2d kernel for BM x BN tiles (output channels x output pixels) and
+    K slices of BK (GEMM_TILES), as a Python function for `numba.cuda.jit` (see the module docstring)."""
+    a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
+    multiply, store = tile_steps(BM, BN, BK, bias_on_rows=True)
+    TM, TN = acc_shape
+    # Fill passes as in the matmul kernel: A (the weight, OG x K) k-fastest; B (K x P)
+    # pixel-fastest, so a warp reads neighbouring pixels of one input row.
+    rows_per_pass = NTHREADS // BK
+    mn_passes = BM // rows_per_pass
+    k_rows_per_pass = NTHREADS // BN
+    k_passes = BK // k_rows_per_pass
+
+    def kernel(out, x, w, bias, C, H, W, O, OG, CG, groups, OW, P, KHW, KW, inv_ow, inv_khw, inv_kw,
+               sh, sw, pt, pl, dh, dw, has_bias, act, z0, tile0):
+        """out (N*O, P) = act(conv(x, w) + bias) for image n and group g (z0 + blockIdx.z =
+        n * groups + g), channel tile tile0 + blockIdx.y of the group and pixel tile
+        blockIdx.x; x is flat (N*C*H*W), w is (O, K)."""
+        sa = cuda.shared.array(a_tile, float32)  # sa[k, m] = w[o0 + m, k0 + k]
+        sb = cuda.shared.array(b_tile, float32)  # sb[k, p] = im2col[k0 + k, col0 + p]
+        acc = cuda.local.array(acc_shape, float32)
+        stash = cuda.shared.array(stash_shape, float32)
+        areg = cuda.local.array(a_regs, float32)
+        breg = cuda.local.array(b_regs, float32)
+        ty = cuda.threadIdx.y
+        tx = cuda.threadIdx.x
+        t = ty * THREADS_X + tx
+        fill_k = t % BK
+        fill_m = t // BK
+        fill_p = t % BN
+        fill_kp = t // BN
+        zero = float32(0.0)
+        z = z0 + cuda.blockIdx.z
+        n = z // groups
+        g = z - n * groups
+        K = CG * KHW
+        row0 = (tile0 + cuda.blockIdx.y) * BM
+        o0 = g * OG + row0  # the tile's first output channel
+        m_left = OG - row0  # rows of this tile within the group
+        col0 = cuda.blockIdx.x * BN
+        # The output pixel this thread stages B values for, the same in every K slice.
+        p = col0 + fill_p
+        oh, ow = divmod_fast(p, OW, inv_ow)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
-        c0 = (o // OG) * CG  # the first input channel of o's group
+        x0 = (n * C + g * CG) * H * W  # the group's first input channel in image n
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = zero
+        for k0 in range(0, K, BK):
+            ka = k0 + fill_k
+            for q in range(mn_passes):
+                m = fill_m + q * rows_per_pass
+                sa[fill_k, m] = float32(w[o0 + m, ka]) if m < m_left and ka < K else zero
+            for q in range(k_passes):
+                k = fill_kp + q * k_rows_per_pass
+                kb = k0 + k
+                v = zero
+                if kb < K and p < P:
+                    c, r = divmod_small(kb, KHW, inv_khw)
+                    kh, kw = divmod_small(r, KW, inv_kw)
+                    ih = ih0 + kh * dh
+                    iw = iw0 + kw * dw
+                    if ih >= 0 and ih < H and iw >= 0 and iw < W:
+                        v = float32(x[x0 + (c * H + ih) * W + iw])
+                sb[k, fill_p] = v
+            cuda.syncthreads()
+            multiply(sa, sb, acc, areg, breg, ty, tx)
+            cuda.syncthreads()
+        store(out, stash, acc, bias, has_bias, act, n * O + o0, m_left, col0, P, o0, ty, tx)
+
+    kernel.__name__ = kernel.__qualname__ = f"_conv2d_gemm_kernel_{BM}x{BN}"
+    return kernel
+
+
+# The matmul kernels' 64x64 tiling (4x4 outputs per thread): 96 registers, no spills. The
+# 128x128 one spilled here (a 24-byte stack at its 128-register bound, for the im2col state a
+# thread keeps), and at batch 8 a ResNet's convolutions have too few large tiles to fill an
+# H200 (28x28x128: 56 tiles for 132 SMs) anyway.
+GEMM_TILES = SMALL
+_gemm_kernel = _implicit_gemm_kernel(*GEMM_TILES)
+
+
+def _conv2d_kernel(out, x, w, bias, C, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
+                   inv_ow, inv_oh, inv_o, inv_og, has_bias, act, total):
+    # x, w and out are flat: one offset per tap instead of a 4-D index (and its four
+    # negative-index checks); index splits by float reciprocals (divmod_fast).
+    idx = cuda.grid(1)
+    step = cuda.gridsize(1)
+    plane = H * W
+    taps = KH * KW
+    while idx < total:
+        t, ow = divmod_fast(idx, OW, inv_ow)
+        t, oh = divmod_fast(t, OH, inv_oh)
+        n, o = divmod_fast(t, O, inv_o)
+        group, _ = divmod_fast(o, OG, inv_og)
+        ih0 = oh * sh - pt
+        iw0 = ow * sw - pl
+        x0 = (n * C + group * CG) * plane  # the first input channel of o's group
+        w0 = o * CG * taps
         acc = float32(0.0)
         for cw in range(CG):
-            c = c0 + cw
             for kh in range(KH):
                 ih = ih0 + kh * dh
+                row_in = ih >= 0 and ih < H
                 for kw in range(KW):
                     iw = iw0 + kw * dw
                     # Padding is a zero that is multiplied like any other input (as in TVM):
                     # 0 * inf or 0 * NaN in the weight gives NaN there too.
                     v = float32(0.0)
-                    if ih >= 0 and ih < H and iw >= 0 and iw < W:
-                        v = float32(x[n, c, ih, iw])
-                    acc += v * float32(w[o, cw, kh, kw])
+                    if row_in and iw >= 0 and iw < W:
+                        v = float32(x[x0 + ih * W + iw])
+                    acc += v * float32(w[w0 + kh * KW + kw])
+            x0 += plane
+            w0 += taps
         if has_bias:
             acc += float32(bias[o])
-        out[n, o, oh, ow] = apply_activation(acc, act)
+        out[idx] = apply_activation(acc, act)
         idx += step
 
 
 def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dilation, groups,
                   activation) -> int:
-    """Launch the direct conv2d on `target`; returns the number of kernel launches.
+    """Launch the implicit-GEMM or the direct conv2d on `target`; returns the number of kernel launches.
 
     Shapes and attributes come validated by the ISA (simaccel.ops.builtin.conv2d): data (N, C, H, W);
     weight (O, C / groups, KH, KW); bias None or O values; strides (sh, sw); padding (top, left,
@@ -73,11 +203,43 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
         # Never read (has_bias=0): a 1-D view of the weight, so nothing is allocated.
         b1 = target.reshape(weight, (O * CG * KH * KW,))
         has_bias = 0
+    OG = O // groups
+    if OG >= MIN_GEMM_CHANNELS and OH * OW >= MIN_GEMM_PIXELS and CG * KH * KW < _MAX_GEMM_K:
+        return _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation,
+                                     ACTIVATIONS[activation])
     block = min(BLOCK, total)
     grid = min((total + block - 1) // block, _MAX_BLOCKS)
     target.launch(
         _conv2d_kernel, grid, block,
-        out, data, weight, b1, CG, H, W, O, O // groups, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
+        target.reshape(out, (total,)), target.reshape(data, (N * C * H * W,)), target.reshape(weight, (O * CG * KH * KW,)),
+        b1, C, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, 1.0 / OW, 1.0 / OH, 1.0 / O, 1.0 / OG,
         has_bias, ACTIVATIONS[activation], total,
     )
     return 1
+
+
+def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation, act) -> int:
+    N, C, H, W = (int(d) for d in data.shape)
+    O, CG, KH, KW = (int(d) for d in weight.shape)
+    OH, OW = int(out.shape[2]), int(out.shape[3])
+    (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
+    OG, P = O // groups, OH * OW
+    BM, BN, _ = GEMM_TILES
+    x1 = target.reshape(data, (N * C * H * W,))
+    w2 = target.reshape(weight, (O, CG * KH * KW))
+    o2 = target.reshape(out, (N * O, P))
+    row_tiles, images = -(-OG // BM), N * groups
+    launches = 0
+    for z0 in range(0, images, _MAX_GRID_YZ):
+        for tile0 in range(0, row_tiles, _MAX_GRID_YZ):
+            grid = (-(-P // BN), min(row_tiles - tile0, _MAX_GRID_YZ), min(images - z0, _MAX_GRID_YZ))
+            target.launch(_gemm_kernel, grid, (THREADS_X, THREADS_Y), o2, x1, w2, b1, C, H, W, O, OG, CG, groups, OW, P,
+                          KH * KW, KW, 1.0 / OW, _f32_inverse(KH * KW), _f32_inverse(KW), sh, sw, pt, pl, dh, dw,
+                          has_bias, act, z0, tile0)
+            launches += 1
+    return launches
+
+
+def _f32_inverse(d: int) -> float:
+    """1 / d rounded to float32, as `divmod_small` expects it."""
+    return float(np.float32(1.0 / d))

@@ -28,8 +28,7 @@ from .activation import ACTIVATIONS, apply_activation
 #   measured 26.8 TFLOP/s at 4096^3 on an H200 (the 64 x 64 tiling: 17.2; cuBLAS 50.6).
 # - SMALL: 64 x 64 tiles, 4 x 4 per thread, BK = 16: four times the blocks, for problems that
 #   would leave SMs idle with LARGE tiles (1024^3 is 64 large tiles for 132 SMs).
-# Shared rows carry 32 // BK padding words, so that the transposed stores of a warp (BK k rows
-# x 32 // BK m columns) land in 32 distinct banks. Every size is a module-level constant: Numba
+# Every size is a module-level constant or a constant of a kernel factory's closure: Numba
 # needs array shapes known at compile time.
 THREADS_X = 16
 THREADS_Y = 16
@@ -51,33 +50,83 @@ _MAX_GRID_Z = 65535
 EPILOGUE_ROWS = 4
 
 
-@register_jitable
-def _store_rows(out, stash, bias, has_bias, act, out_row0, m0, m_left, col0, N):
-    """The matmul epilogue for EPILOGUE_ROWS rows of this thread's outputs, from its slots of
-    `stash`: bias, activation, store (consecutive threads write consecutive columns)."""
-    ty = cuda.threadIdx.y
-    tx = cuda.threadIdx.x
-    for r in range(EPILOGUE_ROWS):
-        m = m0 + r
-        if m < m_left:
-            for j in range(stash.shape[2] // THREADS_X):
-                col = col0 + tx + j * THREADS_X
-                if col < N:
-                    v = stash[r, ty, tx + j * THREADS_X]
-                    if has_bias:
-                        v += float32(bias[col])
-                    out[out_row0 + m, col] = apply_activation(v, act)
+def tile_steps(BM, BN, BK, bias_on_rows=False):
+    """The steps of a tiled kernel that do not depend on where its operands come from, for
+    BM x BN tiles and K slices of BK (the matmul kernels and conv2d's implicit GEMM share them),
+    as two device functions with the sizes as constants:
+
+    - `multiply(sa, sb, acc, areg, breg, ty, tx)`: acc += the staged slice sa[BK, BM]^T @ sb[BK, BN],
+      this thread's TM x TN outputs;
+    - `store(out, stash, acc, bias, has_bias, act, out_row0, m_left, col0, N, bias0, ty, tx)`: the
+      epilogue, EPILOGUE_ROWS rows of acc at a time: copied to this thread's slots of `stash`
+      (loops of constant bounds and small bodies, which the compiler unrolls, so acc stays in
+      registers: indexing acc in the loop that applies the activation put it in local memory,
+      a 256-byte stack frame), then bias (bias[bias0 + row] with `bias_on_rows`, else
+      bias[column]), activation and store to out[out_row0 + row, col0 + column] for rows below
+      m_left and columns below N (consecutive threads write consecutive columns).
+
+    Thread indices (ty, tx) come as arguments: the simulator stands its own `cuda` in for the
+    launched kernel's module only, and these may be called from another module's kernels.
+    """
+    TM, TN = BM // THREADS_Y, BN // THREADS_X
+    assert TM in (EPILOGUE_ROWS, 2 * EPILOGUE_ROWS)
+
+    @register_jitable
+    def multiply(sa, sb, acc, areg, breg, ty, tx):
+        for kk in range(BK):
+            for i in range(TM):
+                areg[i] = sa[kk, ty * TM + i]
+            for j in range(TN):
+                breg[j] = sb[kk, tx + j * THREADS_X]
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] += areg[i] * breg[j]
+
+    @register_jitable
+    def store_rows(out, stash, bias, has_bias, act, out_row0, m0, m_left, col0, N, bias0, ty, tx):
+        for r in range(EPILOGUE_ROWS):
+            m = m0 + r
+            if m < m_left:
+                for j in range(TN):
+                    col = col0 + tx + j * THREADS_X
+                    if col < N:
+                        v = stash[r, ty, tx + j * THREADS_X]
+                        if has_bias:
+                            v += float32(bias[bias0 + m]) if bias_on_rows else float32(bias[col])
+                        out[out_row0 + m, col] = apply_activation(v, act)
+
+    @register_jitable
+    def store(out, stash, acc, bias, has_bias, act, out_row0, m_left, col0, N, bias0, ty, tx):
+        for r in range(EPILOGUE_ROWS):
+            for j in range(TN):
+                stash[r, ty, tx + j * THREADS_X] = acc[r, j]
+        store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM, m_left, col0, N, bias0, ty, tx)
+        if TM > EPILOGUE_ROWS:
+            for r in range(EPILOGUE_ROWS):
+                for j in range(TN):
+                    stash[r, ty, tx + j * THREADS_X] = acc[EPILOGUE_ROWS + r, j]
+            store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM + EPILOGUE_ROWS, m_left, col0, N, bias0, ty,
+                       tx)
+
+    return multiply, store
+
+
+def tile_arrays(BM, BN, BK):
+    """Shapes of a tiled kernel's arrays: shared sa (BK, BM + pad), sb (BK, BN + pad) and
+    stash, local acc (TM, TN), areg (TM,) and breg (TN,). Shared rows carry 32 // BK padding
+    words, so that the transposed stores of a warp (BK k rows x 32 // BK m columns) land in
+    32 distinct banks."""
+    TM, TN = BM // THREADS_Y, BN // THREADS_X
+    return (BK, BM + 32 // BK), (BK, BN + 32 // BK), (EPILOGUE_ROWS, THREADS_Y, BN), (TM, TN), (TM,), (TN,)
 
 
 def _tiled_kernel(BM, BN, BK, transpose_b):
     """The matmul kernel for BM x BN tiles and K slices of BK (see above) and one form of B
     (`transpose_b`: the dense form), as a Python function for `numba.cuda.jit`: all four are
     constants of the code, which keeps it within 128 registers (two blocks per SM)."""
-    TM, TN = BM // THREADS_Y, BN // THREADS_X
-    a_tile, b_tile = (BK, BM + 32 // BK), (BK, BN + 32 // BK)
-    acc_shape, a_regs, b_regs = (TM, TN), (TM,), (TN,)
-    stash_shape = (EPILOGUE_ROWS, THREADS_Y, BN)  # 32 KiB for 128x128 tiles
-    assert TM in (EPILOGUE_ROWS, 2 * EPILOGUE_ROWS)
+    a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
+    multiply, store = tile_steps(BM, BN, BK)
+    TM, TN = acc_shape
     # Fill passes, consecutive threads on consecutive global addresses: A (M, K) and the dense
     # form's B (N, K): thread t reads k = t % BK of row t // BK (+ NTHREADS // BK per pass);
     # B (K, N): thread t reads column t % BN of k row t // BN (+ NTHREADS // BN per pass).
@@ -101,8 +150,8 @@ def _tiled_kernel(BM, BN, BK, transpose_b):
         stash = cuda.shared.array(stash_shape, float32)
         areg = cuda.local.array(a_regs, float32)
         breg = cuda.local.array(b_regs, float32)
-        tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
+        tx = cuda.threadIdx.x
         t = ty * THREADS_X + tx
         fill_k = t % BK
         fill_mn = t // BK
@@ -116,7 +165,6 @@ def _tiled_kernel(BM, BN, BK, transpose_b):
         b_row0 = (i0 * sb0 + i1 * sb1) * (N if transpose_b else K)
         row0 = (tile0 + cuda.blockIdx.y) * BM
         a_row0 = (i0 * sa0 + i1 * sa1) * M + row0
-        out_row0 = z * M + row0
         m_left = M - row0  # rows of this tile within the matrix
         for i in range(TM):
             for j in range(TN):
@@ -138,28 +186,9 @@ def _tiled_kernel(BM, BN, BK, transpose_b):
                     kb = k0 + k
                     sb[k, fill_n] = float32(b[b_row0 + kb, col]) if kb < K and col < N else zero
             cuda.syncthreads()
-            for kk in range(BK):
-                for i in range(TM):
-                    areg[i] = sa[kk, ty * TM + i]
-                for j in range(TN):
-                    breg[j] = sb[kk, tx + j * THREADS_X]
-                for i in range(TM):
-                    for j in range(TN):
-                        acc[i, j] += areg[i] * breg[j]
+            multiply(sa, sb, acc, areg, breg, ty, tx)
             cuda.syncthreads()
-        # Epilogue, EPILOGUE_ROWS rows of acc at a time: copied to this thread's own slots of
-        # `stash` (loops of constant bounds and small bodies, which the compiler unrolls, so
-        # acc stays in registers), then bias, activation and store. Indexing acc in the loop
-        # that applies the activation puts it in local memory (a 256-byte stack frame).
-        for r in range(EPILOGUE_ROWS):
-            for j in range(TN):
-                stash[r, ty, tx + j * THREADS_X] = acc[r, j]
-        _store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM, m_left, col0, N)
-        if TM > EPILOGUE_ROWS:
-            for r in range(EPILOGUE_ROWS):
-                for j in range(TN):
-                    stash[r, ty, tx + j * THREADS_X] = acc[EPILOGUE_ROWS + r, j]
-            _store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM + EPILOGUE_ROWS, m_left, col0, N)
+        store(out, stash, acc, bias, has_bias, act, z * M + row0, m_left, col0, N, 0, ty, tx)
 
     kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_kernel_{BM}x{BN}"
     if BM == LARGE[0]:

@@ -1,10 +1,13 @@
-"""Row-wise softmax and layer normalization kernels (over the last axis).
+"""Row-wise kernels (over the last axis): softmax, layer normalization, and row sums.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
-(simaccel.softmax, simaccel.layer_norm). One block per row; its threads stride over the
-row and combine partial results with a shared-memory tree reduction. The block size is
-the smallest power of two >= the row length, capped at MAX_BLOCK, so short rows do not
-spawn idle threads (each one a Python thread on the simulator). Math is float32.
+(simaccel.softmax, simaccel.layer_norm; simaccel.sum and simaccel.mean over the innermost
+axes, through simaccel.kernels.reduction). One block per row; its threads stride over the
+row and combine partial results with a shared-memory tree reduction. Softmax and layer norm
+keep ROW_CACHE elements per thread in registers between their passes, so a row is read
+once. The block size is the smallest power of two >= the row length / ROW_CACHE, capped
+at MAX_BLOCK, so short rows do not spawn idle threads (each one a Python thread on the
+simulator). Math is float32.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 MAX_BLOCK = 256  # power of two; also the size of the shared reduction buffer
+# Elements of its row each thread keeps in registers between the passes of softmax and
+# layer norm, so that a row up to ROW_CACHE * MAX_BLOCK long is read from memory once.
+ROW_CACHE = 8
 _MAX_GRID = 1 << 20  # rows beyond that are walked by a loop in the kernels
 
 
@@ -45,14 +51,23 @@ def _block_reduce(buf, value, take_max):
 
 def _softmax_kernel(out, x, rows, D):
     buf = cuda.shared.array(MAX_BLOCK, float32)
+    vals = cuda.local.array(ROW_CACHE, float32)
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
+    tail = tid + ROW_CACHE * nthreads  # this thread's first element past the cache
     # The row loop is uniform over the block, so every thread reaches every syncthreads.
     r = cuda.blockIdx.x
     while r < rows:
-        # 1. row max
+        # 1. row max, the row read once into the cache (rows longer than it: the rest twice more)
         m = float32(-math.inf)
-        i = tid
+        for j in range(ROW_CACHE):
+            i = tid + j * nthreads
+            if i < D:
+                v = float32(x[r, i])
+                vals[j] = v
+                if v > m:
+                    m = v
+        i = tail
         while i < D:
             v = float32(x[r, i])
             if v > m:
@@ -61,13 +76,22 @@ def _softmax_kernel(out, x, rows, D):
         row_max = _block_reduce(buf, m, True)
         # 2. sum of exp(x - max)
         acc = float32(0.0)
-        i = tid
+        for j in range(ROW_CACHE):
+            if tid + j * nthreads < D:
+                e = float32(math.exp(vals[j] - row_max))
+                vals[j] = e
+                acc += e
+        i = tail
         while i < D:
             acc += float32(math.exp(float32(x[r, i]) - row_max))
             i += nthreads
         inv = float32(1.0) / _block_reduce(buf, acc, False)
         # 3. normalize
-        i = tid
+        for j in range(ROW_CACHE):
+            i = tid + j * nthreads
+            if i < D:
+                out[r, i] = vals[j] * inv
+        i = tail
         while i < D:
             out[r, i] = float32(math.exp(float32(x[r, i]) - row_max)) * inv
             i += nthreads
@@ -76,28 +100,44 @@ def _softmax_kernel(out, x, rows, D):
 
 def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
     buf = cuda.shared.array(MAX_BLOCK, float32)
+    vals = cuda.local.array(ROW_CACHE, float32)
     tid = cuda.threadIdx.x
     nthreads = cuda.blockDim.x
+    tail = tid + ROW_CACHE * nthreads
     inv_d = float32(1.0) / float32(D)
     r = cuda.blockIdx.x
     while r < rows:
-        # 1. mean
+        # 1. mean, the row read once into the cache
         acc = float32(0.0)
-        i = tid
+        for j in range(ROW_CACHE):
+            i = tid + j * nthreads
+            if i < D:
+                v = float32(x[r, i])
+                vals[j] = v
+                acc += v
+        i = tail
         while i < D:
             acc += float32(x[r, i])
             i += nthreads
         mean = _block_reduce(buf, acc, False) * inv_d
         # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
         acc = float32(0.0)
-        i = tid
+        for j in range(ROW_CACHE):
+            if tid + j * nthreads < D:
+                d = vals[j] - mean
+                acc += d * d
+        i = tail
         while i < D:
             d = float32(x[r, i]) - mean
             acc += d * d
             i += nthreads
         rstd = float32(1.0) / float32(math.sqrt(_block_reduce(buf, acc, False) * inv_d + float32(eps)))
         # 3. scale and shift
-        i = tid
+        for j in range(ROW_CACHE):
+            i = tid + j * nthreads
+            if i < D:
+                out[r, i] = (vals[j] - mean) * rstd * float32(gamma[i]) + float32(beta[i])
+        i = tail
         while i < D:
             y = (float32(x[r, i]) - mean) * rstd
             out[r, i] = y * float32(gamma[i]) + float32(beta[i])
@@ -106,9 +146,10 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
 
 
 def _block_size(D: int) -> int:
-    """Smallest power of two >= D, capped at MAX_BLOCK."""
+    """Threads for a row of D elements, ROW_CACHE each: the smallest power of two >= D /
+    ROW_CACHE, capped at MAX_BLOCK (longer rows are walked in a loop)."""
     b = 1
-    while b < D and b < MAX_BLOCK:
+    while b * ROW_CACHE < D and b < MAX_BLOCK:
         b *= 2
     return b
 
@@ -145,3 +186,32 @@ def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
     target.launch(_layer_norm_kernel, min(rows, _MAX_GRID), _block_size(D),
                   o2, x2, g1, b1, rows, D, float(epsilon))
     return 1
+
+
+def _row_sum_kernel(out, x, rows, R, mean):
+    buf = cuda.shared.array(MAX_BLOCK, float32)
+    tid = cuda.threadIdx.x
+    nthreads = cuda.blockDim.x
+    r = cuda.blockIdx.x
+    while r < rows:
+        acc = float32(0.0)
+        i = tid
+        while i < R:
+            acc += float32(x[r, i])
+            i += nthreads
+        total = _block_reduce(buf, acc, False)
+        if tid == 0:
+            out[r] = total / float32(R) if mean else total
+        r += cuda.gridDim.x
+
+
+def launch_row_sums(target, out, x, *, mean: bool) -> int:
+    """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1."""
+    rows, R = (int(d) for d in x.shape)
+    target.launch(_row_sum_kernel, min(rows, _MAX_GRID), _block_size(R), out, x, rows, R, int(mean))
+    return 1
+
+
+# At most 128 registers (two full blocks per SM): left alone, layer norm took 152.
+# tests/test_aot.py checks that neither spills.
+_softmax_kernel.launch_bounds = _layer_norm_kernel.launch_bounds = (MAX_BLOCK, 2)

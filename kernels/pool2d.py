@@ -25,22 +25,25 @@ def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv
                        lowest, total):
     idx = cuda.grid(1)
     step = cuda.gridsize(1)
+    low = float32(lowest)
     while idx < total:
         t, ow = divmod_fast(idx, OW, inv_ow)
         nc, oh = divmod_fast(t, OH, inv_oh)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
-        best = lowest
+        x0 = nc * H * W
+        best = low
         for kh in range(KH):
             ih = ih0 + kh * dh
+            row_in = ih >= 0 and ih < H
             for kw in range(KW):
                 iw = iw0 + kw * dw
-                v = lowest
-                if ih >= 0 and ih < H and iw >= 0 and iw < W:
-                    v = float32(x[nc, ih, iw])
+                v = low
+                if row_in and iw >= 0 and iw < W:
+                    v = float32(x[x0 + ih * W + iw])
                 if not best > v:
                     best = v
-        out[nc, oh, ow] = best
+        out[idx] = best
         idx += step
 
 
@@ -53,6 +56,7 @@ def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv
         nc, oh = divmod_fast(t, OH, inv_oh)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
+        x0 = nc * H * W
         acc = float32(0.0)
         count = 0
         for kh in range(KH):
@@ -61,19 +65,19 @@ def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv
                 for kw in range(KW):
                     iw = iw0 + kw * dw
                     if iw >= 0 and iw < W:
-                        acc += float32(x[nc, ih, iw])
+                        acc += float32(x[x0 + ih * W + iw])
                         count += 1
         if count_include_pad:
             count = KH * KW
         if count > 0:
-            out[nc, oh, ow] = acc / float32(count)
+            out[idx] = acc / float32(count)
         else:
-            out[nc, oh, ow] = float32(0.0)
+            out[idx] = float32(0.0)
         idx += step
 
 
 def _prepare(target, out, data, pool_size, strides, padding, dilation):
-    """(grid, block, o3, x3, scalar args), or None when the output is empty.
+    """(grid, block, flat out, flat data, scalar args), or None when the output is empty.
 
     Shapes and attributes come validated by the ISA (simaccel.ops.builtin.pool2d).
     """
@@ -83,12 +87,12 @@ def _prepare(target, out, data, pool_size, strides, padding, dilation):
     total = N * C * OH * OW
     if total == 0:
         return None
-    # (N, C) flattened: fewer index computations per thread.
-    x3 = target.reshape(data, (N * C, H, W))
-    o3 = target.reshape(out, (N * C, OH, OW))
+    # Flat arrays: one offset per tap instead of a 3-D index (and its negative-index checks).
+    x1 = target.reshape(data, (N * C * H * W,))
+    o1 = target.reshape(out, (total,))
     block = min(BLOCK, total)
     grid = min((total + block - 1) // block, _MAX_BLOCKS)
-    return grid, block, o3, x3, (H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, 1.0 / OH, 1.0 / OW)
+    return grid, block, o1, x1, (H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, 1.0 / OH, 1.0 / OW)
 
 
 def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilation) -> int:
@@ -96,10 +100,10 @@ def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilatio
     prep = _prepare(target, out, data, pool_size, strides, padding, dilation)
     if prep is None:
         return 0
-    grid, block, o3, x3, dims = prep
-    total = int(o3.shape[0]) * dims[2] * dims[3]
+    grid, block, o1, x1, dims = prep
+    total = int(o1.shape[0])
     lowest = float(np.finfo(np.dtype(str(out.dtype))).min)
-    target.launch(_max_pool2d_kernel, grid, block, o3, x3, *dims, lowest, total)
+    target.launch(_max_pool2d_kernel, grid, block, o1, x1, *dims, lowest, total)
     return 1
 
 
@@ -109,8 +113,8 @@ def launch_avg_pool2d(target, out, data, *, pool_size, strides, padding, dilatio
     prep = _prepare(target, out, data, pool_size, strides, padding, dilation)
     if prep is None:
         return 0
-    grid, block, o3, x3, dims = prep
-    total = int(o3.shape[0]) * dims[2] * dims[3]
-    target.launch(_avg_pool2d_kernel, grid, block, o3, x3, *dims,
+    grid, block, o1, x1, dims = prep
+    total = int(o1.shape[0])
+    target.launch(_avg_pool2d_kernel, grid, block, o1, x1, *dims,
                   1 if count_include_pad else 0, total)
     return 1

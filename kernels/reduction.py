@@ -5,7 +5,10 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 thread per output element (outer, inner), consecutive threads on consecutive inner indices
 (coalesced reads where inner > 1), looping over R in index order with a float32
 accumulator. max is TVM's running ``acc if acc > v else v`` from the dtype's lowest finite
-value, so NaN and empty reductions match TVM's CPU build.
+value, so NaN and empty reductions match TVM's CPU build. A sum or mean over the innermost
+axes (inner = 1: a spatial mean) is one block per output instead, whose threads read the
+row together (coalesced) and add up their partial sums in shared memory
+(simaccel.kernels.normalization, beside the other row kernels).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .elementwise import _grid, divmod_fast
+from .normalization import launch_row_sums
 
 REDUCTIONS = {"sum": 0, "mean": 1, "max": 2}
 
@@ -50,9 +54,11 @@ def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
     total = outer * inner
     if total == 0:
         return 0
+    flat_out = target.reshape(out, (total,))
+    if inner == 1 and R > 1 and reduction != "max":
+        return launch_row_sums(target, flat_out, target.reshape(data, (total, R)), mean=reduction == "mean")
     lowest = float(np.finfo(np.dtype(data.dtype)).min)
     grid, block = _grid(total)
-    flat_out = target.reshape(out, (total,))
     # Reducing nothing reads nothing: `out` stands in for the empty input.
     flat_in = target.reshape(data, (math.prod(shape),)) if R else flat_out
     target.launch(_reduction_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner,

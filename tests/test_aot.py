@@ -77,6 +77,37 @@ def test_matmul_kernels_keep_their_accumulators_in_registers(name, data, weight,
     assert used["stack"] == 0 and used["local"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
 
 
+CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv2d_gemm_kernel_keeps_its_accumulators_in_registers(dtype):
+    """The implicit-GEMM conv2d on the matmul kernels' core, bias and ReLU fused."""
+    program = one_op_program("simaccel.conv2d_bias_relu", [(32, 256, 14, 14), (256, 256, 3, 3), (1, 256, 1, 1)], dtype,
+                             CONV)
+    [kernel] = compile_program(program, SM90)
+    assert kernel.kernel.__name__ == "_conv2d_gemm_kernel_64x64"
+    used = sm90_resources(kernel.ptx)
+    assert used["stack"] == 0 and used["local"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name, shapes, attrs", [("simaccel.gelu", [(64, 32)], {}), ("simaccel.add", [(64, 32), (32,)], {}),
+                                                 ("simaccel.clip", [(64, 32)], {"min": 0.0, "max": 6.0}),
+                                                 ("simaccel.permute_dims", [(4, 5, 6, 7)], {"axes": [0, 2, 1, 3]}),
+                                                 ("simaccel.softmax", [(64, 1024)], {}),
+                                                 ("simaccel.layer_norm", [(64, 1024), (1024,), (1024,)], {"epsilon": 1e-5})])
+def test_bandwidth_kernels_keep_their_loads_in_registers(name, shapes, attrs, dtype):
+    """The values a thread loads before it stores any (ILP elements, or its row cache) stay
+    in registers (no local memory, no stack), within the kernels' launch bounds."""
+    [kernel] = compile_program(one_op_program(name, shapes, dtype, attrs), SM90)
+    used = sm90_resources(kernel.ptx)
+    assert used["stack"] == 0 and used["local"] == 0, (kernel.kernel.__name__, used)
+    bound = {"simaccel.gelu": 64, "simaccel.softmax": 128, "simaccel.layer_norm": 128}.get(name)
+    if bound:
+        assert used["registers"] <= bound, used
+
+
 def test_a_user_op_compiles_like_a_built_in_one(isolated_isa, monkeypatch):
     import pathlib
 

@@ -17,8 +17,8 @@ from test_cli import simaccel
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_every_case_is_an_op_of_the_isa_at_a_valid_shape(case):
     op = get_op(case.op)
-    shape, dtype = op.infer(list(case.shapes), ["float32"] * len(case.shapes), **op.all_attrs(case.attrs))
-    assert dtype == "float32" and math.prod(shape) > 0
+    shape, dtype = op.infer(list(case.shapes), [case.dtype] * len(case.shapes), **op.all_attrs(case.attrs))
+    assert dtype == case.dtype and math.prod(shape) > 0
     assert case.work == ("flops" if case.op.startswith(("simaccel.matmul", "simaccel.dense", "simaccel.conv2d")) else "bytes")
 
 
@@ -30,6 +30,7 @@ def test_work_counts():
     assert work_of(conv, (2, 6, 8, 8))[0] == 2 * (2 * 6 * 8 * 8) * (4 * 3 * 3)
     relu = OpCase("r", "simaccel.relu", ((1000,),), {}, "bytes")
     assert work_of(relu, (1000,)) == (0.0, 8000)
+    assert work_of(OpCase("r", "simaccel.relu", ((1000,),), {}, "bytes", "float16"), (1000,)) == (0.0, 4000)
 
 
 def test_a_row_is_measured_against_the_limit_that_bounds_it():

@@ -18,6 +18,7 @@ import pytest
 
 from simaccel.tvm_integration.tools import cli
 from simaccel.errors import SimAccelError
+from simaccel.tvm_integration.tools.bench import CASES as BENCH_CASES
 from simaccel.tvm_integration.tools.deploy import read_arrays
 
 
@@ -136,9 +137,9 @@ def _write_bad_files(d):
         "art_nocases": {"target": "cuda"},
         "art_nokeys": {"cases": {"mm8": {"params": []}}},
         "art_badparams": {"cases": {"mm8": {**case, "params": [["x", [8], "float99"]]}}},
-        "art_nolibs": {"cases": {name: case for name in ("mm8", "mm1024", "mm4096", "demo_f32")}},
+        "art_nolibs": {"cases": {name: case for name in BENCH_CASES}},
         "art_fewcases": {"cases": {"mm8": case}},
-        "art_ok": {"cases": {name: case for name in ("mm8", "mm1024", "mm4096", "demo_f32")}},
+        "art_ok": {"cases": {name: case for name in BENCH_CASES}},
     }
     for name, manifest in manifests.items():
         (d / name).mkdir()
@@ -210,7 +211,7 @@ FAULTS = [
     fault(("bench", "--artifacts", "{d}/art_nocases"), 'manifest.json: no "cases" object', id="bench-no-cases"),
     fault(("bench", "--artifacts", "{d}/art_nokeys"), "case 'mm8' lacks regions, seed", id="bench-missing-keys"),
     fault(("bench", "--artifacts", "{d}/art_badparams"), "case 'mm8': params must be", id="bench-bad-params"),
-    fault(("bench", "--artifacts", "{d}/art_fewcases"), "has no case mm1024, mm4096, demo_f32", id="bench-missing-cases"),
+    fault(("bench", "--artifacts", "{d}/art_fewcases"), "has no case mm1024, mm4096, conv56", id="bench-missing-cases"),
     fault(("bench", "--artifacts", "{d}/art_nolibs"), "{d}/art_nolibs lacks mm8.simaccel.so", id="bench-missing-libraries"),
     fault(("bench", "--artifacts", "{d}/art_ok", "--out", "{d}/notes.txt/bench"), "output folder {d}/notes.txt/bench", id="bench-out-under-file"),
     fault(("demo",), "this TVM is runtime-only", {"TVM_USE_RUNTIME_LIB": "1"}, id="demo-runtime-only"),

@@ -257,6 +257,81 @@ def test_conv2d_ops(name, dtype):
             assert (out >= 0).all()
 
 
+# Convolutions with at least MIN_GEMM_CHANNELS output channels per group run as an implicit
+# GEMM on the matmul kernels' tiled core: channel tails (17 of 64 rows), pixel tiles crossed
+# (100 pixels), K not a multiple of the slice (27, 18, 5), strides, asymmetric padding,
+# dilation, two groups, a 1x1 convolution (a plain GEMM over pixels).
+GEMM_CONV_CASES = [
+    ((1, 3, 6, 7), (17, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((2, 4, 9, 7), (32, 2, 3, 3), (2, 1), (1, 0, 2, 1), (1, 2), 2),
+    ((1, 5, 9, 8), (16, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
+    ((1, 2, 10, 10), (20, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+]
+
+
+def _conv_inputs(name, case, dtype, rng):
+    dshape, wshape, strides, padding, dilation, groups = case
+    arrays = [_random(rng, dshape, dtype), _random(rng, wshape, dtype, scale=0.5)]
+    if "_bias" in name:
+        arrays.append(_random(rng, (1, wshape[0], 1, 1), dtype))
+    return arrays, dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", range(len(GEMM_CONV_CASES)))
+def test_conv2d_as_implicit_gemm(case, dtype):
+    from simaccel.kernels import conv2d as conv_kernels
+
+    name = CONV_OPS[case % len(CONV_OPS)]
+    arrays, attrs = _conv_inputs(name, GEMM_CONV_CASES[case], dtype, np.random.default_rng(400 + case))
+    target = PlanOnlyTarget()
+    op = get_op(name)
+    out = np.empty(op.infer([a.shape for a in arrays], [dtype] * len(arrays), **op.all_attrs(attrs))[0], dtype)
+    op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs(attrs))
+    assert [fn for fn, *_ in target.launches] == [conv_kernels._gemm_kernel]
+    check(name, arrays, attrs)
+
+
+@pytest.mark.parametrize("out_channels, size, gemm", [(16, 4, True), (15, 4, False), (64, 3, False)])
+def test_conv2d_kernel_choice(out_channels, size, gemm):
+    # The implicit GEMM from 16 output channels per group and 16 output pixels per image.
+    from simaccel.kernels import conv2d as conv_kernels
+
+    op = get_op("simaccel.conv2d")
+    attrs = op.all_attrs(dict(strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1))
+    data, weight = np.zeros((2, 3, size, size), np.float32), np.zeros((out_channels, 3, 1, 1), np.float32)
+    target = PlanOnlyTarget()
+    out = np.zeros((2, out_channels, size, size), np.float32)
+    op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **attrs)
+    [(fn, *_)] = target.launches
+    assert fn is (conv_kernels._gemm_kernel if gemm else conv_kernels._conv2d_kernel)
+
+
+def test_conv2d_implicit_gemm_beyond_the_grid_caps(monkeypatch):
+    # 70 output channels: two row tiles of 64 in two launches (gridDim.y capped at 1); 2
+    # images x 1 group in two more (gridDim.z capped at 1): four launches, one output.
+    from simaccel.kernels import conv2d as conv_kernels
+
+    monkeypatch.setattr(conv_kernels, "_MAX_GRID_YZ", 1)
+    case = ((2, 3, 4, 5), (70, 3, 2, 2), (1, 1), (1, 0, 0, 1), (1, 1), 1)
+    arrays, attrs = _conv_inputs("simaccel.conv2d_bias_relu", case, "float32", np.random.default_rng(410))
+    check("simaccel.conv2d_bias_relu", arrays, attrs, expected_launches=4)
+
+
+@pytest.mark.parametrize("out_channels", [4, 16], ids=["direct", "implicit-gemm"])
+def test_conv2d_padding_is_a_zero_multiplied_like_any_input(out_channels):
+    # An infinite weight tap that meets padding (the top-left tap of a 2x2 kernel on a 1-pixel
+    # pad, in output row 0 and column 0): 0 * inf is NaN there, as in TVM; elsewhere inf.
+    data = np.ones((1, 1, 7, 7), np.float32)
+    weight = np.ones((out_channels, 1, 2, 2), np.float32)
+    weight[:, 0, 0, 0] = np.inf
+    attrs = dict(strides=(2, 2), padding=(1, 1, 0, 0), dilation=(1, 1), groups=1)
+    out, ref = run_op("simaccel.conv2d", [data, weight], attrs)
+    assert np.isnan(ref[:, :, 0, 0]).all()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(out[~np.isnan(out)], ref[~np.isnan(ref)])
+
+
 # ---------------------------------------------------------------------------------------
 # pooling
 
@@ -307,8 +382,9 @@ def test_avg_pool2d_count_include_pad_differs():
 # ---------------------------------------------------------------------------------------
 # softmax / layer_norm
 
-# Row lengths 1, 5, 17 (odd block), 300 (> 256 threads: threads stride over the row).
-ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,)]
+# Row lengths 1, 5, 17, 300 (8 per thread in registers, some threads short of 8), 2100 (longer
+# than 8 x 256: the rest is read in a loop).
+ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,), (2, 2100)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -539,8 +615,11 @@ def test_a_slice_out_of_bounds_is_refused():
 # ---------------------------------------------------------------------------------------
 # reductions
 
+# Sums and means over the innermost axes run one block per output: rows shorter and longer
+# (300) than a block.
 REDUCTION_CASES = [((3, 7), [1], False), ((2, 3, 4, 5), [2, 3], True), ((2, 3, 4), [0], False),
-                   ((2, 3, 4), [0, 1, 2], False), ((4, 1, 3), [1, 2], True), ((2, 3, 4, 2, 2), [1, 2, 3], False)]
+                   ((2, 3, 4), [0, 1, 2], False), ((4, 1, 3), [1, 2], True), ((2, 3, 4, 2, 2), [1, 2, 3], False),
+                   ((2, 3, 300), [2], True)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -657,8 +736,8 @@ def test_launch_shapes():
         assert all(tuple(block) == (16, 16) and fn is kernel for fn, _, block, _ in target.launches), data_shape
         # The launch beyond gridDim.y's cap starts at row tile 65535 (its tile0 argument).
         assert [args[10] for _, _, _, args in target.launches] == [65535 * k for k in range(len(want))]
-    # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256)
-    for d, want in ((1, 1), (5, 8), (17, 32), (256, 256), (300, 256)):
+    # softmax / layer_norm: one block per row, block = next power of two >= D / 8 (capped at 256)
+    for d, want in ((1, 1), (5, 1), (17, 4), (256, 32), (300, 64), (2048, 256), (3000, 256)):
         x = _random(rng, (3, d), "float32")
         g = np.ones(d, np.float32)
         target = PlanOnlyTarget()

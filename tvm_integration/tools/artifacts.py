@@ -40,6 +40,10 @@ CASES = {
     "mm8": lambda: _models().matmul_relu(8),
     "mm1024": lambda: _models().matmul_relu(1024),
     "mm4096": lambda: _models().matmul_relu(4096),
+    "conv56": lambda: _models().conv_bias_relu(8, 64, 56),
+    "conv28": lambda: _models().conv_bias_relu(8, 128, 28),
+    "conv14": lambda: _models().conv_bias_relu(8, 256, 14),
+    "dwconv112": lambda: _models().conv_bias_relu(8, 32, 112, groups=32),
     "graph_f32": lambda: _weights_static(_models().long_upstream("float32", size=128)),
 }
 # Built with TVM's CUDA graphs on (relax.backend.use_cuda_graph): the simaccel regions are

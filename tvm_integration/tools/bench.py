@@ -32,9 +32,22 @@ from . import deploy
 from .artifacts import case_inputs, load_manifest, require_cases
 from .bench_compare import compare, format_comparison, load_report
 
-CASES = ["mm8", "mm1024", "mm4096", "demo_f32"]
+CASES = ["mm8", "mm1024", "mm4096", "conv56", "conv28", "conv14", "dwconv112", "demo_f32"]
 MODES = ["tvm_only", "simaccel_native", "simaccel_zero_copy", "simaccel_staged"]
+PEER_MODE = "torch"  # cuBLAS for the GEMM cases, cuDNN for the convolutions
 GEMM_SIZE = {"mm8": 8, "mm1024": 1024, "mm4096": 4096}
+# (batch, channels, size, groups) of the conv2d+bias+relu cases (3x3, stride 1, padding 1)
+CONV_SHAPE = {"conv56": (8, 64, 56, 1), "conv28": (8, 128, 28, 1), "conv14": (8, 256, 14, 1), "dwconv112": (8, 32, 112, 32)}
+
+
+def case_flops(name: str) -> float | None:
+    """The multiply-adds x 2 of a GEMM or convolution case; None for the others."""
+    if name in GEMM_SIZE:
+        return 2.0 * GEMM_SIZE[name] ** 3
+    if name in CONV_SHAPE:
+        n, c, size, groups = CONV_SHAPE[name]
+        return 2.0 * n * c * size * size * (c // groups) * 9
+    return None
 
 
 def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, compare_with=None, log=print) -> int:
@@ -116,9 +129,9 @@ def _bench_case(directory, manifest, name, runtime, repeat, warmup) -> dict:
         "simaccel_staged": call(simaccel_vm, engine="cuda", staged=True),
     }
     first_call = {mode: _first_call_ms(runtime, calls[mode]) for mode in ("simaccel_native", "simaccel_zero_copy")}
-    peer = _torch_peer(arrays, GEMM_SIZE.get(name))
+    peer = _torch_peer(name, arrays)
     if peer is not None:
-        calls["torch_cublas"] = peer
+        calls[PEER_MODE] = peer
 
     # The results stay alive until compared, so none can reuse another's memory.
     want, got = tvm_vm["main"](*tensors), simaccel_vm["main"](*tensors)
@@ -152,8 +165,8 @@ def _bench_case(directory, manifest, name, runtime, repeat, warmup) -> dict:
             "p90_us": times_us[(len(times_us) * 9) // 10],
             "runs": len(times_us),
         }
-        if name in GEMM_SIZE:
-            entry["tflops"] = 2 * GEMM_SIZE[name] ** 3 / (entry["median_us"] * 1e-6) / 1e12
+        if case_flops(name):
+            entry["tflops"] = case_flops(name) / (entry["median_us"] * 1e-6) / 1e12
         if mode in bytes_per_call:
             entry["bytes_copied_per_call"] = bytes_per_call[mode]
         modes[mode] = entry
@@ -180,19 +193,28 @@ def _first_call_ms(runtime, go) -> dict:
     return {"call_ms": wall * 1e3, "slowest_region_ms": max((r["seconds"] for r in regions.values()), default=0.0) * 1e3}
 
 
-def _torch_peer(arrays, size):
-    """relu(x @ W) with cuBLAS (TF32 off), if PyTorch is installed; else None."""
-    if size is None:
+def _torch_peer(name, arrays):
+    """The GEMM cases' relu(x @ W) with cuBLAS, the convolution cases' relu(conv2d + b) with
+    cuDNN (TF32 off for both), if PyTorch is installed; else None."""
+    if name not in GEMM_SIZE and name not in CONV_SHAPE:
         return None
     try:
         import torch
+        import torch.nn.functional as F
     except ImportError:
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
-    x, w = (torch.from_numpy(a).cuda() for a in arrays)
+    torch.backends.cudnn.allow_tf32 = False
+    t = [torch.from_numpy(a).cuda() for a in arrays]
+    if name in GEMM_SIZE:
+        def run():
+            return torch.relu(t[0] @ t[1])
+    else:
+        def run():
+            return F.relu(F.conv2d(t[0], t[1], t[2].reshape(-1), padding=1, groups=CONV_SHAPE[name][3]))
 
     def go():
-        torch.relu(x @ w)
+        run()
         torch.cuda.synchronize()
 
     return go
@@ -216,7 +238,7 @@ def _chart(report, path) -> None:
     if plt is None:
         return
     cases = list(report["cases"])
-    modes = [m for m in (*MODES, "torch_cublas")
+    modes = [m for m in (*MODES, PEER_MODE)
              if any(m in report["cases"][c]["modes"] for c in cases)]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(modes)

@@ -119,3 +119,18 @@ def matmul_relu(n: int, dtype: str = "float32") -> tvm.IRModule:
             out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.op.matmul(x, w))))
         bb.emit_func_output(out)
     return bb.get()
+
+
+def conv_bias_relu(batch: int, channels: int, size: int, groups: int = 1, dtype: str = "float32") -> tvm.IRModule:
+    """One region: relu(conv2d(x, w) + b), 3x3, stride 1, padding 1, `channels` in and out in
+    `groups` groups (the benchmark's convolution cases: ResNet's stages, MobileNet's depthwise)."""
+    bb = relax.BlockBuilder()
+    x = _param("x", (batch, channels, size, size), dtype)
+    w = _param("conv_w", (channels, channels // groups, 3, 3), dtype)
+    b = _param("conv_b", (1, channels, 1, 1), dtype)
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.nn.conv2d(x, w, padding=(1, 1, 1, 1), groups=groups))
+            out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.op.add(h, b))))
+        bb.emit_func_output(out)
+    return bb.get()
