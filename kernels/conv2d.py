@@ -60,9 +60,13 @@ def divmod_small(n, d, inv_d):
     return q, r
 
 
-def _implicit_gemm_kernel(BM, BN, BK):
+def _implicit_gemm_kernel(BM, BN, BK, channels_inner):
     """The implicit-GEMM conv2d kernel for BM x BN tiles (output channels x output pixels) and
-    K slices of BK (GEMM_TILES), as a Python function for `numba.cuda.jit` (see the module docstring)."""
+    K slices of BK (GEMM_TILES), as a Python function for `numba.cuda.jit` (see the module
+    docstring). K runs over (kh, kw, channel), channels fastest, where the group's channel
+    count is a multiple of BK (`channels_inner`: every ResNet convolution but the first): a
+    K slice is then BK channels at one tap, whose input row and column a thread checks once
+    per slice. Otherwise K runs over (channel, kh, kw) and each staged value splits its k."""
     a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
     multiply, store = tile_steps(BM, BN, BK, bias_on_rows=True)
     TM, TN = acc_shape
@@ -77,8 +81,8 @@ def _implicit_gemm_kernel(BM, BN, BK):
                sh, sw, pt, pl, dh, dw, has_bias, act, z0, tile0):
         """out (N*O, P) = act(conv(x, w) + bias) for image n and group g (z0 + blockIdx.z =
         n * groups + g), channel tile tile0 + blockIdx.y of the group and pixel tile
-        blockIdx.x; x is flat (N*C*H*W), w is (O, K)."""
-        sa = cuda.shared.array(a_tile, float32)  # sa[k, m] = w[o0 + m, k0 + k]
+        blockIdx.x; x is flat (N*C*H*W), w is (O, CG * KHW) (OIHW)."""
+        sa = cuda.shared.array(a_tile, float32)  # sa[k, m] = A[o0 + m, k0 + k]
         sb = cuda.shared.array(b_tile, float32)  # sb[k, p] = im2col[k0 + k, col0 + p]
         acc = cuda.local.array(acc_shape, float32)
         stash = cuda.shared.array(stash_shape, float32)
@@ -96,6 +100,7 @@ def _implicit_gemm_kernel(BM, BN, BK):
         n = z // groups
         g = z - n * groups
         K = CG * KHW
+        plane = H * W
         row0 = (tile0 + cuda.blockIdx.y) * BM
         o0 = g * OG + row0  # the tile's first output channel
         m_left = OG - row0  # rows of this tile within the group
@@ -105,33 +110,51 @@ def _implicit_gemm_kernel(BM, BN, BK):
         oh, ow = divmod_fast(p, OW, inv_ow)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
-        x0 = (n * C + g * CG) * H * W  # the group's first input channel in image n
+        x0 = (n * C + g * CG) * plane  # the group's first input channel in image n
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = zero
-        for k0 in range(0, K, BK):
-            ka = k0 + fill_k
-            for q in range(mn_passes):
-                m = fill_m + q * rows_per_pass
-                sa[fill_k, m] = float32(w[o0 + m, ka]) if m < m_left and ka < K else zero
-            for q in range(k_passes):
-                k = fill_kp + q * k_rows_per_pass
-                kb = k0 + k
-                v = zero
-                if kb < K and p < P:
-                    c, r = divmod_small(kb, KHW, inv_khw)
-                    kh, kw = divmod_small(r, KW, inv_kw)
-                    ih = ih0 + kh * dh
-                    iw = iw0 + kw * dw
-                    if ih >= 0 and ih < H and iw >= 0 and iw < W:
-                        v = float32(x[x0 + (c * H + ih) * W + iw])
-                sb[k, fill_p] = v
-            cuda.syncthreads()
-            multiply(sa, sb, acc, areg, breg, ty, tx)
-            cuda.syncthreads()
+        if channels_inner:
+            for tap in range(KHW):
+                kh, kw = divmod_small(tap, KW, inv_kw)
+                ih = ih0 + kh * dh
+                iw = iw0 + kw * dw
+                inside = p < P and ih >= 0 and ih < H and iw >= 0 and iw < W
+                x_tap = x0 + ih * W + iw
+                for c0 in range(0, CG, BK):
+                    for q in range(mn_passes):
+                        m = fill_m + q * rows_per_pass
+                        sa[fill_k, m] = float32(w[o0 + m, (c0 + fill_k) * KHW + tap]) if m < m_left else zero
+                    for q in range(k_passes):
+                        k = fill_kp + q * k_rows_per_pass
+                        sb[k, fill_p] = float32(x[x_tap + (c0 + k) * plane]) if inside else zero
+                    cuda.syncthreads()
+                    multiply(sa, sb, acc, areg, breg, ty, tx)
+                    cuda.syncthreads()
+        else:
+            for k0 in range(0, K, BK):
+                ka = k0 + fill_k
+                for q in range(mn_passes):
+                    m = fill_m + q * rows_per_pass
+                    sa[fill_k, m] = float32(w[o0 + m, ka]) if m < m_left and ka < K else zero
+                for q in range(k_passes):
+                    k = fill_kp + q * k_rows_per_pass
+                    kb = k0 + k
+                    v = zero
+                    if kb < K and p < P:
+                        c, r = divmod_small(kb, KHW, inv_khw)
+                        kh, kw = divmod_small(r, KW, inv_kw)
+                        ih = ih0 + kh * dh
+                        iw = iw0 + kw * dw
+                        if ih >= 0 and ih < H and iw >= 0 and iw < W:
+                            v = float32(x[x0 + c * plane + ih * W + iw])
+                    sb[k, fill_p] = v
+                cuda.syncthreads()
+                multiply(sa, sb, acc, areg, breg, ty, tx)
+                cuda.syncthreads()
         store(out, stash, acc, bias, has_bias, act, n * O + o0, m_left, col0, P, o0, ty, tx)
 
-    kernel.__name__ = kernel.__qualname__ = f"_conv2d_gemm_kernel_{BM}x{BN}"
+    kernel.__name__ = kernel.__qualname__ = f"_conv2d_gemm_kernel_{BM}x{BN}{'_channels_inner' if channels_inner else ''}"
     return kernel
 
 
@@ -140,7 +163,8 @@ def _implicit_gemm_kernel(BM, BN, BK):
 # thread keeps), and at batch 8 a ResNet's convolutions have too few large tiles to fill an
 # H200 (28x28x128: 56 tiles for 132 SMs) anyway.
 GEMM_TILES = SMALL
-_gemm_kernel = _implicit_gemm_kernel(*GEMM_TILES)
+# channels_inner -> kernel
+_GEMM_KERNELS = {inner: _implicit_gemm_kernel(*GEMM_TILES, inner) for inner in (False, True)}
 
 
 def _conv2d_kernel(out, x, w, bias, C, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
@@ -224,7 +248,8 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
     OH, OW = int(out.shape[2]), int(out.shape[3])
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
     OG, P = O // groups, OH * OW
-    BM, BN, _ = GEMM_TILES
+    BM, BN, BK = GEMM_TILES
+    kernel = _GEMM_KERNELS[CG % BK == 0]
     x1 = target.reshape(data, (N * C * H * W,))
     w2 = target.reshape(weight, (O, CG * KH * KW))
     o2 = target.reshape(out, (N * O, P))
@@ -233,7 +258,7 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
     for z0 in range(0, images, _MAX_GRID_YZ):
         for tile0 in range(0, row_tiles, _MAX_GRID_YZ):
             grid = (-(-P // BN), min(row_tiles - tile0, _MAX_GRID_YZ), min(images - z0, _MAX_GRID_YZ))
-            target.launch(_gemm_kernel, grid, (THREADS_X, THREADS_Y), o2, x1, w2, b1, C, H, W, O, OG, CG, groups, OW, P,
+            target.launch(kernel, grid, (THREADS_X, THREADS_Y), o2, x1, w2, b1, C, H, W, O, OG, CG, groups, OW, P,
                           KH * KW, KW, 1.0 / OW, _f32_inverse(KH * KW), _f32_inverse(KW), sh, sw, pt, pl, dh, dw,
                           has_bias, act, z0, tile0)
             launches += 1

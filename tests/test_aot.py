@@ -81,12 +81,13 @@ CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_conv2d_gemm_kernel_keeps_its_accumulators_in_registers(dtype):
-    """The implicit-GEMM conv2d on the matmul kernels' core, bias and ReLU fused."""
-    program = one_op_program("simaccel.conv2d_bias_relu", [(32, 256, 14, 14), (256, 256, 3, 3), (1, 256, 1, 1)], dtype,
-                             CONV)
+@pytest.mark.parametrize("channels", [256, 3])
+def test_conv2d_gemm_kernels_keep_their_accumulators_in_registers(channels, dtype):
+    """The implicit-GEMM conv2d on the matmul kernels' core, bias and ReLU fused, both orders of K."""
+    program = one_op_program("simaccel.conv2d_bias_relu", [(32, channels, 14, 14), (256, channels, 3, 3), (1, 256, 1, 1)],
+                             dtype, CONV)
     [kernel] = compile_program(program, SM90)
-    assert kernel.kernel.__name__ == "_conv2d_gemm_kernel_64x64"
+    assert kernel.kernel.__name__ == "_conv2d_gemm_kernel_64x64" + ("_channels_inner" if channels == 256 else "")
     used = sm90_resources(kernel.ptx)
     assert used["stack"] == 0 and used["local"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
 

@@ -260,12 +260,16 @@ def test_conv2d_ops(name, dtype):
 # Convolutions with at least MIN_GEMM_CHANNELS output channels per group run as an implicit
 # GEMM on the matmul kernels' tiled core: channel tails (17 of 64 rows), pixel tiles crossed
 # (100 pixels), K not a multiple of the slice (27, 18, 5), strides, asymmetric padding,
-# dilation, two groups, a 1x1 convolution (a plain GEMM over pixels).
+# dilation, two groups, a 1x1 convolution (a plain GEMM over pixels); the last three with
+# channels per group a multiple of the K slice (16), where K runs channels fastest.
 GEMM_CONV_CASES = [
     ((1, 3, 6, 7), (17, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     ((2, 4, 9, 7), (32, 2, 3, 3), (2, 1), (1, 0, 2, 1), (1, 2), 2),
     ((1, 5, 9, 8), (16, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     ((1, 2, 10, 10), (20, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((1, 16, 6, 5), (17, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    ((2, 32, 8, 8), (32, 16, 3, 3), (1, 1), (1, 0, 2, 1), (1, 2), 2),
+    ((1, 32, 4, 5), (20, 32, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 ]
 
 
@@ -288,7 +292,8 @@ def test_conv2d_as_implicit_gemm(case, dtype):
     op = get_op(name)
     out = np.empty(op.infer([a.shape for a in arrays], [dtype] * len(arrays), **op.all_attrs(attrs))[0], dtype)
     op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs(attrs))
-    assert [fn for fn, *_ in target.launches] == [conv_kernels._gemm_kernel]
+    channels_inner = GEMM_CONV_CASES[case][1][1] % 16 == 0
+    assert [fn for fn, *_ in target.launches] == [conv_kernels._GEMM_KERNELS[channels_inner]]
     check(name, arrays, attrs)
 
 
@@ -304,7 +309,7 @@ def test_conv2d_kernel_choice(out_channels, size, gemm):
     out = np.zeros((2, out_channels, size, size), np.float32)
     op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **attrs)
     [(fn, *_)] = target.launches
-    assert fn is (conv_kernels._gemm_kernel if gemm else conv_kernels._conv2d_kernel)
+    assert fn is (conv_kernels._GEMM_KERNELS[False] if gemm else conv_kernels._conv2d_kernel)
 
 
 def test_conv2d_implicit_gemm_beyond_the_grid_caps(monkeypatch):

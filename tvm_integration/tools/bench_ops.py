@@ -2,7 +2,9 @@
 
 A benchmark, not a test. Every case launches one op of the ISA through its own launcher on
 the current GPU (`KernelTarget("cuda")`), checks the result against the op's numpy
-reference, and times it with CUDA events (median of `repeat` after warm-up). A case's work
+reference, and times its GPU time with CUDA events (median of `repeat` samples of
+LAUNCHES_PER_SAMPLE back-to-back calls queued behind a spin kernel, after warm-up: the
+host's cost of a launch is not counted, see `_median_us`). A case's work
 is counted from its shapes: GEMM-like ops (matmul, dense, conv2d) by their multiply-adds
 (2 FLOPs each) against the GPU's FP32 peak, every other op by the bytes it must read and
 write once against its memory bandwidth. A kernel that differs from its reference is marked
@@ -21,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from numba import float32
 
 from ...errors import SimAccelError
 from .bench import pyplot
@@ -31,6 +34,9 @@ LIMITS = {
     "NVIDIA H100 80GB HBM3": {"flops": 66.9e12, "bytes": 3.35e12},
 }
 
+
+# Calls per timed sample (see _median_us).
+LAUNCHES_PER_SAMPLE = 10
 
 # A case whose kernel differs from its reference by more than this (of the result's scale) is
 # reported as a mismatch (exit 1): its time would not be the op's. float16 results carry
@@ -147,7 +153,8 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
         "device": device,
         "limits": limits,
         "versions": {pkg: _version(pkg) for pkg in ("simaccel", "numba-cuda", "numpy", "torch")},
-        "method": f"CUDA events around each launch, median of {repeat} after {warmup} warm-ups; float32 unless "
+        "method": f"GPU time: CUDA events around {LAUNCHES_PER_SAMPLE} back-to-back launches queued behind a spin "
+        f"kernel, time per launch, median of {repeat} such samples after {warmup} warm-ups; float32 unless "
         "a case says float16; "
         "torch peers with TF32 off, timed in the same run",
         "ops": rows,
@@ -163,20 +170,67 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
     return 0
 
 
-def _median_us(fn, repeat: int, warmup: int) -> float:
+def _median_us(fn, repeat: int, warmup: int, launches: int = LAUNCHES_PER_SAMPLE) -> float:
+    """Median over `repeat` samples of the GPU time per call of `fn`: each sample is `launches`
+    calls back to back between two CUDA events, queued behind a spin kernel that keeps the GPU
+    busy for twice as long as the host takes to queue them. The GPU then runs the calls one
+    after the other, so a launch's host cost (tens to hundreds of microseconds for a launcher
+    in Python; native regions launch from C++) is not counted as the kernel's."""
     from numba import cuda
 
     for _ in range(warmup):
         fn()
+    cuda.synchronize()
+    host = time.perf_counter()
+    for _ in range(launches):
+        fn()
+    host = time.perf_counter() - host
+    cuda.synchronize()
+    spin = _spinner(2 * host)
     times = []
     for _ in range(repeat):
+        spin()
         start, end = cuda.event(), cuda.event()
         start.record()
-        fn()
+        for _ in range(launches):
+            fn()
         end.record()
         end.synchronize()
-        times.append(cuda.event_elapsed_time(start, end) * 1e3)
+        times.append(cuda.event_elapsed_time(start, end) * 1e3 / launches)
     return statistics.median(times)
+
+
+def _spin_kernel(out, n):
+    # One thread, a chain of n dependent multiply-adds (the result is stored, so it stays).
+    v = float32(1.0)
+    for _ in range(n):
+        v = v * float32(0.999999) + float32(1e-7)
+    out[0] = v
+
+
+_SPIN_SECONDS_PER_STEP = []
+
+
+def _spinner(seconds: float):
+    """A call that queues a kernel keeping the GPU busy for about `seconds`."""
+    from numba import cuda
+
+    from ...kernels.target import compile_kernel
+
+    kernel = compile_kernel(_spin_kernel, "cuda")  # compiled once
+    out = cuda.device_array(1, np.float32)
+    if not _SPIN_SECONDS_PER_STEP:  # calibrate once
+        steps = 1 << 16
+        kernel[1, 1](out, steps)
+        cuda.synchronize()
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        kernel[1, 1](out, steps)
+        end.record()
+        end.synchronize()
+        _SPIN_SECONDS_PER_STEP.append(cuda.event_elapsed_time(start, end) * 1e-3 / steps)
+    steps = max(1, int(seconds / _SPIN_SECONDS_PER_STEP[0]))
+    return lambda: kernel[1, 1](out, steps)
 
 
 def _relative_error(op, arrays, attrs, got) -> float:
