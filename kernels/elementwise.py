@@ -3,10 +3,11 @@ copies, and the unary functions of simaccel.kernels.activation.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.add, simaccel.subtract, ..., simaccel.broadcast_to, simaccel.relu, ...). Each thread
-handles ILP output elements a block apart (consecutive threads on consecutive addresses),
-loading all of them before it computes and stores any: an H200 needs about 3 MB of loads in
-flight to keep its 4.8 TB/s busy, and one 4-byte load per thread, even with every thread
-resident, is about 1 MB. Grid-stride loop over chunks of ILP blocks. Binary ops
+of a large launch handles ILP output elements a block apart (consecutive threads on
+consecutive addresses), loading all of them before it computes and stores any: an H200
+needs about 3 MB of loads in flight to keep its 4.8 TB/s busy, and one 4-byte load per
+thread, even with every thread resident, is about 1 MB. Below MIN_ILP_TOTAL elements a
+thread handles one (`per_thread`). Grid-stride loop over chunks of `ilp` blocks. Binary ops
 broadcast numpy-style up to rank 4: shapes are padded to rank 4 on the left and the kernel
 gets the output dims and each input's element strides as scalar arguments (stride 0 on
 broadcast dims), so a launch copies nothing from the host. Dims are collapsed first (same
@@ -24,6 +25,8 @@ from .activation import ACTIVATIONS, apply_activation
 
 BLOCK = 256
 ILP = 8  # output elements per thread and chunk, loaded before any is stored
+# From this many elements on, a launch has ILP per thread (an H200: 132 SMs x 1024 threads x 8).
+MIN_ILP_TOTAL = 1 << 20
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
 _RANK = 4
 
@@ -72,22 +75,22 @@ def _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, s
 
 
 def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
-                   sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total):
+                   sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total, ilp):
     va = cuda.local.array(ILP, float32)
     vb = cuda.local.array(ILP, float32)
     block = cuda.blockDim.x
-    start = cuda.blockIdx.x * block * ILP + cuda.threadIdx.x
-    step = cuda.gridDim.x * block * ILP
+    start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
+    step = cuda.gridDim.x * block * ilp
     while start < total:
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 ia, ib = _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
                 va[k] = float32(a[ia])
                 vb[k] = float32(b[ib])
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 x = va[k]
                 y = vb[k]
                 if op == 0:
@@ -106,19 +109,19 @@ def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
         start += step
 
 
-def _unary_kernel(out, x, act, total):
+def _unary_kernel(out, x, act, total, ilp):
     v = cuda.local.array(ILP, float32)
     block = cuda.blockDim.x
-    start = cuda.blockIdx.x * block * ILP + cuda.threadIdx.x
-    step = cuda.gridDim.x * block * ILP
+    start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
+    step = cuda.gridDim.x * block * ilp
     while start < total:
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 v[k] = float32(x[idx])
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 out[idx] = apply_activation(v[k], act)
         start += step
 
@@ -130,11 +133,18 @@ def _size(shape) -> int:
     return n
 
 
-def _grid(total: int, per_thread: int = 1):
-    """(blocks, threads per block) for `total` elements, `per_thread` per thread and pass of a
-    grid-stride loop."""
+def _grid(total: int, elements_per_thread: int = 1):
+    """(blocks, threads per block) for `total` elements, `elements_per_thread` per thread and
+    pass of a grid-stride loop."""
     block = min(BLOCK, total)
-    return min(-(-total // (block * per_thread)), _MAX_BLOCKS), block
+    return min(-(-total // (block * elements_per_thread)), _MAX_BLOCKS), block
+
+
+def per_thread(total: int) -> int:
+    """Elements per thread (the kernels' `ilp` argument, <= ILP) for `total` elements: ILP for
+    launches that fill the GPU with threads even so, else 1, so a small tensor is spread over
+    as many threads as it has elements."""
+    return ILP if total >= MIN_ILP_TOTAL else 1
 
 
 def _broadcast_strides(shape, out_shape):
@@ -193,9 +203,10 @@ def _launch_binary(target, out, a, b, op) -> int:
     a1 = target.reshape(a, (_size(a_shape),))
     b1 = target.reshape(b, (_size(b_shape),))
     o1 = target.reshape(out, (total,))
-    grid, block = _grid(total, ILP)
+    ilp = per_thread(total)
+    grid, block = _grid(total, ilp)
     target.launch(_binary_kernel, grid, block, o1, a1, b1, nd, dims[1], dims[2], dims[3],
-                  1.0 / dims[1], 1.0 / dims[2], 1.0 / dims[3], *sa, *sb, op, total)
+                  1.0 / dims[1], 1.0 / dims[2], 1.0 / dims[3], *sa, *sb, op, total, ilp)
     return 1
 
 
@@ -204,9 +215,10 @@ def _launch_unary(target, out, data, act) -> int:
     total = _size(shape)
     if total == 0:
         return 0
-    grid, block = _grid(total, ILP)
+    ilp = per_thread(total)
+    grid, block = _grid(total, ilp)
     target.launch(_unary_kernel, grid, block, target.reshape(out, (total,)),
-                  target.reshape(data, (total,)), act, total)
+                  target.reshape(data, (total,)), act, total, ilp)
     return 1
 
 
@@ -236,22 +248,22 @@ def launch_activation(target, out, data, *, activation) -> int:
     return _launch_unary(target, out, data, ACTIVATIONS[activation])
 
 
-def _clip_kernel(out, x, low, high, total):
+def _clip_kernel(out, x, low, high, total, ilp):
     # TVM's clip: max(min(x, high), low) as selects, so NaN gives `high`.
     lo = float32(low)
     hi = float32(high)
     v = cuda.local.array(ILP, float32)
     block = cuda.blockDim.x
-    start = cuda.blockIdx.x * block * ILP + cuda.threadIdx.x
-    step = cuda.gridDim.x * block * ILP
+    start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
+    step = cuda.gridDim.x * block * ilp
     while start < total:
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 v[k] = float32(x[idx])
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 c = v[k] if v[k] < hi else hi
                 out[idx] = c if c > lo else lo
         start += step
@@ -262,9 +274,10 @@ def launch_clip(target, out, data, *, min, max) -> int:
     total = _size(data.shape)
     if total == 0:
         return 0
-    grid, block = _grid(total, ILP)
+    ilp = per_thread(total)
+    grid, block = _grid(total, ilp)
     target.launch(_clip_kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)),
-                  float(min), float(max), total)
+                  float(min), float(max), total, ilp)
     return 1
 
 

@@ -14,24 +14,24 @@ from __future__ import annotations
 
 from numba import cuda
 
-from .elementwise import ILP, _grid, _size, divmod_fast
+from .elementwise import ILP, _grid, _size, divmod_fast, per_thread
 
 RANK = 6
 
 
 def _gather_kernel(out, x, d1, d2, d3, d4, d5, inv1, inv2, inv3, inv4, inv5,
-                   s0, s1, s2, s3, s4, s5, offset, total):
+                   s0, s1, s2, s3, s4, s5, offset, total, ilp):
     # Output index -> (i0..i5) over the merged output dims d0..d5 (d0 implied). Unused
-    # leading dims are 1 with stride 0. ILP elements a block apart per thread, all loaded
-    # before any is stored (as the elementwise kernels).
+    # leading dims are 1 with stride 0. `ilp` elements a block apart per thread, all
+    # loaded before any is stored (as the elementwise kernels).
     v = cuda.local.array(ILP, x.dtype)
     block = cuda.blockDim.x
-    start = cuda.blockIdx.x * block * ILP + cuda.threadIdx.x
-    step = cuda.gridDim.x * block * ILP
+    start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
+    step = cuda.gridDim.x * block * ilp
     while start < total:
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 t, i5 = divmod_fast(idx, d5, inv5)
                 t, i4 = divmod_fast(t, d4, inv4)
                 t, i3 = divmod_fast(t, d3, inv3)
@@ -40,7 +40,7 @@ def _gather_kernel(out, x, d1, d2, d3, d4, d5, inv1, inv2, inv3, inv4, inv5,
                 v[k] = x[offset + i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3 + i4 * s4 + i5 * s5]
         for k in range(ILP):
             idx = start + k * block
-            if idx < total:
+            if k < ilp and idx < total:
                 out[idx] = v[k]
         start += step
 
@@ -74,10 +74,11 @@ def _launch_gather(target, out, data, dims, strides, offset) -> int:
     if total == 0:
         return 0
     dims, strides = merged_dims(dims, strides)
-    grid, block = _grid(total, ILP)
+    ilp = per_thread(total)
+    grid, block = _grid(total, ilp)
     target.launch(_gather_kernel, grid, block, target.reshape(out, (total,)),
                   target.reshape(data, (_size(data.shape),)), *dims[1:], *(1.0 / d for d in dims[1:]),
-                  *strides, offset, total)
+                  *strides, offset, total, ilp)
     return 1
 
 

@@ -4,10 +4,11 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.softmax, simaccel.layer_norm; simaccel.sum and simaccel.mean over the innermost
 axes, through simaccel.kernels.reduction). One block per row; its threads stride over the
 row and combine partial results with a shared-memory tree reduction. Softmax and layer norm
-keep ROW_CACHE elements per thread in registers between their passes, so a row is read
-once. The block size is the smallest power of two >= the row length / ROW_CACHE, capped
-at MAX_BLOCK, so short rows do not spawn idle threads (each one a Python thread on the
-simulator). Math is float32.
+keep up to ROW_CACHE elements per thread in registers between their passes, so a row is
+read once. The block size is the smallest power of two >= the row length / ROW_CACHE
+(launches of fewer than MIN_CACHED_ROWS rows: >= the row length), capped at MAX_BLOCK, so
+short rows do not spawn idle threads (each one a Python thread on the simulator). Math is
+float32.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ MAX_BLOCK = 256  # power of two; also the size of the shared reduction buffer
 # Elements of its row each thread keeps in registers between the passes of softmax and
 # layer norm, so that a row up to ROW_CACHE * MAX_BLOCK long is read from memory once.
 ROW_CACHE = 8
+# From this many rows on, a block has a thread per ROW_CACHE elements of its row, else one
+# per element (an H200 holds about 132 x 8 blocks at once).
+MIN_CACHED_ROWS = 1024
 _MAX_GRID = 1 << 20  # rows beyond that are walked by a loop in the kernels
 
 
@@ -145,11 +149,14 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
         r += cuda.gridDim.x
 
 
-def _block_size(D: int) -> int:
-    """Threads for a row of D elements, ROW_CACHE each: the smallest power of two >= D /
-    ROW_CACHE, capped at MAX_BLOCK (longer rows are walked in a loop)."""
+def _block_size(D: int, rows: int) -> int:
+    """Threads for each of `rows` rows of D elements: the smallest power of two >= D /
+    ROW_CACHE (ROW_CACHE elements each), or >= D where there are fewer than MIN_CACHED_ROWS
+    rows (a launch that does not fill the GPU: as many threads as elements), capped at
+    MAX_BLOCK (longer rows are walked in a loop)."""
+    per_thread = ROW_CACHE if rows >= MIN_CACHED_ROWS else 1
     b = 1
-    while b * ROW_CACHE < D and b < MAX_BLOCK:
+    while b * per_thread < D and b < MAX_BLOCK:
         b *= 2
     return b
 
@@ -171,7 +178,7 @@ def launch_softmax(target, out, data) -> int:
     if view is None:
         return 0
     rows, D, x2, o2 = view
-    target.launch(_softmax_kernel, min(rows, _MAX_GRID), _block_size(D), o2, x2, rows, D)
+    target.launch(_softmax_kernel, min(rows, _MAX_GRID), _block_size(D, rows), o2, x2, rows, D)
     return 1
 
 
@@ -183,7 +190,7 @@ def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
     rows, D, x2, o2 = view
     g1 = target.reshape(gamma, (D,))
     b1 = target.reshape(beta, (D,))
-    target.launch(_layer_norm_kernel, min(rows, _MAX_GRID), _block_size(D),
+    target.launch(_layer_norm_kernel, min(rows, _MAX_GRID), _block_size(D, rows),
                   o2, x2, g1, b1, rows, D, float(epsilon))
     return 1
 
@@ -208,7 +215,7 @@ def _row_sum_kernel(out, x, rows, R, mean):
 def launch_row_sums(target, out, x, *, mean: bool) -> int:
     """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1."""
     rows, R = (int(d) for d in x.shape)
-    target.launch(_row_sum_kernel, min(rows, _MAX_GRID), _block_size(R), out, x, rows, R, int(mean))
+    target.launch(_row_sum_kernel, min(rows, _MAX_GRID), _block_size(R, rows), out, x, rows, R, int(mean))
     return 1
 
 

@@ -384,6 +384,25 @@ def test_avg_pool2d_count_include_pad_differs():
     assert incl[0, 0, 0, 0] == pytest.approx(4 / 9) and incl[0, 0, 1, 1] == pytest.approx(1.0)
 
 
+# Large launches give each thread ILP elements (a block apart, all loaded before any is
+# stored); forced here on sizes that leave partial chunks: 2 blocks of 256 x 8 and a tail.
+ILP_CASES = [("simaccel.add", [(3, 1500), (1500,)], {}), ("simaccel.multiply", [(4100,), ()], {}),
+             ("simaccel.gelu", [(4111,)], {}), ("simaccel.clip", [(2, 2053)], {"min": -0.5, "max": 0.5}),
+             ("simaccel.permute_dims", [(7, 9, 65)], {"axes": [2, 0, 1]}), ("simaccel.broadcast_to", [(1, 600)],
+                                                                              {"shape": [7, 600]})]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name, shapes, attrs", ILP_CASES, ids=[c[0] for c in ILP_CASES])
+def test_elementwise_kernels_with_several_elements_per_thread(name, shapes, attrs, dtype, monkeypatch):
+    from simaccel.kernels import elementwise
+
+    monkeypatch.setattr(elementwise, "MIN_ILP_TOTAL", 0)
+    assert elementwise.per_thread(5) == elementwise.ILP
+    rng = np.random.default_rng(21)
+    check(name, [_random(rng, s, dtype) for s in shapes], attrs)
+
+
 # ---------------------------------------------------------------------------------------
 # softmax / layer_norm
 
@@ -392,9 +411,20 @@ def test_avg_pool2d_count_include_pad_differs():
 ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,), (2, 2100)]
 
 
+@pytest.fixture(params=["per-element", "cached"])
+def row_threads(request, monkeypatch):
+    """Both ways the row kernels spread a row over threads: one element per thread (launches
+    of few rows, as here) and ROW_CACHE per thread (from MIN_CACHED_ROWS rows, forced)."""
+    from simaccel.kernels import normalization
+
+    if request.param == "cached":
+        monkeypatch.setattr(normalization, "MIN_CACHED_ROWS", 1)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
-def test_softmax(shape, dtype):
+def test_softmax(shape, dtype, row_threads):
     rng = np.random.default_rng(len(shape) * 1000 + shape[-1])
     data = _random(rng, shape, dtype, scale=4.0)
     data.reshape(-1)[0] = 30.0  # exp(30) overflows float16 and stresses the max subtraction
@@ -404,7 +434,7 @@ def test_softmax(shape, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
-def test_layer_norm(shape, dtype):
+def test_layer_norm(shape, dtype, row_threads):
     rng = np.random.default_rng(len(shape) * 2000 + shape[-1])
     d = shape[-1]
     data = _random(rng, shape, dtype, scale=3.0) + np.array(5.0, dtype)  # non-zero mean
@@ -741,15 +771,17 @@ def test_launch_shapes():
         assert all(tuple(block) == (16, 16) and fn is kernel for fn, _, block, _ in target.launches), data_shape
         # The launch beyond gridDim.y's cap starts at row tile 65535 (its tile0 argument).
         assert [args[10] for _, _, _, args in target.launches] == [65535 * k for k in range(len(want))]
-    # softmax / layer_norm: one block per row, block = next power of two >= D / 8 (capped at 256)
-    for d, want in ((1, 1), (5, 1), (17, 4), (256, 32), (300, 64), (2048, 256), (3000, 256)):
-        x = _random(rng, (3, d), "float32")
+    # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256);
+    # from 1024 rows on, >= D / 8
+    for rows, d, want in ((3, 1, 1), (3, 5, 8), (3, 17, 32), (3, 256, 256), (3, 300, 256), (1024, 5, 1),
+                          (1024, 17, 4), (1024, 300, 64), (1024, 3000, 256)):
+        x = np.zeros((rows, d), np.float32)
         g = np.ones(d, np.float32)
         target = PlanOnlyTarget()
         get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
         get_op("simaccel.layer_norm").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x),
                                              FakeCUDAArray(g), FakeCUDAArray(g), epsilon=1e-5)
-        assert [(grid, block) for _, grid, block, _ in target.launches] == [(3, want)] * 2
+        assert [(grid, block) for _, grid, block, _ in target.launches] == [(rows, want)] * 2
 
 
 def test_shape_mismatch_is_refused_by_the_isa_before_any_launch():
