@@ -281,7 +281,8 @@ def launch_clip(target, out, data, *, min, max) -> int:
     return 1
 
 
-# At most 64 registers, so that 4 blocks (1024 threads, each with ILP loads in flight) share
+# At most 85 registers, so that 3 blocks (768 threads, each with ILP loads in flight) share
 # an SM: left alone, the float32 unary kernel took 106 (the index of each of its ILP elements
-# is 64-bit). tests/test_aot.py checks that it does not spill (the clip kernel did, at 64).
-_unary_kernel.launch_bounds = (BLOCK, 4)
+# is 64-bit). tests/test_aot.py checks that it does not spill (at 64 it did, by 8 bytes, and
+# so did the clip kernel).
+_unary_kernel.launch_bounds = (BLOCK, 3)
