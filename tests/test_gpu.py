@@ -277,6 +277,18 @@ KERNEL_CASES = [
     ("simaccel.max", [(4, 1000, 33)], {"axes": [1], "keepdims": False}),
     ("simaccel.reshape", [(4, 77, 768)], {"shape": [308, 768]}),
     ("simaccel.concat", [(8, 64, 28, 28), (8, 3, 28, 28), (8, 128, 28, 28)], {"axis": 1}),
+    # Large launches: elementwise and gather kernels with ILP elements per thread (>= 2^20
+    # elements, tails), softmax and layer norm with a row cache (>= 1024 rows), a spatial
+    # mean as row sums, the implicit-GEMM convolution at a ResNet stage (tap-major K).
+    ("simaccel.add", [(3, 700, 513), (700, 1)], {}),
+    ("simaccel.gelu", [(2049, 515)], {}),
+    ("simaccel.clip", [(2049, 515)], {"min": -0.5, "max": 0.5}),
+    ("simaccel.permute_dims", [(4, 300, 9, 101)], {"axes": [0, 2, 1, 3]}),
+    ("simaccel.softmax", [(1100, 1000)], {}),
+    ("simaccel.layer_norm", [(1030, 2100), (2100,), (2100,)], {"epsilon": 1e-5}),
+    ("simaccel.mean", [(16, 256, 56, 56)], {"axes": [2, 3], "keepdims": True}),
+    ("simaccel.conv2d_bias_relu", [(8, 64, 56, 56), (64, 64, 3, 3), (1, 64, 1, 1)],
+     {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}),
 ]
 
 
