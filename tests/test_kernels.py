@@ -297,6 +297,40 @@ def test_conv2d_as_implicit_gemm(case, dtype):
     check(name, arrays, attrs)
 
 
+def _random_conv(rng):
+    """A random valid conv2d (data, weight shapes and attributes) for the kernel tests."""
+    while True:
+        groups = int(rng.choice([1, 1, 2, 3]))
+        cg = int(rng.choice([1, 3, 16, 17, 32]))
+        og = int(rng.choice([1, 5, 16, 20, 33]))
+        kh, kw = (int(k) for k in rng.integers(1, 4, 2))
+        strides = tuple(int(v) for v in rng.integers(1, 3, 2))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, 2))
+        padding = tuple(int(v) for v in rng.integers(0, 3, 4))
+        h, w = (int(v) for v in rng.integers(1, 10, 2))
+        dshape, wshape = (int(rng.integers(1, 3)), cg * groups, h, w), (og * groups, cg, kh, kw)
+        attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
+        try:
+            get_op("simaccel.conv2d").infer([dshape, wshape], ["float32"] * 2, **get_op("simaccel.conv2d").all_attrs(attrs))
+        except Exception:
+            continue
+        return dshape, wshape, attrs
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_conv2d_random_shapes(seed):
+    """Random convolutions of every kind the launcher tells apart (direct; implicit GEMM with
+    K channel-major or tap-major; channel and pixel tails; groups), each against its reference."""
+    rng = np.random.default_rng(900 + seed)
+    for _ in range(3):
+        dshape, wshape, attrs = _random_conv(rng)
+        name = CONV_OPS[int(rng.integers(len(CONV_OPS)))]
+        arrays = [_random(rng, dshape, "float32"), _random(rng, wshape, "float32", scale=0.5)]
+        if "_bias" in name:
+            arrays.append(_random(rng, (1, wshape[0], 1, 1), "float32"))
+        check(name, arrays, attrs)
+
+
 @pytest.mark.parametrize("out_channels, size, gemm", [(16, 4, True), (15, 4, False), (64, 3, False)])
 def test_conv2d_kernel_choice(out_channels, size, gemm):
     # The implicit GEMM from 16 output channels per group and 16 output pixels per image.
@@ -749,7 +783,6 @@ class PlanOnlyTarget(KernelTarget):
 
 
 def test_launch_shapes():
-    rng = np.random.default_rng(0)
     # matmul: a grid of block tiles covering (N, rows), 16x16 threads per block: 128x128 tiles
     # where there are at least MIN_LARGE_TILES of them, else 64x64; gridDim.y capped at 65535
     # (the kernel loops over the remaining row tiles); one weight: one matrix (gridDim.z 1),
