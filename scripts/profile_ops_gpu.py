@@ -13,10 +13,8 @@ import sys
 
 from numba import cuda
 
-from simaccel.data import random_arrays
 from simaccel.kernels import KernelTarget
-from simaccel.ops import get_op
-from simaccel.tvm_integration.tools.bench_ops import CASES
+from simaccel.tvm_integration.tools.bench_ops import CASES, prepare_case
 
 
 def main(labels: list[str]) -> int:
@@ -27,15 +25,9 @@ def main(labels: list[str]) -> int:
         return 2
     target = KernelTarget("cuda")
     for label in labels:
-        case = cases[label]
-        op = get_op(case.op)
-        attrs = op.all_attrs(case.attrs)
-        arrays = random_arrays([(f"t{i}", s, case.dtype) for i, s in enumerate(case.shapes)], seed=1)
-        shape, dtype = op.infer([a.shape for a in arrays], [case.dtype] * len(arrays), **attrs)
-        inputs = [cuda.to_device(a) for a in arrays]
-        out = cuda.device_array(shape, dtype=dtype)
+        run = prepare_case(cases[label], target)
         for _ in range(2):
-            op.kernel(target, out, *inputs, **attrs)
+            run.launch()
         cuda.synchronize()
         print(f"launched {label} twice")
     return 0

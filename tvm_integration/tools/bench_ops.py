@@ -112,9 +112,7 @@ def roofline_row(case: OpCase, out_shape, us: float, limits: dict | None) -> dic
 def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
     from numba import cuda
 
-    from ...data import random_arrays
     from ...kernels import KernelTarget
-    from ...ops import get_op
     from .bench import _output_folder, _version
     from .deploy import gpu_name
 
@@ -128,23 +126,12 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
     target = KernelTarget("cuda")
     rows = {}
     for case in CASES:
-        op = get_op(case.op)
-        attrs = op.all_attrs(case.attrs)
-        arrays = random_arrays([(f"t{i}", s, case.dtype) for i, s in enumerate(case.shapes)], seed=1)
-        shape, dtype = op.infer([a.shape for a in arrays], [case.dtype] * len(arrays), **attrs)
-        device_in = [cuda.to_device(a) for a in arrays]
-        device_out = cuda.device_array(shape, dtype=dtype)
-
-        def launch():
-            op.kernel(target, device_out, *device_in, **attrs)
-
-        us = _median_us(launch, repeat, warmup)
-        got = device_out.copy_to_host()
-        error = _relative_error(op, arrays, attrs, got)
-        rows[case.label] = {"dtype": case.dtype}
-        rows[case.label] |= roofline_row(case, shape, us, limits) | {"max_rel_error": error,
-                                                                     "matches_reference": error <= max_rel_error(case)}
-        peer = _torch_peer(case, arrays)
+        run = prepare_case(case, target)
+        us = _median_us(run.launch, repeat, warmup)
+        error = _relative_error(run.op, run.arrays, run.attrs, run.out.copy_to_host())
+        rows[case.label] = {"dtype": case.dtype} | roofline_row(case, run.out.shape, us, limits) | {
+            "max_rel_error": error, "matches_reference": error <= max_rel_error(case)}
+        peer = _torch_peer(case, run.arrays)
         if peer is not None:
             rows[case.label]["torch_us"] = _median_us(peer, repeat, warmup)
         log(_line(case.label, rows[case.label]))
@@ -168,6 +155,38 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
             f"(float16: {MAX_REL_ERROR_FLOAT16:g}) of the result's scale")
         return 1
     return 0
+
+
+@dataclass
+class PreparedCase:
+    """A case's op, attributes, host inputs and device arrays, and the call that launches it."""
+
+    op: object
+    attrs: dict
+    arrays: list
+    out: object
+    launch: object
+
+
+def prepare_case(case: OpCase, target) -> PreparedCase:
+    """Random inputs for `case` (seed 1) on the GPU, its output allocated, and a call that
+    launches its op's kernel on `target` (also used by scripts/profile_ops_gpu.py)."""
+    from numba import cuda
+
+    from ...data import random_arrays
+    from ...ops import get_op
+
+    op = get_op(case.op)
+    attrs = op.all_attrs(case.attrs)
+    arrays = random_arrays([(f"t{i}", s, case.dtype) for i, s in enumerate(case.shapes)], seed=1)
+    shape, dtype = op.infer([a.shape for a in arrays], [case.dtype] * len(arrays), **attrs)
+    device_in = [cuda.to_device(a) for a in arrays]
+    device_out = cuda.device_array(shape, dtype=dtype)
+
+    def launch():
+        op.kernel(target, device_out, *device_in, **attrs)
+
+    return PreparedCase(op, attrs, arrays, device_out, launch)
 
 
 def _median_us(fn, repeat: int, warmup: int, launches: int = LAUNCHES_PER_SAMPLE) -> float:
