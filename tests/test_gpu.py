@@ -396,7 +396,9 @@ def test_evicted_plans_give_device_memory_back():
 
     from simaccel.program import OpNode, Program, TensorSpec
     from simaccel.runtime import Runtime
+    from simaccel.tvm_integration.tools.deploy import prepare_cuda
 
+    prepare_cuda()  # a runtime-only TVM run on its own: TVM's CUDA device API
     shape = (1, 1 << 22)  # 16 MiB of float32
     runtime = Runtime(max_plans=2)
     x = tvm.runtime.tensor(np.ones(shape, np.float32), tvm.cuda(0))

@@ -108,12 +108,21 @@ class CudaEngine(Engine):
         destination.copy_to_device(source, stream=call.target.stream)
 
     def free(self, arrays: list, device_id: int) -> None:
-        """Free an evicted plan's device memory now, not at numba's next batch of frees."""
+        """Free an evicted plan's device memory now, not at numba's next batch of frees.
+
+        numba-cuda 0.30 queues a device allocation's free on its memory manager's queue
+        (`context.memory_manager.deallocations`), not on the context's own (`context.deallocations`,
+        for other objects), and flushes a queue only after 10 entries: flushing the context's
+        queue alone left evicted plans' buffers allocated.
+        """
         from numba import cuda
 
         arrays.clear()
         with cuda.gpus[device_id]:
-            cuda.current_context().deallocations.clear()
+            context = cuda.current_context()
+            queues = [getattr(context.memory_manager, "deallocations", None), context.deallocations]
+            for queue in {id(q): q for q in queues if q is not None}.values():
+                queue.clear()
 
     def execute(self, call: Call, node, op, inputs, output, launches=()) -> int:
         arrays = dict(zip(node.inputs, inputs))
