@@ -22,8 +22,9 @@ setup(
     python_requires=">=3.10",
     packages=["simaccel", "simaccel.ops", "simaccel.ops.builtin", "simaccel.engines", "simaccel.native", "simaccel.kernels", "simaccel.tvm_integration",
               "simaccel.tvm_integration.rewrites", "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools"],
-    # The C++ half of native regions, compiled into every CUDA build's library.
-    package_data={"simaccel.native": ["region.h"]},
+    # The C++ half of native regions, compiled into every CUDA build's library, and the
+    # CUDA C++ main loops the matmul kernels link in.
+    package_data={"simaccel.native": ["region.h"], "simaccel.kernels": ["*.cu"]},
     package_dir={
         "simaccel": "simaccel",
         "simaccel.kernels": "kernels",

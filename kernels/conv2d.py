@@ -29,6 +29,7 @@ from numba.cuda.extending import register_jitable
 from .activation import ACTIVATIONS, apply_activation
 from .elementwise import divmod_fast
 from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, tile_arrays, tile_steps
+from .target import shared_alignment, with_simulator_twin
 
 BLOCK = 256
 _MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
@@ -60,7 +61,14 @@ def divmod_small(n, d, inv_d):
     return q, r
 
 
-def _implicit_gemm_kernel(BM, BN, BK, channels_inner):
+@register_jitable
+def sync_block():
+    """This module's block barrier, for matmul.tile_steps (the simulator swaps `cuda` here
+    while a kernel of this module runs)."""
+    cuda.syncthreads()
+
+
+def _implicit_gemm_kernel(BM, BN, BK, channels_inner, simulator):
     """The implicit-GEMM conv2d kernel for BM x BN tiles (output channels x output pixels) and
     K slices of BK (GEMM_TILES), as a Python function for `numba.cuda.jit` (see the module
     docstring). K runs over (kh, kw, channel), channels fastest, where the group's channel
@@ -68,7 +76,8 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner):
     K slice is then BK channels at one tap, whose input row and column a thread checks once
     per slice. Otherwise K runs over (channel, kh, kw) and each staged value splits its k."""
     a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
-    multiply, store = tile_steps(BM, BN, BK, bias_on_rows=True)
+    multiply, store = tile_steps(BM, BN, BK, sync_block, bias_on_rows=True)
+    alignment = shared_alignment(simulator)
     TM, TN = acc_shape
     # Fill passes as in the matmul kernel: A (the weight, OG x K) k-fastest; B (K x P)
     # pixel-fastest, so a warp reads neighbouring pixels of one input row.
@@ -82,8 +91,8 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner):
         """out (N*O, P) = act(conv(x, w) + bias) for image n and group g (z0 + blockIdx.z =
         n * groups + g), channel tile tile0 + blockIdx.y of the group and pixel tile
         blockIdx.x; x is flat (N*C*H*W), w is (O, CG * KHW) (OIHW)."""
-        sa = cuda.shared.array(a_tile, float32)  # sa[k, m] = A[o0 + m, k0 + k]
-        sb = cuda.shared.array(b_tile, float32)  # sb[k, p] = im2col[k0 + k, col0 + p]
+        sa = cuda.shared.array(a_tile, float32, alignment=alignment)  # sa[k, m] = A[o0 + m, k0 + k]
+        sb = cuda.shared.array(b_tile, float32, alignment=alignment)  # sb[k, p] = im2col[k0 + k, col0 + p]
         acc = cuda.local.array(acc_shape, float32)
         stash = cuda.shared.array(stash_shape, float32)
         areg = cuda.local.array(a_regs, float32)
@@ -164,7 +173,7 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner):
 # H200 (28x28x128: 56 tiles for 132 SMs) anyway.
 GEMM_TILES = SMALL
 # channels_inner -> kernel
-_GEMM_KERNELS = {inner: _implicit_gemm_kernel(*GEMM_TILES, inner) for inner in (False, True)}
+_GEMM_KERNELS = {inner: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, inner) for inner in (False, True)}
 
 
 def _conv2d_kernel(out, x, w, bias, C, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,

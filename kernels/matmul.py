@@ -6,6 +6,8 @@ batched too, in two tilings (128x128 output tiles with 8x8 outputs per thread, o
 4x4 where large tiles would leave the GPU idle), 16x16 threads per block, operands staged
 through shared memory in K slices, float32 accumulation (also for float16 inputs), bias and
 activation fused into the epilogue, bounds checks everywhere so any M, N, K works.
+float16 operands go to the tensor-core kernel instead (kernels/tensor_core.py), which takes the
+same arguments.
 """
 
 from __future__ import annotations
@@ -15,17 +17,22 @@ import math
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
+from ..errors import EngineError
+from . import tensor_core
+from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .activation import ACTIVATIONS, apply_activation
+from .target import with_simulator_twin
 
 # Two tilings of one kernel source, each compiled with its sizes as constants
 # (`_tiled_kernel`). A block of TY x TX = 16 x 16 threads computes a BM x BN tile of `out`;
 # thread (ty, tx) owns TM x TN outputs: rows ty*TM .. ty*TM + TM-1 (a contiguous run: the A
-# values of a warp's two ty are two broadcast shared reads) and columns tx + 16*j (strided:
-# shared reads of B and global stores of a warp hit consecutive addresses). Per K slice of BK
-# the block stages A[BM, BK] and B[BK, BN] in shared memory, k-major (sa[k, m], sb[k, n]), so
-# the inner loop reads a row of each; per k a thread loads TM + TN values for TM * TN FMAs.
-# - LARGE: 128 x 128 tiles, 8 x 8 outputs per thread, BK = 8 (16 loads per 64 FMAs). It
-#   measured 26.8 TFLOP/s at 4096^3 on an H200 (the 64 x 64 tiling: 17.2; cuBLAS 50.6).
+# values of a warp's two ty are two broadcast shared reads) and columns in runs of 4,
+# 4*tx .. 4*tx + 3 (+ 64 for the second run: a warp's shared reads of B and its global stores
+# cover consecutive addresses). Per K slice of BK the block stages A[BM, BK] and B[BK, BN] in
+# shared memory, k-major (sa[k, m], sb[k, n]), so the inner loop reads a row of each: per k a
+# thread loads (TM + TN) / 4 16-byte vectors for TM * TN FMAs.
+# - LARGE: 128 x 128 tiles, 8 x 8 outputs per thread, BK = 8 (4 vector loads per 64 FMAs).
+#   With scalar loads (16 per 64 FMAs) it measured 19.5 TFLOP/s at 4096^3 on an H200 (cuBLAS 51).
 # - SMALL: 64 x 64 tiles, 4 x 4 per thread, BK = 16: four times the blocks, for problems that
 #   would leave SMs idle with LARGE tiles (1024^3 is 64 large tiles for 132 SMs).
 # Every size is a module-level constant or a constant of a kernel factory's closure: Numba
@@ -50,23 +57,42 @@ _MAX_GRID_Z = 65535
 EPILOGUE_ROWS = 4
 
 
-def tile_steps(BM, BN, BK, bias_on_rows=False):
+@register_jitable
+def tile_column(j, tx):
+    """Tile column of a thread's accumulator column j: runs of 4 (one 16-byte shared load each),
+    the second run 64 columns on (matmul_f32.cu uses the same map)."""
+    return (j // 4) * (THREADS_X * 4) + tx * 4 + j % 4
+
+
+@register_jitable
+def sync_block():
+    """This module's block barrier, for `tile_steps` (see there)."""
+    cuda.syncthreads()
+
+
+def tile_steps(BM, BN, BK, sync, bias_on_rows=False):
     """The steps of a tiled kernel that do not depend on where its operands come from, for
     BM x BN tiles and K slices of BK (the matmul kernels and conv2d's implicit GEMM share them),
     as two device functions with the sizes as constants:
 
     - `multiply(sa, sb, acc, areg, breg, ty, tx)`: acc += the staged slice sa[BK, BM]^T @ sb[BK, BN],
-      this thread's TM x TN outputs;
+      this thread's TM x TN outputs: rows ty * TM + i, columns `tile_column(j, tx)` (runs of 4
+      consecutive columns, each read from shared memory with one 16-byte load);
     - `store(out, stash, acc, bias, has_bias, act, out_row0, m_left, col0, N, bias0, ty, tx)`: the
       epilogue, EPILOGUE_ROWS rows of acc at a time: copied to this thread's slots of `stash`
       (loops of constant bounds and small bodies, which the compiler unrolls, so acc stays in
       registers: indexing acc in the loop that applies the activation put it in local memory,
-      a 256-byte stack frame), then bias (bias[bias0 + row] with `bias_on_rows`, else
-      bias[column]), activation and store to out[out_row0 + row, col0 + column] for rows below
-      m_left and columns below N (consecutive threads write consecutive columns).
+      a 256-byte stack frame), then, after a barrier, read back a column per thread and 16
+      apart (consecutive threads, consecutive columns: whole 32-byte sectors per store; written
+      from the runs of 4, a store covered a quarter of each sector it touched, and the
+      convolutions, whose K is short, ran up to 28% slower), bias (bias[bias0 + row] with
+      `bias_on_rows`, else bias[column]), activation and store to
+      out[out_row0 + row, col0 + column] for rows below m_left and columns below N. Every
+      thread of the block must call it.
 
-    Thread indices (ty, tx) come as arguments: the simulator stands its own `cuda` in for the
-    launched kernel's module only, and these may be called from another module's kernels.
+    Thread indices (ty, tx) come as arguments and the block barrier as `sync` (the calling
+    kernel's module's `sync_block`): the simulator stands its own `cuda` in for the launched
+    kernel's module only, and these may be called from another module's kernels.
     """
     TM, TN = BM // THREADS_Y, BN // THREADS_X
     assert TM in (EPILOGUE_ROWS, 2 * EPILOGUE_ROWS)
@@ -77,7 +103,7 @@ def tile_steps(BM, BN, BK, bias_on_rows=False):
             for i in range(TM):
                 areg[i] = sa[kk, ty * TM + i]
             for j in range(TN):
-                breg[j] = sb[kk, tx + j * THREADS_X]
+                breg[j] = sb[kk, tile_column(j, tx)]
             for i in range(TM):
                 for j in range(TN):
                     acc[i, j] += areg[i] * breg[j]
@@ -99,12 +125,15 @@ def tile_steps(BM, BN, BK, bias_on_rows=False):
     def store(out, stash, acc, bias, has_bias, act, out_row0, m_left, col0, N, bias0, ty, tx):
         for r in range(EPILOGUE_ROWS):
             for j in range(TN):
-                stash[r, ty, tx + j * THREADS_X] = acc[r, j]
+                stash[r, ty, tile_column(j, tx)] = acc[r, j]
+        sync()
         store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM, m_left, col0, N, bias0, ty, tx)
         if TM > EPILOGUE_ROWS:
+            sync()  # everyone has read the first rows
             for r in range(EPILOGUE_ROWS):
                 for j in range(TN):
-                    stash[r, ty, tx + j * THREADS_X] = acc[EPILOGUE_ROWS + r, j]
+                    stash[r, ty, tile_column(j, tx)] = acc[EPILOGUE_ROWS + r, j]
+            sync()
             store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM + EPILOGUE_ROWS, m_left, col0, N, bias0, ty,
                        tx)
 
@@ -113,28 +142,32 @@ def tile_steps(BM, BN, BK, bias_on_rows=False):
 
 def tile_arrays(BM, BN, BK):
     """Shapes of a tiled kernel's arrays: shared sa (BK, BM + pad), sb (BK, BN + pad) and
-    stash, local acc (TM, TN), areg (TM,) and breg (TN,). Shared rows carry 32 // BK padding
-    words, so that the transposed stores of a warp (BK k rows x 32 // BK m columns) land in
-    32 distinct banks."""
+    stash, local acc (TM, TN), areg (TM,) and breg (TN,). Shared rows carry 4 padding words:
+    rows stay 16-byte aligned (the inner loop reads runs of 4 with one vector load; the arrays
+    are declared 16-byte aligned), and the transposed stores of a warp (BK k rows x 32 // BK m
+    columns) land in 32 distinct banks at BK = 8, two to a bank at BK = 16."""
     TM, TN = BM // THREADS_Y, BN // THREADS_X
-    return (BK, BM + 32 // BK), (BK, BN + 32 // BK), (EPILOGUE_ROWS, THREADS_Y, BN), (TM, TN), (TM,), (TN,)
+    return (BK, BM + 4), (BK, BN + 4), (EPILOGUE_ROWS, THREADS_Y, BN), (TM, TN), (TM,), (TN,)
 
 
-def _tiled_kernel(BM, BN, BK, transpose_b):
-    """The matmul kernel for BM x BN tiles and K slices of BK (see above) and one form of B
-    (`transpose_b`: the dense form), as a Python function for `numba.cuda.jit`: all four are
-    constants of the code, which keeps it within 128 registers (two blocks per SM)."""
-    a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
-    multiply, store = tile_steps(BM, BN, BK)
+def _tiled_kernel(BM, BN, BK, transpose_b, simulator):
+    """The float32 matmul kernel for BM x BN tiles and K slices of BK (see above) and one form
+    of B (`transpose_b`: the dense form), as a Python function for `numba.cuda.jit`: its K loop
+    is the C++ main loop of matmul_f32.cu (on the simulator, its numpy model), its epilogue
+    `tile_steps`' store."""
+    _, _, stash_shape, acc_shape, _, _ = tile_arrays(BM, BN, BK)
+    _, store = tile_steps(BM, BN, BK, sync_block)
     TM, TN = acc_shape
-    # Fill passes, consecutive threads on consecutive global addresses: A (M, K) and the dense
-    # form's B (N, K): thread t reads k = t % BK of row t // BK (+ NTHREADS // BK per pass);
-    # B (K, N): thread t reads column t % BN of k row t // BN (+ NTHREADS // BN per pass).
-    rows_per_pass = NTHREADS // BK
-    mn_passes = BM // rows_per_pass
-    k_rows_per_pass = NTHREADS // BN
-    k_passes = BK // k_rows_per_pass
-    assert BM == BN and BM % rows_per_pass == 0 and NTHREADS % BN == 0 and BK % k_rows_per_pass == 0
+    source = "matmul_f32.cu"
+    if simulator:
+        def positions():  # this thread's accumulators (this module's `cuda`)
+            ty, tx = cuda.threadIdx.y, cuda.threadIdx.x
+            return [(i * TN + j, ty * TM + i, tile_column(j, tx)) for i in range(TM) for j in range(TN)]
+
+        main_loop, pointer = simulated_main_loop(transpose_b, positions), same
+    else:
+        main_loop = declare(f"simaccel_f32_tile_{BM}_{'nk' if transpose_b else 'kn'}", float32, source)
+        pointer = data_pointer
 
     def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1):
         """out[z] = act(a[za] @ B[zb] + bias) for matrix z = z0 + blockIdx.z of `out`, row tile
@@ -144,63 +177,28 @@ def _tiled_kernel(BM, BN, BK, transpose_b):
         The batch index z is (i0, i1) over batch dims (..., d1); a's matrix is i0*sa0 + i1*sa1
         and b's i0*sb0 + i1*sb1 (stride 0 on a broadcast batch dim).
         """
-        sa = cuda.shared.array(a_tile, float32)  # sa[k, m] = a[row0 + m, k0 + k]
-        sb = cuda.shared.array(b_tile, float32)  # sb[k, n] = B[k0 + k, col0 + n]
         acc = cuda.local.array(acc_shape, float32)
         stash = cuda.shared.array(stash_shape, float32)
-        areg = cuda.local.array(a_regs, float32)
-        breg = cuda.local.array(b_regs, float32)
-        ty = cuda.threadIdx.y
-        tx = cuda.threadIdx.x
-        t = ty * THREADS_X + tx
-        fill_k = t % BK
-        fill_mn = t // BK
-        fill_n = t % BN
-        fill_kn = t // BN
-        col0 = cuda.blockIdx.x * BN
-        zero = float32(0.0)
-        z = z0 + cuda.blockIdx.z
-        i0 = z // d1
-        i1 = z - i0 * d1
-        b_row0 = (i0 * sb0 + i1 * sb1) * (N if transpose_b else K)
-        row0 = (tile0 + cuda.blockIdx.y) * BM
-        a_row0 = (i0 * sa0 + i1 * sa1) * M + row0
-        m_left = M - row0  # rows of this tile within the matrix
-        for i in range(TM):
-            for j in range(TN):
-                acc[i, j] = zero
-        for k0 in range(0, K, BK):
-            ka = k0 + fill_k
-            for p in range(mn_passes):
-                m = fill_mn + p * rows_per_pass
-                sa[fill_k, m] = float32(a[a_row0 + m, ka]) if m < m_left and ka < K else zero
-            if transpose_b:
-                for p in range(mn_passes):
-                    n = fill_mn + p * rows_per_pass
-                    col = col0 + n
-                    sb[fill_k, n] = float32(b[b_row0 + col, ka]) if col < N and ka < K else zero
-            else:
-                col = col0 + fill_n
-                for p in range(k_passes):
-                    k = fill_kn + p * k_rows_per_pass
-                    kb = k0 + k
-                    sb[k, fill_n] = float32(b[b_row0 + kb, col]) if kb < K and col < N else zero
-            cuda.syncthreads()
-            multiply(sa, sb, acc, areg, breg, ty, tx)
-            cuda.syncthreads()
-        store(out, stash, acc, bias, has_bias, act, z * M + row0, m_left, col0, N, 0, ty, tx)
+        z, row0, col0, m_left, n_left, a_off, b_off, ldb = tile_operands(
+            cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, BM, BN, M, N, K, transpose_b, z0, tile0, d1,
+            sa0, sa1, sb0, sb1)
+        main_loop(pointer(acc), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
+        store(out, stash, acc, bias, has_bias, act, z * M + row0, m_left, col0, N, 0, cuda.threadIdx.y,
+              cuda.threadIdx.x)
 
     kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_kernel_{BM}x{BN}"
-    if BM == LARGE[0]:
-        # At most 128 registers, so two blocks share an SM: left alone, the float16 128x128
-        # kernels took 133 (tests/test_aot.py checks every variant). The 64x64 ones need
-        # under 100 without a bound.
-        kernel.launch_bounds = (NTHREADS, 2)
+    if not simulator:
+        kernel.link = (str(HERE / source),)
+        if BM == LARGE[0]:
+            # At most 128 registers, so two blocks share an SM (tests/test_aot.py checks every
+            # variant). The 64x64 ones need fewer without a bound.
+            kernel.launch_bounds = (NTHREADS, 2)
     return kernel
 
 
 # (transpose_b, large tiles) -> kernel
-_KERNELS = {(t, large): _tiled_kernel(*(LARGE if large else SMALL), t) for t in (False, True) for large in (False, True)}
+_KERNELS = {(t, large): with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), t)
+            for t in (False, True) for large in (False, True)}
 
 
 def _batch_strides(batch, out_batch):
@@ -248,15 +246,22 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
         # the same without allocating anything.
         b1 = target.reshape(weight, (math.prod(wshape),))
         has_bias = 0
-    large = -(-M // LARGE[0]) * -(-N // LARGE[1]) * batches >= MIN_LARGE_TILES
-    kernel = _KERNELS[bool(transpose_b), large]
-    BM, BN, _ = LARGE if large else SMALL
+    if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
+        raise EngineError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
+                          "(the default device profile's element limit keeps them there)")
+    if str(data.dtype) == "float16":  # tensor cores (kernels/tensor_core.py)
+        kernel, block = tensor_core.KERNELS[bool(transpose_b)], (tensor_core.THREADS,)
+        BM, BN = tensor_core.BM, tensor_core.BN
+    else:
+        large = -(-M // LARGE[0]) * -(-N // LARGE[1]) * batches >= MIN_LARGE_TILES
+        kernel, block = _KERNELS[bool(transpose_b), large], (THREADS_X, THREADS_Y)
+        BM, BN, _ = LARGE if large else SMALL
     row_tiles = (M + BM - 1) // BM
     launches = 0
     for z0 in range(0, batches, _MAX_GRID_Z):
         for tile0 in range(0, row_tiles, _MAX_GRID_Y):
             grid = ((N + BN - 1) // BN, min(row_tiles - tile0, _MAX_GRID_Y), min(batches - z0, _MAX_GRID_Z))
-            target.launch(kernel, grid, (THREADS_X, THREADS_Y), o2, a2, w2, b1, M, N, K, has_bias, act, z0, tile0,
+            target.launch(kernel, grid, block, o2, a2, w2, b1, M, N, K, has_bias, act, z0, tile0,
                           d1, *sa, *sb)
             launches += 1
     return launches

@@ -29,6 +29,38 @@ def launch_bounds(fn):
     return getattr(fn, "launch_bounds", None)
 
 
+def link_sources(fn) -> tuple:
+    """CUDA C++ files a kernel function's device calls need (`fn.link`), linked into it with
+    link-time optimisation by the "cuda" target and ahead-of-time compiles alike."""
+    return tuple(getattr(fn, "link", ()))
+
+
+# Byte alignment of shared arrays that inner loops read with 16-byte vector loads (NVVM
+# vectorises only what it can prove aligned). The simulator rejects the argument.
+SHARED_ALIGNMENT = 16
+
+
+def shared_alignment(simulator: bool):
+    """The `alignment` argument of a vector-read shared array: SHARED_ALIGNMENT, None on the simulator."""
+    return None if simulator else SHARED_ALIGNMENT
+
+
+def with_simulator_twin(factory, *args):
+    """`factory(*args, simulator=False)`, a kernel function for the GPU, with
+    `factory(*args, simulator=True)` as the function the simulator runs in its place (where
+    the GPU code uses what the simulator lacks: CUDA C++, aligned shared arrays)."""
+    kernel = factory(*args, simulator=False)
+    kernel.simulated_by = factory(*args, simulator=True)
+    kernel.simulated_by.__name__ = kernel.__name__
+    return kernel
+
+
+def simulated(fn):
+    """The function the simulator runs for kernel `fn`: `fn.simulated_by` where its GPU code
+    calls CUDA C++ (which the simulator cannot run), else `fn` itself."""
+    return getattr(fn, "simulated_by", fn)
+
+
 def compile_kernel(fn, target: str):
     """Return `fn` wrapped as a kernel for `target` ("sim" or "cuda"), cached per (fn, target)."""
     key = (fn, target)
@@ -40,7 +72,7 @@ def compile_kernel(fn, target: str):
                 if target == "sim":
                     from numba.cuda import simulator
 
-                    kernel = simulator.jit(fn)
+                    kernel = simulator.jit(simulated(fn))
                 elif target == "cuda":
                     from numba import cuda
                     from numba.cuda.core import config
@@ -48,7 +80,7 @@ def compile_kernel(fn, target: str):
                     # Small regions launch small grids on purpose; numba's low-occupancy
                     # warning would fire (and cost time) on every such launch.
                     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
-                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn))
+                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn), link=list(link_sources(fn)))
                 else:
                     raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")
                 _COMPILED[key] = kernel

@@ -120,11 +120,32 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
 def _compile(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
     from numba import cuda
 
-    from .kernels.target import launch_bounds
+    from .kernels.target import launch_bounds, link_sources
 
+    sources = link_sources(kernel)
     with compile_for(arch):
-        ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel))
-    return CompiledKernel(kernel, sig, arch, ptx, _link(ptx, arch, kernel.__name__))
+        if not sources:
+            ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel))
+            return CompiledKernel(kernel, sig, arch, ptx, _link([(ptx.encode(), "PTX")], arch, kernel.__name__))
+        # Calls into CUDA C++: both sides as LTO-IR, linked (and inlined) by nvJitLink.
+        ltoir, _ = cuda.compile(kernel, sig, device=False, abi="numba", cc=arch, output="ltoir",
+                                launch_bounds=launch_bounds(kernel))
+    inputs = [(bytes(ltoir), "LTOIR")] + [(_nvrtc_ltoir(path, arch), "LTOIR") for path in sources]
+    ptx = _link(inputs, arch, kernel.__name__, ptx=True).decode()
+    return CompiledKernel(kernel, sig, arch, ptx, _link(inputs, arch, kernel.__name__))
+
+
+def _nvrtc_ltoir(path: str, arch: tuple[int, int]) -> bytes:
+    """CUDA C++ file `path` compiled by NVRTC to LTO-IR for `arch` (numba-cuda's include paths)."""
+    from numba.cuda.cudadrv import nvrtc
+
+    with open(path) as f:
+        source = f.read()
+    try:
+        ltoir, _ = nvrtc.compile(source, path, arch, ltoir=True)
+    except Exception as e:  # NVRTC's log, as numba-cuda raises it
+        raise EngineError(f"{path}: NVRTC could not compile it for sm_{arch[0]}{arch[1]}: {e}") from e
+    return bytes(ltoir.code)
 
 
 def compile_program(program: Program, arch: tuple[int, int]) -> list[CompiledKernel]:
@@ -138,18 +159,28 @@ def compile_program(program: Program, arch: tuple[int, int]) -> list[CompiledKer
     return list(compiled.values())
 
 
-def _link(ptx: str, arch: tuple[int, int], name: str) -> bytes:
+def _link(inputs: list, arch: tuple[int, int], name: str, ptx: bool = False) -> bytes:
+    """A cubin (or, with `ptx`, the linked PTX) of `inputs`, (code, "PTX" or "LTOIR") pairs, for `arch`."""
     from cuda.bindings import nvjitlink
 
-    handle = nvjitlink.create(1, [f"-arch=sm_{arch[0]}{arch[1]}"])
+    options = [f"-arch=sm_{arch[0]}{arch[1]}"]
+    if any(kind == "LTOIR" for _, kind in inputs):
+        options.append("-lto")
+    if ptx:
+        options.append("-ptx")
+    handle = nvjitlink.create(len(options), options)
     try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), name)
+        for code, kind in inputs:
+            nvjitlink.add_data(handle, getattr(nvjitlink.InputType, kind), code, len(code), name)
         nvjitlink.complete(handle)
-        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
-        nvjitlink.get_linked_cubin(handle, cubin)
+        if ptx:
+            out = bytearray(nvjitlink.get_linked_ptx_size(handle))
+            nvjitlink.get_linked_ptx(handle, out)
+            return bytes(out).rstrip(b"\0")
+        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, out)
     except nvjitlink.nvJitLinkError as e:
         raise EngineError(f"kernel {name}: nvJitLink could not make a cubin for sm_{arch[0]}{arch[1]}: {e}") from e
     finally:
         nvjitlink.destroy(handle)
-    return bytes(cubin)
+    return bytes(out)

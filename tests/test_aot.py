@@ -59,7 +59,7 @@ def sm90_resources(ptx: str) -> dict:
     return dict(zip(("registers", "stack", "local"), map(int, found.groups())))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32"])
 @pytest.mark.parametrize("name, data, weight", [("simaccel.matmul_bias_gelu", (4096, 64), (64, 4096)),
                                                ("simaccel.dense_bias_gelu", (4096, 64), (4096, 64)),
                                                ("simaccel.matmul_relu", (2, 8, 64, 64), (2, 8, 64, 64)),
@@ -75,6 +75,34 @@ def test_matmul_kernels_keep_their_accumulators_in_registers(name, data, weight,
     assert kernel.kernel.__name__.endswith("128x128" if data[-2] == 4096 else "64x64")
     used = sm90_resources(kernel.ptx)
     assert used["stack"] == 0 and used["local"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
+
+
+TENSOR_CORE_CASES = [("simaccel.matmul_bias_gelu", (4096, 64), (64, 4096)), ("simaccel.dense_bias_gelu", (4096, 64), (4096, 64))]
+
+
+@pytest.mark.parametrize("name, data, weight", TENSOR_CORE_CASES)
+def test_float16_matmul_kernels_use_tensor_cores(name, data, weight):
+    """The CUDA C++ main loop (kernels/tensor_core.cu) is linked into the Numba kernel with
+    link-time optimisation: inlined (no call left), with mma, ldmatrix and cp.async, within 128
+    registers and no spills; its 64 accumulators cross into the Numba epilogue through a
+    256-byte stack frame."""
+    n = weight[-1] if "matmul" in name else weight[-2]
+    program = one_op_program(name, [data, weight, (n,)], "float16")
+    [kernel] = compile_program(program, SM90)
+    assert kernel.kernel.__name__.endswith("_tensor_core_kernel")
+    for instruction in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4",
+                        "cp.async.cg.shared.global"):
+        assert instruction in kernel.ptx, instruction
+    assert "simaccel_mma_tile" not in kernel.ptx  # inlined
+    used = sm90_resources(kernel.ptx)
+    assert used["local"] == 0 and used["stack"] <= 256 and used["registers"] <= 128, used
+
+
+def test_float16_matmul_kernels_compile_for_gpus_without_tensor_cores():
+    # sm_75 has neither m16n8k16 nor cp.async: the same C++ entry computes with float32 FMAs.
+    name, data, weight = TENSOR_CORE_CASES[1]
+    [kernel] = compile_program(one_op_program(name, [data, weight, (weight[-2],)], "float16"), (7, 5))
+    assert "mma.sync" not in kernel.ptx and "cp.async" not in kernel.ptx and kernel.cubin
 
 
 CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}

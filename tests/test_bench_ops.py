@@ -38,6 +38,9 @@ def test_a_row_is_measured_against_the_limit_that_bounds_it():
     gemm = roofline_row(OpCase("g", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops"), (4096, 4096), 5000.0, h200)
     assert gemm["unit"] == "FLOP/s" and gemm["achieved"] == pytest.approx(2 * 4096**3 / 5e-3)
     assert gemm["fraction_of_limit"] == pytest.approx(gemm["achieved"] / 66.9e12)
+    half = roofline_row(OpCase("h", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops", "float16"),
+                        (4096, 4096), 500.0, h200)
+    assert half["fraction_of_limit"] == pytest.approx(half["achieved"] / 989.4e12)  # the tensor cores' peak
     copy = roofline_row(OpCase("r", "simaccel.relu", ((2**20,),), {}, "bytes"), (2**20,), 2.0, h200)
     assert copy["unit"] == "B/s" and copy["fraction_of_limit"] == pytest.approx(8 * 2**20 / 2e-6 / 4.8e12)
     unknown = roofline_row(OpCase("r", "simaccel.relu", ((8,),), {}, "bytes"), (8,), 1.0, None)

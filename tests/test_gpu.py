@@ -319,6 +319,35 @@ def test_kernels_at_real_sizes(name, shapes, attrs, dtype):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", ["simaccel.dense_bias_relu", "simaccel.matmul"])
+def test_matmul_main_loops_on_unaligned_operands(name, dtype):
+    # The C++ main loops copy 16-byte vectors where rows are 16-byte aligned, else element by
+    # element: views one element into their buffers take the second path, at real sizes.
+    from numba import cuda
+
+    from simaccel.kernels import KernelTarget
+    from simaccel.ops import get_op
+
+    op = get_op(name)
+    rng = np.random.default_rng(3)
+    M, K, N = 300, 256, 264
+    shapes = [(M, K), (N, K) if name.startswith("simaccel.dense") else (K, N)] + [(N,)] * ("_bias" in name)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    attrs = op.all_attrs({})
+    want = op.reference(*arrays, **attrs)
+    stream = cuda.stream()
+    views = []
+    for a in arrays:
+        buffer = cuda.to_device(np.concatenate([np.zeros(1, dtype), a.reshape(-1)]), stream=stream)
+        views.append(buffer[1:].reshape(a.shape))  # 4 or 2 bytes past an aligned address
+    out = cuda.device_array((M, N), dtype=dtype)
+    op.kernel(KernelTarget("cuda", stream), out, *views, **attrs)
+    got = out.copy_to_host(stream=stream)
+    stream.synchronize()
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
+
+
 # -- the fault classes on the GPU: aliasing, special values, bounded memory, threads -----------------
 def one_op_program(name, shapes, dtype, attrs=None):
     """A Program running op `name` alone on inputs of `shapes`."""

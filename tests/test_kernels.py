@@ -174,7 +174,7 @@ def test_matmul_with_a_batched_weight(name, data_shape, weight_shape, dtype):
         np.testing.assert_allclose(out.astype(np.float64), want, **TOL[dtype])
 
 
-LARGE_TILE_CASES = [("simaccel.matmul_bias_relu", (130, 9), 131, "float32"), ("simaccel.dense_gelu", (2, 70, 17), 129, "float16"),
+LARGE_TILE_CASES = [("simaccel.matmul_bias_relu", (130, 9), 131, "float32"), ("simaccel.dense_gelu", (2, 70, 17), 129, "float32"),
                     ("simaccel.matmul", (3, 1), 1, "float32")]
 
 
@@ -211,6 +211,46 @@ def test_batched_matmul_beyond_grid_z(monkeypatch):
     monkeypatch.setattr(matmul_kernels, "_MAX_GRID_Z", 2)
     rng = np.random.default_rng(14)
     check("simaccel.matmul", [_random(rng, (5, 3, 4), "float32"), _random(rng, (5, 4, 2), "float32")], expected_launches=3)
+
+
+# float16 matmuls run on the tensor-core kernel (kernels/tensor_core.py); on the simulator its
+# C++ main loop is stood in for by a numpy model that fills each thread's accumulators in the
+# C++ layout, so the kernel around it (batch offsets, fragment positions, epilogue) runs here.
+TENSOR_CORE_CASES = [
+    ("simaccel.dense_bias_relu", (130, 40), 131, None),  # 2 x 2 tiles with 2- and 3-wide tails
+    ("simaccel.matmul_gelu", (129, 3), 130, None),  # K < 8
+    ("simaccel.matmul_bias", (2, 5, 33), 9, None),  # batch dims folded into rows
+    ("simaccel.matmul", (3, 2, 17), 5, (1, 3, 17, 5)),  # batched weight, broadcast batch dim
+    ("simaccel.matmul_bias_relu", (3, 2, 9), 130, (3, 9, 130)),  # batched weight, two column tiles
+]
+
+
+@pytest.mark.parametrize("name,data_shape,n,weight_shape", TENSOR_CORE_CASES, ids=str)
+def test_float16_matmul_on_the_tensor_core_kernel(name, data_shape, n, weight_shape):
+    from simaccel.kernels import tensor_core
+
+    rng = np.random.default_rng(21)
+    arrays = _matmul_inputs(name, data_shape, n, "float16", rng)
+    if weight_shape is not None:
+        arrays[1] = _random(rng, weight_shape, "float16")
+    target = PlanOnlyTarget()
+    op = get_op(name)
+    out = np.empty(op.infer([a.shape for a in arrays], ["float16"] * len(arrays), **op.all_attrs({}))[0], np.float16)
+    op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
+    [(fn, grid, block, _)] = target.launches
+    assert fn is tensor_core.KERNELS[name.startswith("simaccel.dense")] and tuple(block) == (tensor_core.THREADS,)
+    check(name, arrays)
+
+
+def test_tensor_core_accumulators_cover_the_tile_once():
+    # The map from (thread, accumulator) to the tile's element, shared by the epilogue and the
+    # simulator model (and written out in tensor_core.cu), is a bijection onto the 128 x 128 tile.
+    from collections import Counter
+
+    from simaccel.kernels.tensor_core import ACC, BM, BN, THREADS, fragment_position
+
+    seen = Counter(fragment_position(i, t % 32, t // 32) for t in range(THREADS) for i in range(ACC))
+    assert set(seen.values()) == {1} and set(seen) == {(r, c) for r in range(BM) for c in range(BN)}
 
 
 @pytest.mark.parametrize("name", ["simaccel.matmul", "simaccel.dense"])

@@ -6,7 +6,7 @@ reference, and times its GPU time with CUDA events (median of `repeat` samples o
 LAUNCHES_PER_SAMPLE back-to-back calls queued behind a spin kernel, after warm-up: the
 host's cost of a launch is not counted, see `_median_us`). A case's work
 is counted from its shapes: GEMM-like ops (matmul, dense, conv2d) by their multiply-adds
-(2 FLOPs each) against the GPU's FP32 peak, every other op by the bytes it must read and
+(2 FLOPs each) against the GPU's FP32 peak (float16: its tensor-core peak), every other op by the bytes it must read and
 write once against its memory bandwidth. A kernel that differs from its reference is marked
 and makes the run exit 1. Where PyTorch is installed its equivalent
 (cuBLAS or cuDNN with TF32 off, or its own elementwise kernels) is timed in the same loop,
@@ -28,10 +28,11 @@ from numba import float32
 from ...errors import SimAccelError
 from .bench import pyplot
 
-# FP32 (non-tensor-core) peak and memory bandwidth, from the vendors' data sheets.
+# FP32 (non-tensor-core) peak, dense float16 tensor-core peak (float32 accumulation) and memory
+# bandwidth, from the vendors' data sheets.
 LIMITS = {
-    "NVIDIA H200": {"flops": 66.9e12, "bytes": 4.8e12},
-    "NVIDIA H100 80GB HBM3": {"flops": 66.9e12, "bytes": 3.35e12},
+    "NVIDIA H200": {"flops": 66.9e12, "flops_float16": 989.4e12, "bytes": 4.8e12},
+    "NVIDIA H100 80GB HBM3": {"flops": 66.9e12, "flops_float16": 989.4e12, "bytes": 3.35e12},
 }
 
 
@@ -62,7 +63,7 @@ CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups"
 CASES = [
     OpCase("gemm 4096^3", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops"),
     OpCase("gemm 1024^3", "simaccel.matmul", ((1024, 1024), (1024, 1024)), {}, "flops"),
-    # float16 inputs, float32 accumulation, on the FP32 units: against the FP32 peak too.
+    # float16 inputs, float32 accumulation, on the tensor cores: against their peak.
     OpCase("gemm 4096^3 float16", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops", "float16"),
     OpCase("dense+bias+gelu 8192x3072x768", "simaccel.dense_bias_gelu", ((8192, 768), (3072, 768), (3072,)), {}, "flops"),
     OpCase("conv 56x56x64->64 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 64, 56, 56), (64, 64, 3, 3), (1, 64, 1, 1)), CONV, "flops"),
@@ -100,7 +101,7 @@ def roofline_row(case: OpCase, out_shape, us: float, limits: dict | None) -> dic
     if case.work == "flops":
         row["achieved"] = flops / (us * 1e-6)
         row["unit"] = "FLOP/s"
-        row["limit"] = limits["flops"] if limits else None
+        row["limit"] = limits["flops_float16" if case.dtype == "float16" else "flops"] if limits else None
     else:
         row["achieved"] = nbytes / (us * 1e-6)
         row["unit"] = "B/s"
@@ -308,7 +309,7 @@ def _chart(report, path) -> None:
         return
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(labels) + 1.5))
     ax.barh(labels, [100 * report["ops"][k]["fraction_of_limit"] for k in labels])
-    ax.set_xlabel("% of the limit (FP32 peak for GEMM-like ops, memory bandwidth for the rest)")
+    ax.set_xlabel("% of the limit (FP32 or tensor-core peak for GEMM-like ops, memory bandwidth for the rest)")
     ax.invert_yaxis()
     ax.set_title(f"simaccel kernels, {report['device']}, {report['date']}")
     fig.tight_layout()

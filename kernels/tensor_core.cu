@@ -1,0 +1,252 @@
+// Tensor-core main loop of the float16 matmul (kernels/tensor_core.py launches it).
+//
+// The one piece of the accelerator written in CUDA C++: Numba has no access to the `mma` and
+// `ldmatrix` instructions, so the Numba kernel calls this device function (cuda.declare_device,
+// linked with link-time optimisation, so it is inlined) for the K loop of one 128 x 128 output
+// tile, and applies bias, activation and the bounds-checked store itself.
+//
+// A block of 256 threads (8 warps, 2 along M x 4 along N, each warp a 64 x 32 piece) walks K in
+// slices of 32. Slices are copied global -> shared with cp.async, three in flight; the warps
+// read them with ldmatrix and multiply with mma.m16n8k16 (float16 in, float32 accumulate).
+// Shared rows are 16-byte chunks XOR-swizzled so that each ldmatrix phase touches 8 distinct
+// bank groups.
+//
+// acc (64 floats per thread) is laid out as acc[((mi * 4 + ni) * 4 + r)] for the warp's m16
+// tile mi (0..3), n8 tile ni (0..3) and mma C register r (0..3); its output element is
+//   row = warp_m * 64 + mi * 16 + lane / 4 + 8 * (r / 2)
+//   col = warp_n * 32 + ni * 8 + 2 * (lane % 4) + r % 2
+// with warp = threadIdx.x / 32, warp_m = warp / 4, warp_n = warp % 4 (tensor_core.py's
+// `fragment_position` is the same map, and its simulator model fills acc in this order).
+//
+// Operands: a is the tile's first row (row-major, leading dimension lda, m_left valid rows);
+// b is the tile's first column, either (N, K) row-major (`_nk`: the dense form, B^T) or
+// (K, N) row-major (`_kn`: ldmatrix.trans), leading dimension ldb, n_left valid columns.
+// 16-byte copies need 16-byte aligned rows: where a pointer or a leading dimension is not
+// (K or N not a multiple of 8, or a view at an odd offset), slices are staged with element
+// loads instead, with the same bounds.
+
+#include <cuda_fp16.h>
+
+namespace {
+
+#if __CUDA_ARCH__ >= 800  // cp.async and mma.m16n8k16
+
+using uint32_t = unsigned int;
+
+constexpr int BM = 128, BK = 32, STAGES = 3, THREADS = 256;  // tiles are BM x BM, 8 warps
+constexpr int CHUNKS = BM * BK / 8;  // 16-byte chunks per operand slice (512)
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
+    // src-size 0 fills the 16 bytes with zeros and reads nothing.
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Chunk (row, c) of a slice stored as rows of 4 chunks (32 halves): swizzled by row / 2.
+__device__ __forceinline__ int rows_of_4(int row, int c) { return row * 4 + (c ^ ((row >> 1) & 3)); }
+// Chunk (k, c) of a slice stored as k rows of 16 chunks (128 halves): swizzled by k.
+__device__ __forceinline__ int rows_of_16(int k, int c) { return k * 16 + (c ^ (k & 7)); }
+
+// Stage a slice of `rows` x 32 halves (row-major source, rows along M or N, K along the row)
+// starting at column k0: 2 chunks per thread.
+template <bool kFast>
+__device__ __forceinline__ void stage_rows(uint4* dst, const __half* src, int ld, int rows_left, int k0, int K,
+                                           int tid) {
+#pragma unroll
+    for (int i = 0; i < CHUNKS / THREADS; ++i) {
+        const int q = tid + i * THREADS, row = q >> 2, c = q & 3, k = k0 + c * 8;
+        uint4* d = dst + rows_of_4(row, c);
+        if (kFast) {
+            const bool valid = row < rows_left && k < K;
+            copy16(d, valid ? src + (long long)row * ld + k : src, valid);
+        } else {
+            __half v[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                v[e] = (row < rows_left && k + e < K) ? src[(long long)row * ld + k + e] : __float2half(0.0f);
+            *d = *reinterpret_cast<uint4*>(v);
+        }
+    }
+}
+
+// Stage a slice of 32 k rows x 128 halves of a (K, N) row-major source from row k0.
+template <bool kFast>
+__device__ __forceinline__ void stage_k_rows(uint4* dst, const __half* src, int ld, int n_left, int k0, int K,
+                                             int tid) {
+#pragma unroll
+    for (int i = 0; i < CHUNKS / THREADS; ++i) {
+        const int q = tid + i * THREADS, k = q >> 4, c = q & 15, n = c * 8;
+        uint4* d = dst + rows_of_16(k, c);
+        if (kFast) {
+            const bool valid = k0 + k < K && n < n_left;
+            copy16(d, valid ? src + (long long)(k0 + k) * ld + n : src, valid);
+        } else {
+            __half v[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
+            *d = *reinterpret_cast<uint4*>(v);
+        }
+    }
+}
+
+template <bool kTransB, bool kFast>
+__device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&sb)[STAGES][CHUNKS], float* acc,
+                                          const __half* a, int lda, const __half* b, int ldb, int m_left, int n_left,
+                                          int K) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int warp_m = warp >> 2, warp_n = warp & 3;
+    float c[4][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) c[mi][ni][r] = 0.0f;
+
+    auto stage = [&](int s, int k0) {
+        stage_rows<kFast>(sa[s], a, lda, m_left, k0, K, tid);
+        if (kTransB)
+            stage_rows<kFast>(sb[s], b, ldb, n_left, k0, K, tid);
+        else
+            stage_k_rows<kFast>(sb[s], b, ldb, n_left, k0, K, tid);
+    };
+
+    const int slices = (K + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < slices) stage(s, s * BK);
+        commit();  // an empty group past the last slice keeps the wait count uniform
+    }
+    for (int t = 0; t < slices; ++t) {
+        wait_groups<STAGES - 2>();
+        __syncthreads();  // slice t is in; every warp is done with slice t - 1's buffer
+        const int next = t + STAGES - 1;
+        if (next < slices) stage(next % STAGES, next * BK);
+        commit();
+        const uint4* A = sa[t % STAGES];
+        const uint4* B = sb[t % STAGES];
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {
+            uint32_t af[4][4], bf[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi) {
+                const int row = warp_m * 64 + mi * 16 + (lane & 15);
+                ldmatrix_x4(af[mi], A + rows_of_4(row, kk * 2 + (lane >> 4)));
+            }
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const int m = lane >> 3;  // which 8x8 matrix this lane addresses
+                if (kTransB) {
+                    const int n = warp_n * 32 + p * 16 + (m >> 1) * 8 + (lane & 7);
+                    ldmatrix_x4(bf[p], B + rows_of_4(n, kk * 2 + (m & 1)));
+                } else {
+                    const int k = kk * 16 + (m & 1) * 8 + (lane & 7);
+                    ldmatrix_x4_trans(bf[p], B + rows_of_16(k, (warp_n * 32 + p * 16) / 8 + (m >> 1)));
+                }
+            }
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni)
+                    mma16816(c[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
+        }
+    }
+    wait_groups<0>();
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[(mi * 4 + ni) * 4 + r] = c[mi][ni][r];
+}
+
+#else
+
+// GPUs before sm_80 (no cp.async, no m16n8k16): each thread computes its 64 outputs of the same
+// layout with float32 FMAs straight from global memory. Correct, not fast.
+template <bool kTransB>
+__device__ __forceinline__ void tile_without_tensor_cores(float* acc, const __half* a, int lda, const __half* b,
+                                                          int ldb, int m_left, int n_left, int K) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int i = 0; i < 64; ++i) {
+        const int mi = i >> 4, ni = (i >> 2) & 3, r = i & 3;
+        const int row = (warp >> 2) * 64 + mi * 16 + (lane >> 2) + 8 * (r >> 1);
+        const int col = (warp & 3) * 32 + ni * 8 + 2 * (lane & 3) + (r & 1);
+        float sum = 0.0f;
+        if (row < m_left && col < n_left)
+            for (int k = 0; k < K; ++k)
+                sum += __half2float(a[(long long)row * lda + k]) *
+                       __half2float(kTransB ? b[(long long)col * ldb + k] : b[(long long)k * ldb + col]);
+        acc[i] = sum;
+    }
+}
+
+#endif
+
+template <bool kTransB>
+__device__ __forceinline__ void tile(float* acc, const __half* a, int lda, const __half* b, int ldb, int m_left,
+                                     int n_left, int K) {
+#if __CUDA_ARCH__ < 800
+    tile_without_tensor_cores<kTransB>(acc, a, lda, b, ldb, m_left, n_left, K);
+#else
+    // 48 KiB, the most a block may declare statically; both paths share it.
+    __shared__ __align__(128) uint4 sa[STAGES][CHUNKS];
+    __shared__ __align__(128) uint4 sb[STAGES][CHUNKS];
+    const bool aligned = ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15) == 0 &&
+                         lda % 8 == 0 && ldb % 8 == 0;
+    if (aligned)
+        main_loop<kTransB, true>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
+    else
+        main_loop<kTransB, false>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
+#endif
+}
+
+}  // namespace
+
+// C ABI entry points (cuda.declare_device(..., abi="c")); the int result is always 0.
+// a_off / b_off: element offsets of the tile's first row / column in a / b. Sizes are 64-bit
+// (what Numba passes); a tile's sizes and a matrix's K and N fit 32 bits (launch_matmul
+// sends larger ones to the CUDA-core kernel).
+extern "C" __device__ int simaccel_mma_tile_nk(float* acc, const __half* a, long long a_off, long long lda,
+                                               const __half* b, long long b_off, long long ldb,
+                                               long long m_left, long long n_left, long long K) {
+    tile<true>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);
+    return 0;
+}
+
+extern "C" __device__ int simaccel_mma_tile_kn(float* acc, const __half* a, long long a_off, long long lda,
+                                               const __half* b, long long b_off, long long ldb,
+                                               long long m_left, long long n_left, long long K) {
+    tile<false>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);
+    return 0;
+}

@@ -1,0 +1,89 @@
+"""float16 matmul on tensor cores: a Numba kernel around a CUDA C++ main loop.
+
+Called by kernels/matmul.py's `launch_matmul` for float16 operands (simaccel.matmul*,
+simaccel.dense*). Numba has no access to the `mma`, `ldmatrix` and `cp.async` instructions,
+so the K loop of each 128 x 128 output tile is a CUDA C++ device function (tensor_core.cu),
+declared with `cuda.declare_device` and linked into the kernel with link-time optimisation
+(it is inlined). The Numba kernel finds the tile's operands (batch strides as the CUDA-core
+kernel's), calls the main loop for 64 float32 accumulators per thread, and applies bias,
+activation and the bounds-checked float16 store, with the same activation code as every
+other kernel.
+
+Where it runs:
+- on a GPU of compute capability 8.0 or newer: tensor cores (float16 products, float32 sums);
+- on older GPUs: the same C++ entry computes the same accumulators with float32 FMAs;
+- on the simulator: a numpy model stands in for the C++ function (kernels/main_loop.py),
+  filling each thread's accumulators in the C++ layout, so the kernel around it (offsets,
+  fragment positions, epilogue) runs and is tested on the CPU.
+"""
+
+from __future__ import annotations
+
+from numba import cuda, float32, types
+from numba.cuda.extending import register_jitable
+
+from .activation import apply_activation
+from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
+from .target import with_simulator_twin
+
+BM = BN = 128  # output tile of a block
+THREADS = 256  # 8 warps: 2 along M x 4 along N, each a 64 x 32 piece
+ACC = 64  # float32 accumulators per thread
+
+
+@register_jitable
+def fragment_position(i, lane, warp):
+    """(row, column) in the block's tile of accumulator `i` of thread `lane` of `warp` (the
+    C++ layout: m16 tile i // 16, n8 tile i // 4 % 4, mma C register i % 4)."""
+    mi, ni, r = i // 16, (i // 4) % 4, i % 4
+    row = (warp // 4) * 64 + mi * 16 + lane // 4 + 8 * (r // 2)
+    col = (warp % 4) * 32 + ni * 8 + 2 * (lane % 4) + r % 2
+    return row, col
+
+
+def _thread_positions():  # the simulator model's view of this thread (this module's `cuda`)
+    t = cuda.threadIdx.x
+    return [(i, *fragment_position(i, t % 32, t // 32)) for i in range(ACC)]
+
+
+def _kernel(transpose_b, simulator):
+    """The kernel for one form of B (`transpose_b`: b is (N, K), the dense form), around the
+    C++ main loop, or on the simulator its numpy model."""
+    if simulator:
+        main_loop, pointer = simulated_main_loop(transpose_b, _thread_positions), same
+    else:
+        main_loop = declare(f"simaccel_mma_tile_{'nk' if transpose_b else 'kn'}", types.float16, "tensor_core.cu")
+        pointer = data_pointer
+
+    def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1):
+        """out[z] = act(a[za] @ B[zb] + bias) for the 128 x 128 tile (blockIdx.y + tile0,
+        blockIdx.x) of matrix z = z0 + blockIdx.z; the arguments and batch strides are the
+        float32 matmul kernel's (kernels/matmul.py)."""
+        acc = cuda.local.array(ACC, float32)
+        t = cuda.threadIdx.x
+        lane, warp = t % 32, t // 32
+        z, row0, col0, m_left, n_left, a_off, b_off, ldb = tile_operands(
+            cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, BM, BN, M, N, K, transpose_b, z0, tile0, d1,
+            sa0, sa1, sb0, sb1)
+        main_loop(pointer(acc), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
+        out_row0 = z * M + row0
+        for i in range(ACC):
+            row, col = fragment_position(i, lane, warp)
+            if row < m_left and col < n_left:
+                v = acc[i]
+                if has_bias:
+                    v += float32(bias[col0 + col])
+                out[out_row0 + row, col0 + col] = apply_activation(v, act)
+
+    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_tensor_core_kernel"
+    if not simulator:
+        kernel.link = (str(HERE / "tensor_core.cu"),)
+        # At most 128 registers, so two blocks (16 warps) share an SM: left alone, the (K, N)
+        # form took 158. Either way the 64 accumulators handed across are a 256-byte stack
+        # frame, written once and read once per tile (tests/test_aot.py checks for more).
+        kernel.launch_bounds = (THREADS, 2)
+    return kernel
+
+
+# transpose_b -> kernel
+KERNELS = {t: with_simulator_twin(_kernel, t) for t in (False, True)}
