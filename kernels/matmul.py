@@ -17,7 +17,6 @@ import math
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
-from ..errors import EngineError
 from . import tensor_core
 from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .activation import ACTIVATIONS, apply_activation
@@ -247,7 +246,7 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
         b1 = target.reshape(weight, (math.prod(wshape),))
         has_bias = 0
     if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
-        raise EngineError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
+        raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
     if str(data.dtype) == "float16":  # tensor cores (kernels/tensor_core.py)
         kernel, block = tensor_core.KERNELS[bool(transpose_b)], (tensor_core.THREADS,)

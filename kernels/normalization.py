@@ -9,6 +9,11 @@ read once. The block size is the smallest power of two >= the row length / ROW_C
 (launches of fewer than MIN_CACHED_ROWS rows: >= the row length), capped at MAX_BLOCK, so
 short rows do not spawn idle threads (each one a Python thread on the simulator). Math is
 float32.
+
+Many short rows (from MIN_WARP_ROWS rows of at most WARP * WARP_CACHE = 1024: a transformer's
+activations) take a warp per row instead: WARP_CACHE values per lane in registers and warp
+shuffle reductions, no block barriers. The simulator has no shuffles; its twin of those
+kernels reduces through shared memory (kernels/target.py, `with_simulator_twin`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import math
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
+from .target import with_simulator_twin
+
 MAX_BLOCK = 256  # power of two; also the size of the shared reduction buffer
 # Elements of its row each thread keeps in registers between the passes of softmax and
 # layer norm, so that a row up to ROW_CACHE * MAX_BLOCK long is read from memory once.
@@ -26,6 +33,16 @@ ROW_CACHE = 8
 # per element (an H200 holds about 132 x 8 blocks at once).
 MIN_CACHED_ROWS = 1024
 _MAX_GRID = 1 << 20  # rows beyond that are walked by a loop in the kernels
+# Many short rows (a transformer's activations): a warp per row, WARP_CACHE elements per lane
+# in registers, warp reductions, no block barriers (from MIN_WARP_ROWS rows of at most
+# WARP * WARP_CACHE elements).
+WARP = 32
+# Rows per block of the warp-per-row kernels. They keep 32 values per lane in registers, and
+# take up to 164 registers (capped at 128 they spilled): blocks of 4 warps fit 3 to an SM.
+WARPS = 4
+WARP_CACHE = 32
+MIN_WARP_ROWS = 1024
+_WARP_BUF = WARPS * WARP  # the simulator's reduction buffer
 
 
 @register_jitable
@@ -149,6 +166,124 @@ def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
         r += cuda.gridDim.x
 
 
+@register_jitable
+def _warp_reduce_shuffle(buf, value, take_max, lane, warp):
+    """Combine `value` over the 32 lanes of a warp (sum, or max if `take_max`) with register
+    shuffles; every lane gets the result, and every lane must call it."""
+    offset = WARP // 2
+    while offset > 0:
+        other = cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
+        if take_max:
+            value = max(value, other)
+        else:
+            value += other
+        offset //= 2
+    return value
+
+
+@register_jitable
+def _warp_reduce_shared(buf, value, take_max, lane, warp):
+    """The simulator's `_warp_reduce_shuffle` (it has no shuffles): through the warp's slice of
+    `buf`, between block barriers, so every thread of the block must call it."""
+    base = warp * WARP
+    buf[base + lane] = value
+    cuda.syncthreads()
+    result = buf[base]
+    for k in range(1, WARP):
+        other = buf[base + k]
+        if take_max:
+            result = max(result, other)
+        else:
+            result += other
+    cuda.syncthreads()
+    return result
+
+
+def _softmax_rows_kernel(simulator):
+    """Softmax, a warp per row of D <= WARP * WARP_CACHE (see above); the row loop is uniform
+    over the block, a warp past the last row computes on nothing."""
+    reduce = _warp_reduce_shared if simulator else _warp_reduce_shuffle
+
+    def kernel(out, x, rows, D):
+        buf = cuda.shared.array(_WARP_BUF, float32)  # the simulator's reductions only
+        vals = cuda.local.array(WARP_CACHE, float32)
+        lane = cuda.threadIdx.x % WARP
+        warp = cuda.threadIdx.x // WARP
+        r0 = cuda.blockIdx.x * WARPS
+        while r0 < rows:
+            r = r0 + warp
+            live = r < rows
+            m = float32(-math.inf)
+            for j in range(WARP_CACHE):
+                i = lane + j * WARP
+                if live and i < D:
+                    v = float32(x[r, i])
+                    vals[j] = v
+                    m = max(m, v)
+            row_max = reduce(buf, m, True, lane, warp)
+            acc = float32(0.0)
+            for j in range(WARP_CACHE):
+                if live and lane + j * WARP < D:
+                    e = float32(math.exp(vals[j] - row_max))
+                    vals[j] = e
+                    acc += e
+            inv = float32(1.0) / reduce(buf, acc, False, lane, warp)
+            for j in range(WARP_CACHE):
+                i = lane + j * WARP
+                if live and i < D:
+                    out[r, i] = vals[j] * inv
+            r0 += cuda.gridDim.x * WARPS
+
+    kernel.__name__ = kernel.__qualname__ = "_softmax_rows_kernel"
+    return kernel
+
+
+def _layer_norm_rows_kernel(simulator):
+    """Layer norm, a warp per row of D <= WARP * WARP_CACHE (as `_softmax_rows_kernel`)."""
+    reduce = _warp_reduce_shared if simulator else _warp_reduce_shuffle
+
+    def kernel(out, x, gamma, beta, rows, D, eps):
+        buf = cuda.shared.array(_WARP_BUF, float32)
+        vals = cuda.local.array(WARP_CACHE, float32)
+        lane = cuda.threadIdx.x % WARP
+        warp = cuda.threadIdx.x // WARP
+        inv_d = float32(1.0) / float32(D)
+        r0 = cuda.blockIdx.x * WARPS
+        while r0 < rows:
+            r = r0 + warp
+            live = r < rows
+            acc = float32(0.0)
+            for j in range(WARP_CACHE):
+                i = lane + j * WARP
+                if live and i < D:
+                    v = float32(x[r, i])
+                    vals[j] = v
+                    acc += v
+            mean = reduce(buf, acc, False, lane, warp) * inv_d
+            acc = float32(0.0)
+            for j in range(WARP_CACHE):
+                if live and lane + j * WARP < D:
+                    d = vals[j] - mean
+                    acc += d * d
+            rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, warp) * inv_d + float32(eps)))
+            for j in range(WARP_CACHE):
+                i = lane + j * WARP
+                if live and i < D:
+                    out[r, i] = (vals[j] - mean) * rstd * float32(gamma[i]) + float32(beta[i])
+            r0 += cuda.gridDim.x * WARPS
+
+    kernel.__name__ = kernel.__qualname__ = "_layer_norm_rows_kernel"
+    return kernel
+
+
+_SOFTMAX_ROWS = with_simulator_twin(_softmax_rows_kernel)
+_LAYER_NORM_ROWS = with_simulator_twin(_layer_norm_rows_kernel)
+
+
+def _warp_per_row(rows: int, D: int) -> bool:
+    return rows >= MIN_WARP_ROWS and D <= WARP * WARP_CACHE
+
+
 def _block_size(D: int, rows: int) -> int:
     """Threads for each of `rows` rows of D elements: the smallest power of two >= D /
     ROW_CACHE (ROW_CACHE elements each), or >= D where there are fewer than MIN_CACHED_ROWS
@@ -178,7 +313,10 @@ def launch_softmax(target, out, data) -> int:
     if view is None:
         return 0
     rows, D, x2, o2 = view
-    target.launch(_softmax_kernel, min(rows, _MAX_GRID), _block_size(D, rows), o2, x2, rows, D)
+    if _warp_per_row(rows, D):
+        target.launch(_SOFTMAX_ROWS, min(-(-rows // WARPS), _MAX_GRID), WARPS * WARP, o2, x2, rows, D)
+    else:
+        target.launch(_softmax_kernel, min(rows, _MAX_GRID), _block_size(D, rows), o2, x2, rows, D)
     return 1
 
 
@@ -190,8 +328,12 @@ def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
     rows, D, x2, o2 = view
     g1 = target.reshape(gamma, (D,))
     b1 = target.reshape(beta, (D,))
-    target.launch(_layer_norm_kernel, min(rows, _MAX_GRID), _block_size(D, rows),
-                  o2, x2, g1, b1, rows, D, float(epsilon))
+    if _warp_per_row(rows, D):
+        target.launch(_LAYER_NORM_ROWS, min(-(-rows // WARPS), _MAX_GRID), WARPS * WARP,
+                      o2, x2, g1, b1, rows, D, float(epsilon))
+    else:
+        target.launch(_layer_norm_kernel, min(rows, _MAX_GRID), _block_size(D, rows),
+                      o2, x2, g1, b1, rows, D, float(epsilon))
     return 1
 
 

@@ -481,18 +481,24 @@ def test_elementwise_kernels_with_several_elements_per_thread(name, shapes, attr
 # softmax / layer_norm
 
 # Row lengths 1, 5, 17, 300 (8 per thread in registers, some threads short of 8), 2100 (longer
-# than 8 x 256: the rest is read in a loop).
-ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,), (2, 2100)]
+# than 8 x 256: the rest is read in a loop); 9 rows of 1024 (a warp per row: 32 per lane;
+# blocks of 4 rows, the last with 3 warps past the end).
+ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,), (2, 2100), (9, 1024)]
 
 
-@pytest.fixture(params=["per-element", "cached"])
+@pytest.fixture(params=["per-element", "cached", "warp-per-row"])
 def row_threads(request, monkeypatch):
-    """Both ways the row kernels spread a row over threads: one element per thread (launches
-    of few rows, as here) and ROW_CACHE per thread (from MIN_CACHED_ROWS rows, forced)."""
+    """The three ways the row kernels spread rows over threads: a block per row with one
+    element per thread (launches of few rows, as here) or ROW_CACHE per thread (from
+    MIN_CACHED_ROWS rows, forced), and a warp per row (from MIN_WARP_ROWS rows of at most
+    1024, forced: rows longer than that stay on the cached block kernel)."""
     from simaccel.kernels import normalization
 
     if request.param == "cached":
         monkeypatch.setattr(normalization, "MIN_CACHED_ROWS", 1)
+    if request.param == "warp-per-row":
+        monkeypatch.setattr(normalization, "MIN_CACHED_ROWS", 1)
+        monkeypatch.setattr(normalization, "MIN_WARP_ROWS", 1)
     return request.param
 
 
@@ -845,16 +851,22 @@ def test_launch_shapes():
         # The launch beyond gridDim.y's cap starts at row tile 65535 (its tile0 argument).
         assert [args[10] for _, _, _, args in target.launches] == [65535 * k for k in range(len(want))]
     # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256);
-    # from 1024 rows on, >= D / 8
-    for rows, d, want in ((3, 1, 1), (3, 5, 8), (3, 17, 32), (3, 256, 256), (3, 300, 256), (1024, 5, 1),
-                          (1024, 17, 4), (1024, 300, 64), (1024, 3000, 256)):
+    # from 1024 rows on, >= D / 8, and rows of up to 1024 take a warp each (4 to a block)
+    from simaccel.kernels import normalization
+
+    for rows, d, want in ((3, 1, (3, 1)), (3, 5, (3, 8)), (3, 17, (3, 32)), (3, 256, (3, 256)), (3, 300, (3, 256)),
+                          (1024, 5, (256, 128)), (1025, 1024, (257, 128)), (1024, 1025, (1024, 256)),
+                          (1024, 3000, (1024, 256))):
         x = np.zeros((rows, d), np.float32)
         g = np.ones(d, np.float32)
         target = PlanOnlyTarget()
         get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
         get_op("simaccel.layer_norm").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x),
                                              FakeCUDAArray(g), FakeCUDAArray(g), epsilon=1e-5)
-        assert [(grid, block) for _, grid, block, _ in target.launches] == [(rows, want)] * 2
+        assert [(grid, block) for _, grid, block, _ in target.launches] == [want] * 2
+        kernels = [normalization._SOFTMAX_ROWS, normalization._LAYER_NORM_ROWS] if want[1] == 128 else \
+            [normalization._softmax_kernel, normalization._layer_norm_kernel]
+        assert [fn for fn, *_ in target.launches] == kernels
 
 
 def test_shape_mismatch_is_refused_by_the_isa_before_any_launch():
