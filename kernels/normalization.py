@@ -3,7 +3,8 @@
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.softmax, simaccel.layer_norm; simaccel.sum and simaccel.mean over the innermost
 axes, through simaccel.kernels.reduction). One block per row; its threads stride over the
-row and combine partial results with a shared-memory tree reduction. Softmax and layer norm
+row and combine partial results with a block reduction: warp shuffles, then the warps'
+results, on the GPU; a shared-memory tree on the simulator, which has no shuffles. Softmax and layer norm
 keep up to ROW_CACHE elements per thread in registers between their passes, so a row is
 read once. The block size is the smallest power of two >= the row length / ROW_CACHE
 (launches of fewer than MIN_CACHED_ROWS rows: >= the row length), capped at MAX_BLOCK, so
@@ -70,102 +71,6 @@ def _block_reduce(buf, value, take_max):
     return result
 
 
-def _softmax_kernel(out, x, rows, D):
-    buf = cuda.shared.array(MAX_BLOCK, float32)
-    vals = cuda.local.array(ROW_CACHE, float32)
-    tid = cuda.threadIdx.x
-    nthreads = cuda.blockDim.x
-    tail = tid + ROW_CACHE * nthreads  # this thread's first element past the cache
-    # The row loop is uniform over the block, so every thread reaches every syncthreads.
-    r = cuda.blockIdx.x
-    while r < rows:
-        # 1. row max, the row read once into the cache (rows longer than it: the rest twice more)
-        m = float32(-math.inf)
-        for j in range(ROW_CACHE):
-            i = tid + j * nthreads
-            if i < D:
-                v = float32(x[r, i])
-                vals[j] = v
-                if v > m:
-                    m = v
-        i = tail
-        while i < D:
-            v = float32(x[r, i])
-            if v > m:
-                m = v
-            i += nthreads
-        row_max = _block_reduce(buf, m, True)
-        # 2. sum of exp(x - max)
-        acc = float32(0.0)
-        for j in range(ROW_CACHE):
-            if tid + j * nthreads < D:
-                e = float32(math.exp(vals[j] - row_max))
-                vals[j] = e
-                acc += e
-        i = tail
-        while i < D:
-            acc += float32(math.exp(float32(x[r, i]) - row_max))
-            i += nthreads
-        inv = float32(1.0) / _block_reduce(buf, acc, False)
-        # 3. normalize
-        for j in range(ROW_CACHE):
-            i = tid + j * nthreads
-            if i < D:
-                out[r, i] = vals[j] * inv
-        i = tail
-        while i < D:
-            out[r, i] = float32(math.exp(float32(x[r, i]) - row_max)) * inv
-            i += nthreads
-        r += cuda.gridDim.x
-
-
-def _layer_norm_kernel(out, x, gamma, beta, rows, D, eps):
-    buf = cuda.shared.array(MAX_BLOCK, float32)
-    vals = cuda.local.array(ROW_CACHE, float32)
-    tid = cuda.threadIdx.x
-    nthreads = cuda.blockDim.x
-    tail = tid + ROW_CACHE * nthreads
-    inv_d = float32(1.0) / float32(D)
-    r = cuda.blockIdx.x
-    while r < rows:
-        # 1. mean, the row read once into the cache
-        acc = float32(0.0)
-        for j in range(ROW_CACHE):
-            i = tid + j * nthreads
-            if i < D:
-                v = float32(x[r, i])
-                vals[j] = v
-                acc += v
-        i = tail
-        while i < D:
-            acc += float32(x[r, i])
-            i += nthreads
-        mean = _block_reduce(buf, acc, False) * inv_d
-        # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
-        acc = float32(0.0)
-        for j in range(ROW_CACHE):
-            if tid + j * nthreads < D:
-                d = vals[j] - mean
-                acc += d * d
-        i = tail
-        while i < D:
-            d = float32(x[r, i]) - mean
-            acc += d * d
-            i += nthreads
-        rstd = float32(1.0) / float32(math.sqrt(_block_reduce(buf, acc, False) * inv_d + float32(eps)))
-        # 3. scale and shift
-        for j in range(ROW_CACHE):
-            i = tid + j * nthreads
-            if i < D:
-                out[r, i] = (vals[j] - mean) * rstd * float32(gamma[i]) + float32(beta[i])
-        i = tail
-        while i < D:
-            y = (float32(x[r, i]) - mean) * rstd
-            out[r, i] = y * float32(gamma[i]) + float32(beta[i])
-            i += nthreads
-        r += cuda.gridDim.x
-
-
 @register_jitable
 def _warp_reduce_shuffle(buf, value, take_max, lane, warp):
     """Combine `value` over the 32 lanes of a warp (sum, or max if `take_max`) with register
@@ -197,6 +102,148 @@ def _warp_reduce_shared(buf, value, take_max, lane, warp):
             result += other
     cuda.syncthreads()
     return result
+
+
+@register_jitable
+def _block_reduce_shuffle(buf, value, take_max):
+    """`_block_reduce` on the GPU: shuffles within each warp, the warps' results through
+    `buf`, two block barriers instead of one per halving. Blocks narrower than a warp take
+    the tree. Every thread of the block must call it."""
+    nthreads = cuda.blockDim.x
+    if nthreads < WARP:
+        return _block_reduce(buf, value, take_max)
+    tid = cuda.threadIdx.x
+    lane = tid % WARP
+    warp = tid // WARP
+    value = _warp_reduce_shuffle(buf, value, take_max, lane, warp)
+    if lane == 0:
+        buf[warp] = value
+    cuda.syncthreads()
+    if lane < nthreads // WARP:
+        value = buf[lane]
+    elif take_max:
+        value = float32(-math.inf)
+    else:
+        value = float32(0.0)
+    value = _warp_reduce_shuffle(buf, value, take_max, lane, warp)  # every warp, the same result
+    cuda.syncthreads()  # buf is free again once everyone has read it
+    return value
+
+
+def _softmax_block_kernel(simulator):
+    """Softmax, a block per row (see above); block reductions with shuffles on the GPU."""
+    block_reduce = _block_reduce if simulator else _block_reduce_shuffle
+
+    def kernel(out, x, rows, D):
+        buf = cuda.shared.array(MAX_BLOCK, float32)
+        vals = cuda.local.array(ROW_CACHE, float32)
+        tid = cuda.threadIdx.x
+        nthreads = cuda.blockDim.x
+        tail = tid + ROW_CACHE * nthreads  # this thread's first element past the cache
+        # The row loop is uniform over the block, so every thread reaches every syncthreads.
+        r = cuda.blockIdx.x
+        while r < rows:
+            # 1. row max, the row read once into the cache (rows longer than it: the rest twice more)
+            m = float32(-math.inf)
+            for j in range(ROW_CACHE):
+                i = tid + j * nthreads
+                if i < D:
+                    v = float32(x[r, i])
+                    vals[j] = v
+                    if v > m:
+                        m = v
+            i = tail
+            while i < D:
+                v = float32(x[r, i])
+                if v > m:
+                    m = v
+                i += nthreads
+            row_max = block_reduce(buf, m, True)
+            # 2. sum of exp(x - max)
+            acc = float32(0.0)
+            for j in range(ROW_CACHE):
+                if tid + j * nthreads < D:
+                    e = float32(math.exp(vals[j] - row_max))
+                    vals[j] = e
+                    acc += e
+            i = tail
+            while i < D:
+                acc += float32(math.exp(float32(x[r, i]) - row_max))
+                i += nthreads
+            inv = float32(1.0) / block_reduce(buf, acc, False)
+            # 3. normalize
+            for j in range(ROW_CACHE):
+                i = tid + j * nthreads
+                if i < D:
+                    out[r, i] = vals[j] * inv
+            i = tail
+            while i < D:
+                out[r, i] = float32(math.exp(float32(x[r, i]) - row_max)) * inv
+                i += nthreads
+            r += cuda.gridDim.x
+
+    kernel.__name__ = kernel.__qualname__ = "_softmax_kernel"
+    return kernel
+
+
+_softmax_kernel = with_simulator_twin(_softmax_block_kernel)
+
+
+def _layer_norm_block_kernel(simulator):
+    """Layer norm, a block per row (see above); block reductions with shuffles on the GPU."""
+    block_reduce = _block_reduce if simulator else _block_reduce_shuffle
+
+    def kernel(out, x, gamma, beta, rows, D, eps):
+        buf = cuda.shared.array(MAX_BLOCK, float32)
+        vals = cuda.local.array(ROW_CACHE, float32)
+        tid = cuda.threadIdx.x
+        nthreads = cuda.blockDim.x
+        tail = tid + ROW_CACHE * nthreads
+        inv_d = float32(1.0) / float32(D)
+        r = cuda.blockIdx.x
+        while r < rows:
+            # 1. mean, the row read once into the cache
+            acc = float32(0.0)
+            for j in range(ROW_CACHE):
+                i = tid + j * nthreads
+                if i < D:
+                    v = float32(x[r, i])
+                    vals[j] = v
+                    acc += v
+            i = tail
+            while i < D:
+                acc += float32(x[r, i])
+                i += nthreads
+            mean = block_reduce(buf, acc, False) * inv_d
+            # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
+            acc = float32(0.0)
+            for j in range(ROW_CACHE):
+                if tid + j * nthreads < D:
+                    d = vals[j] - mean
+                    acc += d * d
+            i = tail
+            while i < D:
+                d = float32(x[r, i]) - mean
+                acc += d * d
+                i += nthreads
+            rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
+            # 3. scale and shift
+            for j in range(ROW_CACHE):
+                i = tid + j * nthreads
+                if i < D:
+                    out[r, i] = (vals[j] - mean) * rstd * float32(gamma[i]) + float32(beta[i])
+            i = tail
+            while i < D:
+                y = (float32(x[r, i]) - mean) * rstd
+                out[r, i] = y * float32(gamma[i]) + float32(beta[i])
+                i += nthreads
+            r += cuda.gridDim.x
+
+    kernel.__name__ = kernel.__qualname__ = "_layer_norm_kernel"
+    return kernel
+
+
+_layer_norm_kernel = with_simulator_twin(_layer_norm_block_kernel)
 
 
 def _softmax_rows_kernel(simulator):
@@ -337,21 +384,36 @@ def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
     return 1
 
 
-def _row_sum_kernel(out, x, rows, R, mean):
-    buf = cuda.shared.array(MAX_BLOCK, float32)
-    tid = cuda.threadIdx.x
-    nthreads = cuda.blockDim.x
-    r = cuda.blockIdx.x
-    while r < rows:
-        acc = float32(0.0)
-        i = tid
-        while i < R:
-            acc += float32(x[r, i])
-            i += nthreads
-        total = _block_reduce(buf, acc, False)
-        if tid == 0:
-            out[r] = total / float32(R) if mean else total
-        r += cuda.gridDim.x
+def _row_sum_block_kernel(simulator):
+    """Row sums (or means), a block per row; ROW_CACHE loads in flight per thread."""
+    block_reduce = _block_reduce if simulator else _block_reduce_shuffle
+
+    def kernel(out, x, rows, R, mean):
+        buf = cuda.shared.array(MAX_BLOCK, float32)
+        vals = cuda.local.array(ROW_CACHE, float32)
+        tid = cuda.threadIdx.x
+        nthreads = cuda.blockDim.x
+        r = cuda.blockIdx.x
+        while r < rows:
+            acc = float32(0.0)
+            i = tid
+            while i < R:  # ROW_CACHE loads issued before any is added (one at a time: 41% of HBM)
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    vals[j] = float32(x[r, k]) if k < R else float32(0.0)
+                for j in range(ROW_CACHE):
+                    acc += vals[j]
+                i += ROW_CACHE * nthreads
+            total = block_reduce(buf, acc, False)
+            if tid == 0:
+                out[r] = total / float32(R) if mean else total
+            r += cuda.gridDim.x
+
+    kernel.__name__ = kernel.__qualname__ = "_row_sum_kernel"
+    return kernel
+
+
+_row_sum_kernel = with_simulator_twin(_row_sum_block_kernel)
 
 
 def launch_row_sums(target, out, x, *, mean: bool) -> int:

@@ -731,10 +731,10 @@ def test_a_slice_out_of_bounds_is_refused():
 # reductions
 
 # Sums and means over the innermost axes run one block per output: rows shorter and longer
-# (300) than a block.
+# (300) than a block, and longer (2100) than the ROW_CACHE x 256 values a block loads per pass.
 REDUCTION_CASES = [((3, 7), [1], False), ((2, 3, 4, 5), [2, 3], True), ((2, 3, 4), [0], False),
                    ((2, 3, 4), [0, 1, 2], False), ((4, 1, 3), [1, 2], True), ((2, 3, 4, 2, 2), [1, 2, 3], False),
-                   ((2, 3, 300), [2], True)]
+                   ((2, 3, 300), [2], True), ((2, 2100), [1], False)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
