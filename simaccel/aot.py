@@ -4,7 +4,9 @@ Every launch of a Program's plan (simaccel.launch_plan) names a module-level Num
 its arguments: tensor views (whose shapes and dtypes the Program fixes) and numbers. That gives
 each kernel a static Numba signature, so it can be compiled for a target architecture with
 NVVM (`numba.cuda.compile_ptx`) and linked into a cubin with nvJitLink, with no GPU and no
-driver. This is the build side of native regions: the region launcher loads the cubins and
+driver. A kernel that calls CUDA C++ (its `link` files: the matmul main loops) is compiled
+to LTO-IR instead, its C++ by NVRTC to LTO-IR too, and nvJitLink links both with `-lto`, so
+the C++ is inlined as it is when numba-cuda links at run time. This is the build side of native regions: the region launcher loads the cubins and
 launches them with the plan's grids, blocks and argument layout.
 
 Needs the toolchain extra (`pip install ".[aot]"`: NVVM, NVRTC and nvJitLink from pip);
