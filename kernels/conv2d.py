@@ -20,7 +20,6 @@ Two kernels:
 
 from __future__ import annotations
 
-
 import numba
 import numpy as np
 from numba import cuda, float32

@@ -4,10 +4,11 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.matmul*, simaccel.dense*). One register-tiled kernel source covers all of them,
 batched too, in two tilings (128x128 output tiles with 8x8 outputs per thread, or 64x64 with
 4x4 where large tiles would leave the GPU idle), 16x16 threads per block, operands staged
-through shared memory in K slices, float32 accumulation (also for float16 inputs), bias and
-activation fused into the epilogue, bounds checks everywhere so any M, N, K works.
-float16 operands go to the tensor-core kernel instead (kernels/tensor_core.py), which takes the
-same arguments.
+through shared memory in K slices, float32 accumulation, bias and activation fused into the
+epilogue, bounds checks everywhere so any M, N, K works. The K loop is CUDA C++
+(matmul_f32.cu, see kernels/main_loop.py); the epilogue, and the steps conv2d's implicit GEMM
+shares (`tile_steps`: its K loop is Numba), are here. float16 operands go to the tensor-core
+kernel instead (kernels/tensor_core.py), which takes the same arguments.
 """
 
 from __future__ import annotations
@@ -18,20 +19,21 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from . import tensor_core
-from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .activation import ACTIVATIONS, apply_activation
+from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .target import with_simulator_twin
 
 # Two tilings of one kernel source, each compiled with its sizes as constants
 # (`_tiled_kernel`). A block of TY x TX = 16 x 16 threads computes a BM x BN tile of `out`;
 # thread (ty, tx) owns TM x TN outputs: rows ty*TM .. ty*TM + TM-1 (a contiguous run: the A
 # values of a warp's two ty are two broadcast shared reads) and columns in runs of 4,
-# 4*tx .. 4*tx + 3 (+ 64 for the second run: a warp's shared reads of B and its global stores
-# cover consecutive addresses). Per K slice of BK the block stages A[BM, BK] and B[BK, BN] in
-# shared memory, k-major (sa[k, m], sb[k, n]), so the inner loop reads a row of each: per k a
-# thread loads (TM + TN) / 4 16-byte vectors for TM * TN FMAs.
+# 4*tx .. 4*tx + 3 (+ 64 for the second run: a warp's shared reads of B cover consecutive
+# addresses). Per K slice of BK the block stages A[BM, BK] and B[BK, BN] in shared memory,
+# k-major (sa[k, m], sb[k, n]), so the inner loop reads a row of each: per k a thread loads
+# (TM + TN) / 4 16-byte vectors for TM * TN FMAs.
 # - LARGE: 128 x 128 tiles, 8 x 8 outputs per thread, BK = 8 (4 vector loads per 64 FMAs).
-#   With scalar loads (16 per 64 FMAs) it measured 19.5 TFLOP/s at 4096^3 on an H200 (cuBLAS 51).
+#   39 TFLOP/s at 4096^3 on an H200 with the C++ K loop (cuBLAS 51); the Numba one, scalar
+#   shared loads and no double buffering, 19.5.
 # - SMALL: 64 x 64 tiles, 4 x 4 per thread, BK = 16: four times the blocks, for problems that
 #   would leave SMs idle with LARGE tiles (1024^3 is 64 large tiles for 132 SMs).
 # Every size is a module-level constant or a constant of a kernel factory's closure: Numba
