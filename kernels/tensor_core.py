@@ -4,7 +4,7 @@ Called by kernels/matmul.py's `launch_matmul` for float16 operands (simaccel.mat
 simaccel.dense*). Numba has no access to the `mma`, `ldmatrix` and `cp.async` instructions,
 so the K loop of each 128 x 128 output tile is a CUDA C++ device function (tensor_core.cu),
 declared with `cuda.declare_device` and linked into the kernel with link-time optimisation
-(it is inlined). The Numba kernel finds the tile's operands (batch strides as the CUDA-core
+(it is inlined). The Numba kernel finds the tile's operands (batch strides as the float32
 kernel's), calls the main loop for 64 float32 accumulators per thread, and applies bias,
 activation and the bounds-checked float16 store, with the same activation code as every
 other kernel.
@@ -26,6 +26,7 @@ from .activation import apply_activation
 from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .target import with_simulator_twin
 
+SOURCE = "tensor_core.cu"  # the C++ main loop, next to this file
 BM = BN = 128  # output tile of a block
 THREADS = 256  # 8 warps: 2 along M x 4 along N, each a 64 x 32 piece
 ACC = 64  # float32 accumulators per thread
@@ -52,7 +53,7 @@ def _kernel(transpose_b, simulator):
     if simulator:
         main_loop, pointer = simulated_main_loop(transpose_b, _thread_positions), same
     else:
-        main_loop = declare(f"simaccel_mma_tile_{'nk' if transpose_b else 'kn'}", types.float16, "tensor_core.cu")
+        main_loop = declare(f"simaccel_mma_tile_{'nk' if transpose_b else 'kn'}", types.float16, SOURCE)
         pointer = data_pointer
 
     def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1):
@@ -77,7 +78,7 @@ def _kernel(transpose_b, simulator):
 
     kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_tensor_core_kernel"
     if not simulator:
-        kernel.link = (str(HERE / "tensor_core.cu"),)
+        kernel.link = (str(HERE / SOURCE),)
         # At most 128 registers, so two blocks (16 warps) share an SM: left alone, the (K, N)
         # form took 158. Either way the 64 accumulators handed across are a 256-byte stack
         # frame, written once and read once per tile (tests/test_aot.py checks for more).
