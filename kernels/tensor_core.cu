@@ -89,7 +89,7 @@ __device__ __forceinline__ void stage_rows(uint4* dst, const __half* src, int ld
             const bool valid = row < rows_left && k < K;
             copy16(d, valid ? src + (long long)row * ld + k : src, valid);
         } else {
-            __half v[8];
+            __align__(16) __half v[8];  // stored as one 16-byte chunk
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 v[e] = (row < rows_left && k + e < K) ? src[(long long)row * ld + k + e] : __float2half(0.0f);
@@ -110,7 +110,7 @@ __device__ __forceinline__ void stage_k_rows(uint4* dst, const __half* src, int 
             const bool valid = k0 + k < K && n < n_left;
             copy16(d, valid ? src + (long long)(k0 + k) * ld + n : src, valid);
         } else {
-            __half v[8];
+            __align__(16) __half v[8];  // stored as one 16-byte chunk
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
