@@ -120,9 +120,9 @@ class CudaEngine(Engine):
         arrays.clear()
         with cuda.gpus[device_id]:
             context = cuda.current_context()
-            queues = [getattr(context.memory_manager, "deallocations", None), context.deallocations]
-            for queue in {id(q): q for q in queues if q is not None}.values():
-                queue.clear()
+            for queue in (getattr(context.memory_manager, "deallocations", None), context.deallocations):
+                if queue is not None:  # an external memory manager may keep no queue
+                    queue.clear()
 
     def execute(self, call: Call, node, op, inputs, output, launches=()) -> int:
         arrays = dict(zip(node.inputs, inputs))
