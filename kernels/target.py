@@ -22,11 +22,23 @@ _LOCK = threading.Lock()
 TARGETS = ("sim", "cuda")
 
 
-def launch_bounds(fn):
-    """The launch bounds a kernel function asks to be compiled with (`fn.launch_bounds`: max
-    threads per block, min blocks per SM), which cap its registers; None where it asks none.
-    The "cuda" target and ahead-of-time compiles (simaccel.aot) both honour them."""
-    return getattr(fn, "launch_bounds", None)
+# The architecture the kernels' launch bounds are tuned on (H100/H200).
+TUNED_ARCH = (9, 0)
+
+
+def launch_bounds(fn, arch: tuple[int, int] = TUNED_ARCH):
+    """The launch bounds a kernel function is compiled with for `arch`; None where it asks none.
+
+    `fn.launch_bounds` (max threads per block, min blocks per SM) caps its registers, as tuned
+    on TUNED_ARCH. On every other architecture CUDA 13 compiles for, that cap made the 128x128
+    float32 matmuls, softmax and layer norm spill (sm_75 ... sm_121, from each cubin's own
+    link log), so there only the block size is passed and the compiler allots the registers.
+    The "cuda" target and ahead-of-time compiles (simaccel.aot) both honour them.
+    """
+    bounds = getattr(fn, "launch_bounds", None)
+    if bounds is None or tuple(arch) == TUNED_ARCH:
+        return bounds
+    return tuple(bounds[:1])
 
 
 def link_sources(fn) -> tuple:
@@ -80,7 +92,8 @@ def compile_kernel(fn, target: str):
                     # Small regions launch small grids on purpose; numba's low-occupancy
                     # warning would fire (and cost time) on every such launch.
                     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
-                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn), link=list(link_sources(fn)))
+                    arch = tuple(cuda.get_current_device().compute_capability)
+                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn, arch), link=list(link_sources(fn)))
                 else:
                     raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")
                 _COMPILED[key] = kernel

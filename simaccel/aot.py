@@ -6,8 +6,15 @@ each kernel a static Numba signature, so it can be compiled for a target archite
 NVVM (`numba.cuda.compile_ptx`) and linked into a cubin with nvJitLink, with no GPU and no
 driver. A kernel that calls CUDA C++ (its `link` files: the matmul main loops) is compiled
 to LTO-IR instead, its C++ by NVRTC to LTO-IR too, and nvJitLink links both with `-lto`, so
-the C++ is inlined as it is when numba-cuda links at run time. This is the build side of native regions: the region launcher loads the cubins and
-launches them with the plan's grids, blocks and argument layout.
+the C++ is inlined as it is when numba-cuda links at run time. This is the build side of
+native regions: the region launcher loads the cubins and launches them with the plan's
+grids, blocks and argument layout.
+
+Any NVIDIA GPU: a build names the architectures its library carries cubins for
+(`cuda_archs`, e.g. ``["sm_75", "sm_80", "sm_90"]``; default the target's), and the PTX of
+the lowest of them rides along, so a GPU with no fitting cubin JITs it. The PTX must be one
+the oldest supported driver can JIT (`MAX_PTX_VERSION`, `MIN_DRIVER`): the toolchain is
+pinned to one CUDA line, and a kernel whose PTX is newer is refused at build time.
 
 Needs the toolchain extra (`pip install ".[aot]"`: NVVM, NVRTC and nvJitLink from pip);
 `toolchain_missing()` says what is absent.
@@ -24,8 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -34,6 +43,15 @@ from .launch_plan import Launch, View, plan_launches
 from .program import Program
 
 _LOCK = threading.Lock()
+
+ARCHS_ENV = "SIMACCEL_CUDA_ARCHS"
+# The oldest driver a library must run on, and the newest PTX ISA it JITs (driver 580 is
+# CUDA 13.0, whose NVVM and nvJitLink emit PTX 9.0; nvJitLink 13.5's LTO output is 9.5).
+MIN_DRIVER = "580 (CUDA 13.0)"
+MAX_PTX_VERSION = (9, 0)
+_PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.MULTILINE)
+_RESOURCES = {"registers": r"Used (\d+) registers", "stack": r"(\d+) bytes stack frame",
+              "spill_stores": r"(\d+) bytes spill stores", "spill_loads": r"(\d+) bytes spill loads"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +63,23 @@ class CompiledKernel:
     arch: tuple[int, int]  # compute capability, e.g. (9, 0)
     ptx: str
     cubin: bytes
+    link_log: str = ""  # nvJitLink's verbose log of the link that made `cubin`
+
+    @property
+    def ptx_version(self) -> tuple[int, int]:
+        """The PTX ISA version of `ptx` (its `.version` line)."""
+        found = _PTX_VERSION.search(self.ptx)
+        if not found:
+            raise EngineError(f"kernel {self.kernel.__name__}: its PTX has no .version line")
+        return int(found.group(1)), int(found.group(2))
+
+    @property
+    def resources(self) -> dict[str, int]:
+        """Registers, stack frame and spill bytes of the shipped cubin, as its own link reported them."""
+        found = {key: re.search(pattern, self.link_log) for key, pattern in _RESOURCES.items()}
+        if not all(found.values()):
+            raise EngineError(f"kernel {self.kernel.__name__}: no resource usage in its link log")
+        return {key: int(m.group(1)) for key, m in found.items()}
 
     @property
     def entry(self) -> str:
@@ -64,6 +99,60 @@ def toolchain_missing() -> str | None:
         NVVM()
     except Exception as e:  # what is missing, as the loader says it
         return f"the CUDA compiler toolchain is not installed (pip install '.[aot]'): {type(e).__name__}: {e}"
+    return None
+
+
+def supported_archs() -> tuple[tuple[int, int], ...]:
+    """The compute capabilities the installed toolchain compiles for (CUDA 13: sm_75 ... sm_121)."""
+    from numba.cuda.cudadrv import nvrtc
+
+    return tuple(sorted(tuple(cc) for cc in nvrtc.get_supported_ccs()))
+
+
+def arch_name(arch: tuple[int, int]) -> str:
+    return f"sm_{arch[0]}{arch[1]}"
+
+
+def parse_archs(value, default: tuple[int, int] | None = None) -> tuple[tuple[int, int], ...]:
+    """A build's list of architectures, sorted and unique, each one the toolchain compiles for.
+
+    `value`: None (then ``$SIMACCEL_CUDA_ARCHS``, else ``(default,)``), a string of entries
+    separated by commas, semicolons or spaces, or a list; an entry is ``"sm_80"``, ``"80"``,
+    ``"8.0"``, ``80`` or ``(8, 0)``.
+    """
+    where = "cuda_archs"
+    if value is None:
+        value = os.environ.get(ARCHS_ENV, "").strip() or None
+        where = f"${ARCHS_ENV}"
+    if value is None:
+        if default is None:
+            raise EngineError("no CUDA architecture given: pass cuda_archs or a CUDA target")
+        value = [default]
+    entries = re.split(r"[,;\s]+", value.strip()) if isinstance(value, str) else list(value)
+    supported = supported_archs()
+    archs = set()
+    for entry in entries:
+        arch = _one_arch(entry)
+        if arch is None or arch not in supported:
+            raise EngineError(f"{where}: {entry!r} is not a CUDA architecture this toolchain compiles for "
+                              f"(one of {', '.join(map(arch_name, supported))})")
+        archs.add(arch)
+    if not archs:
+        raise EngineError(f"{where} is empty: name at least one architecture, e.g. sm_90")
+    return tuple(sorted(archs))
+
+
+def _one_arch(entry) -> tuple[int, int] | None:
+    if isinstance(entry, tuple) and len(entry) == 2 and all(isinstance(v, int) for v in entry):
+        return entry
+    if isinstance(entry, bool) or not isinstance(entry, (int, str)):
+        return None
+    text = str(entry).strip().lower().removeprefix("sm_").removeprefix("compute_").removesuffix("a")
+    if re.fullmatch(r"\d+\.\d", text):
+        major, minor = text.split(".")
+        return int(major), int(minor)
+    if re.fullmatch(r"\d{2,3}", text):
+        return int(text[:-1]), int(text[-1])
     return None
 
 
@@ -110,12 +199,21 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
     """`kernel` compiled for `sig` to PTX (NVVM) and to a cubin for `arch` (nvJitLink).
 
     Cached per process: regions and libraries that launch the same kernel with the same
-    signature share one compile.
+    signature share one compile. A PTX newer than `MAX_PTX_VERSION` (a toolchain from a
+    later CUDA line than the one pinned) is refused: the oldest supported driver could not JIT it.
     """
     reason = toolchain_missing()
     if reason:
         raise EngineError(reason)
-    return _compile(kernel, sig, tuple(arch))
+    compiled = _compile(kernel, sig, tuple(arch))
+    if compiled.ptx_version > MAX_PTX_VERSION:
+        from cuda.bindings import nvjitlink
+
+        raise EngineError(
+            f"kernel {kernel.__name__}: its PTX for {arch_name(arch)} is version {'.'.join(map(str, compiled.ptx_version))}, "
+            f"newer than a driver {MIN_DRIVER} JITs ({'.'.join(map(str, MAX_PTX_VERSION))}); nvJitLink "
+            f"{'.'.join(map(str, nvjitlink.version()))} and NVVM must come from CUDA 13.0: pip install '.[aot]'")
+    return compiled
 
 
 @functools.lru_cache(maxsize=1024)
@@ -127,14 +225,33 @@ def _compile(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
     sources = link_sources(kernel)
     with compile_for(arch):
         if not sources:
-            ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel))
-            return CompiledKernel(kernel, sig, arch, ptx, _link([(ptx.encode(), "PTX")], arch, kernel.__name__))
+            ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel, arch))
+            return _without_spills(CompiledKernel(kernel, sig, arch, ptx, b""), [(ptx.encode(), "PTX")])
         # Calls into CUDA C++: both sides as LTO-IR, linked (and inlined) by nvJitLink.
         ltoir, _ = cuda.compile(kernel, sig, device=False, abi="numba", cc=arch, output="ltoir",
-                                launch_bounds=launch_bounds(kernel))
+                                launch_bounds=launch_bounds(kernel, arch))
     inputs = [(bytes(ltoir), "LTOIR")] + [(_nvrtc_ltoir(path, arch), "LTOIR") for path in sources]
-    ptx = _link(inputs, arch, kernel.__name__, ptx=True).decode()
-    return CompiledKernel(kernel, sig, arch, ptx, _link(inputs, arch, kernel.__name__))
+    ptx, _ = _link(inputs, arch, kernel.__name__, ptx=True)
+    return _without_spills(CompiledKernel(kernel, sig, arch, ptx.decode(), b""), inputs)
+
+
+# ptxas's register heuristics differ by architecture: at the same launch bounds a kernel that
+# keeps its values in registers on one spills a few bytes on another (the 128x128 matmuls on
+# sm_80 ... sm_89 at 128 registers). A link whose cubin spills is tried again with these
+# options, in order, and the first cubin that spills nothing is shipped (else the last).
+_REGISTER_RETRIES = ((), ("-Xptxas=--register-usage-level=10",), ("-maxrregcount=255",),
+                     ("-Xptxas=--register-usage-level=10", "-maxrregcount=255"))
+
+
+def _without_spills(kernel: CompiledKernel, inputs: list) -> CompiledKernel:
+    """`kernel` with the cubin of `inputs` linked for its arch, the first of `_REGISTER_RETRIES` that spills nothing."""
+    for extra in _REGISTER_RETRIES:
+        cubin, log = _link(inputs, kernel.arch, kernel.kernel.__name__, extra=extra)
+        linked = replace(kernel, cubin=cubin, link_log=log)
+        used = linked.resources
+        if used["spill_stores"] == 0 and used["spill_loads"] == 0:
+            break
+    return linked
 
 
 def _nvrtc_ltoir(path: str, arch: tuple[int, int]) -> bytes:
@@ -161,11 +278,12 @@ def compile_program(program: Program, arch: tuple[int, int]) -> list[CompiledKer
     return list(compiled.values())
 
 
-def _link(inputs: list, arch: tuple[int, int], name: str, ptx: bool = False) -> bytes:
-    """A cubin (or, with `ptx`, the linked PTX) of `inputs`, (code, "PTX" or "LTOIR") pairs, for `arch`."""
+def _link(inputs: list, arch: tuple[int, int], name: str, ptx: bool = False, extra=()) -> tuple[bytes, str]:
+    """(A cubin, or with `ptx` the linked PTX, and nvJitLink's verbose log) of `inputs`,
+    (code, "PTX" or "LTOIR") pairs, for `arch`; `extra`: more nvJitLink options."""
     from cuda.bindings import nvjitlink
 
-    options = [f"-arch=sm_{arch[0]}{arch[1]}"]
+    options = [f"-arch={arch_name(arch)}", "-verbose", *extra]
     if any(kind == "LTOIR" for _, kind in inputs):
         options.append("-lto")
     if ptx:
@@ -175,14 +293,16 @@ def _link(inputs: list, arch: tuple[int, int], name: str, ptx: bool = False) -> 
         for code, kind in inputs:
             nvjitlink.add_data(handle, getattr(nvjitlink.InputType, kind), code, len(code), name)
         nvjitlink.complete(handle)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
         if ptx:
             out = bytearray(nvjitlink.get_linked_ptx_size(handle))
             nvjitlink.get_linked_ptx(handle, out)
-            return bytes(out).rstrip(b"\0")
-        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
-        nvjitlink.get_linked_cubin(handle, out)
+        else:
+            out = bytearray(nvjitlink.get_linked_cubin_size(handle))
+            nvjitlink.get_linked_cubin(handle, out)
     except nvjitlink.nvJitLinkError as e:
-        raise EngineError(f"kernel {name}: nvJitLink could not make a cubin for sm_{arch[0]}{arch[1]}: {e}") from e
+        raise EngineError(f"kernel {name}: nvJitLink could not make a cubin for {arch_name(arch)}: {e}") from e
     finally:
         nvjitlink.destroy(handle)
-    return bytes(out)
+    return bytes(out).rstrip(b"\0") if ptx else bytes(out), bytes(log).rstrip(b"\0").decode(errors="replace")

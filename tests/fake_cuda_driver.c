@@ -1,11 +1,15 @@
 /* A stand-in for libcuda.so.1 that records kernel launches, for testing native regions on a
  * machine without a GPU ($SIMACCEL_CUDA_DRIVER points the region library at it).
  *
- * It is not a GPU: it runs no kernel. It refuses cubins (so the library falls back to the
- * kernel's PTX, which it reads to learn each entry's parameter count), hands out host memory
- * as "device" memory, copies for real in cuMemcpyDtoDAsync, and keeps every launch (entry,
- * grid, block, shared bytes, stream, parameter words) for the test to read through ctypes.
+ * It is not a GPU: it runs no kernel. Each device says it has compute capability 10.0 unless
+ * a test sets another (fake_set_compute), so a library built for sm_90 alone has no cubin
+ * that fits and loads its kernels' PTX, which the stand-in reads to learn each entry's
+ * parameter count. A cubin it is given is recorded (its architecture, from the ELF header)
+ * and launches from it carry no parameter words. It hands out host memory as "device"
+ * memory, copies for real in cuMemcpyDtoDAsync, and keeps every launch (entry, grid, block,
+ * shared bytes, stream, parameter words) for the test to read through ctypes.
  */
+#define _GNU_SOURCE /* memmem */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,6 +18,7 @@
 #define MAX_LAUNCHES 4096
 #define MAX_WORDS 256
 #define MAX_FUNCTIONS 1024
+#define MAX_DEVICES 8
 
 typedef struct {
   char entry[1024];
@@ -33,6 +38,8 @@ static int num_functions;
 static LaunchRecord launches[MAX_LAUNCHES];
 static int num_launches;
 static int allocations, async_allocations, async_frees, copies, capturing, ptx_loads, reject_ptx, context_pushes;
+static int cubin_loads, cubin_arch;  /* how many cubins were loaded, and the last one's architecture (90: sm_90) */
+static int compute[MAX_DEVICES] = {100, 100, 100, 100, 100, 100, 100, 100};
 static __thread int current_context;  /* 0: none current, else device + 1 */
 static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -46,9 +53,15 @@ int fake_counter(const char* name) {
   if (!strcmp(name, "copies")) return copies;
   if (!strcmp(name, "ptx_loads")) return ptx_loads;
   if (!strcmp(name, "context_pushes")) return context_pushes;
+  if (!strcmp(name, "cubin_loads")) return cubin_loads;
+  if (!strcmp(name, "cubin_arch")) return cubin_arch;
   return -1;
 }
-void fake_reset(void) { num_launches = allocations = async_allocations = async_frees = copies = context_pushes = 0; }
+void fake_reset(void) {
+  num_launches = allocations = async_allocations = async_frees = copies = context_pushes = cubin_loads = cubin_arch = 0;
+  for (int d = 0; d < MAX_DEVICES; ++d) compute[d] = 100;
+}
+void fake_set_compute(int device, int arch) { compute[device] = arch; }
 void fake_set_capturing(int on) { capturing = on; }
 void fake_set_reject_ptx(int on) { reject_ptx = on; }
 
@@ -56,8 +69,8 @@ void fake_set_reject_ptx(int on) { reject_ptx = on; }
 int cuInit(unsigned flags) { (void)flags; return 0; }
 int cuDeviceGet(int* device, int ordinal) { *device = ordinal; return ordinal < 0 || ordinal > 7 ? 101 : 0; }
 int cuDeviceGetAttribute(int* value, int attribute, int device) {
-  (void)device;
-  *value = attribute == 75 ? 9 : 0;
+  int arch = device >= 0 && device < MAX_DEVICES ? compute[device] : 100;
+  *value = attribute == 75 ? arch / 10 : attribute == 76 ? arch % 10 : 0;
   return 0;
 }
 int cuDevicePrimaryCtxRetain(void** context, int device) { *context = (void*)(intptr_t)(device + 1); return 0; }
@@ -65,24 +78,49 @@ int cuCtxGetCurrent(void** context) { *context = (void*)(intptr_t)current_contex
 int cuCtxPushCurrent_v2(void* context) { current_context = (int)(intptr_t)context; ++context_pushes; return 0; }
 int cuCtxPopCurrent_v2(void** context) { *context = (void*)(intptr_t)current_context; current_context = 0; return 0; }
 
+static int is_elf(const void* image) { return !memcmp(image, "\177ELF", 4); }
+
+/* The size of an ELF64 image: its section headers come last. */
+static size_t elf_size(const unsigned char* image) {
+  uint64_t shoff;
+  uint16_t shentsize, shnum;
+  memcpy(&shoff, image + 40, 8);
+  memcpy(&shentsize, image + 58, 2);
+  memcpy(&shnum, image + 60, 2);
+  return shoff + (size_t)shentsize * shnum;
+}
+
 int cuModuleLoadData(void** module, const void* image) {
-  const char* text = (const char*)image;
-  if (!memcmp(text, "\177ELF", 4)) return 209; /* CUDA_ERROR_NO_BINARY_FOR_GPU */
-  if (reject_ptx) return 222;                   /* CUDA_ERROR_UNSUPPORTED_PTX_VERSION */
+  if (is_elf(image)) {
+    uint32_t flags;
+    memcpy(&flags, (const unsigned char*)image + 48, 4);
+    ++cubin_loads;
+    cubin_arch = (flags >> 8) & 0xff; /* EF_CUDA_SM */
+    *module = (void*)image;
+    return 0;
+  }
+  if (reject_ptx) return 222; /* CUDA_ERROR_UNSUPPORTED_PTX_VERSION */
   ++ptx_loads;
-  *module = (void*)text;
+  *module = (void*)image;
   return 0;
 }
 
 int cuModuleGetFunction(void** function, void* module, const char* name) {
-  const char* ptx = (const char*)module;
-  const char* at = strstr(ptx, name);
-  if (at == NULL || num_functions == MAX_FUNCTIONS) return 500; /* CUDA_ERROR_NOT_FOUND */
+  if (num_functions == MAX_FUNCTIONS) return 500; /* CUDA_ERROR_NOT_FOUND */
+  const char* at;
+  if (is_elf(module)) {
+    at = memmem(module, elf_size(module), name, strlen(name) + 1);
+  } else {
+    at = strstr((const char*)module, name);
+  }
+  if (at == NULL) return 500;
   Function* f = &functions[num_functions++];
   strncpy(f->entry, name, sizeof(f->entry) - 1);
   f->num_words = 0;
-  const char* end = strchr(at, ')');
-  for (const char* p = strstr(at, ".param"); p != NULL && p < end; p = strstr(p + 1, ".param")) ++f->num_words;
+  if (!is_elf(module)) {
+    const char* end = strchr(at, ')');
+    for (const char* p = strstr(at, ".param"); p != NULL && p < end; p = strstr(p + 1, ".param")) ++f->num_words;
+  }
   *function = f;
   return 0;
 }

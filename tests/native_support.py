@@ -60,6 +60,10 @@ class FakeDriver:
     def reject_ptx(self, on: bool) -> None:
         self.lib.fake_set_reject_ptx(int(on))
 
+    def set_compute(self, device: int, arch: tuple[int, int]) -> None:
+        """Device `device` says it has compute capability `arch` (default (10, 0))."""
+        self.lib.fake_set_compute(device, arch[0] * 10 + arch[1])
+
 
 # -- CUDA-looking tensors through DLPack ------------------------------------------------------
 # DLPack's structs are declared here, not taken from simaccel.tensors: this module is also
@@ -128,7 +132,7 @@ def cuda_tensor(array: np.ndarray, device_id: int = 0, strides=None, byte_offset
 
 
 # -- region libraries ---------------------------------------------------------------------------
-def region_library(regions, directory: pathlib.Path, arch=(9, 0)):
+def region_library(regions, directory: pathlib.Path, archs=((9, 0),)):
     """(TVM-FFI module, path) of a shared library holding `regions` (simaccel.native.source.NativeRegion)."""
     import tvm_ffi
 
@@ -136,7 +140,7 @@ def region_library(regions, directory: pathlib.Path, arch=(9, 0)):
     from simaccel.native.source import library_source
 
     obj = directory / "regions.o"
-    obj.write_bytes(compile_object(library_source(list(regions), arch)))
+    obj.write_bytes(compile_object(library_source(list(regions), archs)))
     so = directory / "regions.so"
     subprocess.run(["g++", "-shared", "-o", str(so), str(obj)], check=True)
     return tvm_ffi.load_module(str(so)), so

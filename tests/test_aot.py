@@ -39,24 +39,11 @@ def test_every_op_compiles_for_sm90_without_a_gpu(name, shapes, attrs, dtype):
         assert kernel.entry in kernel.ptx
 
 
-def sm90_resources(ptx: str) -> dict:
-    """Registers, stack and local memory of the PTX's kernel on sm_90, as nvJitLink reports them."""
-    import re
-
-    from cuda.bindings import nvjitlink
-
-    handle = nvjitlink.create(2, ["-arch=sm_90", "-verbose"])
-    try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel")
-        nvjitlink.complete(handle)
-        log = bytearray(nvjitlink.get_info_log_size(handle))
-        nvjitlink.get_info_log(handle, log)
-    finally:
-        nvjitlink.destroy(handle)
-    found = re.search(r"used (\d+) registers.*?(\d+) stack.*?(\d+) bytes lmem", log.decode())
-    assert found, log.decode()
-    return dict(zip(("registers", "stack", "local"), map(int, found.groups())))
+def no_spills(kernel) -> dict:
+    """The shipped cubin's resources (from its own link's log), asserting it spills nothing."""
+    used = kernel.resources
+    assert used["spill_stores"] == 0 and used["spill_loads"] == 0, (kernel.kernel.__name__, kernel.arch, used)
+    return used
 
 
 @pytest.mark.parametrize("dtype", ["float32"])
@@ -73,8 +60,8 @@ def test_matmul_kernels_keep_their_accumulators_in_registers(name, data, weight,
     program = one_op_program(name, [data, weight] + [(n,)] * ("_bias" in name), dtype)
     [kernel] = compile_program(program, SM90)
     assert kernel.kernel.__name__.endswith("128x128" if data[-2] == 4096 else "64x64")
-    used = sm90_resources(kernel.ptx)
-    assert used["stack"] == 0 and used["local"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
+    used = no_spills(kernel)
+    assert used["stack"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
 
 
 TENSOR_CORE_CASES = [("simaccel.matmul_bias_gelu", (4096, 64), (64, 4096)), ("simaccel.dense_bias_gelu", (4096, 64), (4096, 64))]
@@ -94,8 +81,8 @@ def test_float16_matmul_kernels_use_tensor_cores(name, data, weight):
                         "cp.async.cg.shared.global"):
         assert instruction in kernel.ptx, instruction
     assert "simaccel_mma_tile" not in kernel.ptx  # inlined
-    used = sm90_resources(kernel.ptx)
-    assert used["local"] == 0 and used["stack"] <= 256 and used["registers"] <= 128, used
+    used = no_spills(kernel)
+    assert used["stack"] <= 256 and used["registers"] <= 128, used
 
 
 def test_float16_matmul_kernels_compile_for_gpus_without_tensor_cores():
@@ -116,8 +103,8 @@ def test_conv2d_gemm_kernels_keep_their_accumulators_in_registers(channels, dtyp
                              dtype, CONV)
     [kernel] = compile_program(program, SM90)
     assert kernel.kernel.__name__ == "_conv2d_gemm_kernel_64x64" + ("_channels_inner" if channels == 256 else "")
-    used = sm90_resources(kernel.ptx)
-    assert used["stack"] == 0 and used["local"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
+    used = no_spills(kernel)
+    assert used["stack"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -135,8 +122,8 @@ def test_bandwidth_kernels_keep_their_loads_in_registers(name, shapes, attrs, dt
     kernels' 32 values per lane within 168 registers (3 blocks of 128 threads per SM) and
     their reductions in shuffles."""
     [kernel] = compile_program(one_op_program(name, shapes, dtype, attrs), SM90)
-    used = sm90_resources(kernel.ptx)
-    assert used["stack"] == 0 and used["local"] == 0, (kernel.kernel.__name__, used)
+    used = no_spills(kernel)
+    assert used["stack"] == 0, (kernel.kernel.__name__, used)
     warp_per_row = kernel.kernel.__name__.endswith("_rows_kernel")
     assert warp_per_row == (shapes[0][0] >= 1024)
     if warp_per_row:
@@ -210,3 +197,68 @@ def test_a_missing_toolchain_is_a_clear_error(monkeypatch):
     program = one_op_program("simaccel.relu", [(4,)], "float32")
     with pytest.raises(EngineError, match="toolchain is not installed .*libnvvm.so"):
         compile_kernel(_unary_kernel, signature(plan_launches(program)[0], program), SM90)
+
+
+# -- Any NVIDIA GPU: every op family for every architecture CUDA 13 compiles for ---------------
+CONV3 = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
+POOL = {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}
+# One program per op family with kernels, at shapes that pick each kernel variant: the
+# matmul tilings and the tensor-core loop, conv's direct kernel and both implicit GEMMs, the
+# row kernels' block and warp-per-row forms, the bandwidth kernels' ILP form.
+FAMILY_CASES = [
+    ("simaccel.conv2d_bias_relu", [(1, 3, 8, 8), (4, 3, 3, 3), (1, 4, 1, 1)], CONV3),
+    ("simaccel.conv2d", [(2, 16, 14, 14), (32, 16, 3, 3)], CONV3),
+    ("simaccel.conv2d", [(2, 3, 14, 14), (32, 3, 3, 3)], CONV3),
+    ("simaccel.add", [(4, 1, 8), (3, 1)], {}), ("simaccel.subtract", [(5,), (5,)], {}),
+    ("simaccel.multiply", [(1 << 20,), (1 << 20,)], {}), ("simaccel.divide", [(2, 5), (5,)], {}),
+    ("simaccel.power", [(3, 4), (3, 4)], {}), ("simaccel.clip", [(7, 3)], {"min": 0.0, "max": 6.0}),
+    ("simaccel.broadcast_to", [(1, 6)], {"shape": [4, 6]}),
+    *[(f"simaccel.{name}", [(9, 4)], {}) for name in ("relu", "gelu", "sigmoid", "tanh", "silu", "exp", "sqrt", "rsqrt")],
+    ("simaccel.gelu", [(1 << 21,)], {}),
+    ("simaccel.permute_dims", [(4, 5, 6, 7)], {"axes": [0, 2, 1, 3]}),
+    ("simaccel.strided_slice", [(6, 9)], {"begin": [1, 0], "end": [6, 9], "strides": [2, 3]}),
+    ("simaccel.concat", [(2, 3), (2, 4)], {"axis": 1}),
+    ("simaccel.matmul_bias_gelu", [(64, 32), (32, 48), (48,)], {}), ("simaccel.matmul_relu", [(4096, 64), (64, 4096)], {}),
+    ("simaccel.dense", [(64, 32), (48, 32)], {}), ("simaccel.dense_gelu", [(4096, 64), (4096, 64)], {}),
+    ("simaccel.softmax", [(3, 33)], {}), ("simaccel.softmax", [(4096, 1024)], {}),
+    ("simaccel.layer_norm", [(2, 9), (9,), (9,)], {"epsilon": 1e-5}),
+    ("simaccel.layer_norm", [(4096, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
+    ("simaccel.max_pool2d", [(1, 2, 9, 9)], POOL), ("simaccel.avg_pool2d", [(1, 2, 9, 9)], {**POOL, "count_include_pad": True}),
+    ("simaccel.sum", [(4, 5, 6)], {"axes": [1], "keepdims": False}),
+    ("simaccel.mean", [(2, 3, 64, 64)], {"axes": [2, 3], "keepdims": True}),
+    ("simaccel.max", [(4, 5, 6)], {"axes": [2], "keepdims": False}),
+]
+
+
+def test_the_family_cases_cover_every_op_family_with_kernels():
+    """Views (reshape, squeeze, ...) launch nothing; every other built-in family is in FAMILY_CASES."""
+    from simaccel.ops import families, get_op
+
+    named = {get_op(name).family.name for name, _, _ in FAMILY_CASES}
+    assert named == {f.name for f in families() if f.namespace == "simaccel" and not f.view}
+
+
+def supported_archs():
+    from simaccel.aot import supported_archs
+
+    return supported_archs() if toolchain_missing() is None else [SM90]
+
+
+@pytest.mark.parametrize("arch", supported_archs(), ids=lambda a: f"sm_{a[0]}{a[1]}")
+def test_every_op_family_compiles_for_every_architecture(arch):
+    """CUDA 13 compiles for sm_75 ... sm_121: every family's kernels, in both dtypes, compile for
+    each, spill nothing, and carry PTX a driver of MIN_DRIVER can JIT; below sm_80 the float16
+    matmul takes its float32-FMA path (no mma, no cp.async)."""
+    from simaccel.aot import MAX_PTX_VERSION
+
+    for name, shapes, attrs in FAMILY_CASES:
+        for dtype in ("float32", "float16"):
+            for kernel in compile_program(one_op_program(name, shapes, dtype, attrs), arch):
+                assert f".target sm_{arch[0]}{arch[1]}" in kernel.ptx and kernel.cubin[:4] == b"\x7fELF"
+                assert kernel.ptx_version <= MAX_PTX_VERSION, (name, dtype, kernel.ptx_version)
+                used = no_spills(kernel)
+                assert used["registers"] <= 255
+                tensor_core = "mma.sync" in kernel.ptx or "cp.async" in kernel.ptx
+                assert not tensor_core or arch >= (8, 0), (name, dtype, arch)
+                if kernel.kernel.__name__.endswith("_tensor_core_kernel"):
+                    assert tensor_core == (arch >= (8, 0)), (name, dtype, arch)

@@ -332,13 +332,78 @@ def test_threads_on_one_stream_do_not_interleave_their_launches(fake):
     assert len(entries) == 6 * 40 * 3 and entries == entries[:3] * (6 * 40)
 
 
-def test_kernels_that_load_on_no_gpu_are_an_error_naming_both_forms(fake):
+def test_a_ptx_the_driver_cannot_jit_is_an_error_naming_the_minimum_driver(fake):
+    """The stand-in GPU is sm_100: no cubin of this sm_90 library fits, and its PTX is refused."""
     library, driver = fake
     driver.reject_ptx(True)
     tensors = [cuda_tensor(a, device_id=3) for a in arrays_for(PROGRAMS["r_chain"])]
-    with pytest.raises(EngineError, match="region r_chain on cuda:3: kernel .* does not load on this sm_90 GPU: its cubin: "
-                                          "CUDA_ERROR_NO_BINARY_FOR_GPU .* its PTX: CUDA_ERROR_UNSUPPORTED_PTX_VERSION"):
+    with pytest.raises(EngineError, match=r"region r_chain on cuda:3: kernel .* cannot run on this sm_100 GPU: its PTX for "
+                                          r"sm_90: CUDA_ERROR_UNSUPPORTED_PTX_VERSION .* \(the driver must be 580 \(CUDA 13.0\) "
+                                          r"or newer\); the library holds cubins for sm_90 and PTX for sm_90"):
         library["r_chain"](*tensors)
+
+
+# -- Any NVIDIA GPU: a fat library picks, per GPU, the cubin it runs, else JITs the PTX -----------
+FAT = ((7, 5), (8, 0), (9, 0))
+
+
+@pytest.fixture(scope="module")
+def fat(native, tmp_path_factory):
+    """A library of the 3-op chain with cubins for sm_75, sm_80 and sm_90 and PTX for sm_75."""
+    library, _ = region_library([NativeRegion("fat_chain", PROGRAMS["r_chain"])], tmp_path_factory.mktemp("fat"), FAT)
+    return library, native[1]
+
+
+# (device's compute capability, the cubin it takes or None for the PTX): the same major and
+# the highest minor not above the device's; none of another major (sm_100, sm_120).
+PICKS = [((7, 5), 75), ((8, 0), 80), ((8, 6), 80), ((8, 9), 80), ((9, 0), 90), ((10, 0), None), ((12, 0), None)]
+
+
+@pytest.mark.parametrize("device, arch, cubin", [(d, a, c) for d, (a, c) in enumerate(PICKS)],
+                         ids=[f"sm_{a[0]}{a[1]}" for a, _ in PICKS])
+def test_a_fat_library_loads_the_cubin_each_gpu_runs_else_its_ptx(fat, device, arch, cubin, capfd, monkeypatch):
+    library, driver = fat
+    driver.reset()
+    driver.set_compute(device, arch)
+    monkeypatch.setenv("SIMACCEL_NATIVE_LOG", "1")
+    ptx_before = driver.counter("ptx_loads")
+    program = PROGRAMS["r_chain"]
+    library["fat_chain"](*[cuda_tensor(a, device_id=device) for a in arrays_for(program)])
+    kernels = len({(launch.kernel, signature(launch, program)) for launch in plan_launches(program)})
+    if cubin is None:
+        assert driver.counter("cubin_loads") == 0 and driver.counter("ptx_loads") - ptx_before == kernels
+    else:
+        assert driver.counter("cubin_loads") == kernels and driver.counter("cubin_arch") == cubin
+        assert driver.counter("ptx_loads") == ptx_before
+    assert len(driver.launches()) == len(plan_launches(program))
+    line = f"cuda:{device} GPU (sm_{arch[0]}{arch[1]}): {kernels if cubin else 0} of {kernels} kernels from cubins"
+    assert line in capfd.readouterr().err
+
+
+def test_a_gpu_no_cubin_or_ptx_fits_is_an_error_naming_what_the_library_holds(native, tmp_path):
+    library, _ = region_library([NativeRegion("fat_high", PROGRAMS["r_chain"])], tmp_path, ((8, 0), (9, 0)))
+    driver = native[1]
+    driver.reset()
+    driver.set_compute(5, (7, 5))
+    ptx_before = driver.counter("ptx_loads")
+    try:
+        with pytest.raises(EngineError, match=r"region fat_high on cuda:5: kernel \S+ cannot run on this sm_75 GPU: the "
+                                              r"library holds cubins for sm_80, sm_90 and PTX for sm_80 \(build with "
+                                              r"cuda_archs including sm_75\)"):
+            library["fat_high"](*[cuda_tensor(a, device_id=5) for a in arrays_for(PROGRAMS["r_chain"])])
+        assert driver.counter("cubin_loads") == 0 and driver.counter("ptx_loads") == ptx_before
+    finally:
+        driver.reset()
+
+
+def test_a_fat_library_carries_one_cubin_per_architecture_and_the_lowest_ptx(tmp_path):
+    from simaccel.native.source import library_source
+
+    source = library_source([NativeRegion("fat_src", PROGRAMS["r_chain"])], ((9, 0), (8, 0), (9, 0)))
+    kernels = len({(launch.kernel, signature(launch, PROGRAMS["r_chain"])) for launch in plan_launches(PROGRAMS["r_chain"])})
+    assert source.count("const unsigned char kCubin") == 2 * kernels  # sm_80 and sm_90, the duplicate dropped
+    assert source.count("const char kPtx") == kernels
+    assert '"cubins for sm_80, sm_90 and PTX for sm_80"' in source
 
 
 def test_the_library_links_no_cuda_library(native, tmp_path):

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -41,10 +42,19 @@ struct TensorSpec {
   int64_t alignment;  // bytes its data pointer must be aligned to: element size or the profile's
 };
 
+// A compute capability as the tables hold it: major * 10 + minor (sm_90 -> 90, sm_120 -> 120).
+struct Cubin {
+  int32_t arch;
+  const unsigned char* image;  // an ELF image: it knows its size
+  const char* entry;           // the kernel's mangled name in this image
+};
+
 struct Kernel {
-  const unsigned char* cubin;  // for the build's architecture (an ELF image: it knows its size)
-  const char* ptx;  // the same kernel as PTX, tried where the cubin does not load
-  const char* entry;
+  const Cubin* cubins;  // one per architecture the library was built for, lowest first
+  int32_t num_cubins;
+  const char* ptx;      // the kernel as PTX for `ptx_arch` (the lowest built), JIT-compiled
+  int32_t ptx_arch;     // where no cubin fits the GPU
+  const char* ptx_entry;
   const char* name;  // the Numba kernel's name, for messages
 };
 
@@ -293,6 +303,7 @@ struct RegionState {
 struct Library {  // what one generated library holds besides its regions
   const Kernel* kernels;
   int32_t num_kernels;
+  const char* held;  // "cubins for sm_80, sm_90 and PTX for sm_80", for messages
   std::mutex lock;
   std::atomic<DeviceState*> devices[kMaxDevices];
 };
@@ -315,6 +326,25 @@ bool compact(const DLTensor* t) {
   return true;
 }
 
+std::string arch_text(int32_t arch) { return "sm_" + std::to_string(arch / 10) + std::to_string(arch % 10); }
+
+// The cubin of `kernel` a GPU of compute capability `arch` runs: the same major version and the
+// highest minor not above the GPU's (a cubin runs on no other major); nullptr where none fits.
+const Cubin* fitting_cubin(const Kernel& kernel, int32_t arch) {
+  const Cubin* best = nullptr;
+  for (int32_t c = 0; c < kernel.num_cubins; ++c) {
+    const Cubin& cubin = kernel.cubins[c];
+    if (cubin.arch / 10 == arch / 10 && cubin.arch <= arch && (best == nullptr || cubin.arch > best->arch)) best = &cubin;
+  }
+  return best;
+}
+
+// $SIMACCEL_NATIVE_LOG=1: say on stderr, once per library and device, which images were loaded.
+bool log_loads() {
+  const char* value = std::getenv("SIMACCEL_NATIVE_LOG");
+  return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+}
+
 // The library's kernels loaded on `device` (once per device and library), or an error.
 int load_kernels(const Region& r, Library& lib, int32_t device, DeviceState** out) {
   DeviceState* state = lib.devices[device].load(std::memory_order_acquire);
@@ -335,27 +365,43 @@ int load_kernels(const Region& r, Library& lib, int32_t device, DeviceState** ou
     if ((rc = d.CtxPushCurrent(context)) != 0) return fail("DeviceError", where + ": " + cuda_error(rc));
     auto* fresh = new DeviceState();
     fresh->context = context;
+    int major = 0, minor = 0;
+    d.DeviceGetAttribute(&major, kComputeMajor, dev);
+    d.DeviceGetAttribute(&minor, kComputeMinor, dev);
+    const int32_t arch = major * 10 + minor;
+    int32_t from_cubins = 0;
     std::string problem;
     for (int32_t k = 0; k < lib.num_kernels && problem.empty(); ++k) {
       const Kernel& kernel = lib.kernels[k];
       CUmodule module = nullptr;
-      CUresult from_cubin = d.ModuleLoadData(&module, kernel.cubin);
-      CUresult from_ptx = from_cubin == 0 ? 0 : d.ModuleLoadData(&module, kernel.ptx);
-      if (from_ptx != 0) {
-        int major = 0, minor = 0;
-        d.DeviceGetAttribute(&major, kComputeMajor, dev);
-        d.DeviceGetAttribute(&minor, kComputeMinor, dev);
-        problem = std::string("kernel ") + kernel.name + " does not load on this sm_" + std::to_string(major) +
-                  std::to_string(minor) + " GPU: its cubin: " + cuda_error(from_cubin) + "; its PTX: " +
-                  cuda_error(from_ptx) + " (rebuild the model for this GPU's architecture)";
+      const char* entry = nullptr;
+      std::string tried;
+      if (const Cubin* cubin = fitting_cubin(kernel, arch)) {
+        CUresult loaded = d.ModuleLoadData(&module, cubin->image);
+        if (loaded == 0) entry = cubin->entry, ++from_cubins;
+        else tried = "its cubin for " + arch_text(cubin->arch) + ": " + cuda_error(loaded) + "; ";
+      }
+      if (entry == nullptr && kernel.ptx_arch <= arch) {
+        CUresult loaded = d.ModuleLoadData(&module, kernel.ptx);
+        if (loaded == 0) entry = kernel.ptx_entry;
+        else tried += "its PTX for " + arch_text(kernel.ptx_arch) + ": " + cuda_error(loaded) +
+                      " (the driver must be " + kMinDriver + " or newer); ";
+      }
+      if (entry == nullptr) {
+        problem = std::string("kernel ") + kernel.name + " cannot run on this " + arch_text(arch) + " GPU: " + tried +
+                  "the library holds " + lib.held + " (build with cuda_archs including " + arch_text(arch) + ")";
         break;
       }
       CUfunction function = nullptr;
-      if ((rc = d.ModuleGetFunction(&function, module, kernel.entry)) != 0) {
-        problem = std::string("kernel ") + kernel.name + ": no entry " + kernel.entry + ": " + cuda_error(rc);
+      if ((rc = d.ModuleGetFunction(&function, module, entry)) != 0) {
+        problem = std::string("kernel ") + kernel.name + ": no entry " + entry + ": " + cuda_error(rc);
         break;
       }
       fresh->functions.push_back(function);
+    }
+    if (problem.empty() && log_loads()) {
+      std::fprintf(stderr, "simaccel: %s GPU (%s): %d of %d kernels from cubins, %d JIT-compiled from PTX; the library holds %s\n",
+                   where.c_str(), arch_text(arch).c_str(), from_cubins, lib.num_kernels, lib.num_kernels - from_cubins, lib.held);
     }
     CUcontext ignored;
     d.CtxPopCurrent(&ignored);

@@ -1,9 +1,10 @@
 """Native region source: a library's regions written as one C++ file over `region.h`.
 
 Where it sits: the codegen (simaccel.tvm_integration.backend.codegen) hands this module the
-Programs of a library's regions and the target GPU architecture. For each region it takes
-the launch plan (simaccel.launch_plan: kernels, grids, blocks, shared memory, arguments),
-compiles every distinct kernel and signature to a cubin (simaccel.aot), and writes tables:
+Programs of a library's regions and the GPU architectures to build for. For each region it
+takes the launch plan (simaccel.launch_plan: kernels, grids, blocks, shared memory,
+arguments), compiles every distinct kernel and signature to a cubin per architecture and to
+the PTX of the lowest one (simaccel.aot), and writes tables:
 tensors, launches with their 8-byte kernel parameters (the data pointers patched in per
 call), and one exported TVM-FFI function per region that calls `run_region` of region.h.
 Nothing here is written per op, so every op, a user's too, gets native regions.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..aot import CompiledKernel, abi_params, compile_kernel, signature
+from ..aot import MIN_DRIVER, CompiledKernel, abi_params, arch_name, compile_kernel, signature
 from ..errors import EngineError
 from ..launch_plan import Launch, View, plan_launches
 from ..program import Program
@@ -39,9 +40,13 @@ class NativeRegion:
         return f"{self.symbol}:{self.program.fingerprint()}"
 
 
-def library_source(regions: list[NativeRegion], arch: tuple[int, int]) -> str:
-    """The C++ source of a library holding `regions`, its kernels compiled for `arch`."""
-    kernels: dict[tuple, tuple[int, CompiledKernel]] = {}
+def library_source(regions: list[NativeRegion], archs: tuple[tuple[int, int], ...]) -> str:
+    """The C++ source of a library holding `regions`: each kernel as a cubin for every one of
+    `archs` and as PTX for the lowest (which a GPU of no listed architecture JITs)."""
+    archs = tuple(sorted(set(archs)))
+    if not archs:
+        raise EngineError("a native library needs at least one CUDA architecture")
+    kernels: dict[tuple, tuple[int, tuple[CompiledKernel, ...]]] = {}
     plans = []
     for region in regions:
         if not _SYMBOL.match(region.symbol):
@@ -52,9 +57,10 @@ def library_source(regions: list[NativeRegion], arch: tuple[int, int]) -> str:
             sig = signature(launch, region.program)
             key = (launch.kernel, sig)
             if key not in kernels:
-                compiled = compile_kernel(launch.kernel, sig, arch)
-                _check_abi(compiled, launch)
-                kernels[key] = (len(kernels), compiled)
+                images = tuple(compile_kernel(launch.kernel, sig, arch) for arch in archs)
+                for image in images:
+                    _check_abi(image, launch)
+                kernels[key] = (len(kernels), images)
             indices.append(kernels[key][0])
         plans.append((region, launches, indices))
     compiled = [c for _, c in sorted(kernels.values(), key=lambda item: item[0])]
@@ -68,18 +74,24 @@ def library_source(regions: list[NativeRegion], arch: tuple[int, int]) -> str:
         f"constexpr int kMaxWords = {max(words, 1)};",
         f"constexpr int kMaxBoundary = {boundary};",
         f"constexpr int kMaxTensors = {tensors};",
+        f"constexpr const char* kMinDriver = {_c_string(MIN_DRIVER)};",
         "} }",
         '#include "region.h"',
         "namespace { namespace simaccel_native {",
     ]
-    for k, kernel in enumerate(compiled):
-        parts.append(f"const unsigned char kCubin{k}[] = {_c_bytes(kernel.cubin)};")
-        parts.append(f"const char kPtx{k}[] = {_c_bytes(kernel.ptx.encode())};")
+    for k, images in enumerate(compiled):
+        for a, image in enumerate(images):
+            parts.append(f"const unsigned char kCubin{k}_{a}[] = {_c_bytes(image.cubin)};")
+        parts.append(f"const Cubin kCubins{k}[] = {{")
+        parts += [f"  {{{_arch_code(image.arch)}, kCubin{k}_{a}, {_c_string(image.entry)}}}," for a, image in enumerate(images)]
+        parts.append("};")
+        parts.append(f"const char kPtx{k}[] = {_c_bytes(images[0].ptx.encode())};")
     parts.append("const Kernel kKernels[] = {")
-    parts += [f"  {{kCubin{k}, kPtx{k}, {_c_string(c.entry)}, {_c_string(c.kernel.__name__)}}},"
-              for k, c in enumerate(compiled)]
+    parts += [f"  {{kCubins{k}, {len(images)}, kPtx{k}, {_arch_code(images[0].arch)}, {_c_string(images[0].entry)}, "
+              f"{_c_string(images[0].kernel.__name__)}}}," for k, images in enumerate(compiled)]
     parts.append("};")
-    parts.append(f"Library kLibrary{{kKernels, {len(compiled)}, {{}}, {{}}}};")
+    held = f"cubins for {', '.join(map(arch_name, archs))} and PTX for {arch_name(archs[0])}"
+    parts.append(f"Library kLibrary{{kKernels, {len(compiled)}, {_c_string(held)}, {{}}, {{}}}};")
     for r, (region, launches, indices) in enumerate(plans):
         parts += _region_tables(r, region, launches, indices)
     parts.append("} }  // namespace simaccel_native")
@@ -179,6 +191,11 @@ def _check_abi(kernel: CompiledKernel, launch: Launch) -> None:
     if declared != abi_params(launch):
         raise EngineError(f"kernel {kernel.kernel.__name__}: its PTX entry takes {declared} parameters, simaccel packs "
                           f"{abi_params(launch)}; numba-cuda's kernel ABI changed (simaccel supports 0.30)")
+
+
+def _arch_code(arch: tuple[int, int]) -> int:
+    """A compute capability as region.h's tables hold it: major * 10 + minor (sm_90 -> 90)."""
+    return arch[0] * 10 + arch[1]
 
 
 def _c_string(text: str) -> str:

@@ -34,19 +34,21 @@ def codegen(functions, options=None, constant_names=None) -> list:
     """Entry point registered as ``relax.ext.simaccel``: returns one runtime module.
 
     `options` (`RunCodegen({"simaccel": {...}})`): `target` (the build's target), `native`
-    (True / False / "auto", default $SIMACCEL_NATIVE or "auto") and `profile` (a device
-    profile as JSON text; default the active profile).
+    (True / False / "auto", default $SIMACCEL_NATIVE or "auto"), `cuda_archs` (the
+    architectures native regions carry cubins for, e.g. ``["sm_80", "sm_90"]``; default
+    $SIMACCEL_CUDA_ARCHS, else the target's) and `profile` (a device profile as JSON text;
+    default the active profile).
     """
     specs = sync_patterns()  # once per call: every region's composites match against them
     programs = [(str(f.attrs["global_symbol"]), f) for f in functions]
     programs = [(symbol, region_program(symbol, f, specs)) for symbol, f in programs]
     if not programs:
         return []
-    arch = native_choice(options)
-    if arch is not None:
+    archs = native_choice(options)
+    if archs is not None:
         text = dict(options or {}).get("profile")
         profile = DeviceProfile.from_dict(json.loads(str(text))) if text else active_profile()
-        return [native_module([NativeRegion(s, p, profile.alignment) for s, p in programs], arch)]
+        return [native_module([NativeRegion(s, p, profile.alignment) for s, p in programs], archs)]
     regions = []
     for symbol, program in programs:
         arity = len(program.inputs) + len(program.outputs)

@@ -2,14 +2,15 @@
 
 Where it sits: the codegen (simaccel.tvm_integration.backend.codegen) calls `native_module`
 for a CUDA target. Each region's kernels are compiled ahead of time from the same Numba
-kernel functions (simaccel.aot) for the target's architecture, its launch plan becomes
+kernel functions (simaccel.aot) for the build's architectures, its launch plan becomes
 tables in one generated C++ file (simaccel.native.source), and the object compiled from it
 is a TVM `static_library` module: `export_library` links it into the model's library, and
 `Executable.jit()` into a shared library for use in the same process.
 
 `native_choice` reads the switch: the codegen options (`native`: True / False / "auto"),
 else $SIMACCEL_NATIVE, else "auto" = native for a CUDA target when the CUDA compiler
-toolchain and a C++ compiler are present.
+toolchain and a C++ compiler are present. The architectures: the codegen option
+`cuda_archs`, else $SIMACCEL_CUDA_ARCHS, else the target's (simaccel.aot.parse_archs).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import os
 import tempfile
 import warnings
 
-from ...aot import toolchain_missing
-from ...errors import CodegenError
+from ...aot import parse_archs, toolchain_missing
+from ...errors import CodegenError, SimAccelError
 from ...native.build import compile_object, compiler_missing
 from ...native.source import NativeRegion, library_source
 
@@ -39,8 +40,8 @@ def target_arch(target) -> tuple[int, int] | None:
     return int(digits[:-1]), int(digits[-1])
 
 
-def native_choice(options) -> tuple[int, int] | None:
-    """The architecture to compile native regions for, or None for Python region functions."""
+def native_choice(options) -> tuple[tuple[int, int], ...] | None:
+    """The architectures to compile native regions for, or None for Python region functions."""
     import tvm
 
     options = dict(options or {})
@@ -67,14 +68,20 @@ def native_choice(options) -> tuple[int, int] | None:
             raise CodegenError(f"native regions cannot be built here: {missing}")
         warnings.warn(f"simaccel: regions of this CUDA build run through Python: {missing}", stacklevel=2)
         return None
-    return arch
+    archs = options.get("cuda_archs")
+    if archs is not None:  # through RunCodegen's options a list arrives as a TVM array of strings
+        archs = str(archs) if isinstance(archs, str) else [str(a) for a in archs]
+    try:
+        return parse_archs(archs, default=arch)
+    except SimAccelError as e:
+        raise CodegenError(str(e)) from e
 
 
-def native_module(regions: list[NativeRegion], arch: tuple[int, int]):
+def native_module(regions: list[NativeRegion], archs: tuple[tuple[int, int], ...]):
     """One TVM static_library module exporting a native function per region."""
     import tvm
 
-    obj = compile_object(library_source(regions, arch))
+    obj = compile_object(library_source(regions, archs))
     with tempfile.TemporaryDirectory(prefix="simaccel-native-") as tmp:
         path = os.path.join(tmp, "simaccel_regions.o")
         with open(path, "wb") as f:

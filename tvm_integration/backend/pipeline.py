@@ -30,18 +30,25 @@ def default_target(device: str = "cpu") -> tvm.target.Target:
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda'")
 
 
-def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None, native=None):
+def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None, native=None, cuda_archs=None):
     """Partition `mod` for simaccel, run the codegen and compile the rest with TVM.
 
     native: for a CUDA target, compile the regions to native code (True), keep them on the
     Python runtime (False), or None: $SIMACCEL_NATIVE, else native where the toolchain is
     installed (simaccel.tvm_integration.backend.native).
+    cuda_archs: the GPU architectures native regions carry cubins for (e.g. ``["sm_75",
+    "sm_80", "sm_90"]``), plus the PTX of the lowest; None: $SIMACCEL_CUDA_ARCHS, else the
+    target's architecture.
     """
     target = tvm.target.Target(target) if isinstance(target, str) else (target or default_target())
     mod = partition_for_simaccel(mod, profile)
     options = {"target": target}
     if native is not None:
         options["native"] = native
+    if cuda_archs is not None:
+        # As strings ("sm_80", "8.0", (8, 0) -> "8.0"): RunCodegen's options are TVM objects.
+        options["cuda_archs"] = cuda_archs if isinstance(cuda_archs, str) else [
+            ".".join(map(str, a)) if isinstance(a, tuple) else str(a) for a in cuda_archs]
     if profile is not None:
         options["profile"] = json.dumps(profile.to_dict())
     mod = relax.transform.RunCodegen({"simaccel": options})(mod)
