@@ -7,10 +7,11 @@ PyPI project of that name.
 
 from setuptools import setup
 
-# NVVM and NVRTC 13.0, the versions torch 2.14 pins (so `.[test,torch]` resolves), and
-# nvJitLink 13.x for sm_90 cubins. NVVM 13.0's PTX (version 9.0) also JITs on a CUDA 13.0
-# driver, where NVVM 13.5's did not.
-AOT = ["numba-cuda[cu13]==0.30.*", "cuda-toolkit==13.0.*"]
+# The whole toolchain that writes embedded GPU code from one CUDA line, 13.0: NVVM and NVRTC
+# (the versions torch 2.14 pins, so `.[test,torch]` resolves) and nvJitLink, which
+# cuda-toolkit 13.0 leaves at ">=13.0.88" (pip picked 13.5, whose LTO output is PTX 9.5). PTX
+# 9.0 JITs on every driver from 580 (CUDA 13.0) on: the minimum the README states.
+AOT = ["numba-cuda[cu13]==0.30.*", "cuda-toolkit==13.0.*", "nvidia-nvjitlink==13.0.*"]
 
 setup(
     name="simaccel",

@@ -128,7 +128,7 @@ def parse_archs(value, default: tuple[int, int] | None = None) -> tuple[tuple[in
         if default is None:
             raise EngineError("no CUDA architecture given: pass cuda_archs or a CUDA target")
         value = [default]
-    entries = re.split(r"[,;\s]+", value.strip()) if isinstance(value, str) else list(value)
+    entries = [e for e in re.split(r"[,;\s]+", value) if e] if isinstance(value, str) else list(value)
     supported = supported_archs()
     archs = set()
     for entry in entries:

@@ -262,3 +262,39 @@ def test_every_op_family_compiles_for_every_architecture(arch):
                 assert not tensor_core or arch >= (8, 0), (name, dtype, arch)
                 if kernel.kernel.__name__.endswith("_tensor_core_kernel"):
                     assert tensor_core == (arch >= (8, 0)), (name, dtype, arch)
+
+
+def test_ptx_newer_than_the_minimum_driver_jits_is_refused_at_build(monkeypatch):
+    """A toolchain of a later CUDA line (nvJitLink 13.5 wrote PTX 9.5, which driver 580 cannot
+    JIT) is caught when the library is built, not when it first runs on a GPU."""
+    import simaccel.aot as aot
+    from simaccel import EngineError
+
+    program = one_op_program("simaccel.relu", [(4,)], "float32")
+    launch = plan_launches(program)[0]
+    monkeypatch.setattr(aot, "MAX_PTX_VERSION", (8, 8))
+    with pytest.raises(EngineError, match=r"kernel _unary_kernel: its PTX for sm_90 is version 9.0, newer than a driver "
+                                          r"580 \(CUDA 13.0\) JITs \(8.8\); nvJitLink 13.0 .*pip install '.\[aot\]'"):
+        compile_kernel(launch.kernel, signature(launch, program), SM90)
+
+
+def test_the_toolchain_is_one_cuda_line():
+    """NVVM, NVRTC and nvJitLink of CUDA 13.0 (setup.py pins them): their PTX is what the
+    README's minimum driver JITs."""
+    from cuda.bindings import nvjitlink, nvrtc
+
+    assert tuple(nvjitlink.version()) == (13, 0)
+    assert tuple(nvrtc.nvrtcVersion()[1:]) == (13, 0)
+
+
+@pytest.mark.parametrize("text, archs", [("sm_90", [(9, 0)]), ("75,80;86 9.0", [(7, 5), (8, 0), (8, 6), (9, 0)]),
+                                         ("sm_90a, 90, compute_90", [(9, 0)]), ("120 121", [(12, 0), (12, 1)])])
+def test_architecture_lists_are_read_in_every_spelling(text, archs, monkeypatch):
+    from simaccel.aot import parse_archs
+
+    assert list(parse_archs(text)) == archs
+    assert list(parse_archs([a for a in archs])) == archs
+    monkeypatch.setenv("SIMACCEL_CUDA_ARCHS", text)
+    assert list(parse_archs(None, default=(8, 0))) == archs
+    monkeypatch.delenv("SIMACCEL_CUDA_ARCHS")
+    assert parse_archs(None, default=(8, 0)) == ((8, 0),)

@@ -452,6 +452,65 @@ def test_a_cuda_build_exports_native_regions_that_link_no_cuda_library(tmp_path)
     assert "libcuda" not in needed and "libcudart" not in needed
 
 
+def _held(path) -> list[str]:
+    """What an exported library's native kernels hold, as its messages say it."""
+    import re
+
+    return sorted(set(re.findall(rb"cubins for [sm_0-9, ]+ and PTX for sm_\d+", path.read_bytes())))
+
+
+@pytest.mark.parametrize("how", ["argument", "environment", "default"])
+def test_a_cuda_build_carries_the_architectures_it_is_asked_for(how, tmp_path, monkeypatch):
+    """cuda_archs from build(), else $SIMACCEL_CUDA_ARCHS, else the target's: the exported
+    library holds a cubin for each (ELF images of those architectures) and the lowest's PTX."""
+    import struct
+
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.tools.models import matmul_relu
+
+    kwargs = {}
+    if how == "argument":
+        kwargs["cuda_archs"] = ["sm_75", "8.6", (9, 0)]
+    elif how == "environment":
+        monkeypatch.setenv("SIMACCEL_CUDA_ARCHS", "75;86 sm_90")
+    path = tmp_path / "model.so"
+    build(matmul_relu(8), "nvidia/nvidia-a100", **kwargs).export_library(str(path))
+    data = path.read_bytes()
+    archs = set()
+    at = data.find(b"\x7fELF", 1)
+    while at != -1:
+        if data[at + 4] == 2 and data[at + 7] == 0x41:  # ELF64, the CUDA ABI
+            archs.add((struct.unpack_from("<I", data, at + 48)[0] >> 8) & 0xFF)
+        at = data.find(b"\x7fELF", at + 1)
+    if how == "default":  # the A100 target's sm_80
+        assert archs == {80} and _held(path) == [b"cubins for sm_80 and PTX for sm_80"]
+    else:
+        assert archs == {75, 86, 90} and _held(path) == [b"cubins for sm_75, sm_86, sm_90 and PTX for sm_75"]
+
+
+@pytest.mark.parametrize("archs, match", [(["sm_60"], r"cuda_archs: 'sm_60' is not a CUDA architecture this toolchain "
+                                                      r"compiles for \(one of sm_75, "),
+                                          (["ninety"], "cuda_archs: 'ninety' is not"), ([], "cuda_archs is empty"),
+                                          ("", "cuda_archs is empty")])
+def test_bad_cuda_archs_are_refused_naming_the_entry(archs, match):
+    from simaccel import CodegenError
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.tools.models import matmul_relu
+
+    with pytest.raises(CodegenError, match=match):
+        build(matmul_relu(8), "nvidia/nvidia-h100", cuda_archs=archs)
+
+
+def test_a_bad_cuda_archs_variable_is_refused(monkeypatch):
+    from simaccel import CodegenError
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.tools.models import matmul_relu
+
+    monkeypatch.setenv("SIMACCEL_CUDA_ARCHS", "80,sm_5")
+    with pytest.raises(CodegenError, match=r"\$SIMACCEL_CUDA_ARCHS: 'sm_5' is not a CUDA architecture"):
+        build(matmul_relu(8), "nvidia/nvidia-h100")
+
+
 def test_cpu_builds_and_native_false_keep_python_regions(monkeypatch):
     from simaccel.tvm_integration import build
     from simaccel.tvm_integration.backend.native import has_native_regions
