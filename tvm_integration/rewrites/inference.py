@@ -203,16 +203,16 @@ def _affine(data: relax.Expr, call: relax.Call) -> relax.Expr | None:
     channels = mean.shape[0] if mean.ndim == 1 else -1
     if any(a.shape != (channels,) for a in (gamma, beta, mean, var)):
         return None
+    if shape[axis] != channels:
+        return None
+    along = [1] * ndim
+    along[axis] = channels
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a scale that is not finite is refused below
         scale = 1.0 / np.sqrt(var + float(attrs.epsilon))
         if bool(attrs.scale):
             scale = scale * gamma
         shift = -mean * scale + (beta if bool(attrs.center) else 0.0)
-    if shape[axis] != channels:
-        return None
-    along = [1] * ndim
-    along[axis] = channels
-    scale, shift = scale.reshape(along).astype(dtype), shift.reshape(along).astype(dtype)
+        scale, shift = scale.reshape(along).astype(dtype), shift.reshape(along).astype(dtype)
     if not (np.isfinite(scale).all() and np.isfinite(shift).all()):
         return None  # var + eps == 0 (or an overflow in dtype): x * inf - mean * inf is NaN where (x - mean) * inf is not
     return relax.op.add(relax.op.multiply(data, relax.const(scale)), relax.const(shift))

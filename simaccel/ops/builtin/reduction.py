@@ -9,6 +9,8 @@ reduction on CPU), so NaN and empty reductions come out as TVM's.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import ShapeError
@@ -50,7 +52,8 @@ def reduce(data, *, axes, keepdims, reduction):
         return x.sum(axis=axes, keepdims=keepdims, dtype=np.float32) / np.float32(count)
     lowest = np.float32(np.finfo(np.asarray(data).dtype).min)
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
-    rows = moved.reshape(moved.shape[: x.ndim - len(axes)] + (-1,))
+    kept = moved.shape[: x.ndim - len(axes)]
+    rows = moved.reshape(kept + (math.prod(moved.shape[len(kept):]),))  # not -1: numpy cannot infer it with no rows
     acc = np.full(rows.shape[:-1], lowest, dtype=np.float32)
     for r in range(rows.shape[-1]):  # in index order, like TVM's loop
         acc = np.where(acc > rows[..., r], acc, rows[..., r])
