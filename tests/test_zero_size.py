@@ -3,9 +3,10 @@
 A tensor with no elements is compact whatever its strides: numpy gives an empty array element
 strides (0, ...), and any DLPack producer may give others. Both tensor checks must take them,
 the Python runtime's (simaccel.tensors) and a native region's (simaccel/native/region.h), and
-every result must be what TVM alone gives: through the Python runtime directly, end to end
-through a TVM build on the ref and sim engines, and through a native region against the
-stand-in CUDA driver.
+every result must be what TVM alone gives (or, for a reduction of no terms, where TVM alone
+leaves its result unwritten, the value the op means): through the Python runtime directly,
+end to end through a TVM build on the ref and sim engines, and through a native region
+against the stand-in CUDA driver.
 """
 
 from __future__ import annotations

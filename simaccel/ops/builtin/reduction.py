@@ -4,7 +4,8 @@ The reduced axes must be neighbours (one run, e.g. the spatial axes (2, 3) of NC
 last axis): the tensor is then (outer, reduced, inner) in memory. `keepdims` keeps them as
 size 1. Sums accumulate in float32 in index order; max is TVM's running
 ``acc if acc > v else v`` from the dtype's lowest finite value (as TVM's max pooling and
-reduction on CPU), so NaN and empty reductions come out as TVM's.
+reduction on CPU), so NaN comes out as TVM's, and a max of no terms is TVM's initial value
+(TVM alone leaves a reduction of no terms unwritten: its initialisation sits in the empty loop).
 """
 
 from __future__ import annotations
