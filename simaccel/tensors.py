@@ -160,11 +160,15 @@ def check(region: str, role: str, spec: TensorSpec, ref: TensorRef) -> None:
 
 
 def is_compact(shape, strides) -> bool:
-    """Row-major without gaps (element strides; the stride of an extent-1 axis is irrelevant)."""
+    """Row-major without gaps (element strides; the stride of an extent-1 axis is irrelevant).
+
+    A tensor with no elements is compact whatever its strides: DLPack producers give empty
+    tensors strides such as (0, 0) (numpy) or any others, and none of them is ever followed.
+    """
+    if 0 in shape:
+        return True
     step = 1
     for dim, stride in zip(reversed(shape), reversed(tuple(strides))):
-        if dim == 0:
-            return True  # no elements: any strides describe them
         if dim != 1 and stride != step:
             return False
         step *= dim

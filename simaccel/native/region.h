@@ -315,11 +315,14 @@ DLTensor* as_tensor(const TVMFFIAny& a) {
   return nullptr;
 }
 
+// Row-major without gaps; a tensor with no elements is compact whatever its strides.
 bool compact(const DLTensor* t) {
   if (t->strides == nullptr) return true;
+  for (int32_t i = 0; i < t->ndim; ++i) {
+    if (t->shape[i] == 0) return true;
+  }
   int64_t step = 1;
   for (int32_t i = t->ndim - 1; i >= 0; --i) {
-    if (t->shape[i] == 0) return true;
     if (t->shape[i] != 1 && t->strides[i] != step) return false;
     step *= t->shape[i];
   }

@@ -12,13 +12,18 @@ same function, once at build time; where constants are folded, only float roundi
   becomes ``conv2d(x, W * scale)``, so conv -> batch_norm -> relu of a torch.export CNN is
   one ``conv2d_bias_relu``;
 * ``relax.broadcast_to`` of a tensor to its own shape is dropped, and so is a broadcast of a
-  matmul operand to batch dims the matmul would broadcast it to anyway (torch.export writes
-  both around every batched linear layer): the matmul then takes a 2-D weight;
-* ``relax.take`` of one constant index (torch's ``x[i]``) becomes strided_slice + squeeze, and
-  every strided_slice gets its steps written out.
+  matmul operand that widens only batch dims, to those the matmul would broadcast it to
+  anyway (torch.export writes both around every batched linear layer): the matmul then takes
+  a 2-D weight. A broadcast that widens a matrix dim (M, K or N) stays;
+* ``relax.take`` of one constant index (torch's ``x[i]``) becomes strided_slice + squeeze of
+  the element TVM's take reads in its mode (clip, wrap or fast), and every strided_slice gets
+  its steps written out.
 
-What does not qualify (a training-mode batch_norm, statistics that are inputs, an index that
-is a tensor) is left as it is and stays on TVM with its reason in the partition report.
+Each rewrite checks the shapes (and values) under which it is the same function; what does
+not qualify (a training-mode batch_norm, statistics that are inputs or give a scale that is
+not finite, a scale that is not one value per channel, a broadcast that widens a matrix dim,
+an index that is a tensor) is left as it is and stays on TVM with its reason in the
+partition report.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ BATCH_NORM = "relax.nn.batch_norm"
 NOTES = {  # what each rewrite's count means, in the partition report
     "batch_norm": f"{BATCH_NORM} (inference, constant statistics) rewritten as multiply + add",
     "conv_scale": "multiply by a per-channel constant folded into the weights of the conv2d before it",
-    "broadcast": "relax.broadcast_to dropped (to its own shape, or into a matmul, which broadcasts itself)",
+    "broadcast": "relax.broadcast_to dropped (to its own shape, or of batch dims into a matmul, which broadcasts them itself)",
     "take": "relax.take of one constant index rewritten as strided_slice + squeeze",
 }
 
@@ -88,7 +93,10 @@ def _conv_scale_rewrites(counts: dict) -> list:
         channels = w.shape[0]
         if s.ndim > 4 or s.size != channels or (1,) * (4 - s.ndim) + s.shape != (1, channels, 1, 1):
             return expr  # not one value per output channel
-        folded = (w.astype(np.float64) * s.astype(np.float64).reshape(channels, 1, 1, 1)).astype(w.dtype)
+        with np.errstate(invalid="ignore", over="ignore"):  # a fold that is not finite is refused below
+            folded = (w.astype(np.float64) * s.astype(np.float64).reshape(channels, 1, 1, 1)).astype(w.dtype)
+        if not (np.isfinite(s).all() and np.isfinite(folded).all()):
+            return expr  # inf * a zero weight is NaN where conv(x, W) * inf is not: only finite scales fold
         counts["conv_scale"] += 1
         return relax.Call(call.op, [matches[data], relax.const(folded)], call.attrs, call.ty_args)
 
@@ -108,9 +116,11 @@ def _slice_rewrites(counts: dict) -> list:
         if shape is None or value.ndim != 0 or value.dtype.kind not in "iu":
             return expr
         axis = int(expr.attrs.axis) % len(shape) if expr.attrs.axis is not None else None
-        if axis is None or not -shape[axis] <= int(value) < shape[axis]:
-            return expr  # a flattened take, or an index TVM would clip or wrap: leave it to TVM
-        i = int(value) % shape[axis]
+        if axis is None or shape[axis] == 0:
+            return expr  # a flattened take, or nothing to take from: leave it to TVM
+        i = _take_index(int(value), shape[axis], str(expr.attrs.mode))
+        if i is None:
+            return expr
         counts["take"] += 1
         return relax.op.squeeze(relax.op.strided_slice(matches[data], [axis], [i], [i + 1], [1]), [axis])
 
@@ -126,10 +136,24 @@ def _slice_rewrites(counts: dict) -> list:
     return [(take, take_one), (sliced, with_steps)]
 
 
+def _take_index(index: int, length: int, mode: str) -> int | None:
+    """The element of an axis of `length` that TVM's take reads for `index` in `mode`, or None
+    where that is not one element of the axis."""
+    if mode == "clip":  # TVM clamps, negative indices too: -1 reads element 0
+        return min(max(index, 0), length - 1)
+    if mode == "wrap":
+        return index % length
+    if mode == "fast" and -length <= index < length:  # TVM reads out of bounds below 0; take what torch's x[-1] means
+        return index % length
+    return None
+
+
 def _broadcast_rewrites(counts: dict) -> list:
     """`broadcast_to(x, x.shape)` -> x, and a matmul operand broadcast only to batch dims that
     the matmul broadcasts anyway -> the operand itself (torch.export writes both for every
-    batched linear layer and attention product)."""
+    batched linear layer and attention product). The operand's last two dims (its matrix)
+    must be the broadcast's: a broadcast of M or N changes the result's shape, one of K its
+    sums."""
     data, shape = wildcard(), wildcard()
     broadcast = is_op("relax.broadcast_to")(data, shape)
 
@@ -145,10 +169,13 @@ def _broadcast_rewrites(counts: dict) -> list:
         wide = is_op("relax.broadcast_to")(operand, wildcard())
         matmul = is_op("relax.matmul")(*((wide, other) if side == 0 else (other, wide)))
 
-        def into_matmul(expr, matches, side=side, operand=operand, other=other):
+        def into_matmul(expr, matches, side=side, operand=operand, other=other, wide=wide):
             args = (matches[operand], matches[other]) if side == 0 else (matches[other], matches[operand])
             (a, _), (b, _) = tensor_info(args[0]), tensor_info(args[1])
             if a is None or b is None or len(a) < 2 or len(b) < 2:
+                return expr
+            source, target = tensor_info(matches[operand])[0], tensor_info(matches[wide])[0]
+            if target is None or source[-2:] != target[-2:]:  # the broadcast widened a matrix dim (M, K or N)
                 return expr
             try:
                 batch = np.broadcast_shapes(a[:-2], b[:-2])
@@ -176,13 +203,16 @@ def _affine(data: relax.Expr, call: relax.Call) -> relax.Expr | None:
     channels = mean.shape[0] if mean.ndim == 1 else -1
     if any(a.shape != (channels,) for a in (gamma, beta, mean, var)):
         return None
-    scale = 1.0 / np.sqrt(var + float(attrs.epsilon))
-    if bool(attrs.scale):
-        scale = scale * gamma
-    shift = -mean * scale + (beta if bool(attrs.center) else 0.0)
     if shape[axis] != channels:
         return None
     along = [1] * ndim
     along[axis] = channels
-    return relax.op.add(relax.op.multiply(data, relax.const(scale.reshape(along).astype(dtype))),
-                        relax.const(shift.reshape(along).astype(dtype)))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a scale that is not finite is refused below
+        scale = 1.0 / np.sqrt(var + float(attrs.epsilon))
+        if bool(attrs.scale):
+            scale = scale * gamma
+        shift = -mean * scale + (beta if bool(attrs.center) else 0.0)
+        scale, shift = scale.reshape(along).astype(dtype), shift.reshape(along).astype(dtype)
+    if not (np.isfinite(scale).all() and np.isfinite(shift).all()):
+        return None  # var + eps == 0 (or an overflow in dtype): x * inf - mean * inf is NaN where (x - mean) * inf is not
+    return relax.op.add(relax.op.multiply(data, relax.const(scale)), relax.const(shift))

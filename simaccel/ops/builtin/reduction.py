@@ -4,10 +4,13 @@ The reduced axes must be neighbours (one run, e.g. the spatial axes (2, 3) of NC
 last axis): the tensor is then (outer, reduced, inner) in memory. `keepdims` keeps them as
 size 1. Sums accumulate in float32 in index order; max is TVM's running
 ``acc if acc > v else v`` from the dtype's lowest finite value (as TVM's max pooling and
-reduction on CPU), so NaN and empty reductions come out as TVM's.
+reduction on CPU), so NaN comes out as TVM's, and a max of no terms is TVM's initial value
+(TVM alone leaves a reduction of no terms unwritten: its initialisation sits in the empty loop).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -50,7 +53,8 @@ def reduce(data, *, axes, keepdims, reduction):
         return x.sum(axis=axes, keepdims=keepdims, dtype=np.float32) / np.float32(count)
     lowest = np.float32(np.finfo(np.asarray(data).dtype).min)
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
-    rows = moved.reshape(moved.shape[: x.ndim - len(axes)] + (-1,))
+    kept = moved.shape[: x.ndim - len(axes)]
+    rows = moved.reshape(kept + (math.prod(moved.shape[len(kept):]),))  # not -1: numpy cannot infer it with no rows
     acc = np.full(rows.shape[:-1], lowest, dtype=np.float32)
     for r in range(rows.shape[-1]):  # in index order, like TVM's loop
         acc = np.where(acc > rows[..., r], acc, rows[..., r])

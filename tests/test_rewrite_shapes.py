@@ -1,0 +1,183 @@
+"""Rewrites before partitioning (tvm_integration/rewrites/) under every shape they meet.
+
+Each rewrite is the same function only under a condition on shapes or values: a broadcast
+into a matmul may be dropped only where it widens batch dims, a take reads the element of its
+mode, a scale folds only where it is finite. Each sweep builds every case with simaccel and
+with TVM alone and compares (a case TVM alone cannot build is skipped), and checks that the
+rewrite was applied exactly where its condition holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+
+from harness import compare_with_tvm
+from model_zoo import single_op
+from simaccel.tvm_integration import build_tvm_only
+from simaccel.tvm_integration.rewrites.inference import prepare_for_inference
+
+op = relax.op
+
+
+def rewritten(mod, kind: str) -> int:
+    """How many rewrites of `kind` (a word of its note: "broadcast_to", "take", ...) `mod` got."""
+    _, notes = prepare_for_inference(mod)
+    return sum(int(note.split()[0]) for note in notes if kind in note)
+
+
+def compare_or_skip(mod, engine="ref", arrays=None):
+    try:
+        build_tvm_only(mod)
+    except (tvm.error.TVMError, ValueError) as e:  # TVM alone cannot build it either: nothing to compare with
+        pytest.skip(f"TVM alone cannot build this model: {type(e).__name__}: {str(e)[:200]}")
+    compare_with_tvm(mod, engine, arrays=arrays)
+
+
+# -- broadcast_to into a matmul ----------------------------------------------------------------
+# (lhs, rhs) as the matmul sees them after the broadcast: batch dims, then (M, K) and (K, N).
+# Every dim > 1, then K and M or N of size 1 and batch dims of 1.
+TARGETS = {"wide": ((2, 3, 4, 5), (2, 3, 5, 6)), "ones": ((2, 1, 1, 1), (1, 3, 1, 2))}
+DIM_NAMES = (("batch0", "batch1", "M", "K"), ("batch0", "batch1", "K", "N"))
+
+
+def sources(target, names):
+    """(name, shape) of every tensor that broadcast_to widens to `target`: each dim made 1,
+    leading dims left out, and all dims 1."""
+    out = [("same", target)]
+    for i in range(len(target)):
+        out.append((f"{names[i]}=1", target[:i] + (1,) + target[i + 1:]))
+    for drop in (1, 2):
+        out.append((f"rank-{drop}", target[drop:]))
+    out.append(("all-1", (1,) * len(target)))
+    return out
+
+
+def others(shape):
+    """The other operand: as given, with batch dims of 1, without batch dims."""
+    return {"full": shape, "batch-1": (1, 1) + shape[2:], "2d": shape[2:]}
+
+
+def must_drop(side, source, target, other) -> bool:
+    """The condition for dropping: the matrix dims unchanged and the result's batch dims too."""
+    if source == target:
+        return True
+    if len(source) < 2 or source[-2:] != target[-2:]:
+        return False
+    return np.broadcast_shapes(source[:-2], other[:-2]) == np.broadcast_shapes(target[:-2], other[:-2])
+
+
+CASES = [(t, side, name, src, oname)
+         for t, pair in TARGETS.items() for side in (0, 1)
+         for name, src in sources(pair[side], DIM_NAMES[side]) for oname in others(pair[1 - side])]
+
+
+@pytest.mark.parametrize("target, side, source_name, source, other_name", CASES,
+                         ids=[f"{t}-{'lhs' if s == 0 else 'rhs'}-{n}-other-{o}" for t, s, n, _, o in CASES])
+def test_a_broadcast_into_a_matmul_is_dropped_only_over_batch_dims(target, side, source_name, source, other_name):
+    pair = TARGETS[target]
+    wide, other = pair[side], others(pair[1 - side])[other_name]
+
+    def make(x, y):
+        widened = op.broadcast_to(x, wide)
+        return op.matmul(widened, y) if side == 0 else op.matmul(y, widened)
+
+    mod = single_op(make, [(source, None), (other, None)])
+    assert rewritten(mod, "broadcast_to") == must_drop(side, source, wide, other)
+    compare_or_skip(mod)
+
+
+# Both operands broadcast, each of a batch dim or a matrix dim; and the issue's own example.
+BOTH = [
+    ((2, 1, 4, 5), (2, 3, 4, 5), (1, 3, 5, 6), (2, 3, 5, 6)),  # batch, batch: both dropped
+    ((2, 3, 4, 1), (2, 3, 4, 5), (1, 3, 5, 6), (2, 3, 5, 6)),  # K of the lhs, batch of the rhs
+    ((2, 3, 4, 5), (2, 3, 4, 5), (2, 3, 1, 6), (2, 3, 5, 6)),  # identity, K of the rhs
+    ((2, 3, 1, 5), (2, 3, 4, 5), (2, 3, 5, 1), (2, 3, 5, 6)),  # M and N
+    ((8, 7, 3, 1), (8, 7, 3, 2), (8, 1, 2, 64), None),  # issue 19: K widened from 1 to 2
+]
+
+
+@pytest.mark.parametrize("lhs, lhs_to, rhs, rhs_to", BOTH, ids=str)
+def test_broadcasts_of_both_operands(lhs, lhs_to, rhs, rhs_to):
+    def make(x, y):
+        return op.matmul(op.broadcast_to(x, lhs_to), y if rhs_to is None else op.broadcast_to(y, rhs_to))
+
+    mod = single_op(make, [(lhs, None), (rhs, None)])
+    dropped = must_drop(0, lhs, lhs_to, rhs_to or rhs) + (rhs_to is not None and must_drop(1, rhs, rhs_to, lhs))
+    assert rewritten(mod, "broadcast_to") == dropped
+    compare_or_skip(mod)
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_widened_reduction_on_every_engine(engine):
+    mod = single_op(lambda x, y: op.matmul(op.broadcast_to(x, (2, 3, 2)), y), [((2, 3, 1), None), ((2, 2, 4), None)])
+    assert rewritten(mod, "broadcast_to") == 0
+    compare_or_skip(mod, engine)
+
+
+# -- take of one constant index ------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["fast", "clip", "wrap"])
+@pytest.mark.parametrize("index", [-5, -4, -1, 0, 2, 3, 4, 7])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_take_of_a_constant_index_reads_what_tvm_reads(mode, index, axis):
+    shape = (4, 4, 3)
+    length = shape[axis]
+    if mode == "fast" and not 0 <= index < length:
+        pytest.skip("TVM's fast take reads out of bounds for an index outside [0, length)")
+    mod = single_op(lambda x: op.nn.relu(op.take(x, relax.const(index, "int64"), axis=axis, mode=mode)),
+                    [(shape, None)])
+    in_range = -length <= index < length
+    assert rewritten(mod, "take") == (mode != "fast" or in_range)
+    compare_or_skip(mod)
+
+
+# -- scales folded into batch_norm's affine and a conv's weights: only finite ones -------------------
+def batch_norm_model(var, epsilon, dtype="float32"):
+    channels = len(var)
+    consts = [relax.const(np.asarray(v, dtype)) for v in
+              (np.linspace(0.5, 2, channels), np.linspace(-1, 1, channels), np.linspace(-0.5, 0.5, channels), var)]
+    return single_op(lambda x: op.nn.relu(relax.TupleGetItem(op.nn.batch_norm(x, *consts, axis=1, epsilon=epsilon, training=False), 0)),
+                     [((2, channels, 3, 3), None)], dtype)
+
+
+@pytest.mark.parametrize("var, epsilon, folds", [
+    ([1.0, 0.5, 2.0], 1e-5, True),
+    ([1.0, 0.0, 2.0], 0.0, False),  # var + eps == 0: (x - mean) / 0 is +-inf, x * inf - mean * inf NaN
+    ([1.0, np.inf, 2.0], 1e-5, True),  # a scale of 0: finite
+    ([1.0, np.nan, 2.0], 1e-5, False),
+])
+def test_batch_norm_becomes_affine_only_with_a_finite_scale(var, epsilon, folds):
+    mod = batch_norm_model(var, epsilon)
+    assert rewritten(mod, "batch_norm") == folds
+    x = np.random.default_rng(0).standard_normal((2, 3, 3, 3)).astype(np.float32)
+    x[0, 1, 0, 0] = np.linspace(-0.5, 0.5, 3)[1]  # x == mean: 0 / 0
+    compare_or_skip(mod, arrays=[x])
+
+
+def test_a_float16_batch_norm_whose_scale_overflows_stays_on_tvm():
+    mod = batch_norm_model([1.0, 1e-12, 2.0], 1e-12, "float16")  # 1 / sqrt(2e-12) > float16's max
+    assert rewritten(mod, "batch_norm") == 0
+
+
+CONV_SCALES = [
+    ((1, 3, 1, 1), [0.5, 2.0, -1.0], True),
+    ((3, 1, 1), [0.5, 2.0, -1.0], True),
+    ((1, 3, 1, 1), [0.5, np.inf, -1.0], False),  # inf * a zero weight is NaN where conv * inf is +-inf
+    ((1, 3, 1, 1), [0.5, np.nan, -1.0], False),
+    ((3,), [0.5, 2.0, -1.0], False),  # broadcasts along W: not per channel
+    ((1, 1, 1, 3), [0.5, 2.0, -1.0], False),
+    ((1, 1, 1, 1), [2.0], False),
+]
+
+
+@pytest.mark.parametrize("shape, values, folds", CONV_SCALES, ids=str)
+def test_a_conv_scale_folds_only_when_per_channel_and_finite(shape, values, folds):
+    weight = np.random.default_rng(1).standard_normal((3, 2, 3, 3)).astype(np.float32)
+    weight[1, 0, 0, 0] = 0.0
+    scale = np.asarray(values, np.float32).reshape(shape)
+    mod = single_op(lambda x: op.multiply(op.nn.conv2d(x, relax.const(weight), padding=1), relax.const(scale)),
+                    [((1, 2, 3, 3), None)])
+    assert rewritten(mod, "conv2d") == folds
+    compare_or_skip(mod)
