@@ -24,18 +24,19 @@ _ONE_AT_A_TIME = threading.Lock()
 
 
 def silence_float_warnings(launches) -> None:
-    """Ignore numpy's RuntimeWarnings from the modules of the kernels `launches` run, and from
-    simaccel's kernels (their device helpers).
+    """Ignore numpy's RuntimeWarnings from the modules of the kernels `launches` run, from
+    simaccel's kernels (their device helpers) and from the simulator's arrays (a store into a
+    float16 array casts there).
 
     The simulator does a kernel's float math on numpy scalars, in threads of its own, so NaN
-    and inf results raise RuntimeWarnings there; on a GPU they are plain results. This holds
-    for every op's kernel, users' too. The filters go in front of the others at every call
+    and inf results (and float16 overflow) raise RuntimeWarnings there; on a GPU they are plain
+    results. This holds for every op's kernel, users' too. The filters go in front of the others at every call
     (`warnings.filterwarnings` keeps one copy of each), so a caller's ``error`` filter set
     meanwhile (pytest's ``-W error``) does not turn a NaN into a failed launch.
     """
     from ..kernels.target import simulated
 
-    modules = {r"simaccel\.kernels\."} | {re.escape(simulated(launch.kernel).__module__) + r"\Z" for launch in launches}
+    modules = {r"simaccel\.kernels\.", r"numba\.cuda\.simulator\."} | {re.escape(simulated(launch.kernel).__module__) + r"\Z" for launch in launches}
     for module in sorted(modules):
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=module)
 
