@@ -101,6 +101,32 @@ def test_values_from_scalar_constants_offload_and_match_tvm(user_ops, engine, dt
 
 
 @pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_equal_matches_with_different_constants_each_keep_their_own(user_ops, engine):
+    """FuseOpsByPattern makes one composite function of equal matches, whatever their constants:
+    each call gets its own copy with its own slope (hard swish's equal constants share one)."""
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 4), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            ys = [builder.emit(relax.op.maximum(x, builder.emit(relax.op.multiply(x, relax.const(s, "float32")))))
+                  for s in (0.25, 0.5)]
+            hs = []
+            for v in (x, ys[0]):  # equal matches with equal constants
+                c = builder.emit(relax.op.clip(builder.emit(relax.op.add(v, relax.const(3.0, "float32"))), 0, 6))
+                hs.append(builder.emit(relax.op.divide(builder.emit(relax.op.multiply(v, c)), relax.const(6.0, "float32"))))
+            out = builder.emit_output(relax.Tuple(ys + hs))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    _, report = partition_report(mod)
+    assert sorted(op for ops in report.regions.values() for op in ops) == ["myaccel.hard_swish"] * 2 + ["myaccel.leaky"] * 2, report.format()
+    x = specials((3, 4), "float32")
+    got, want, snapshot = compare_with_tvm(mod, engine, arrays=[x])
+    negative = np.isfinite(x) & (x < 0)
+    assert negative.any() and np.allclose(got[1][negative], 2 * got[0][negative])  # two slopes, two results
+    assert snapshot["ops"] == {"myaccel.leaky": 2, "myaccel.hard_swish": 2}, snapshot
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("op, model", MODELS[:3], ids=["hard_swish", "leaky0.1", "leaky0.5"])
 @pytest.mark.filterwarnings("error")

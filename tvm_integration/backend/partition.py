@@ -105,7 +105,6 @@ def bind_value_constants(mod: tvm.IRModule) -> tvm.IRModule:
     FuseOpsByPattern(bind_constants=False) turns every constant of a match into a parameter of its
     composite (weights then reach the region as arguments, as TVM's tensors); a value is no
     input of the op, and the codegen reads it from the composite's body, as the check did.
-    Each composite function is one match, called once.
     """
     specs = sync_patterns()
     bound: dict = {}  # composite GlobalVar -> the indices of its parameters that are values
@@ -130,7 +129,7 @@ def bind_value_constants(mod: tvm.IRModule) -> tvm.IRModule:
         if isinstance(func, relax.Function) and not _attr(func, "Composite"):
             binder.builder_.update_func(gvar, binder.visit_expr(func))
     result = binder.builder_.get()
-    for gvar in binder.replaced:
+    for gvar in binder.replaced - binder.still_called:
         del result[gvar]
     return result
 
@@ -139,20 +138,22 @@ def bind_value_constants(mod: tvm.IRModule) -> tvm.IRModule:
 class _BindValues(relax.PyExprMutator):
     """Calls of the composites in `bound` lose their value arguments (scalar constants) and call
     a copy of the function with them bound (added to the builder's module; the originals are
-    `replaced`)."""
+    `replaced`). FuseOpsByPattern makes one function of equal matches, whatever their
+    constants, so each call gets its own copy (equal constants share one)."""
 
     def __init__(self, mod: tvm.IRModule, bound: dict):
         super().__init__(mod)
-        self.bound, self.replaced = bound, []
+        self.bound, self.replaced, self.still_called = bound, set(), set()
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
         indices = self.bound.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
-        if indices is None or not all(isinstance(call.args[i], tvm.ir.GenericConst) for i in indices):
-            return call  # not a value's composite; or a non-constant value, which the check kept on TVM
-        if call.op in self.replaced:
-            raise SimAccelError(f"composite {call.op.name_hint} of a pattern with values is called twice")
-        self.replaced.append(call.op)
+        if indices is None:
+            return call
+        if not all(isinstance(call.args[i], tvm.ir.GenericConst) for i in indices):
+            self.still_called.add(call.op)  # a value that is no constant: the codegen says so, naming it
+            return call
+        self.replaced.add(call.op)
         func = self.builder_.get()[call.op]
         bound = self.builder_.add_func(func.bind_params({func.params[i]: call.args[i] for i in indices}),
                                        call.op.name_hint)
