@@ -273,3 +273,21 @@ def test_cli_fuzz_refuses_an_unknown_engine_from_the_environment(tmp_path):
 def test_fuzz_removes_its_running_folder(tmp_path):
     assert run_fuzz(cases=2, seed=0, engines=["ref"], out_dir=tmp_path, export_every=0, log=lambda _: None) == 0
     assert not (tmp_path / "running").exists() and (tmp_path / "fuzz-summary.json").exists()
+
+
+def test_the_docs_hard_swish_pattern_and_hook_are_the_tested_op_s(user_ops):
+    """docs/adding-an-op.md shows hard swish's pattern and fuzz hook: they are what is tested here."""
+    import re
+
+    from simaccel.ops import relax_op, relax_value
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "adding-an-op.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", docs, re.S)
+    [pattern] = [b for b in blocks if b.startswith('relax_op("relax.divide"')]
+    family = user_ops.get_op("myaccel.hard_swish").family
+    assert eval(pattern, {"relax_op": relax_op, "relax_value": relax_value}) == family.pattern
+    [hook] = [line for b in blocks for line in b.splitlines() if '"three": np.array(3.0)' in line]
+    docs_hook = eval(hook.removeprefix("fuzz="), {"np": np})
+    (shapes, kwargs), (_, tested) = docs_hook((2, 3), None), family.fuzz((2, 3), None)
+    assert shapes == {} and {k: (type(v), np.asarray(v).item()) for k, v in kwargs.items()} == {
+        k: (type(v), np.asarray(v).item()) for k, v in tested.items()}

@@ -14,8 +14,10 @@ sizes off the kernels' tiles, broadcast batch dims, and now and then a zero-size
 Users' ops are drawn too: every declared family outside the ``simaccel`` namespace that has
 a `fuzz` hook (simaccel.ops.OpFamily.fuzz; $SIMACCEL_OPS names their modules) may become a
 node, named after the family (``myaccel.rms_norm``), when its hook takes the chosen value's
-shape. Its Relax call is built from the family's pattern, its output shape comes from Relax's
-own shape inference, and its reference is the family's numpy reference. Without user
+shape. Its Relax call is built from the family's pattern with the values and keyword
+arguments the hook gives, its output shape comes from Relax's own shape inference, and its
+reference is the family's numpy reference. A family the fuzzer cannot draw is an error that
+names it (`drawable_user_families`), never a silent redraw. Without user
 families nothing changes: the same seed draws the same models.
 
 Every choice goes through a `Draw`, so the fuzzer can hand the drawing to hypothesis, which
