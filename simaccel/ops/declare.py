@@ -34,9 +34,10 @@ _NAME = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
 @dataclass(frozen=True)
 class RelaxValue:
     """A call argument that is a value, not a tensor: a shape (``R.shape([...])``), a
-    ``PrimValue`` or a scalar constant. `from_relax` reads it as Python in
-    ``match.values[name]``; it is not an input of the op, and a match where it is not a
-    constant stays on TVM."""
+    ``PrimValue`` or a scalar constant (a 0-d ``R.const``, matched where the Relax op takes a
+    tensor: ``relax_op("relax.multiply", "data", relax_value("slope"))``). `from_relax` reads
+    it as Python in ``match.values[name]``; it is not an input of the op, and a match where it
+    is not a constant (a variable, a constant of rank 1 or more) stays on TVM."""
 
     name: str
 
@@ -182,7 +183,9 @@ class OpFamily:
     fuzz:
         Optional, for `simaccel fuzz`: ``fuzz(shape, draw) -> (shapes, relax_kwargs)`` to
         apply the op to a value of `shape` (its first input): shapes of the other inputs by
-        role and keyword arguments of the Relax op; None when it does not apply.
+        role, and keyword arguments of the outermost Relax call, each `relax_value` by its
+        name (a 0-d numpy array for a scalar ``R.const``) and a named inner call's keyword
+        arguments (a dict) by its name; None when it does not apply.
     doc:
         One line for `simaccel ops`.
     """

@@ -5,7 +5,8 @@ merges adjacent composites into one region (a function with ``Codegen="simaccel"
 unit the codegen turns into a Program. Every Relax function of the module is partitioned,
 whatever its name: TVM's MergeCompositeFunctions reads only a function called "main" and
 fails on calls to other functions, so each function is merged in a module of its own
-(`merge_regions`). `partition_report` says, for every op of every function, whether it was
+(`merge_regions`). A scalar constant that a pattern reads as a value (`relax_value`) goes
+back into its composite function first (`bind_value_constants`). `partition_report` says, for every op of every function, whether it was
 offloaded and, if not, why.
 """
 
@@ -18,7 +19,7 @@ from tvm import relax
 
 from ...errors import SimAccelError
 from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
-from .patterns import Rejection, checking, op_name, registered_patterns
+from .patterns import Rejection, checking, op_name, registered_patterns, sync_patterns
 from ..rewrites import prepare_for_inference
 from .split import split_regions
 
@@ -91,10 +92,72 @@ def _partition(mod, profile, rejections, splits=None, rewritten=None):
         fused = relax.transform.FuseOpsByPattern(
             registered_patterns(), bind_constants=False, annotate_codegen=False
         )(mod)
-    merged, notes = split_regions(merge_regions(fused, mod), profile.max_region_bytes)
+    merged, notes = split_regions(merge_regions(bind_value_constants(fused), mod), profile.max_region_bytes)
     if splits is not None:
         splits += notes
     return merged
+
+
+def bind_value_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """Scalar constants that a composite's pattern reads as values (`relax_value`: ``x * R.const(2.0)``'s
+    2.0), bound back into their composite functions.
+
+    FuseOpsByPattern(bind_constants=False) turns every constant of a match into a parameter of its
+    composite (weights then reach the region as arguments, as TVM's tensors); a value is no
+    input of the op, and the codegen reads it from the composite's body, as the check did.
+    """
+    specs = sync_patterns()
+    bound: dict = {}  # composite GlobalVar -> the indices of its parameters that are values
+    for gvar, func in mod.functions.items():
+        spec = specs.get(str(_attr(func, "Composite"))) if _attr(func, "Composite") else None
+        names = spec.op.family.pattern.values() if spec is not None else []
+        if not names:
+            continue
+        var2val = relax.analysis.get_var2val(func)
+        body = func.body.body
+        matched = spec.pattern.extract_matched_expr(var2val.get(body, body), var2val)
+        if matched is None:
+            continue  # the codegen says so, naming the region
+        values = {matched[spec.annotations[name]] for name in names}
+        indices = [i for i, param in enumerate(func.params) if param in values]
+        if indices:
+            bound[gvar] = indices
+    if not bound:
+        return mod
+    binder = _BindValues(mod, bound)
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and not _attr(func, "Composite"):
+            binder.builder_.update_func(gvar, binder.visit_expr(func))
+    result = binder.builder_.get()
+    for gvar in binder.replaced - binder.still_called:
+        del result[gvar]
+    return result
+
+
+@relax.expr_functor.mutator
+class _BindValues(relax.PyExprMutator):
+    """Calls of the composites in `bound` lose their value arguments (scalar constants) and call
+    a copy of the function with them bound (added to the builder's module; the originals are
+    `replaced`). FuseOpsByPattern makes one function of equal matches, whatever their
+    constants, so each call gets its own copy (equal constants share one)."""
+
+    def __init__(self, mod: tvm.IRModule, bound: dict):
+        super().__init__(mod)
+        self.bound, self.replaced, self.still_called = bound, set(), set()
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        indices = self.bound.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
+        if indices is None:
+            return call
+        if not all(isinstance(call.args[i], tvm.ir.GenericConst) for i in indices):
+            self.still_called.add(call.op)  # a value that is no constant: the codegen says so, naming it
+            return call
+        self.replaced.add(call.op)
+        func = self.builder_.get()[call.op]
+        bound = self.builder_.add_func(func.bind_params({func.params[i]: call.args[i] for i in indices}),
+                                       call.op.name_hint)
+        return relax.Call(bound, [a for i, a in enumerate(call.args) if i not in indices], call.attrs)
 
 
 def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:

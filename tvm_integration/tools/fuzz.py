@@ -39,13 +39,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import SimAccelError, UnsupportedOpError
+from ...errors import EngineError, SimAccelError, UnsupportedOpError
 from ...ops import USER_OPS_ENV
 from ...ops.registry import user_op_entries
 from ...profile import PROFILE_ENV, active_profile
-from ...runtime import get_runtime
+from ...runtime import AUTO, ENGINE_ENV, get_runtime
 from .deploy import error_line
-from .fuzz_models import Case, Config, Draw, Value, draw_case, fuzz_op, user_families
+from .fuzz_models import Case, Config, Draw, Value, draw_case, drawable_user_families, fuzz_op, user_families
 
 ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda", "native": "cuda"}
 # "native": the CUDA build's native regions (simaccel.native), run with no Python engine chosen.
@@ -314,6 +314,14 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
             "simaccel fuzz builds every model with TVM, which needs the full TVM (with its compiler); "
             "this TVM is runtime-only (TVM_USE_RUNTIME_LIB=1)"
         )
+    from ...engines import ENGINE_NAMES, get_engine
+
+    # fuzz's engines are its `engines`; $SIMACCEL_ENGINE chooses none of them, but a value no
+    # engine has is a mistake to say, as demo and run say it (the "native" engine reads it)
+    named = os.environ.get(ENGINE_ENV)
+    if named and named not in (AUTO, *ENGINE_NAMES):
+        raise EngineError(f"unknown {ENGINE_ENV} value {named!r}; choose one of {AUTO}, {', '.join(ENGINE_NAMES)}")
+    drawable_user_families(Config(dtypes=tuple(dtypes)))  # each user op it cannot draw: say why, before any case
     try:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -323,8 +331,6 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
-
-    from ...engines import get_engine
 
     for engine in engines:
         if engine not in ENGINE_DEVICE:
@@ -362,6 +368,8 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
                                         engines, Path(out_dir) / "running")
             outcome = memo[key] = checker.check(case, sample=state["deadline"] is None)
             shutil.rmtree(running, ignore_errors=True)
+            if not any(running.parent.iterdir()):
+                running.parent.rmdir()  # no case left running: no empty folder left behind
             if state["deadline"] is None:
                 tally.add(outcome)
                 progress.update(tally)

@@ -14,8 +14,10 @@ sizes off the kernels' tiles, broadcast batch dims, and now and then a zero-size
 Users' ops are drawn too: every declared family outside the ``simaccel`` namespace that has
 a `fuzz` hook (simaccel.ops.OpFamily.fuzz; $SIMACCEL_OPS names their modules) may become a
 node, named after the family (``myaccel.rms_norm``), when its hook takes the chosen value's
-shape. Its Relax call is built from the family's pattern, its output shape comes from Relax's
-own shape inference, and its reference is the family's numpy reference. Without user
+shape. Its Relax call is built from the family's pattern with the values and keyword
+arguments the hook gives, its output shape comes from Relax's own shape inference, and its
+reference is the family's numpy reference. A family the fuzzer cannot draw is an error that
+names it (`drawable_user_families`), never a silent redraw. Without user
 families nothing changes: the same seed draws the same models.
 
 Every choice goes through a `Draw`, so the fuzzer can hand the drawing to hypothesis, which
@@ -28,6 +30,7 @@ settle a disagreement with TVM (`Case.independent_reference`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -271,17 +274,32 @@ class _Builder:
 
     def _user(self, x, shape):
         """A user op applied to `x`, with new weights of the shapes its fuzz hook asks for (an
-        elementwise op instead where the hook, or Relax, does not take this shape)."""
+        elementwise op instead where the hook does not take this shape). A hook that fails, or
+        gives a call Relax refuses, is an OpDeclarationError naming the family: the op would
+        never be drawn otherwise."""
+        from ...errors import OpDeclarationError, SimAccelError
+
         family = self.draw.choice(self.user)
-        answer = family.fuzz(tuple(shape), self.draw)
+        try:
+            answer = family.fuzz(tuple(shape), self.draw)
+        except SimAccelError:
+            raise
+        except Exception as e:
+            raise OpDeclarationError(f"op family {family.name!r}: its fuzz hook failed on shape {tuple(shape)}: "
+                                     f"{type(e).__name__}: {e}") from e
         if answer is None:
             return self._unary(x, shape)
         shapes, kwargs = _hook_answer(family, answer)
         roles = list(family.inputs)
+        in_shapes = [tuple(shape)] + [shapes[r] for r in roles[1:]]
         try:
-            out = relax_shape(family, [tuple(shape)] + [shapes[r] for r in roles[1:]], kwargs, self.dtype)
-        except Exception:  # noqa: BLE001 - Relax refuses these shapes: the op does not apply here
-            return self._unary(x, shape)
+            out = relax_shape(family, in_shapes, kwargs, self.dtype)
+        except SimAccelError:
+            raise
+        except Exception as e:  # the hook said the op applies here: a call Relax refuses is its mistake
+            reason = " ".join(str(e).split("\n")[0].split())
+            raise OpDeclarationError(f"op family {family.name!r}: its fuzz hook gave inputs {in_shapes} {self.dtype} and "
+                                     f"values {kwargs}, which Relax refuses: {type(e).__name__}: {reason}") from e
         args = [x] + [self.param(shapes[r], "w", weight=True) for r in roles[1:]]
         self.values.append(Value(out, family.name, tuple(args), kwargs))
 
@@ -714,6 +732,47 @@ def user_families() -> list:
     return [f for f in families() if f.namespace != "simaccel" and f.fuzz is not None]
 
 
+PROBES = 20  # input shapes `drawable_user_families` tries each user family's fuzz hook on
+
+
+def drawable_user_families(config: Config = Config()) -> list:
+    """`user_families()`, each checked to be one `simaccel fuzz` can draw and simaccel offloads:
+    in one of the run's dtypes, its hook applies to some of the fuzzer's input shapes (tried on
+    `PROBES` seeded draws), Relax takes the call it gives, and simaccel offloads some of those
+    calls (its `from_relax` takes them). Otherwise an OpDeclarationError naming the family and why."""
+    from ...errors import OpDeclarationError, SimAccelError
+    from ...ops import Reject
+
+    found = user_families()
+    for family in found:
+        dtype = next((d for d in config.dtypes if d in family.dtypes), None)
+        if dtype is None:
+            raise OpDeclarationError(f"op family {family.name!r}: simaccel fuzz cannot draw it: it takes dtypes "
+                                     f"{', '.join(family.dtypes)}, the run draws models in {', '.join(config.dtypes)}")
+        kept = []
+        for seed in range(PROBES):
+            builder = _Builder(Draw.seeded(seed), dataclasses.replace(config, user_ops=False), dtype)
+            shape = builder.input_shape()
+            builder.param(shape, "x")
+            builder.user = [family]
+            builder._user(0, shape)  # OpDeclarationError where the hook fails or Relax refuses its call
+            node = builder.values[-1]
+            if node.op != family.name:
+                continue  # the hook does not take this shape
+            try:
+                UserFuzzOp(family.name).program_attrs([builder.values[a].shape for a in node.args], node.attrs, dtype)
+                break
+            except OpDeclarationError:
+                raise
+            except (Reject, SimAccelError) as e:
+                kept.append(f"{str(e)} (shape {shape})")
+        else:
+            why = (f"simaccel keeps every call its fuzz hook gave on TVM, e.g. {kept[0]}" if kept else
+                   f"its fuzz hook returned None for each of the {PROBES} input shapes tried")
+            raise OpDeclarationError(f"op family {family.name!r}: simaccel fuzz cannot draw it: {why}")
+    return found
+
+
 def fuzz_op(name: str) -> "FuzzOp | UserFuzzOp":
     """The op a node names: a built-in FuzzOp, or a user family (UnsupportedOpError, naming
     $SIMACCEL_OPS, where no family of that name is declared)."""
@@ -726,20 +785,42 @@ def fuzz_op(name: str) -> "FuzzOp | UserFuzzOp":
 
 
 def _hook_answer(family, answer) -> tuple[dict, dict]:
-    """The fuzz hook's (shapes by role, Relax kwargs), checked: every other input role has a shape."""
+    """The fuzz hook's (shapes by role, values and Relax kwargs), checked: every other input role
+    has a shape, every `relax_value` a value, and a named inner call's kwargs are a dict. A
+    value given as a 0-d numpy array (a scalar ``R.const``) is kept as ``{"const": number}``."""
     from ...errors import OpDeclarationError
+
+    def bad(problem):
+        return OpDeclarationError(f"op family {family.name!r}: its fuzz hook {problem}")
 
     try:
         shapes, kwargs = answer
         shapes = {str(r): tuple(int(d) for d in s) for r, s in dict(shapes).items()}
         kwargs = dict(kwargs or {})
     except (TypeError, ValueError) as e:
-        raise OpDeclarationError(f"op family {family.name!r}: its fuzz hook must return (shapes by role, "
-                                 f"Relax kwargs) or None, got {answer!r}") from e
+        raise bad(f"must return (shapes by role, Relax kwargs) or None, got {answer!r}") from e
     missing = [r for r in family.inputs[1:] if r not in shapes]
     if missing:
-        raise OpDeclarationError(f"op family {family.name!r}: its fuzz hook gave no shape for input(s) {missing}")
+        raise bad(f"gave no shape for input(s) {missing}")
+    values = family.pattern.values()
+    missing = [v for v in values if v not in kwargs]
+    if missing:
+        raise bad(f"gave no value for relax_value(s) {missing} (give each by its name, with the Relax kwargs)")
+    for name in values:
+        value = kwargs[name]
+        if isinstance(value, np.ndarray):
+            if value.ndim != 0:
+                raise bad(f"gave relax_value {name!r} an array of shape {value.shape}; a constant value is 0-d")
+            kwargs[name] = {"const": value.item()}
+    for name in _node_names(family):
+        if name in kwargs and not isinstance(kwargs[name], dict):
+            raise bad(f"gave {kwargs[name]!r} for the inner call {name!r}; its Relax kwargs are a dict")
     return shapes, kwargs
+
+
+def _node_names(family) -> list[str]:
+    """The names of the pattern's named inner calls (whose Relax kwargs a fuzz hook may give)."""
+    return [n.name for n in family.pattern.nodes()[1:] if n.name]
 
 
 def _relax_function(op: str):
@@ -756,15 +837,42 @@ def _relax_function(op: str):
         raise OpDeclarationError(f"pattern op {op!r}: tvm.relax.op has no {op[len('relax.'):]}") from None
 
 
-def relax_call(family, exprs, kwargs) -> tuple:
-    """The family's pattern applied to `exprs` (one per input role, in order): the root call
-    gets `kwargs`, inner calls their defaults. Returns (root call, named nodes' calls)."""
+def _call(family, node, args, kwargs, dtype, root: bool):
+    """The Relax call of pattern node `node` on `args` (its built tensor arguments, `None` where
+    the pattern has a value): values from `kwargs` (a ``{"const": number}`` as ``R.const`` of
+    `dtype`, anything else as it stands), and the node's Relax kwargs (the root's: every other
+    key of `kwargs`; an inner named call's: ``kwargs[name]``)."""
+    from tvm import relax
+
+    from ...ops import RelaxValue
+
+    values = family.pattern.values()
+    args = [args[i] if not isinstance(a, RelaxValue) else
+            relax.const(kwargs[a.name]["const"], dtype) if isinstance(kwargs[a.name], dict) else kwargs[a.name]
+            for i, a in enumerate(node.args)]
+    if root:
+        own = {k: v for k, v in kwargs.items() if k not in values and k not in _node_names(family)}
+    else:
+        own = kwargs.get(node.name, {}) if node.name else {}
+    return _relax_function(node.op)(*args, **own)
+
+
+def relax_call(family, exprs, kwargs, dtype) -> tuple:
+    """The family's pattern applied to `exprs` (one per input role, in order), with the values
+    and Relax kwargs a fuzz hook gave (`_hook_answer`). Returns (root call, annotations): the
+    named nodes' calls ("root" the outermost) and each value's Relax expression, by name."""
+    from ...ops import RelaxPattern, RelaxValue
+
     by_role = dict(zip(family.inputs, exprs))
     nodes = {}
 
     def build(node, root: bool):
-        args = [build(a, False) if hasattr(a, "args") else by_role[a] for a in node.args]
-        call = _relax_function(node.op)(*args, **(kwargs if root else {}))
+        args = [build(a, False) if isinstance(a, RelaxPattern) else None if isinstance(a, RelaxValue) else by_role[a]
+                for a in node.args]
+        call = _call(family, node, args, kwargs, dtype, root)
+        for a, expr in zip(node.args, call.args):
+            if isinstance(a, RelaxValue):
+                nodes[a.name] = expr  # as the Relax call holds it (a number becomes a PrimValue)
         if root or node.name:
             nodes["root" if root else node.name] = call
         return call
@@ -783,12 +891,15 @@ def relax_shape(family, shapes, kwargs, dtype) -> tuple[int, ...]:
     inference; an exception where Relax refuses them or the result is no static-shape tensor."""
     from tvm import relax
 
+    from ...ops import RelaxPattern, RelaxValue
+
     builder = relax.BlockBuilder()
     by_role = dict(zip(family.inputs, _placeholders(family, shapes, dtype)))
 
     def infer(node, root: bool):  # node by node, each on variables: no scope to leave open on a refusal
-        args = [infer(a, False) if hasattr(a, "args") else by_role[a] for a in node.args]
-        ty = builder.normalize(_relax_function(node.op)(*args, **(kwargs if root else {}))).ty
+        args = [infer(a, False) if isinstance(a, RelaxPattern) else None if isinstance(a, RelaxValue) else by_role[a]
+                for a in node.args]
+        ty = builder.normalize(_call(family, node, args, kwargs, dtype, root)).ty
         return ty if root else relax.Var("t", ty)
 
     ty = infer(family.pattern, True)
@@ -808,7 +919,7 @@ class UserFuzzOp:
         self.family = get_op(name).family  # UnsupportedOpError (naming $SIMACCEL_OPS) if undeclared
 
     def relax(self, exprs, attrs, dtype):
-        return relax_call(self.family, exprs, attrs)[0]
+        return relax_call(self.family, exprs, attrs, dtype)[0]
 
     def shape(self, shapes, attrs, dtype: str = "float32"):
         return relax_shape(self.family, shapes, attrs, dtype)
@@ -819,16 +930,21 @@ class UserFuzzOp:
         from ..backend.patterns import composite_name, program_attrs, sync_patterns
 
         params = _placeholders(self.family, shapes, dtype)
-        _, nodes = relax_call(self.family, params, attrs)
+        _, nodes = relax_call(self.family, params, attrs, dtype)
         roles = dict(zip(self.family.inputs, shapes))
         spec = sync_patterns()[composite_name(self.name)]
         return program_attrs(spec, nodes, roles, {r: dtype for r in roles})
 
     def exact_for(self, shapes, attrs, dtype) -> bool:
         """Whether the family's reference states this call's semantics: its `from_relax` takes it."""
+        from ...errors import OpDeclarationError, SimAccelError
+        from ...ops import Reject
+
         try:
             self.program_attrs(shapes, attrs, dtype)
-        except Exception:  # noqa: BLE001 - Reject, or a from_relax that cannot read this call
+        except OpDeclarationError:
+            raise  # a from_relax that cannot read this call: the declaration's bug, not a rejection
+        except (Reject, SimAccelError):  # the call stays on TVM, as partitioning would say
             return False
         return True
 
