@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import names
 from ..aot import CompiledKernel, abi_params, compile_kernel, signature
 from ..errors import EngineError
 from ..launch_plan import Launch, View, plan_launches
@@ -68,6 +69,7 @@ def library_source(regions: list[NativeRegion], arch: tuple[int, int]) -> str:
         f"constexpr int kMaxWords = {max(words, 1)};",
         f"constexpr int kMaxBoundary = {boundary};",
         f"constexpr int kMaxTensors = {tensors};",
+        *names.cpp_constants(),  # the names shared with Python (simaccel.names)
         "} }",
         '#include "region.h"',
         "namespace { namespace simaccel_native {",

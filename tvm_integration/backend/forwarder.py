@@ -15,7 +15,7 @@ call fails with TVM's "Cannot find function simaccel.runtime.invoke".
 
 from __future__ import annotations
 
-from .autoload import INVOKE_FUNC
+from ...names import INVOKE_FUNC
 
 HOST_TARGET = "llvm"
 
