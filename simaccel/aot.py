@@ -39,15 +39,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .errors import EngineError
+from .names import MIN_DRIVER
 from .launch_plan import Launch, View, plan_launches
 from .program import Program
 
 _LOCK = threading.Lock()
 
 ARCHS_ENV = "SIMACCEL_CUDA_ARCHS"
-# The oldest driver a library must run on, and the newest PTX ISA it JITs (driver 580 is
-# CUDA 13.0, whose NVVM and nvJitLink emit PTX 9.0; nvJitLink 13.5's LTO output is 9.5).
-MIN_DRIVER = "580 (CUDA 13.0)"
+# The newest PTX ISA the oldest supported driver (names.MIN_DRIVER, 580 = CUDA 13.0) JITs:
+# CUDA 13.0's NVVM and nvJitLink emit 9.0; nvJitLink 13.5's LTO output is 9.5.
 MAX_PTX_VERSION = (9, 0)
 _PTX_VERSION = re.compile(r"^\.version (\d+)\.(\d+)", re.MULTILINE)
 _RESOURCES = {"registers": r"Used (\d+) registers", "stack": r"(\d+) bytes stack frame",

@@ -63,10 +63,12 @@ def test_exported_random_model(tmp_path, seed):
 
 
 def test_missing_runtime_is_a_clear_error(tmp_path):
-    """A process where simaccel is not registered fails the call, naming the missing runtime entry."""
+    """A process where simaccel is not registered fails the call, naming the package and how to get it
+    (tests/test_packaging.py: also where it is not installed)."""
     result, _ = export_and_run(tmp_path, demo_cnn(batch=1), env={"TVM_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert result.returncode == 1
-    assert "Cannot find function simaccel.runtime.invoke" in result.stderr
+    assert "simaccel.runtime.invoke is not registered in this process" in result.stderr
+    assert "(pip install simaccel)" in result.stderr and "TVM_DEVICE_BACKEND_AUTOLOAD" in result.stderr
     assert "Segmentation fault" not in result.stderr
 
 

@@ -9,6 +9,10 @@
 //
 // Everything here is in an anonymous namespace: two region libraries in one process each
 // keep their own copy (their own loaded modules, memory and counters).
+//
+// Names shared with simaccel's Python (global functions, error kinds, environment variables)
+// are constants the generated file defines before including this header (kInvokeFunc,
+// kDeviceError, ...: simaccel/names.py); this file spells none of them.
 #pragma once
 
 #include <dlfcn.h>
@@ -130,12 +134,12 @@ void bind_symbol(void* lib, const char* name, F* slot, std::string* missing) {
   if (*slot == nullptr && missing->empty()) *missing = std::string("the CUDA driver has no ") + name;
 }
 
-// The driver library: $SIMACCEL_CUDA_DRIVER (a stand-in that records launches, for tests on
-// machines without a GPU), else libcuda.so.1.
+// The driver library: $SIMACCEL_CUDA_DRIVER (kCudaDriverEnv: a stand-in that records
+// launches, for tests on machines without a GPU), else libcuda.so.1.
 const Driver& driver() {
   static Driver d = [] {
     Driver d{};
-    const char* path = std::getenv("SIMACCEL_CUDA_DRIVER");
+    const char* path = std::getenv(kCudaDriverEnv);
     if (path == nullptr || *path == '\0') path = "libcuda.so.1";
     void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
@@ -260,11 +264,11 @@ TVMFFIAny raw_str(const char* s) {
 }
 
 // Nonzero while simaccel's Python runtime wants every region call (a Python engine or the
-// host-staged mode is chosen): the region then forwards its tensors to `simaccel.runtime.invoke`.
+// host-staged mode is chosen): the region then forwards its tensors to the runtime (kInvokeFunc).
 const std::atomic<int32_t>* route_flag() {
   static const std::atomic<int32_t>* flag = [] {
     static std::atomic<int32_t> never{0};
-    TVMFFIObjectHandle f = global_function("simaccel.runtime.native_route");
+    TVMFFIObjectHandle f = global_function(kNativeRouteFunc);
     if (f == nullptr) return static_cast<const std::atomic<int32_t>*>(&never);
     int64_t address = call_for_address(f, nullptr, 0);
     TVMFFIObjectDecRef(f);
@@ -342,9 +346,10 @@ const Cubin* fitting_cubin(const Kernel& kernel, int32_t arch) {
   return best;
 }
 
-// $SIMACCEL_NATIVE_LOG=1: say on stderr, once per library and device, which images were loaded.
+// $SIMACCEL_NATIVE_LOG=1 (kNativeLogEnv): say on stderr, once per library and device, which
+// kernel images were loaded.
 bool log_loads() {
-  const char* value = std::getenv("SIMACCEL_NATIVE_LOG");
+  const char* value = std::getenv(kNativeLogEnv);
   return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
 }
 
@@ -364,8 +369,8 @@ int load_kernels(const Region& r, Library& lib, int32_t device, DeviceState** ou
     CUcontext context;
     CUresult rc = d.DeviceGet(&dev, device);
     if (rc == 0) rc = d.PrimaryCtxRetain(&context, dev);
-    if (rc != 0) return fail("DeviceError", where + ": cannot use the device: " + cuda_error(rc));
-    if ((rc = d.CtxPushCurrent(context)) != 0) return fail("DeviceError", where + ": " + cuda_error(rc));
+    if (rc != 0) return fail(kDeviceError, where + ": cannot use the device: " + cuda_error(rc));
+    if ((rc = d.CtxPushCurrent(context)) != 0) return fail(kDeviceError, where + ": " + cuda_error(rc));
     auto* fresh = new DeviceState();
     fresh->context = context;
     int major = 0, minor = 0;
@@ -410,7 +415,7 @@ int load_kernels(const Region& r, Library& lib, int32_t device, DeviceState** ou
     d.CtxPopCurrent(&ignored);
     if (!problem.empty()) {
       delete fresh;
-      return fail("EngineError", where + ": " + problem);
+      return fail(kEngineError, where + ": " + problem);
     }
     lib.devices[device].store(fresh, std::memory_order_release);
     state = fresh;
@@ -435,7 +440,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   std::call_once(s.once, [&] {  // share counters with simaccel's ledger where it is installed
-    if (TVMFFIObjectHandle f = global_function("simaccel.runtime.native_region")) {
+    if (TVMFFIObjectHandle f = global_function(kNativeRegionFunc)) {
       TVMFFIAny a[3] = {raw_str(r.key), raw_str(r.program_json), raw_str(r.launches_per_op)};
       if (int64_t address = call_for_address(f, a, 3)) s.counters = reinterpret_cast<Counters*>(address);
       TVMFFIObjectDecRef(f);
@@ -443,8 +448,8 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   });
   const int32_t n_in = r.num_inputs, n_out = r.num_outputs, n = n_in + n_out;
   if (route_flag()->load(std::memory_order_relaxed)) {  // a Python engine is chosen: forward
-    TVMFFIObjectHandle f = global_function("simaccel.runtime.invoke");
-    if (f == nullptr) return fail("EngineError", std::string("region ") + r.symbol + ": simaccel.runtime.invoke is not registered");
+    TVMFFIObjectHandle f = global_function(kInvokeFunc);
+    if (f == nullptr) return fail(kEngineError, std::string("region ") + r.symbol + ": " + kInvokeFunc + " is not registered");
     std::vector<TVMFFIAny> forwarded = {raw_str(r.key), raw_str(r.program_json)};
     forwarded.insert(forwarded.end(), args, args + num_args);
     TVMFFIAny result;
@@ -455,7 +460,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
     return rc;
   }
   if (num_args != n) {
-    return fail("ProgramError", std::string("region ") + r.symbol + " takes " + std::to_string(n_in) + " inputs and " +
+    return fail(kProgramError, std::string("region ") + r.symbol + " takes " + std::to_string(n_in) + " inputs and " +
                                     std::to_string(n_out) + " outputs, got " + std::to_string(num_args) + " tensors");
   }
 
@@ -468,38 +473,38 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
       return std::string("region ") + r.symbol + ": " + (i < n_in ? "input" : "output") + " '" + spec.name + "'";
     };
     DLTensor* t = as_tensor(args[i]);
-    if (t == nullptr) return fail("DeviceError", where() + " is not a tensor (TVM-FFI type index " + std::to_string(args[i].type_index) + ")");
+    if (t == nullptr) return fail(kDeviceError, where() + " is not a tensor (TVM-FFI type index " + std::to_string(args[i].type_index) + ")");
     if (t->device.device_type != kDLCUDA) {
-      return fail("DeviceError", where() + " is on " + device_text(t->device) + "; this region was compiled for CUDA GPUs");
+      return fail(kDeviceError, where() + " is on " + device_text(t->device) + "; this region was compiled for CUDA GPUs");
     }
     if (device >= 0 && t->device.device_id != device) {
-      return fail("DeviceError", std::string("region ") + r.symbol + ": tensors are on mixed devices (cuda:" +
+      return fail(kDeviceError, std::string("region ") + r.symbol + ": tensors are on mixed devices (cuda:" +
                                      std::to_string(device) + " and " + device_text(t->device) + " for '" + spec.name + "')");
     }
     device = t->device.device_id;
     if (t->dtype.code != spec.code || t->dtype.bits != spec.bits || t->dtype.lanes != 1) {
-      return fail("DtypeError", where() + " expects dtype " + dtype_text(spec.code, spec.bits, 1) + ", got " +
+      return fail(kDtypeError, where() + " expects dtype " + dtype_text(spec.code, spec.bits, 1) + ", got " +
                                     dtype_text(t->dtype.code, t->dtype.bits, t->dtype.lanes) + " (shape " +
                                     shape_text(t->ndim, t->shape) + ", on " + device_text(t->device) + ")");
     }
     if (t->ndim != spec.ndim || std::memcmp(t->shape, spec.shape, sizeof(int64_t) * spec.ndim) != 0) {
-      return fail("ShapeError", where() + " expects shape " + shape_text(spec.ndim, spec.shape) + ", got " +
+      return fail(kShapeError, where() + " expects shape " + shape_text(spec.ndim, spec.shape) + ", got " +
                                     shape_text(t->ndim, t->shape) + " (" + dtype_text(spec.code, spec.bits, 1) +
                                     ", on " + device_text(t->device) + ")");
     }
     if (!compact(t)) {
-      return fail("LayoutError", where() + " " + shape_text(spec.ndim, spec.shape) + " must be compact row-major, got element strides " +
+      return fail(kLayoutError, where() + " " + shape_text(spec.ndim, spec.shape) + " must be compact row-major, got element strides " +
                                      shape_text(t->ndim, t->strides));
     }
     address[i] = reinterpret_cast<uint64_t>(t->data) + t->byte_offset;
     if (address[i] % spec.alignment) {
-      return fail("LayoutError", where() + " data pointer " + hex(address[i]) + " (byte_offset included) is not aligned to " +
+      return fail(kLayoutError, where() + " data pointer " + hex(address[i]) + " (byte_offset included) is not aligned to " +
                                      std::to_string(spec.alignment) + " bytes");
     }
-    if (address[i] == 0 && spec.nbytes > 0) return fail("LayoutError", where() + " has a null data pointer");
+    if (address[i] == 0 && spec.nbytes > 0) return fail(kLayoutError, where() + " has a null data pointer");
   }
   if (device < 0 || device >= kMaxDevices) {
-    return fail("DeviceError", std::string("region ") + r.symbol + ": no tensor on a CUDA device below cuda:" + std::to_string(kMaxDevices));
+    return fail(kDeviceError, std::string("region ") + r.symbol + ": no tensor on a CUDA device below cuda:" + std::to_string(kMaxDevices));
   }
   // An output sharing memory with an input is computed into scratch and copied at the end;
   // two outputs sharing memory are refused.
@@ -512,7 +517,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
       const int64_t bytes_j = r.tensors[j < n_in ? r.inputs[j] : r.outputs[j - n_in]].nbytes;
       if (j == i || bytes_j == 0 || !(address[j] < address[i] + bytes_i && address[i] < address[j] + bytes_j)) continue;
       if (j >= n_in) {
-        return fail("LayoutError", std::string("region ") + r.symbol + ": outputs '" + r.tensors[r.outputs[i - n_in]].name +
+        return fail(kLayoutError, std::string("region ") + r.symbol + ": outputs '" + r.tensors[r.outputs[i - n_in]].name +
                                        "' and '" + r.tensors[r.outputs[j - n_in]].name + "' share memory (" + hex(address[i]) +
                                        ", " + hex(address[j]) + "); each output needs a buffer of its own");
       }
@@ -521,7 +526,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   }
 
   const Driver& d = driver();
-  if (!d.missing.empty()) return fail("EngineError", std::string("region ") + r.symbol + ": " + d.missing);
+  if (!d.missing.empty()) return fail(kEngineError, std::string("region ") + r.symbol + ": " + d.missing);
   DeviceState* state = nullptr;
   if (load_kernels(r, lib, device, &state) != 0) return -1;
   ContextGuard context;
@@ -529,7 +534,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   d.CtxGetCurrent(&current);
   if (current != state->context) {
     CUresult rc = d.CtxPushCurrent(state->context);
-    if (rc != 0) return fail("DeviceError", std::string("region ") + r.symbol + ": " + cuda_error(rc));
+    if (rc != 0) return fail(kDeviceError, std::string("region ") + r.symbol + ": " + cuda_error(rc));
     context.pushed = true;
   }
   CUstream stream = static_cast<CUstream>(TVMFFIEnvGetStream(kDLCUDA, device));
@@ -565,7 +570,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
         // cuMemAlloc is illegal while the stream is captured into a CUDA graph: there the
         // memory is allocated and freed on the stream, and so becomes part of the graph.
         CUresult rc = capturing ? d.MemAllocAsync(&p, bytes, stream) : d.MemAlloc(&p, bytes);
-        if (rc != 0) return fail("EngineError", where() + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
+        if (rc != 0) return fail(kEngineError, where() + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
                                                     r.tensors[t].name + "': " + cuda_error(rc));
         if (capturing) {
           call_owned.push_back(p);
@@ -590,7 +595,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
     CUresult rc = d.LaunchKernel(state->functions[launch.kernel], launch.grid[0], launch.grid[1], launch.grid[2],
                                  launch.block[0], launch.block[1], launch.block[2], launch.shared_bytes, stream, params, nullptr);
     if (rc != 0) {
-      return fail("EngineError", where() + ": launch " + std::to_string(l) + " (op " + std::to_string(launch.op) + ", kernel " +
+      return fail(kEngineError, where() + ": launch " + std::to_string(l) + " (op " + std::to_string(launch.op) + ", kernel " +
                                      lib.kernels[launch.kernel].name + ") failed: " + cuda_error(rc));
     }
   }
@@ -600,7 +605,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
       if (!aliased[n_in + o]) continue;
       const int32_t t = r.outputs[o];
       CUresult rc = d.MemcpyDtoDAsync(address[n_in + o], data[t], static_cast<size_t>(r.tensors[t].nbytes), stream);
-      if (rc != 0) return fail("EngineError", where() + ": copying output '" + r.tensors[t].name + "' into place failed: " + cuda_error(rc));
+      if (rc != 0) return fail(kEngineError, where() + ": copying output '" + r.tensors[t].name + "' into place failed: " + cuda_error(rc));
       copied += r.tensors[t].nbytes;
     }
   }

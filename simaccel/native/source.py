@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..aot import MIN_DRIVER, CompiledKernel, abi_params, arch_name, compile_kernel, signature
+from .. import names
+from ..aot import CompiledKernel, abi_params, arch_name, compile_kernel, signature
 from ..errors import EngineError
 from ..launch_plan import Launch, View, plan_launches
 from ..program import Program
@@ -74,7 +75,7 @@ def library_source(regions: list[NativeRegion], archs: tuple[tuple[int, int], ..
         f"constexpr int kMaxWords = {max(words, 1)};",
         f"constexpr int kMaxBoundary = {boundary};",
         f"constexpr int kMaxTensors = {tensors};",
-        f"constexpr const char* kMinDriver = {_c_string(MIN_DRIVER)};",
+        *names.cpp_constants(),  # the names shared with Python (simaccel.names)
         "} }",
         '#include "region.h"',
         "namespace { namespace simaccel_native {",

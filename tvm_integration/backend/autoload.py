@@ -1,6 +1,7 @@
 """Registration with TVM: the `tvm.backends` entry point calls `_autoload()` on `import tvm`.
 
-It registers two global functions, both cheap to register and resolved lazily:
+It registers these global functions (their names: simaccel.names), cheap to register and
+resolved lazily:
 
 * ``relax.ext.simaccel``      - the BYOC codegen, called by `relax.transform.RunCodegen`;
 * ``simaccel.runtime.invoke`` - the runtime entry the compiled forwarder calls;
@@ -18,11 +19,7 @@ from __future__ import annotations
 import tvm_ffi
 
 from ... import errors
-
-CODEGEN_FUNC = "relax.ext.simaccel"
-INVOKE_FUNC = "simaccel.runtime.invoke"
-NATIVE_REGION_FUNC = "simaccel.runtime.native_region"
-NATIVE_ROUTE_FUNC = "simaccel.runtime.native_route"
+from ...names import CODEGEN_FUNC, INVOKE_FUNC, NATIVE_REGION_FUNC, NATIVE_ROUTE_FUNC
 
 _registered = False
 

@@ -1,10 +1,15 @@
 """The runtime side of a region function: TVM's tensors and stream in, simaccel runtime out.
 
 A compiled region function (simaccel.tvm_integration.backend.forwarder) calls the global function
-``simaccel.runtime.invoke`` with the region key, its Program (JSON) and one `DLTensor*` per
-tensor (inputs, then DPS outputs), exactly the buffers TVM passed. They are read in place as
-`TensorRef`s. Libraries built by simaccel 0.1.0's C++ forwarder pass TVM tensor objects
-instead; those are read through DLPack, so such libraries keep working. For GPU tensors this
+``simaccel.runtime.invoke`` with the region key, its Program (JSON), the build's GPU hint
+and one `DLTensor*` per tensor (inputs, then DPS outputs), exactly the buffers TVM passed.
+They are read in place as `TensorRef`s. Libraries built by simaccel 0.1.0's C++ forwarder
+pass TVM tensor objects instead; those are read through DLPack, and neither they nor a native
+region forwarding here pass a hint, so such libraries keep working.
+
+The GPU hint is not empty where a CUDA build could not know its target (a bare
+`RunCodegen()`): its regions then run through Python, and the first call of each on a GPU
+warns, saying how to get native regions. For GPU tensors this
 also reads TVM's current stream for their device (`tvm_ffi.get_raw_stream`), so the
 accelerator's kernels are queued behind TVM's.
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 
 import tvm_ffi
 
@@ -25,12 +31,22 @@ def _ffi_device(kind: str, index: int):
     return tvm_ffi.device(kind, index)
 
 
-def invoke(key: str, program_json: str, *handles) -> None:
+_warned: set[str] = set()  # keys of the regions whose GPU hint was shown
+
+
+def invoke(key: str, program_json: str, *args) -> None:
+    """One region call: `args` are the GPU hint (libraries of this version), then the tensors."""
+    hint, handles = (args[0], args[1:]) if args and isinstance(args[0], str) else ("", args)
     tensors = [h if hasattr(h, "__dlpack_device__") else from_dltensor(h) for h in handles]
     stream = None
     if tensors:
         device = tensors[0].device if isinstance(tensors[0], TensorRef) else device_of(tensors[0])
         if device[0] != "cpu":
+            if hint and key not in _warned:
+                _warned.add(key)
+                region = key.rsplit(":", 1)[0]
+                warnings.warn(f"simaccel: region {region} runs through Python on {device[0]}:{device[1]}: {hint}",
+                              stacklevel=2)
             stream = tvm_ffi.get_raw_stream(_ffi_device(*device))
     get_runtime().invoke(key, program_json, *tensors, stream=stream)
 

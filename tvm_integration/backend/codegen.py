@@ -25,7 +25,7 @@ from ...native.source import NativeRegion
 from ...ops import Reject
 from ...profile import DeviceProfile, active_profile
 from .forwarder import forwarder_module
-from .native import native_choice, native_module
+from .native import gpu_hint, native_choice, native_module
 from ..rewrites import tensor_info
 from .patterns import match_infos, matched_inputs, op_name, program_attrs, sync_patterns
 
@@ -53,7 +53,7 @@ def codegen(functions, options=None, constant_names=None) -> list:
     for symbol, program in programs:
         arity = len(program.inputs) + len(program.outputs)
         regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json(), arity))
-    return [forwarder_module(regions)]
+    return [forwarder_module(regions, gpu_hint=gpu_hint(options))]
 
 
 def region_program(symbol: str, func: relax.Function, specs: dict) -> Program:

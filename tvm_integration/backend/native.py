@@ -40,23 +40,47 @@ def target_arch(target) -> tuple[int, int] | None:
     return int(digits[:-1]), int(digits[-1])
 
 
-def native_choice(options) -> tuple[tuple[int, int], ...] | None:
-    """The architectures to compile native regions for, or None for Python region functions."""
-    import tvm
-
-    options = dict(options or {})
+def _choice(options: dict):
     choice = options.get("native")
     if choice is None:
         text = os.environ.get(NATIVE_ENV, "").strip().lower()
         if text not in _CHOICES:
             raise CodegenError(f"{NATIVE_ENV}={os.environ[NATIVE_ENV]!r}: use 1/0/auto")
-        choice = _CHOICES[text]
-    elif choice not in (True, False, "auto"):
+        return _CHOICES[text]
+    if choice not in (True, False, "auto"):
         raise CodegenError(f"codegen option native={choice!r}: use True, False or 'auto'")
+    return choice
+
+
+def _target(options: dict):
+    """The build's target: the codegen option `target`, else the current `with target:`, else None."""
+    import tvm
+
+    target = options.get("target") or tvm.target.Target.current(allow_none=True)
+    return tvm.target.Target(target) if isinstance(target, str) else target
+
+
+def gpu_hint(options) -> str:
+    """What Python region functions say at their first call on a GPU (empty: nothing).
+
+    A build whose codegen saw no target (a bare `RunCodegen()`) may be a CUDA build that
+    meant to get native regions; one that chose Python regions (`native=False`) did so knowingly.
+    """
+    options = dict(options or {})
+    if _choice(options) is False or _target(options) is not None:
+        return ""
+    return ('RunCodegen() saw no target when this model was built, so its regions were not compiled natively; pass '
+            'RunCodegen({"simaccel": {"target": target}}) or build with simaccel.tvm_integration.build(mod, target) '
+            "for native regions (docs/native-regions.md)")
+
+
+def native_choice(options) -> tuple[tuple[int, int], ...] | None:
+    """The architectures to compile native regions for, or None for Python region functions."""
+    options = dict(options or {})
+    choice = _choice(options)
     if choice is False:
         return None
-    target = options.get("target") or tvm.target.Target.current(allow_none=True)
-    target = tvm.target.Target(target) if isinstance(target, str) else target
+    target = _target(options)
     arch = target_arch(target)
     if arch is None:
         if choice is True:

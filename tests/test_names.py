@@ -1,0 +1,80 @@
+"""Names shared by Python and C++ (simaccel.names): one copy, written into the generated C++."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from simaccel import errors, names
+from simaccel.native.build import compile_object
+from simaccel.native.source import NativeRegion, library_source
+from test_launch_plan import one_op_program
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+REGION_H = ROOT / "simaccel" / "native" / "region.h"
+SHARED = [value for _, value in names.CPP_NAMES] + [names.CODEGEN_FUNC]
+PYTHON_SOURCES = sorted(p for d in ("simaccel", "kernels", "tvm_integration") for p in (ROOT / d).rglob("*.py"))
+
+
+def cpp_code(path: pathlib.Path) -> str:
+    """The file without its comments (// to the end of a line, /* ... */)."""
+    text = re.sub(r"/\*.*?\*/", "", path.read_text(), flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_region_h_spells_no_shared_name(name):
+    assert name not in cpp_code(REGION_H), f"region.h has its own copy of {name!r}: use its constant (simaccel/names.py)"
+
+
+@pytest.mark.parametrize("kind", errors.__all__)
+def test_region_h_spells_no_error_kind(kind):
+    assert f'"{kind}"' not in cpp_code(REGION_H)
+
+
+def test_region_h_raises_only_through_error_kind_constants():
+    code = cpp_code(REGION_H)
+    kinds = re.findall(r"\breturn fail\(\s*([^,]*),", code)
+    assert len(kinds) > 10 and set(kinds) <= {names.error_kind_constant(k) for k in errors.__all__}, set(kinds)
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_python_spells_each_shared_name_only_in_simaccel_names(name):
+    copies = [str(p.relative_to(ROOT)) for p in PYTHON_SOURCES
+              if p.name != "names.py" and re.search(rf"""["']{re.escape(name)}["']""", p.read_text())]
+    assert copies == []
+
+
+def test_the_forwarder_and_the_registration_read_the_same_names():
+    from simaccel.tvm_integration.backend import autoload, forwarder
+
+    assert forwarder.INVOKE_FUNC is autoload.INVOKE_FUNC is names.INVOKE_FUNC
+    assert autoload.CODEGEN_FUNC is names.CODEGEN_FUNC
+
+
+def test_every_constant_region_h_uses_is_defined_once_by_the_generator():
+    """Each k<Name> that region.h reads but does not define comes from the generated file."""
+    code = cpp_code(REGION_H)
+    used = set(re.findall(r"\bk[A-Z]\w*", code))
+    defined_here = set(re.findall(r"constexpr\s+\w+\s+(k[A-Z]\w*)", code))
+    generated = {line.split()[3].removesuffix("[]") for line in names.cpp_constants()}
+    assert len(generated) == len(names.cpp_constants())
+    assert {names.error_kind_constant(k) for k in errors.__all__} <= generated
+    sizes = {"kMaxWords", "kMaxBoundary", "kMaxTensors"}  # written by source.py from the plans
+    tvm_ffi_enums = {n for n in used if n.startswith(("kTVMFFI", "kDL"))}
+    assert used - defined_here - tvm_ffi_enums - sizes <= generated
+    assert {constant for constant, _ in names.CPP_NAMES} <= used  # and region.h uses each shared name
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_generated_cpp_defines_the_names_before_region_h_and_compiles(dtype):
+    source = library_source([NativeRegion("r_relu", one_op_program("simaccel.relu", [(3, 5)], dtype, {}))], (9, 0))
+    lines = source.splitlines()
+    include = lines.index('#include "region.h"')
+    for constant in names.cpp_constants():
+        assert lines.index(constant) < include
+    for value in [value for _, value in names.CPP_NAMES] + list(errors.__all__):
+        assert sum(line.count(f'"{value}"') for line in lines) == 1  # once, in its constant
+    assert compile_object(source)[:4] == b"\x7fELF"
