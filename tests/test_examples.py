@@ -139,6 +139,27 @@ def test_zero_copy_example_on_the_gpu():
     assert f"host-staged: host->device {staged} B, device->host {staged} B" in result.stdout
 
 
+@pytest.mark.parametrize("engine", ["ref", "sim", "cuda"])
+def test_torch_export_example_without_torch_says_how_to_install_it(tmp_path, engine):
+    # A `torch` that cannot be found, whether or not this venv has the torch extra.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    result = run_example("torch_export.py", "--engine", engine, env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    assert "pip install '.[torch]'" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_torch_export_example_with_a_broken_torch_shows_the_real_error(tmp_path):
+    # torch installed but missing one of its own dependencies: not "install torch", the real error.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("import simaccel_no_such_dependency\n")
+    result = run_example("torch_export.py", env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 1
+    assert "No module named 'simaccel_no_such_dependency'" in result.stderr
+    assert "pip install '.[torch]'" not in result.stderr
+
+
 @pytest.mark.parametrize("engine", ["ref", "sim"])
 def test_torch_export_example(engine):
     pytest.importorskip("torch", reason="examples/torch_export.py needs torch: pip install '.[torch]'")
