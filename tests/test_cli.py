@@ -307,6 +307,23 @@ def test_demo_with_a_device_profile(tmp_path):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "max_rank must be a positive integer" in bad.stderr
 
 
+@pytest.mark.parametrize("command", ["demo", "fuzz"])
+@pytest.mark.parametrize("content, message", [
+    ({"name": "typo", "ops": ["simaccel.convv2d"]}, "profile typo: ops ['simaccel.convv2d'] are neither ops nor op families"),
+    ([1, 2], "a device profile is an object of the fields"),
+    ("conv-only", "got a str: 'conv-only'"),
+])
+def test_a_profile_the_isa_cannot_honour_is_a_user_error(tmp_path, command, content, message):
+    """An op the ISA lacks (once: 0 regions and exit 0) and a JSON value that is no object
+    (once: "unknown: [1, 2]"): one line naming the problem, exit 2, before any work."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(content))
+    result = simaccel(command, "--profile", str(profile))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr and result.stdout == "", result.stderr
+    assert "unknown:" not in result.stderr
+
+
 def test_a_closed_pipe_is_no_error():
     """`simaccel ops | true`: the reader is gone before anything is written; no error, no traceback."""
     result = subprocess.run(f"{sys.executable} -m simaccel.tvm_integration.tools.cli ops | true; echo ${{PIPESTATUS[0]}}",

@@ -194,7 +194,7 @@ def _dispatch(args) -> int:
         from ...profile import PROFILE_ENV, active_profile
 
         os.environ[PROFILE_ENV] = os.path.abspath(args.profile)  # fuzz workers and replays inherit it
-        active_profile()  # a bad file: one line and exit 2, before any work
+        active_profile().check_ops()  # a bad file or an op name the ISA lacks: one line and exit 2, before any work
     if args.command == "demo":
         from .demo import run_demo
 
