@@ -215,6 +215,10 @@ FAULTS = [
     fault(("bench", "--artifacts", "{d}/art_nolibs"), "{d}/art_nolibs lacks mm8.simaccel.so", id="bench-missing-libraries"),
     fault(("bench", "--artifacts", "{d}/art_ok", "--out", "{d}/notes.txt/bench"), "output folder {d}/notes.txt/bench", id="bench-out-under-file"),
     fault(("demo",), "this TVM is runtime-only", {"TVM_USE_RUNTIME_LIB": "1"}, id="demo-runtime-only"),
+    fault(("bench",), "bench: say what to do: --artifacts DIR", id="bench-no-flags"),
+    fault(("bench", "--out", "{d}/b"), "--ops (time each op's kernel on a GPU) or --report NEW.json", id="bench-only-out"),
+    fault(("bench", "--artifacts", "{d}/art_ok", "--report", "{d}/r.json", "--compare", "{d}/r.json"), "not both",
+          id="bench-artifacts-and-report"),
 ]
 
 

@@ -169,7 +169,11 @@ def check_args(args) -> None:
         raise SimAccelError(f"--repeat {args.repeat}: must be >= 1")
     if args.command == "bench" and args.ops and (args.artifacts or args.report or args.compare):
         raise SimAccelError("bench --ops: times the ISA's kernels alone; it takes no --artifacts, --report or --compare")
-    if args.command == "bench" and not args.ops and (args.artifacts is None) == (args.report is None):
+    if args.command == "bench" and not (args.ops or args.artifacts or args.report):
+        raise SimAccelError("bench: say what to do: --artifacts DIR (time prebuilt libraries against TVM alone on a GPU), "
+                            "--ops (time each op's kernel on a GPU) or --report NEW.json --compare OLD.json (compare "
+                            "two finished runs, no GPU needed)")
+    if args.command == "bench" and args.artifacts and args.report:
         raise SimAccelError("bench: give --artifacts (to time) or --report (to compare a finished run), not both")
     if args.command == "bench" and args.report and not args.compare:
         raise SimAccelError("bench --report: also give --compare OLD.json (the report to compare it with)")
