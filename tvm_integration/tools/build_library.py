@@ -12,7 +12,8 @@ outputs of the same module built by TVM alone for the CPU (`<lib>.expect.npz`), 
 
     simaccel run model.so --inputs model.inputs.npz --expect model.expect.npz
 
-checks the library right away, here or on another machine. Every problem with what the
+checks the library right away, here or on another machine (the command printed last adds
+float16 tolerances where an output is float16). Every problem with what the
 user gives (the file, what it defines, the output paths) is a SimAccelError naming it,
 raised before anything is built.
 """
@@ -22,7 +23,10 @@ from __future__ import annotations
 import os
 import runpy
 
+import numpy as np
+
 from ...errors import SimAccelError
+from .demo import TOLERANCE
 
 MODEL_NAMES = ("mod", "Module")  # looked up in this order in a model file
 
@@ -97,6 +101,9 @@ def build_library(model: str | None, output: str, target: str = "llvm", seed: in
     write_arrays(expect_path, expected, "output")
     out(f"wrote {output} (target {target}), {inputs_path} ({len(inputs)} inputs, seed {seed}) and {expect_path} "
         f"({len(expected)} outputs of TVM alone on the CPU)")
-    device = " --device cuda" if target == "cuda" else ""
-    out(f"check it: simaccel run {output} --inputs {inputs_path} --expect {expect_path}{device}")
+    options = " --device cuda" if target == "cuda" else ""
+    if any(a.dtype == np.float16 for a in expected):  # `simaccel run`'s defaults are float32's
+        rtol, atol = TOLERANCE["float16"]
+        options += f" --rtol {rtol} --atol {atol}"
+    out(f"check it: simaccel run {output} --inputs {inputs_path} --expect {expect_path}{options}")
     return 0
