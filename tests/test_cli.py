@@ -135,7 +135,7 @@ def _write_bad_files(d):
     (d / "model_raises.py").write_text("raise ValueError('weights.bin is missing')\n")
     (d / "model_exits.py").write_text("import sys\nsys.exit(4)\n")
     (d / "model_nomain.py").write_text("import tvm\nmod = tvm.IRModule()\n")
-    (d / "model_dynamic.py").write_text(BUILD_MODEL.replace("(4, 16)", "('n', 16)"))
+    (d / "model_dynamic.py").write_text(BUILD_MODEL.replace("(4, 16)", "(tvm.tirx.Var('n', 'int64'), 16)"))
     case = {"params": [["x", [8, 8], "float32"]], "regions": {}, "seed": 0}
     manifests = {
         "art_none": None,

@@ -63,7 +63,7 @@ def load_model(path: str):
         kind = param.ty
         shape = getattr(kind, "shape", None) if isinstance(kind, relax.TensorType) else None
         if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape.values):
-            raise SimAccelError(f"model file {path}: main's parameter {param.name_hint} is {kind}; simaccel build "
+            raise SimAccelError(f"model file {path}: main's parameter {param.name} is {kind}; simaccel build "
                                 f"makes inputs for tensors of static shapes only")
     return mod
 
