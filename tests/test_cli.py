@@ -33,7 +33,7 @@ def simaccel(*args, env=None):
 def test_help_lists_commands():
     result = simaccel("--help")
     assert result.returncode == 0
-    assert "demo" in result.stdout
+    assert "demo" in result.stdout and "build" in result.stdout
     demo = simaccel("demo", "--help")
     assert "--engine" in demo.stdout and "--seed" in demo.stdout
 
@@ -242,6 +242,34 @@ def test_build_makes_a_library_that_run_checks(tmp_path, source, regions):
         np.testing.assert_array_equal(e, w)  # the same TVM-alone build on the same inputs
         tolerance = 2e-2 if w.dtype == np.float16 else 1e-5
         np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tolerance, atol=tolerance)
+
+
+def test_build_partitions_for_the_profile_it_is_given(tmp_path):
+    (tmp_path / "model.py").write_text(BUILD_MODEL)
+    (tmp_path / "p.json").write_text(json.dumps({"name": "relu-only", "ops": ["simaccel.relu"]}))
+    built = simaccel("build", str(tmp_path / "model.py"), "-o", str(tmp_path / "lib.so"), "--profile", str(tmp_path / "p.json"))
+    assert built.returncode == 0, built.stderr
+    assert "offloaded to simaccel: 1 region(s) (profile relu-only)" in built.stdout
+    assert re.search(r"fused_\S+: simaccel.relu\n", built.stdout), built.stdout  # the matmul stays on TVM
+    assert "simaccel.dense rejected: op simaccel.dense is not enabled in profile relu-only" in built.stdout
+    ran = simaccel(*built.stdout.strip().splitlines()[-1].split()[3:])
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("RESULT: match"), ran.stdout + ran.stderr
+
+
+def test_build_a_model_with_a_user_op_declared_beside_it(tmp_path):
+    """The model file imports its ops module as a script would; `simaccel run` finds the op
+    through $SIMACCEL_OPS, as docs/adding-an-op.md says."""
+    import shutil
+
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "examples", "rms_norm_op.py"), tmp_path / "rms_norm_op.py")
+    (tmp_path / "model.py").write_text("import rms_norm_op\n" + BUILD_MODEL.replace(
+        "relax.op.nn.leakyrelu(x, 0.1)", "relax.op.nn.rms_norm(x, relax.const(__import__('numpy').ones(16, 'float32')), [-1])"))
+    built = simaccel("build", str(tmp_path / "model.py"), "-o", str(tmp_path / "lib.so"), env={"SIMACCEL_OPS": ""})
+    assert built.returncode == 0, built.stderr
+    assert re.search(r"fused_\S+: myaccel.rms_norm -> simaccel.dense_relu\n", built.stdout), built.stdout
+    command = built.stdout.strip().splitlines()[-1].split()[3:]
+    ran = simaccel(*command, env={"SIMACCEL_OPS": str(tmp_path / "rms_norm_op.py")})
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("RESULT: match"), ran.stdout + ran.stderr
 
 
 def test_build_draws_other_inputs_for_another_seed(tmp_path):

@@ -5,7 +5,9 @@
 
 MODEL.py is a Python file that defines, at module level, a Relax `tvm.IRModule` named `mod`
 (or `Module`, the name a TVMScript `@I.ir_module class Module:` gives, as in a fuzz
-reproduction's model.py) whose `main` takes tensors of static shapes. The module is
+reproduction's model.py) whose `main` takes tensors of static shapes; it runs as a script
+would, with its folder on sys.path, so it may import a module of users' ops beside it (name
+that module in $SIMACCEL_OPS where the library runs). The module is
 partitioned for simaccel (the report is printed), built with `build` for the target and
 exported to the library; beside it go seeded random inputs (`<lib>.inputs.npz`) and the
 outputs of the same module built by TVM alone for the CPU (`<lib>.expect.npz`), so that
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import sys
 
 import numpy as np
 
@@ -44,6 +47,9 @@ def load_model(path: str):
 
     if not os.path.isfile(path):
         raise SimAccelError(f"model file {path}: " + ("not a file" if os.path.exists(path) else "no such file"))
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:  # as `python MODEL.py` would: modules beside it (a user's ops) import
+        sys.path.insert(0, folder)
     try:
         names = runpy.run_path(path, run_name="simaccel_model")
     except SystemExit as e:
