@@ -5,7 +5,8 @@
 is exported with `torch.export.export`, imported with TVM's `from_exported_program`,
 partitioned for simaccel (the report says what was rewritten, what runs where and why),
 built with simaccel and with TVM alone, run on the same input and compared with each other
-and with torch itself. Exit status 0 when they match, 1 when they do not.
+and with torch itself. Exit status 0 when they match, 1 when they do not, 2 when torch is
+not installed (the message says how to install it) or there is no GPU for `--engine cuda`.
 
     pip install '.[torch]'
     python examples/torch_export.py [--engine ref|sim|cuda] [--seed N]
@@ -21,9 +22,17 @@ import sys
 import textwrap
 
 import numpy as np
-import torch
+
+try:
+    import torch
+    from torch import nn
+except ModuleNotFoundError as e:
+    if e.name != "torch":  # torch is there but broken: show the real error
+        raise
+    print("examples/torch_export.py needs PyTorch, which is not installed: pip install '.[torch]' in the "
+          "simaccel checkout (or pip install 'simaccel[torch]')", file=sys.stderr)
+    sys.exit(2)  # a user error, not a mismatch
 import tvm
-from torch import nn
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 

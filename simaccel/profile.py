@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from .errors import DtypeError, LayoutError, ShapeError, SimAccelError
+from .errors import DtypeError, LayoutError, ShapeError, SimAccelError, UnsupportedOpError
 
 # TVM allocates every buffer at a multiple of this (kAllocAlignment in TVM's runtime), so a
 # region's tensors always meet a profile alignment up to it.
@@ -78,9 +78,12 @@ class DeviceProfile:
     @classmethod
     def from_dict(cls, data: dict) -> "DeviceProfile":
         known = {f.name for f in fields(cls)}
-        if not isinstance(data, dict) or set(data) - known:
-            extra = sorted(set(data) - known) if isinstance(data, dict) else data
-            raise SimAccelError(f"a device profile takes the fields {sorted(known)}; unknown: {extra}")
+        if not isinstance(data, dict):
+            shown = repr(data) if len(repr(data)) <= 60 else repr(data)[:57] + "..."
+            raise SimAccelError(f"a device profile is an object of the fields {sorted(known)}, "
+                                f"got a {type(data).__name__}: {shown}")
+        if set(data) - known:
+            raise SimAccelError(f"a device profile takes the fields {sorted(known)}; unknown: {sorted(set(data) - known)}")
         data = dict(data)
         if isinstance(data.get("ops"), list):
             data["ops"] = frozenset(data["ops"])
@@ -94,7 +97,7 @@ class DeviceProfile:
         try:
             with open(path, encoding="utf-8") as f:
                 return cls.from_dict(json.load(f))
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, SimAccelError) as e:
             raise SimAccelError(f"device profile {path}: {e}") from e
 
     def to_dict(self) -> dict:
@@ -102,6 +105,23 @@ class DeviceProfile:
         data["ops"] = sorted(self.ops) if self.ops is not None else None
         data["dtypes"] = list(self.dtypes)
         return data
+
+    def check_ops(self) -> None:
+        """UnsupportedOpError naming every entry of `ops` that is neither an op nor an op family
+        of the ISA (users' ones included), so that a misspelt name is not a profile that quietly
+        offloads nothing. Checked when the profile is used (partitioning, `--profile`), by
+        then users' ops are declared."""
+        if self.ops is None:
+            return
+        from .ops.registry import families, list_ops
+
+        names = {family.name for family in families()}
+        unknown = sorted(self.ops - names - set(list_ops()))
+        if unknown:
+            raise UnsupportedOpError(
+                f"profile {self.name}: ops {unknown} are neither ops nor op families of the simaccel ISA "
+                f"(`simaccel ops` lists them; users' ops must be declared first, or named in $SIMACCEL_OPS); "
+                f"families: {', '.join(sorted(names))}")
 
     # -- the checks ----------------------------------------------------------------------
     def why_not_op(self, op: str, family: str | None = None) -> str | None:

@@ -33,7 +33,7 @@ def simaccel(*args, env=None):
 def test_help_lists_commands():
     result = simaccel("--help")
     assert result.returncode == 0
-    assert "demo" in result.stdout
+    assert "demo" in result.stdout and "build" in result.stdout
     demo = simaccel("demo", "--help")
     assert "--engine" in demo.stdout and "--seed" in demo.stdout
 
@@ -130,6 +130,12 @@ def _write_bad_files(d):
     np.savez(d / "strings.npz", arg0=np.array(["a"]))
     with zipfile.ZipFile(d / "raw.npz", "w") as z:
         z.writestr("arg0", "bytes, not an array")
+    (d / "model_none.py").write_text("import tvm\nmodel = None\n")
+    (d / "model_int.py").write_text("mod = 3\n")
+    (d / "model_raises.py").write_text("raise ValueError('weights.bin is missing')\n")
+    (d / "model_exits.py").write_text("import sys\nsys.exit(4)\n")
+    (d / "model_nomain.py").write_text("import tvm\nmod = tvm.IRModule()\n")
+    (d / "model_dynamic.py").write_text(BUILD_MODEL.replace("(4, 16)", "(tvm.tirx.Var('n', 'int64'), 16)"))
     case = {"params": [["x", [8, 8], "float32"]], "regions": {}, "seed": 0}
     manifests = {
         "art_none": None,
@@ -162,6 +168,118 @@ def test_run_checks_an_exported_library(files):
     mismatch = simaccel("run", str(files / "demo.so"), "--inputs", str(files / "in.npz"),
                         "--expect", str(files / "bad.npz"))
     assert mismatch.returncode == 1 and "RESULT: MISMATCH" in mismatch.stdout
+
+
+# A model file as a user writes one: TVM -> simaccel -> TVM, two outputs, `mod` at module level.
+BUILD_MODEL = """
+import tvm
+from tvm import relax
+
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType((4, 16), "float32"))
+w = relax.Var("w", relax.TensorType((8, 16), "float32"))
+with bb.function("main", [x, w]):
+    with bb.dataflow():
+        h = bb.emit(relax.op.nn.leakyrelu(x, 0.1))
+        y = bb.emit(relax.op.nn.relu(relax.op.matmul(h, relax.op.permute_dims(w))))
+        out = bb.emit_output(relax.Tuple([y, relax.op.nn.log_softmax(y)]))
+    bb.emit_func_output(out)
+mod = bb.get()
+"""
+
+# The same kind of model as TVMScript, named `Module` as `mod.script()` (and a fuzz reproduction) names it.
+BUILD_SCRIPT = """
+from tvm.script import ir as I
+from tvm.script import relax as R
+
+
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((3, 8), dtype="float16"), w: R.Tensor((8, 5), dtype="float16")) -> R.Tensor((3, 5), dtype="float16"):
+        with R.dataflow():
+            lv = R.matmul(x, w)
+            gv = R.nn.softmax(R.tanh(lv))
+            R.output(gv)
+        return gv
+"""
+
+
+def load_model_file(path):
+    import runpy
+
+    names = runpy.run_path(str(path))
+    return names.get("mod", names.get("Module"))
+
+
+@pytest.mark.parametrize("source, regions", [("--demo", 2), ("model.py", 1), ("script.py", 1)])
+def test_build_makes_a_library_that_run_checks(tmp_path, source, regions):
+    """`simaccel build` then `simaccel run` as its last line says: the library matches the
+    outputs it wrote, and those are the outputs of TVM alone (rebuilt here) on its inputs."""
+    from harness import run_vm
+    from simaccel.tvm_integration import build_tvm_only
+    from simaccel.tvm_integration.tools.models import demo_cnn
+
+    (tmp_path / "model.py").write_text(BUILD_MODEL)
+    (tmp_path / "script.py").write_text(BUILD_SCRIPT)
+    args = ("--demo",) if source == "--demo" else (str(tmp_path / source),)
+    built = simaccel("build", *args, "-o", str(tmp_path / "lib.so"), "--seed", "3")
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert f"offloaded to simaccel: {regions} region(s)" in built.stdout
+    command = built.stdout.strip().splitlines()[-1]
+    assert command.startswith("check it: simaccel run ")
+    ran = simaccel(*command.split()[3:], "--save", str(tmp_path / "got.npz"))
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("RESULT: match"), ran.stdout + ran.stderr
+
+    mod = demo_cnn() if source == "--demo" else load_model_file(tmp_path / source)
+    inputs = read_arrays(tmp_path / "lib.inputs.npz")
+    want = run_vm(build_tvm_only(mod), inputs)
+    want = want if isinstance(want, list) else [want]
+    expected, got = read_arrays(tmp_path / "lib.expect.npz"), read_arrays(tmp_path / "got.npz")
+    assert len(expected) == len(want) == len(got) == (2 if source == "model.py" else 1)
+    for e, w, g in zip(expected, want, got):
+        assert e.dtype == w.dtype == g.dtype and e.shape == w.shape
+        np.testing.assert_array_equal(e, w)  # the same TVM-alone build on the same inputs
+        tolerance = 2e-2 if w.dtype == np.float16 else 1e-5
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=tolerance, atol=tolerance)
+
+
+def test_build_partitions_for_the_profile_it_is_given(tmp_path):
+    (tmp_path / "model.py").write_text(BUILD_MODEL)
+    (tmp_path / "p.json").write_text(json.dumps({"name": "relu-only", "ops": ["simaccel.relu"]}))
+    built = simaccel("build", str(tmp_path / "model.py"), "-o", str(tmp_path / "lib.so"), "--profile", str(tmp_path / "p.json"))
+    assert built.returncode == 0, built.stderr
+    assert "offloaded to simaccel: 1 region(s) (profile relu-only)" in built.stdout
+    assert re.search(r"fused_\S+: simaccel.relu\n", built.stdout), built.stdout  # the matmul stays on TVM
+    assert "simaccel.dense rejected: op simaccel.dense is not enabled in profile relu-only" in built.stdout
+    ran = simaccel(*built.stdout.strip().splitlines()[-1].split()[3:])
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("RESULT: match"), ran.stdout + ran.stderr
+
+
+def test_build_a_model_with_a_user_op_declared_beside_it(tmp_path):
+    """The model file imports its ops module as a script would; `simaccel run` finds the op
+    through $SIMACCEL_OPS, as docs/adding-an-op.md says."""
+    import shutil
+
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "examples", "rms_norm_op.py"), tmp_path / "rms_norm_op.py")
+    (tmp_path / "model.py").write_text("import rms_norm_op\n" + BUILD_MODEL.replace(
+        "relax.op.nn.leakyrelu(x, 0.1)", "relax.op.nn.rms_norm(x, relax.const(__import__('numpy').ones(16, 'float32')), [-1])"))
+    built = simaccel("build", str(tmp_path / "model.py"), "-o", str(tmp_path / "lib.so"), env={"SIMACCEL_OPS": ""})
+    assert built.returncode == 0, built.stderr
+    assert re.search(r"fused_\S+: myaccel.rms_norm -> simaccel.dense_relu\n", built.stdout), built.stdout
+    command = built.stdout.strip().splitlines()[-1].split()[3:]
+    ran = simaccel(*command, env={"SIMACCEL_OPS": str(tmp_path / "rms_norm_op.py")})
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("RESULT: match"), ran.stdout + ran.stderr
+
+
+def test_build_draws_other_inputs_for_another_seed(tmp_path):
+    (tmp_path / "model.py").write_text(BUILD_MODEL)
+    drawn = []
+    for seed in ("0", "1"):
+        result = simaccel("build", str(tmp_path / "model.py"), "-o", str(tmp_path / f"s{seed}.so"), "--seed", seed)
+        assert result.returncode == 0, result.stderr
+        drawn.append(read_arrays(tmp_path / f"s{seed}.inputs.npz"))
+    assert [a.shape for a in drawn[0]] == [(4, 16), (8, 16)] and not np.array_equal(drawn[0][0], drawn[1][0])
 
 
 RUN = ("run", "{d}/demo.so", "--inputs", "{d}/in.npz")
@@ -215,6 +333,26 @@ FAULTS = [
     fault(("bench", "--artifacts", "{d}/art_nolibs"), "{d}/art_nolibs lacks mm8.simaccel.so", id="bench-missing-libraries"),
     fault(("bench", "--artifacts", "{d}/art_ok", "--out", "{d}/notes.txt/bench"), "output folder {d}/notes.txt/bench", id="bench-out-under-file"),
     fault(("demo",), "this TVM is runtime-only", {"TVM_USE_RUNTIME_LIB": "1"}, id="demo-runtime-only"),
+    fault(("build", "-o", "{d}/b.so"), "build: give a model file (MODEL.py) or --demo", id="build-nothing"),
+    fault(("build", "{d}/model_int.py", "--demo", "-o", "{d}/b.so"), "or --demo, not both", id="build-both"),
+    fault(("build", "--demo", "-o", "{d}/b.tar"), "-o {d}/b.tar: the library's name must end in .so", id="build-not-so"),
+    fault(("build", "--demo", "-o", "{d}/nowhere/b.so"), "-o {d}/nowhere/b.so: cannot write", id="build-no-folder"),
+    fault(("build", "--demo", "-o", "{d}/b.so", "--seed", "-2"), "--seed -2: must be >= 0", id="build-seed-negative"),
+    fault(("build", "{d}/nothing.py", "-o", "{d}/b.so"), "model file {d}/nothing.py: no such file", id="build-no-model"),
+    fault(("build", "{d}/folder", "-o", "{d}/b.so"), "model file {d}/folder: not a file", id="build-model-folder"),
+    fault(("build", "{d}/model_none.py", "-o", "{d}/b.so"), "defines no `mod` (or `Module`)", id="build-no-mod"),
+    fault(("build", "{d}/model_int.py", "-o", "{d}/b.so"), "`mod` is a int, not a tvm.IRModule", id="build-mod-int"),
+    fault(("build", "{d}/model_raises.py", "-o", "{d}/b.so"), "running it raised ValueError: weights.bin is missing",
+          id="build-model-raises"),
+    fault(("build", "{d}/model_exits.py", "-o", "{d}/b.so"), "exited (status 4)", id="build-model-exits"),
+    fault(("build", "{d}/model_nomain.py", "-o", "{d}/b.so"), "has no Relax function `main`", id="build-no-main"),
+    fault(("build", "{d}/model_dynamic.py", "-o", "{d}/b.so"), "main's parameter x is", id="build-dynamic-shape"),
+    fault(("build", "--demo", "-o", "{d}/b.so", "--profile", "{d}/notes.txt"), "device profile {d}/notes.txt",
+          id="build-bad-profile"),
+    fault(("bench",), "bench: say what to do: --artifacts DIR", id="bench-no-flags"),
+    fault(("bench", "--out", "{d}/b"), "--ops (time each op's kernel on a GPU) or --report NEW.json", id="bench-only-out"),
+    fault(("bench", "--artifacts", "{d}/art_ok", "--report", "{d}/r.json", "--compare", "{d}/r.json"), "not both",
+          id="bench-artifacts-and-report"),
 ]
 
 
@@ -305,6 +443,23 @@ def test_demo_with_a_device_profile(tmp_path):
     profile.write_text(json.dumps({"name": "bad", "max_rank": 0.5}))
     bad = simaccel("demo", "--device", "cpu", "--profile", str(profile))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "max_rank must be a positive integer" in bad.stderr
+
+
+@pytest.mark.parametrize("command", ["demo", "fuzz"])
+@pytest.mark.parametrize("content, message", [
+    ({"name": "typo", "ops": ["simaccel.convv2d"]}, "profile typo: ops ['simaccel.convv2d'] are neither ops nor op families"),
+    ([1, 2], "a device profile is an object of the fields"),
+    ("conv-only", "got a str: 'conv-only'"),
+])
+def test_a_profile_the_isa_cannot_honour_is_a_user_error(tmp_path, command, content, message):
+    """An op the ISA lacks (once: 0 regions and exit 0) and a JSON value that is no object
+    (once: "unknown: [1, 2]"): one line naming the problem, exit 2, before any work."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(content))
+    result = simaccel(command, "--profile", str(profile))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr and result.stdout == "", result.stderr
+    assert "unknown:" not in result.stderr
 
 
 def test_a_closed_pipe_is_no_error():

@@ -105,6 +105,11 @@ def test_zero_copy_example_falls_back_to_the_cpu():
     assert "pointer identity (the region read and wrote TVM's own buffers): yes" in result.stdout
     assert "NOT a buffer TVM handed over" not in result.stdout
     assert "zero-copy  : host->device 0 B, device->host 0 B, device->device 0 B; result matches" in result.stdout
+    # TVM alone's untuned CPU dense is tens of times slower than numpy's here: the output says
+    # what the ratio compares rather than leaving a bare "50x".
+    times = " ".join(result.stdout[result.stdout.index("TVM alone  :"):].split())
+    assert "on the CPU these ratios do not measure the accelerator" in times
+    assert "numpy's BLAS matmul" in times and "untuned loops" in times and "needs a GPU" in times
 
 
 def full_tvm_on_a_gpu():
@@ -137,6 +142,27 @@ def test_zero_copy_example_on_the_gpu():
     assert "zero-copy  : host->device 0 B, device->host 0 B, device->device 0 B; result matches" in result.stdout
     staged = 4 * (64 * 256 + 512 * 256 + 512 + 64 * 512)  # h0, fc_w, fc_b in; h1 out; float32
     assert f"host-staged: host->device {staged} B, device->host {staged} B" in result.stdout
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim", "cuda"])
+def test_torch_export_example_without_torch_says_how_to_install_it(tmp_path, engine):
+    # A `torch` that cannot be found, whether or not this venv has the torch extra.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    result = run_example("torch_export.py", "--engine", engine, env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    assert "pip install '.[torch]'" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_torch_export_example_with_a_broken_torch_shows_the_real_error(tmp_path):
+    # torch installed but missing one of its own dependencies: not "install torch", the real error.
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("import simaccel_no_such_dependency\n")
+    result = run_example("torch_export.py", env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 1
+    assert "No module named 'simaccel_no_such_dependency'" in result.stderr
+    assert "pip install '.[torch]'" not in result.stderr
 
 
 @pytest.mark.parametrize("engine", ["ref", "sim"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from tvm import relax
 
 from harness import compare_with_tvm, offloaded_ops
 from model_zoo import single_op
-from simaccel import LayoutError, ProgramError, SimAccelError
+from simaccel import LayoutError, ProgramError, SimAccelError, UnsupportedOpError
 from simaccel.profile import DeviceProfile
 from simaccel.runtime import Runtime
 from simaccel.tvm_integration import partition_report
@@ -132,6 +133,39 @@ def test_profiles_from_json_and_bad_values(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SimAccelError, match="device profile .*edge.json"):
         DeviceProfile.load(str(path))
+
+
+@pytest.mark.parametrize("data", [[1, 2], [], "simaccel.conv2d", 3, 2.5, None, True, [{"name": "x"}]])
+def test_a_profile_that_is_not_an_object_is_refused_as_such(tmp_path, data):
+    with pytest.raises(SimAccelError, match=f"a device profile is an object of the fields .*got a {type(data).__name__}") as e:
+        DeviceProfile.from_dict(data)
+    assert "unknown" not in str(e.value)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SimAccelError, match="p.json: a device profile is an object"):
+        DeviceProfile.load(str(path))
+
+
+@pytest.mark.parametrize("names, unknown", [
+    ({"simaccel.convv2d"}, ["simaccel.convv2d"]),                                   # a misspelt family
+    ({"simaccel.conv2d", "simaccel.softmaxx"}, ["simaccel.softmaxx"]),              # one good, one not
+    ({"conv2d"}, ["conv2d"]),                                                       # no namespace
+    ({"simaccel.dense_bias_gelu", "myaccel.rms_norm", "simaccel.Dense"}, ["myaccel.rms_norm", "simaccel.Dense"]),
+    ({"simaccel.conv2d_bias_gelu"}, ["simaccel.conv2d_bias_gelu"]),                  # a variant conv2d does not have
+])
+def test_a_profile_naming_ops_the_isa_lacks_is_refused_when_used(names, unknown):
+    profile = DeviceProfile(name="typo", ops=names)  # users' ops may be declared later: not refused here
+    with pytest.raises(UnsupportedOpError, match=re.escape(f"profile typo: ops {unknown} are neither ops nor op families")):
+        partition_report(mlp(), profile)
+    with pytest.raises(UnsupportedOpError, match="SIMACCEL_OPS"):
+        profile.check_ops()
+
+
+@pytest.mark.parametrize("names, offloaded", [({"simaccel.dense"}, True), ({"simaccel.dense_bias_relu", "simaccel.softmax"}, True),
+                                               (None, True), (frozenset(), False)])
+def test_a_profile_naming_only_isa_ops_and_families_is_used(names, offloaded):
+    _, report = partition_report(mlp(), DeviceProfile(name="fine", ops=names))
+    assert bool(report.regions) == offloaded and all("profile fine" in why for *_, why in report.kept), report.format()
 
 
 @pytest.mark.parametrize("seed", [39, 90, 102, 200, 209])

@@ -85,6 +85,7 @@ def _partition(mod, profile, rejections, splits=None, rewritten=None):
         raise SimAccelError(f"partitioning takes a Relax IRModule, got {type(mod).__name__}")
     if not isinstance(profile, DeviceProfile):
         raise SimAccelError(f"profile must be a simaccel.DeviceProfile, got {type(profile).__name__}")
+    profile.check_ops()
     mod, notes = prepare_for_inference(mod)
     if rewritten is not None:
         rewritten += notes

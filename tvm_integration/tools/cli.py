@@ -1,4 +1,4 @@
-"""The `simaccel` command line: demo, run, bench, fuzz, ops.
+"""The `simaccel` command line: demo, build, run, bench, fuzz, ops.
 
 Exit status: 0 success, 1 results mismatch, 2 user error (argparse's usage errors, or a
 SimAccelError as one line on stderr), 3 internal error (a bug in simaccel: one line, the
@@ -99,6 +99,23 @@ def _parser() -> argparse.ArgumentParser:
         "input or a narrow copy: seconds on the CPU engines)",
     )
 
+    build = commands.add_parser(
+        "build",
+        help="build a model file (or the demo model) into a library for `simaccel run`, with inputs and TVM's outputs",
+        description="Partition the Relax IRModule that MODEL.py defines as `mod` (or `Module`, TVMScript's name), "
+        "build it with simaccel and export it to LIB.so; write seeded random inputs to LIB.inputs.npz and the "
+        "outputs of the same module built by TVM alone on the CPU to LIB.expect.npz, for "
+        "`simaccel run LIB.so --inputs LIB.inputs.npz --expect LIB.expect.npz`.",
+    )
+    build.add_argument("model", nargs="?", metavar="MODEL.py",
+                       help="a Python file defining a Relax IRModule `mod` whose main takes static shapes")
+    build.add_argument("--demo", action="store_true", help="build the demo model (the CNN of `simaccel demo`) instead")
+    build.add_argument("-o", "--output", required=True, metavar="LIB.so", help="the library to write")
+    build.add_argument("--target", choices=["llvm", "cuda"], default="llvm",
+                       help="llvm (CPU, the default) or cuda (the GPU present, else an H100; native regions with the aot extra)")
+    build.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    build.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
+
     run = commands.add_parser(
         "run",
         help="run an exported library on inputs from an .npz, optionally checking the outputs",
@@ -165,11 +182,19 @@ def check_args(args) -> None:
     """Refuse out-of-range option values before any work is done."""
     if args.command == "demo" and args.seed < 0:
         raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
+    if args.command == "build" and (args.model is None) == (not args.demo):
+        raise SimAccelError("build: give a model file (MODEL.py) or --demo" + (", not both" if args.demo else ""))
+    if args.command == "build" and args.seed < 0:
+        raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
     if args.command == "bench" and args.repeat < 1:
         raise SimAccelError(f"--repeat {args.repeat}: must be >= 1")
     if args.command == "bench" and args.ops and (args.artifacts or args.report or args.compare):
         raise SimAccelError("bench --ops: times the ISA's kernels alone; it takes no --artifacts, --report or --compare")
-    if args.command == "bench" and not args.ops and (args.artifacts is None) == (args.report is None):
+    if args.command == "bench" and not (args.ops or args.artifacts or args.report):
+        raise SimAccelError("bench: say what to do: --artifacts DIR (time prebuilt libraries against TVM alone on a GPU), "
+                            "--ops (time each op's kernel on a GPU) or --report NEW.json --compare OLD.json (compare "
+                            "two finished runs, no GPU needed)")
+    if args.command == "bench" and args.artifacts and args.report:
         raise SimAccelError("bench: give --artifacts (to time) or --report (to compare a finished run), not both")
     if args.command == "bench" and args.report and not args.compare:
         raise SimAccelError("bench --report: also give --compare OLD.json (the report to compare it with)")
@@ -194,12 +219,16 @@ def _dispatch(args) -> int:
         from ...profile import PROFILE_ENV, active_profile
 
         os.environ[PROFILE_ENV] = os.path.abspath(args.profile)  # fuzz workers and replays inherit it
-        active_profile()  # a bad file: one line and exit 2, before any work
+        active_profile().check_ops()  # a bad file or an op name the ISA lacks: one line and exit 2, before any work
     if args.command == "demo":
         from .demo import run_demo
 
         return run_demo(engine=args.engine, seed=args.seed, dtype=args.dtype, device=args.device, staged=args.staged,
                         model=args.model, size=args.size)
+    if args.command == "build":
+        from .build_library import build_library
+
+        return build_library(args.model, args.output, target=args.target, seed=args.seed)
     if args.command == "run":
         return run_library_command(args)
     if args.command == "bench":

@@ -1,0 +1,115 @@
+"""`simaccel build`: a model file (or the demo model) -> an exported library, ready for `simaccel run`.
+
+    simaccel build MODEL.py -o model.so [--target llvm|cuda] [--profile FILE] [--seed N]
+    simaccel build --demo -o demo.so
+
+MODEL.py is a Python file that defines, at module level, a Relax `tvm.IRModule` named `mod`
+(or `Module`, the name a TVMScript `@I.ir_module class Module:` gives, as in a fuzz
+reproduction's model.py) whose `main` takes tensors of static shapes; it runs as a script
+would, with its folder on sys.path, so it may import a module of users' ops beside it (name
+that module in $SIMACCEL_OPS where the library runs). The module is
+partitioned for simaccel (the report is printed), built with `build` for the target and
+exported to the library; beside it go seeded random inputs (`<lib>.inputs.npz`) and the
+outputs of the same module built by TVM alone for the CPU (`<lib>.expect.npz`), so that
+
+    simaccel run model.so --inputs model.inputs.npz --expect model.expect.npz
+
+checks the library right away, here or on another machine (the command printed last adds
+float16 tolerances where an output is float16). Every problem with what the
+user gives (the file, what it defines, the output paths) is a SimAccelError naming it,
+raised before anything is built.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+import numpy as np
+
+from ...errors import SimAccelError
+from .demo import TOLERANCE
+
+MODEL_NAMES = ("mod", "Module")  # looked up in this order in a model file
+
+
+def output_paths(library: str) -> tuple[str, str]:
+    """The inputs and expected-outputs .npz written beside `library` (x.so -> x.inputs.npz, x.expect.npz)."""
+    stem = library[: -len(".so")]
+    return f"{stem}.inputs.npz", f"{stem}.expect.npz"
+
+
+def load_model(path: str):
+    """The Relax IRModule a model file defines (see the module docstring)."""
+    import tvm
+    from tvm import relax, tirx
+
+    if not os.path.isfile(path):
+        raise SimAccelError(f"model file {path}: " + ("not a file" if os.path.exists(path) else "no such file"))
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:  # as `python MODEL.py` would: modules beside it (a user's ops) import
+        sys.path.insert(0, folder)
+    try:
+        names = runpy.run_path(path, run_name="simaccel_model")
+    except SystemExit as e:
+        raise SimAccelError(f"model file {path}: exited (status {e.code}) while it was run") from e
+    except Exception as e:  # the user's code: its error is the message, the traceback with SIMACCEL_DEBUG=1
+        raise SimAccelError(f"model file {path}: running it raised {type(e).__name__}: {e}") from e
+    found = [name for name in MODEL_NAMES if name in names]
+    if not found:
+        raise SimAccelError(f"model file {path} defines no `mod` (or `Module`): assign the Relax IRModule to "
+                            f"`mod` at module level, e.g. mod = Module after an @I.ir_module class Module")
+    mod = names[found[0]]
+    if not isinstance(mod, tvm.IRModule):
+        raise SimAccelError(f"model file {path}: `{found[0]}` is a {type(mod).__name__}, not a tvm.IRModule")
+    if "main" not in {gv.name_hint for gv in mod.get_global_vars()} or not isinstance(mod["main"], relax.Function):
+        raise SimAccelError(f"model file {path}: `{found[0]}` has no Relax function `main`")
+    for param in mod["main"].params:
+        kind = param.ty
+        shape = getattr(kind, "shape", None) if isinstance(kind, relax.TensorType) else None
+        if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape.values):
+            raise SimAccelError(f"model file {path}: main's parameter {param.name} is {kind}; simaccel build "
+                                f"makes inputs for tensors of static shapes only")
+    return mod
+
+
+def build_library(model: str | None, output: str, target: str = "llvm", seed: int = 0, out=print) -> int:
+    """`simaccel build`: `model` is a model file's path, or None for the demo model."""
+    from .deploy import check_writable, runtime_only
+
+    if not output.endswith(".so"):
+        raise SimAccelError(f"-o {output}: the library's name must end in .so (export_library writes a shared library)")
+    if runtime_only():
+        raise SimAccelError("simaccel build compiles a model, which needs the full TVM (with its compiler); this TVM "
+                            "is runtime-only (TVM_USE_RUNTIME_LIB=1)")
+    inputs_path, expect_path = output_paths(output)
+    for path in (output, inputs_path, expect_path):
+        check_writable(path, "-o" if path == output else "output")
+
+    from ..backend.partition import partition_report
+    from ..backend.pipeline import build, build_tvm_only, default_target
+    from . import models
+    from .deploy import outputs_as_list, write_arrays
+
+    import tvm
+    from tvm import relax
+
+    mod = models.demo_cnn() if model is None else load_model(model)
+    _, report = partition_report(mod)
+    out(report.format())
+    library = build(mod, default_target("cuda" if target == "cuda" else "cpu"))
+    library.export_library(output)
+    inputs = models.random_inputs(mod, seed)
+    reference = relax.VirtualMachine(build_tvm_only(mod, default_target("cpu")), tvm.cpu())
+    expected = [t.numpy() for t in outputs_as_list(reference["main"](*[tvm.runtime.tensor(a) for a in inputs]))]
+    write_arrays(inputs_path, inputs, "output")
+    write_arrays(expect_path, expected, "output")
+    out(f"wrote {output} (target {target}), {inputs_path} ({len(inputs)} inputs, seed {seed}) and {expect_path} "
+        f"({len(expected)} outputs of TVM alone on the CPU)")
+    options = " --device cuda" if target == "cuda" else ""
+    if any(a.dtype == np.float16 for a in expected):  # `simaccel run`'s defaults are float32's
+        rtol, atol = TOLERANCE["float16"]
+        options += f" --rtol {rtol} --atol {atol}"
+    out(f"check it: simaccel run {output} --inputs {inputs_path} --expect {expect_path}{options}")
+    return 0
