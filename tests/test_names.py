@@ -70,7 +70,7 @@ def test_every_constant_region_h_uses_is_defined_once_by_the_generator():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_the_generated_cpp_defines_the_names_before_region_h_and_compiles(dtype):
-    source = library_source([NativeRegion("r_relu", one_op_program("simaccel.relu", [(3, 5)], dtype, {}))], (9, 0))
+    source = library_source([NativeRegion("r_relu", one_op_program("simaccel.relu", [(3, 5)], dtype, {}))], ((9, 0),))
     lines = source.splitlines()
     include = lines.index('#include "region.h"')
     for constant in names.cpp_constants():

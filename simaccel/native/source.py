@@ -44,9 +44,9 @@ class NativeRegion:
 def library_source(regions: list[NativeRegion], archs: tuple[tuple[int, int], ...]) -> str:
     """The C++ source of a library holding `regions`: each kernel as a cubin for every one of
     `archs` and as PTX for the lowest (which a GPU of no listed architecture JITs)."""
+    if not archs or not all(isinstance(a, tuple) and len(a) == 2 for a in archs):
+        raise EngineError(f"a native library needs CUDA architectures as (major, minor) pairs, got {archs!r}")
     archs = tuple(sorted(set(archs)))
-    if not archs:
-        raise EngineError("a native library needs at least one CUDA architecture")
     kernels: dict[tuple, tuple[int, tuple[CompiledKernel, ...]]] = {}
     plans = []
     for region in regions:
