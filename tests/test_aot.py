@@ -257,10 +257,14 @@ def test_every_op_family_compiles_for_every_architecture(arch):
                 assert f".target sm_{arch[0]}{arch[1]}" in kernel.ptx and kernel.cubin[:4] == b"\x7fELF"
                 assert kernel.ptx_version <= MAX_PTX_VERSION, (name, dtype, kernel.ptx_version)
                 used = no_spills(kernel)
+                # As on sm_90: no stack, but the tensor-core kernels' accumulators handed across
+                # to the Numba epilogue (256 bytes); registers are the compiler's off sm_90.
+                tensor_core_kernel = kernel.kernel.__name__.endswith("_tensor_core_kernel")
+                assert used["stack"] <= (256 if tensor_core_kernel else 0), (name, dtype, kernel.kernel.__name__, used)
                 assert used["registers"] <= 255
                 tensor_core = "mma.sync" in kernel.ptx or "cp.async" in kernel.ptx
                 assert not tensor_core or arch >= (8, 0), (name, dtype, arch)
-                if kernel.kernel.__name__.endswith("_tensor_core_kernel"):
+                if tensor_core_kernel:
                     assert tensor_core == (arch >= (8, 0)), (name, dtype, arch)
 
 
