@@ -150,7 +150,7 @@ def check(region: str, role: str, spec: TensorSpec, ref: TensorRef) -> None:
         raise ShapeError(f"{where} expects shape {spec.shape}, got {ref.shape} ({spec.dtype}, on {describe(ref.device)})")
     if ref.strides is not None and not is_compact(ref.shape, ref.strides):
         raise LayoutError(f"{where} {spec.shape} must be compact row-major, got element strides {ref.strides}")
-    if ref.address % spec.np_dtype.itemsize:
+    if ref.address % spec.np_dtype.itemsize and spec.nbytes:  # no elements: no address is read
         raise LayoutError(
             f"{where} data pointer {ref.address:#x} (byte_offset included) is not aligned to its "
             f"{spec.np_dtype.itemsize}-byte {spec.dtype} elements"

@@ -199,11 +199,12 @@ def test_a_tensor_with_elements_is_still_checked(shape, strides, compact):
     assert is_compact(shape, strides) == compact
 
 
-def strided_empty(array: np.ndarray, strides) -> np.ndarray:
-    """`array` (of no elements) with element `strides`, as a DLPack producer may give it."""
+def strided_empty(array: np.ndarray, strides, misalign: int = 0) -> np.ndarray:
+    """`array` (of no elements) with element `strides`, as a DLPack producer may give it, its
+    data pointer `misalign` bytes past a 64-byte boundary."""
     assert array.size == 0
     buffer = np.zeros(128, np.uint8)
-    start = -buffer.ctypes.data % 64  # TVM takes only 64-byte aligned data through DLPack
+    start = -buffer.ctypes.data % 64 + misalign  # TVM takes only 64-byte aligned data through DLPack
     base = buffer[start:start + array.itemsize].view(array.dtype)
     return np.lib.stride_tricks.as_strided(base, array.shape, [s * array.itemsize for s in strides])
 
@@ -231,6 +232,13 @@ def test_the_runtime_takes_empty_tensors_with_any_strides(clean_runtime, case, e
         with clean_runtime.use_engine(engine):
             clean_runtime.run(program, *with_strides(arrays, strides), *outputs)
         assert_same(got, want, F32)
+    # An empty tensor's data pointer is never read: one off its elements' alignment is taken too.
+    odd = [strided_empty(a, odd_strides(a.shape)["row_major"], misalign=1) if a.size == 0 else a for a in arrays]
+    got = np.full(program.tensors[program.outputs[0]].shape, np.nan, F32)
+    outputs = [strided_empty(got, odd_strides(got.shape)["row_major"], misalign=1)] if got.size == 0 else [got]
+    with clean_runtime.use_engine(engine):
+        clean_runtime.run(program, *odd, *outputs)
+    assert_same(got, want, F32)
 
 
 # -- end to end through TVM -----------------------------------------------------------------------
@@ -283,3 +291,7 @@ def test_a_native_region_takes_empty_tensors_with_any_strides(native, case):
         out = program.tensors[program.outputs[0]]
         # An output without elements needs no kernel; one with elements (an empty sum, a concat) does.
         assert (len(driver.launches()) > 0) == (np.prod(out.shape) > 0), strides
+    # An empty tensor's data pointer is never read: one off its elements' alignment is taken too.
+    driver.reset()
+    library[program.name](*[cuda_tensor(a, byte_offset=1) if a.size == 0 else cuda_tensor(a) for a in arrays])
+    assert (len(driver.launches()) > 0) == (np.prod(program.tensors[program.outputs[0]].shape) > 0)

@@ -497,7 +497,7 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
                                      shape_text(t->ndim, t->strides));
     }
     address[i] = reinterpret_cast<uint64_t>(t->data) + t->byte_offset;
-    if (address[i] % spec.alignment) {
+    if (address[i] % spec.alignment && spec.nbytes > 0) {  // no elements: no address is read
       return fail(kLayoutError, where() + " data pointer " + hex(address[i]) + " (byte_offset included) is not aligned to " +
                                      std::to_string(spec.alignment) + " bytes");
     }
