@@ -73,7 +73,7 @@ def test_the_committed_matmul_regression_is_flagged_and_its_fix_is_not():
 
 
 @pytest.mark.parametrize("args, message", [
-    (("bench",), "give --artifacts (to time) or --report"),
+    (("bench",), "bench: say what to do: --artifacts DIR"),
     (("bench", "--report", str(REGRESSED)), "also give --compare OLD.json"),
     (("bench", "--report", "/nonexistent.json", "--compare", str(BEFORE)), "bench report /nonexistent.json: no such file"),
     # Timing would need a GPU and prebuilt libraries: a bad --compare is refused before that.
