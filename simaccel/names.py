@@ -21,6 +21,7 @@ CODEGEN_FUNC = "relax.ext.simaccel"  # the BYOC codegen, called by relax.transfo
 INVOKE_FUNC = "simaccel.runtime.invoke"  # a region's tensors to the Python runtime
 NATIVE_REGION_FUNC = "simaccel.runtime.native_region"  # a native region's ledger counters
 NATIVE_ROUTE_FUNC = "simaccel.runtime.native_route"  # the flag that routes native regions to Python
+NATIVE_DEBUG_FUNC = "simaccel.runtime.native_debug"  # the word of debugging tools on (simaccel.debug.flags)
 
 # Environment variables read by the C++.
 CUDA_DRIVER_ENV = "SIMACCEL_CUDA_DRIVER"  # the CUDA driver a native region opens (tests: a stand-in)
@@ -35,6 +36,7 @@ CPP_NAMES = (
     ("kInvokeFunc", INVOKE_FUNC),
     ("kNativeRegionFunc", NATIVE_REGION_FUNC),
     ("kNativeRouteFunc", NATIVE_ROUTE_FUNC),
+    ("kNativeDebugFunc", NATIVE_DEBUG_FUNC),
     ("kCudaDriverEnv", CUDA_DRIVER_ENV),
     ("kNativeLogEnv", NATIVE_LOG_ENV),
     ("kMinDriver", MIN_DRIVER),

@@ -37,6 +37,7 @@ import threading
 import time
 from collections import OrderedDict
 
+from .debug import hooks
 from .engines import ENGINE_NAMES, Call, get_engine
 from .errors import DeviceError, EngineError, LayoutError, ProgramError, SimAccelError
 from .ledger import Ledger
@@ -194,13 +195,15 @@ class Runtime:
 
         Set (1) while the process chooses a Python engine or the host-staged mode:
         `set_engine`, `set_staged`, an open `use_engine`/`use_staged` block in any thread,
-        or $SIMACCEL_ENGINE / $SIMACCEL_STAGED as they are when a native region is first
-        called or this is next updated. Native regions then forward to `invoke`.
+        $SIMACCEL_ENGINE / $SIMACCEL_STAGED as they are when a native region is first
+        called or this is next updated, or an installed watcher that wants every region
+        (simaccel.debug.hooks). Native regions then forward to `invoke`.
         """
         engine = self._engine or os.environ.get(ENGINE_ENV) or AUTO
         # An unreadable $SIMACCEL_STAGED routes too: the Python runtime then says what is wrong.
         staged = self._staged if self._staged is not None else os.environ.get(STAGED_ENV, "").strip().lower() not in _FALSE
-        _ROUTE.value = int(_python_scopes > 0 or engine != AUTO or bool(staged))
+        python = _python_scopes > 0 or engine != AUTO or bool(staged) or hooks.wants_python_regions()
+        _ROUTE.value = int(python)
         return ctypes.addressof(_ROUTE)
 
     @property
@@ -310,16 +313,29 @@ class Runtime:
         with engine.activate(call):
             start = time.perf_counter()
             slots = list(plan.slots)
-            for i, role, ref in boundary:
+            boundary_list = list(boundary)
+            for i, role, ref in boundary_list:
                 slots[i] = engine.bind(call, ref, i, program.tensors[i], role)
             views = {i: slots[i] for i in aliased}
             for i in aliased:
                 slots[i] = plan.alias_buffer(i)
             for i, owner in program.views.items():
                 slots[i] = engine.view(slots[owner], program.tensors[i])
-            for (node, op), recorded in zip(plan.steps, plan.launches):
+            watchers = hooks.active()
+            run = None
+            if watchers:
+                run = hooks.RegionRun(program, engine, call, slots, list(boundary_list), list(plan.launches))
+                for w in watchers:
+                    w.region_start(run)
+            for index, ((node, op), recorded) in enumerate(zip(plan.steps, plan.launches)):
+                if run is not None:
+                    for w in watchers:
+                        w.op_start(run, index)
                 if node.output in program.views:  # a reshape of memory already there: no work
                     self.ledger.record_op(node.op, 0)
+                    if run is not None:
+                        for w in watchers:
+                            w.op_end(run, index)
                     continue
                 try:
                     launches = engine.execute(call, node, op, [slots[i] for i in node.inputs], slots[node.output], recorded)
@@ -331,9 +347,17 @@ class Runtime:
                         f"({', '.join(str(program.tensors[i]) for i in node.inputs)}): {type(e).__name__}: {e}"
                     ) from e
                 self.ledger.record_op(node.op, launches)
+                if run is not None:
+                    for w in watchers:
+                        w.op_end(run, index)
             for i, view in views.items():
                 engine.copy(call, view, slots[i])
                 self.ledger.record_copy("device_to_device", program.tensors[i].nbytes)
+            if run is not None:
+                for i in views:  # watchers see the caller's buffers, now written
+                    slots[i] = views[i]
+                for w in watchers:
+                    w.region_end(run)
             engine.finish(call)
             self.ledger.record_region(program.name, time.perf_counter() - start)
 

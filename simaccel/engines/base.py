@@ -76,6 +76,14 @@ class Engine:
         """Copy one bound tensor into another of the same shape and dtype (on the call's stream)."""
         np.copyto(destination, source)
 
+    def to_host(self, call: Call, array) -> np.ndarray:
+        """A host copy of `array` (an engine array of this call), after the work queued so far."""
+        return np.array(array, copy=True)
+
+    def from_host(self, call: Call, array, host: np.ndarray) -> None:
+        """Write host data `host` (same shape and dtype) into the engine array `array`."""
+        np.copyto(array, host)
+
     def free(self, arrays: list, device_id: int) -> None:
         """Give back the memory of plan-owned `arrays` (an evicted plan's buffers); empties the list."""
         arrays.clear()

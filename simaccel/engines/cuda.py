@@ -107,6 +107,15 @@ class CudaEngine(Engine):
     def copy(self, call: Call, destination, source) -> None:
         destination.copy_to_device(source, stream=call.target.stream)
 
+    def to_host(self, call: Call, array):
+        stream = call.target.stream
+        host = array.copy_to_host(stream=stream)
+        stream.synchronize()
+        return host
+
+    def from_host(self, call: Call, array, host) -> None:
+        array.copy_to_device(host, stream=call.target.stream)
+
     def free(self, arrays: list, device_id: int) -> None:
         """Free an evicted plan's device memory now, not at numba's next batch of frees.
 

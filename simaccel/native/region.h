@@ -277,6 +277,20 @@ const std::atomic<int32_t>* route_flag() {
   return flag;
 }
 
+// The debugging tools on now (simaccel.debug.flags: bit 1 sanitize, bit 2 trace), read on
+// every call; always zero where simaccel is not installed.
+const std::atomic<int32_t>* debug_word() {
+  static const std::atomic<int32_t>* word = [] {
+    static std::atomic<int32_t> none{0};
+    TVMFFIObjectHandle f = global_function(kNativeDebugFunc);
+    if (f == nullptr) return static_cast<const std::atomic<int32_t>*>(&none);
+    int64_t address = call_for_address(f, nullptr, 0);
+    TVMFFIObjectDecRef(f);
+    return address ? reinterpret_cast<const std::atomic<int32_t>*>(address) : &none;
+  }();
+  return word;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Per-library state: kernels loaded per device, memory per region, device and stream.
 

@@ -5,8 +5,9 @@ resolved lazily:
 
 * ``relax.ext.simaccel``      - the BYOC codegen, called by `relax.transform.RunCodegen`;
 * ``simaccel.runtime.invoke`` - the runtime entry the compiled forwarder calls;
-* ``simaccel.runtime.native_region`` / ``native_route`` - asked once by each native region
-  (simaccel.native) for its ledger counters and the flag that routes it to Python.
+* ``simaccel.runtime.native_region`` / ``native_route`` / ``native_debug`` - asked once by each
+  native region (simaccel.native) for its ledger counters, the flag that routes it to Python
+  and the word of debugging tools on (simaccel.debug.flags).
 
 It imports neither `tvm.relax` (absent in a runtime-only TVM) nor Numba, so a plain
 `import tvm` stays fast, and a library exported with simaccel regions runs in a fresh
@@ -19,7 +20,7 @@ from __future__ import annotations
 import tvm_ffi
 
 from ... import errors
-from ...names import CODEGEN_FUNC, INVOKE_FUNC, NATIVE_REGION_FUNC, NATIVE_ROUTE_FUNC
+from ...names import CODEGEN_FUNC, INVOKE_FUNC, NATIVE_DEBUG_FUNC, NATIVE_REGION_FUNC, NATIVE_ROUTE_FUNC
 
 _registered = False
 
@@ -48,6 +49,12 @@ def _native_route():
     return get_runtime().route_flag()
 
 
+def _native_debug():
+    from ...debug import flags
+
+    return flags.address()
+
+
 def register() -> None:
     """Register simaccel's codegen, runtime entry and error kinds with tvm-ffi (idempotent)."""
     global _registered
@@ -57,6 +64,7 @@ def register() -> None:
     tvm_ffi.register_global_func(INVOKE_FUNC, _invoke, override=True)
     tvm_ffi.register_global_func(NATIVE_REGION_FUNC, _native_region, override=True)
     tvm_ffi.register_global_func(NATIVE_ROUTE_FUNC, _native_route, override=True)
+    tvm_ffi.register_global_func(NATIVE_DEBUG_FUNC, _native_debug, override=True)
     for name in errors.__all__:
         tvm_ffi.register_error(name, getattr(errors, name))
     _registered = True

@@ -1,0 +1,8 @@
+"""simaccel.debug: tools that find where a BYOC flow goes wrong (sanitizer, bisection, trace).
+
+Every tool watches region calls through `simaccel.debug.hooks` (one hook in the runtime).
+"""
+
+from .hooks import RegionRun, Watcher, watching
+
+__all__ = ["RegionRun", "Watcher", "watching"]
