@@ -37,7 +37,7 @@ static Function functions[MAX_FUNCTIONS];
 static int num_functions;
 static LaunchRecord launches[MAX_LAUNCHES];
 static int num_launches;
-static int allocations, async_allocations, async_frees, copies, capturing, ptx_loads, reject_ptx, context_pushes;
+static int allocations, async_allocations, async_frees, copies, memsets, capturing, ptx_loads, reject_ptx, context_pushes;
 static int cubin_loads, cubin_arch;  /* how many cubins were loaded, and the last one's architecture (90: sm_90) */
 static int compute[MAX_DEVICES] = {100, 100, 100, 100, 100, 100, 100, 100};
 static __thread int current_context;  /* 0: none current, else device + 1 */
@@ -51,6 +51,7 @@ int fake_counter(const char* name) {
   if (!strcmp(name, "async_allocations")) return async_allocations;
   if (!strcmp(name, "async_frees")) return async_frees;
   if (!strcmp(name, "copies")) return copies;
+  if (!strcmp(name, "memsets")) return memsets;
   if (!strcmp(name, "ptx_loads")) return ptx_loads;
   if (!strcmp(name, "context_pushes")) return context_pushes;
   if (!strcmp(name, "cubin_loads")) return cubin_loads;
@@ -58,7 +59,7 @@ int fake_counter(const char* name) {
   return -1;
 }
 void fake_reset(void) {
-  num_launches = allocations = async_allocations = async_frees = copies = context_pushes = cubin_loads = cubin_arch = 0;
+  num_launches = allocations = async_allocations = async_frees = copies = memsets = context_pushes = cubin_loads = cubin_arch = 0;
   for (int d = 0; d < MAX_DEVICES; ++d) compute[d] = 100;
 }
 void fake_set_compute(int device, int arch) { compute[device] = arch; }
@@ -168,6 +169,24 @@ int cuMemcpyDtoDAsync_v2(uint64_t to, uint64_t from, size_t bytes, void* stream)
   (void)stream;
   ++copies;
   memmove((void*)(uintptr_t)to, (const void*)(uintptr_t)from, bytes);
+  return 0;
+}
+int cuMemsetD8Async(uint64_t to, unsigned char value, size_t count, void* stream) {
+  (void)stream;
+  ++memsets;
+  memset((void*)(uintptr_t)to, value, count);
+  return 0;
+}
+int cuMemsetD16Async(uint64_t to, unsigned short value, size_t count, void* stream) {
+  (void)stream;
+  ++memsets;
+  for (size_t i = 0; i < count; ++i) ((unsigned short*)(uintptr_t)to)[i] = value;
+  return 0;
+}
+int cuMemsetD32Async(uint64_t to, unsigned int value, size_t count, void* stream) {
+  (void)stream;
+  ++memsets;
+  for (size_t i = 0; i < count; ++i) ((unsigned int*)(uintptr_t)to)[i] = value;
   return 0;
 }
 int cuStreamIsCapturing(void* stream, int* status) { (void)stream; *status = capturing; return 0; }

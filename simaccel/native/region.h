@@ -44,6 +44,7 @@ struct TensorSpec {
   const int64_t* shape;
   int64_t nbytes;
   int64_t alignment;  // bytes its data pointer must be aligned to: element size or the profile's
+  const uint32_t* value;  // a constant's bits (one word, two for 8 bytes), nullptr for other tensors
 };
 
 // A compute capability as the tables hold it: major * 10 + minor (sm_90 -> 90, sm_120 -> 120).
@@ -87,7 +88,7 @@ struct Region {
   const int32_t* outputs;
   int32_t num_launches;
   const Launch* launches;
-  const int8_t* kinds;          // per tensor: -1 view, 0 intermediate, 1 input, 2 + k output k
+  const int8_t* kinds;          // per tensor: -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
   const char* launches_per_op;  // "1,1,2": for the ledger
 };
 
@@ -122,6 +123,9 @@ struct Driver {
   CUresult (*MemAllocAsync)(CUdeviceptr*, size_t, CUstream);
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*MemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+  CUresult (*MemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
   CUresult (*StreamIsCapturing)(CUstream, int*);
   CUresult (*GetErrorName)(CUresult, const char**);
   CUresult (*GetErrorString)(CUresult, const char**);
@@ -162,6 +166,9 @@ const Driver& driver() {
     bind_symbol(lib, "cuMemAllocAsync", &d.MemAllocAsync, m);
     bind_symbol(lib, "cuMemFreeAsync", &d.MemFreeAsync, m);
     bind_symbol(lib, "cuMemcpyDtoDAsync_v2", &d.MemcpyDtoDAsync, m);
+    bind_symbol(lib, "cuMemsetD8Async", &d.MemsetD8Async, m);
+    bind_symbol(lib, "cuMemsetD16Async", &d.MemsetD16Async, m);
+    bind_symbol(lib, "cuMemsetD32Async", &d.MemsetD32Async, m);
     bind_symbol(lib, "cuStreamIsCapturing", &d.StreamIsCapturing, m);
     bind_symbol(lib, "cuGetErrorName", &d.GetErrorName, m);
     bind_symbol(lib, "cuGetErrorString", &d.GetErrorString, m);
@@ -449,6 +456,20 @@ struct ContextGuard {
   }
 };
 
+// Write a constant's value into its memory, on the stream (a memset: legal while capturing).
+CUresult fill_constant(const Driver& d, const TensorSpec& t, CUdeviceptr p, CUstream stream) {
+  switch (t.nbytes) {
+    case 1: return d.MemsetD8Async(p, static_cast<unsigned char>(t.value[0]), 1, stream);
+    case 2: return d.MemsetD16Async(p, static_cast<unsigned short>(t.value[0]), 1, stream);
+    case 4: return d.MemsetD32Async(p, t.value[0], 1, stream);
+    case 8: {
+      CUresult rc = d.MemsetD32Async(p, t.value[0], 1, stream);
+      return rc != 0 ? rc : d.MemsetD32Async(p + 4, t.value[1], 1, stream);
+    }
+    default: return 1;  // CUDA_ERROR_INVALID_VALUE: the generator writes 0-d constants only
+  }
+}
+
 // One region call: `args` are TVM's tensors, inputs then DPS outputs.
 int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* args, int32_t num_args) {
   using Clock = std::chrono::steady_clock;
@@ -571,8 +592,8 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
     int capturing = 0;
     bool checked_capture = false;
     for (int32_t t = 0; t < r.num_tensors; ++t) {
-      const int32_t kind = r.kinds[t];  // -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
-      if (kind < 0 || kind == 1 || (kind >= 2 && !aliased[n_in + kind - 2])) continue;
+      const int32_t kind = r.kinds[t];  // -2: constant, -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
+      if (kind == -1 || kind == 1 || (kind >= 2 && !aliased[n_in + kind - 2])) continue;
       if (memory->slots[t] == 0) {
         if (!checked_capture) {
           d.StreamIsCapturing(stream, &capturing);
@@ -586,6 +607,9 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
         CUresult rc = capturing ? d.MemAllocAsync(&p, bytes, stream) : d.MemAlloc(&p, bytes);
         if (rc != 0) return fail(kEngineError, where() + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
                                                     r.tensors[t].name + "': " + cuda_error(rc));
+        if (kind == -2 && (rc = fill_constant(d, r.tensors[t], p, stream)) != 0) {
+          return fail(kEngineError, where() + ": cannot write constant '" + r.tensors[t].name + "': " + cuda_error(rc));
+        }
         if (capturing) {
           call_owned.push_back(p);
           data[t] = p;
