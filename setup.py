@@ -43,7 +43,8 @@ setup(
     ],
     extras_require={
         # The test extra brings the AOT toolchain too, so CI compiles every kernel (simaccel.aot).
-        "test": ["pytest>=8", *AOT],
+        # matplotlib: tests/test_trace.py draws a trace's PNG (`simaccel trace --png`).
+        "test": ["pytest>=8", "matplotlib>=3.8", *AOT],
         # NVVM, NVRTC and nvJitLink from pip: kernels compiled for a GPU on a machine without one.
         "aot": AOT,
         "bench": ["matplotlib>=3.8"],
