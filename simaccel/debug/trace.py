@@ -14,7 +14,9 @@ Turning it on:
   the file when it ends;
 - `$SIMACCEL_TRACE=trace.json` starts a trace when the process's runtime is first created (the
   first region call, the loading of a library with native regions, or `simaccel.get_runtime()`)
-  and writes the file at interpreter exit (atexit).
+  and writes the file at interpreter exit (atexit), unless a trace was started explicitly before
+  (`simaccel demo` and `simaccel run` trace their run into `$SIMACCEL_TRACE` that way, so that
+  TVM's VM calls are in it too).
 
 One trace at a time per process; a second one is refused with a SimAccelError.
 
@@ -403,9 +405,14 @@ def _tensor_args(spec) -> dict:
 
 # -- starting and stopping -----------------------------------------------------------------------
 def start(path, clock=None) -> Trace:
-    """Start tracing to `path` (process-wide); `stop()` writes the file."""
-    global _current
+    """Start tracing to `path` (process-wide); `stop()` writes the file.
+
+    A trace started before the runtime exists takes the place of `$SIMACCEL_TRACE`'s.
+    """
+    global _current, _env_checked
     from ..runtime import get_runtime
+
+    _env_checked = True
 
     runtime = get_runtime()
     with _lock:
@@ -478,9 +485,9 @@ def start_from_env() -> Trace | None:
     global _env_checked
     if _env_checked:
         return None
-    _env_checked = True
     path = os.environ.get(TRACE_ENV, "")
     if not path or current() is not None:
+        _env_checked = True
         return None
     recording = start(path)
     atexit.register(_stop_at_exit, recording)

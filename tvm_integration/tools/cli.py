@@ -237,10 +237,11 @@ def _dispatch(args) -> int:
         active_profile().check_ops()  # a bad file or an op name the ISA lacks: one line and exit 2, before any work
     if args.command == "trace":
         return trace_command(args)
-    if getattr(args, "trace", None):
+    trace_path = getattr(args, "trace", None) or (os.environ.get("SIMACCEL_TRACE") if args.command in ("demo", "run") else None)
+    if trace_path:
         from ...debug.trace import trace
 
-        with trace(args.trace):
+        with trace(trace_path):
             return _run_command(args)
     return _run_command(args)
 
