@@ -43,10 +43,13 @@ setup(
     ],
     extras_require={
         # The test extra brings the AOT toolchain too, so CI compiles every kernel (simaccel.aot).
-        "test": ["pytest>=8", *AOT],
+        # matplotlib: tests/test_trace.py draws a trace's PNG (`simaccel trace --png`).
+        "test": ["pytest>=8", "matplotlib>=3.8", *AOT],
         # NVVM, NVRTC and nvJitLink from pip: kernels compiled for a GPU on a machine without one.
         "aot": AOT,
         "bench": ["matplotlib>=3.8"],
+        # `simaccel trace --png` (the timeline as a picture; the JSON and --summary need nothing).
+        "trace": ["matplotlib>=3.8"],
         # torch.export models (`simaccel demo --model`, tests/test_torch_models.py); checked with
         # TVM 0.27's from_exported_program on 2026-11-30.
         "torch": ["torch==2.14.*", "torchvision==0.29.*"],

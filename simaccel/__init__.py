@@ -25,6 +25,7 @@ from .errors import (
     SimAccelError,
     UnsupportedOpError,
 )
+from .debug.trace import trace
 from .profile import DEFAULT_PROFILE, DeviceProfile
 
 __version__ = "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "SimAccelError",
     "UnsupportedOpError",
     "get_runtime",
+    "trace",
 ]
 
 

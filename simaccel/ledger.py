@@ -35,6 +35,7 @@ class Ledger:
     def __init__(self):
         self._lock = threading.Lock()
         self.tracing = False
+        self.copy_observers: list = []  # callables (direction, nbytes) told of every copy (the timeline trace)
         self._native: list[_NativeRegion] = []
         self.reset()
 
@@ -73,6 +74,8 @@ class Ledger:
         """Count bytes simaccel copied; direction is a key of snapshot()["bytes"]."""
         with self._lock:
             self._bytes[direction] += int(nbytes)
+        for observe in tuple(self.copy_observers):
+            observe(direction, nbytes)
 
     def record_tensor(self, region: str, role: str, name: str, device: str, address: int) -> None:
         """Trace one boundary tensor (callers check `tracing` first, to skip the formatting)."""

@@ -445,6 +445,7 @@ _RUNTIME_LOCK = threading.Lock()
 def get_runtime() -> Runtime:
     """The process-wide runtime used by TVM-compiled models."""
     global _RUNTIME
+    created = False
     if _RUNTIME is None:
         with _RUNTIME_LOCK:
             if _RUNTIME is None:
@@ -452,4 +453,9 @@ def get_runtime() -> Runtime:
                 # Free device memory while the GPU drivers are still loaded, not during
                 # interpreter teardown.
                 atexit.register(_RUNTIME.clear)
+                created = True
+    if created:
+        from .debug.trace import start_from_env
+
+        start_from_env()  # $SIMACCEL_TRACE: trace from the first region call, written at exit
     return _RUNTIME

@@ -4,5 +4,6 @@ Every tool watches region calls through `simaccel.debug.hooks` (one hook in the 
 """
 
 from .hooks import RegionRun, Watcher, watching
+from .trace import trace
 
-__all__ = ["RegionRun", "Watcher", "watching"]
+__all__ = ["RegionRun", "Watcher", "trace", "watching"]

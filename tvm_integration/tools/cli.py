@@ -1,4 +1,4 @@
-"""The `simaccel` command line: demo, build, run, bench, fuzz, ops.
+"""The `simaccel` command line: demo, build, run, bench, fuzz, ops, trace.
 
 Exit status: 0 success, 1 results mismatch, 2 user error (argparse's usage errors, or a
 SimAccelError as one line on stderr), 3 internal error (a bug in simaccel: one line, the
@@ -17,6 +17,8 @@ from ...errors import SimAccelError
 from .torch_models import MODEL_NAMES as TORCH_MODELS
 
 OK, MISMATCH, USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
+TRACE_HELP = ("write a timeline trace (Chrome trace-event JSON, for ui.perfetto.dev) of the run to PATH, TVM's VM "
+              "calls included (default: $SIMACCEL_TRACE)")
 PROFILE_HELP = ("device profile to partition for and enforce: a JSON file of simaccel.DeviceProfile fields "
                 "(default: $SIMACCEL_PROFILE, else every op, float32/float16, no size limits)")
 
@@ -83,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0, help="seed for the random inputs and weights (default 0)")
     demo.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="model dtype (default float32)")
     demo.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
+    demo.add_argument("--trace", metavar="PATH", help=TRACE_HELP)
     demo.add_argument(
         "--model",
         choices=["cnn", *TORCH_MODELS],
@@ -129,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     run.add_argument("--rtol", type=float, default=1e-4)
     run.add_argument("--atol", type=float, default=1e-5)
+    run.add_argument("--trace", metavar="PATH", help=TRACE_HELP)
 
     bench = commands.add_parser(
         "bench",
@@ -167,6 +171,17 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
     fuzz.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
     fuzz.add_argument("--shared", help=argparse.SUPPRESS)  # set by --jobs for its workers: models already checked
+
+    trace = commands.add_parser(
+        "trace",
+        help="read a timeline trace: time per op kind and gaps between kernels (--summary), a PNG (--png)",
+        description="Read a trace written by simaccel.trace / $SIMACCEL_TRACE / --trace: --summary prints the time "
+        "per op kind (simaccel ops, TVM kernels and builtins) and the gaps between consecutive kernels on each track; "
+        "--png draws a timeline, one row per track (needs pip install 'simaccel[trace]').",
+    )
+    trace.add_argument("trace_file", metavar="TRACE.json", help="the trace to read")
+    trace.add_argument("--summary", action="store_true", help="print the summary (the default when --png is not given)")
+    trace.add_argument("--png", metavar="OUT.png", help="draw the timeline into this PNG")
 
     commands.add_parser(
         "ops",
@@ -220,6 +235,18 @@ def _dispatch(args) -> int:
 
         os.environ[PROFILE_ENV] = os.path.abspath(args.profile)  # fuzz workers and replays inherit it
         active_profile().check_ops()  # a bad file or an op name the ISA lacks: one line and exit 2, before any work
+    if args.command == "trace":
+        return trace_command(args)
+    trace_path = getattr(args, "trace", None) or (os.environ.get("SIMACCEL_TRACE") if args.command in ("demo", "run") else None)
+    if trace_path:
+        from ...debug.trace import trace
+
+        with trace(trace_path):
+            return _run_command(args)
+    return _run_command(args)
+
+
+def _run_command(args) -> int:
     if args.command == "demo":
         from .demo import run_demo
 
@@ -249,6 +276,22 @@ def _dispatch(args) -> int:
         return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
                         args.out, args.export_every, args.shrink_seconds, args.jobs, shared=args.shared)
     return list_ops_command()
+
+
+def trace_command(args) -> int:
+    """`simaccel trace`: the summary of a trace file and/or its PNG timeline."""
+    from ...debug.trace_summary import format_summary, load, summarize, write_png
+
+    document = load(args.trace_file)
+    if args.png:
+        check_dir = os.path.dirname(os.path.abspath(args.png))
+        if not os.path.isdir(check_dir):
+            raise SimAccelError(f"--png {args.png}: no folder {check_dir}")
+        write_png(document, args.png)
+        print(f"wrote {args.png}")
+    if args.summary or not args.png:
+        print(format_summary(summarize(document)))
+    return OK
 
 
 def list_ops_command() -> int:

@@ -2,7 +2,8 @@
 
 Builds the demo CNN (or, with `--model NAME`, exports a PyTorch model with torch.export),
 partitions it (printing what went where and why), compiles it with simaccel and with TVM
-alone, runs both on the same inputs, and compares. Returns the
+alone, runs both on the same inputs, and compares (while a timeline trace is on, the simaccel
+build's VM calls are traced too: tools/trace_tvm.py). Returns the
 process exit status: 0 when the results match, 1 when they do not. On a runtime-only TVM
 it refuses at once, before importing anything that needs the full TVM.
 """
@@ -44,8 +45,10 @@ def run_demo(
     import tvm
     from tvm import relax
 
+    from ...debug.trace import current as current_trace
     from ...runtime import get_runtime
     from . import models
+    from .trace_tvm import instrument_vm
     from ..backend.partition import partition_report
     from ..backend.pipeline import build, build_tvm_only, default_target
     from ..backend.native import has_native_regions
@@ -99,7 +102,10 @@ def run_demo(
     step(f"run on {tvm_device}, " + ("simaccel regions native (C++ launching AOT-compiled kernels)" if native
                                      else f"simaccel engine {runtime.engine_name(device)!r}"))
     # torch.export models return a tuple: the first output is the model's
-    got = outputs_as_list(relax.VirtualMachine(simaccel_exec, tvm_device)["main"](*tensors))[0].numpy()
+    simaccel_vm = relax.VirtualMachine(simaccel_exec, tvm_device)
+    if current_trace() is not None:  # simaccel.trace / $SIMACCEL_TRACE / --trace: TVM's VM calls too
+        instrument_vm(simaccel_vm, tvm_device)
+    got = outputs_as_list(simaccel_vm["main"](*tensors))[0].numpy()
     step("run the TVM-only build")
     want = outputs_as_list(relax.VirtualMachine(reference_exec, tvm_device)["main"](*tensors))[0].numpy()
 

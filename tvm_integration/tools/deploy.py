@@ -275,6 +275,13 @@ def run_library(path, inputs, device: str = "cpu", func: str = "main") -> list[n
     vm, dev = load(path, device)
     import tvm
 
+    from ...debug.trace import current
+
+    if current() is not None:  # a timeline trace is on (`simaccel run --trace`): TVM's VM calls too
+        from .trace_tvm import instrument_vm
+
+        instrument_vm(vm, dev)
+
     try:
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
         return [t.numpy() for t in outputs_as_list(vm[func](*args))]

@@ -1,0 +1,162 @@
+"""Reading a timeline trace back: time per op kind, gaps between kernels, a PNG timeline.
+
+Where it sits: beside `simaccel.debug.trace`, which writes the JSON; `simaccel trace --summary`
+and `simaccel trace --png` call `summarize` / `format_summary` and `write_png`. Works on any
+Chrome trace-event JSON whose spans ("X" events) carry simaccel's categories.
+
+Kinds: a simaccel op's kind is its op name (`simaccel.conv2d_bias_relu`), a TVM kernel's its
+symbol, a builtin's its name; views (reshapes that launch nothing) are counted apart. Kernels,
+for the gaps, are the leaf work on a track: simaccel ops that launch something and TVM's
+kernels (builtins and region calls are not kernels). A gap is the time between one kernel's
+end and the next one's start on the same track, when positive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+from ..errors import SimAccelError
+from .trace import LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION
+
+KERNEL_CATEGORIES = (OP, VM_CALL)
+KIND_CATEGORIES = (OP, VM_CALL, VM_BUILTIN, VM_REGION, REGION, LAUNCH)
+
+
+def load(path) -> dict:
+    """A trace file's document, or a SimAccelError naming the file and what is wrong with it."""
+    try:
+        with open(path) as f:
+            document = json.load(f)
+    except FileNotFoundError:
+        raise SimAccelError(f"trace {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SimAccelError(f"trace {path}: cannot read it ({e})") from None
+    except json.JSONDecodeError as e:
+        raise SimAccelError(f"trace {path}: not JSON ({e})") from None
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    if not isinstance(events, list):
+        raise SimAccelError(f"trace {path}: no traceEvents list (not a Chrome trace-event file)")
+    return {"traceEvents": events}
+
+
+def _spans(document: dict) -> list[dict]:
+    return [e for e in document["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+
+
+def track_names(document: dict) -> dict:
+    """(pid, tid) -> "process / thread" from the metadata events."""
+    processes, threads = {}, {}
+    for e in document["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            processes[e["pid"]] = e["args"]["name"]
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            threads[(e["pid"], e["tid"])] = e["args"]["name"]
+    names = {}
+    for e in _spans(document):
+        key = (e["pid"], e["tid"])
+        names[key] = f"{processes.get(key[0], key[0])} / {threads.get(key, key[1])}"
+    return names
+
+
+def summarize(document: dict, largest: int = 5) -> dict:
+    """Per kind: count and total microseconds; per track: kernels, busy and idle time, largest gaps."""
+    kinds: dict[tuple[str, str], dict] = {}
+    for e in _spans(document):
+        cat = e.get("cat", "")
+        if cat not in KIND_CATEGORIES:
+            continue
+        if cat == OP and e.get("args", {}).get("view"):
+            cat = OP + " (view)"
+        entry = kinds.setdefault((cat, e["name"]), {"category": cat, "kind": e["name"], "count": 0, "total_us": 0.0})
+        entry["count"] += 1
+        entry["total_us"] += float(e.get("dur", 0.0))
+    names = track_names(document)
+    by_track = defaultdict(list)
+    for e in _spans(document):
+        if e.get("cat") in KERNEL_CATEGORIES and not e.get("args", {}).get("view"):
+            by_track[(e["pid"], e["tid"])].append(e)
+    tracks = []
+    for key, kernels in sorted(by_track.items()):
+        kernels.sort(key=lambda e: e["ts"])
+        gaps = []
+        for before, after in zip(kernels, kernels[1:]):
+            gap = float(after["ts"]) - (float(before["ts"]) + float(before.get("dur", 0.0)))
+            if gap > 0:
+                gaps.append({"gap_us": gap, "after": before["name"], "before": after["name"], "at_us": float(after["ts"])})
+        gaps.sort(key=lambda g: -g["gap_us"])
+        first, last = kernels[0], max(kernels, key=lambda e: e["ts"] + e.get("dur", 0.0))
+        tracks.append({
+            "track": names.get(key, f"{key[0]} / {key[1]}"), "pid": key[0], "tid": key[1], "kernels": len(kernels),
+            "busy_us": sum(float(e.get("dur", 0.0)) for e in kernels),
+            "span_us": float(last["ts"]) + float(last.get("dur", 0.0)) - float(first["ts"]),
+            "idle_us": sum(g["gap_us"] for g in gaps), "gaps": len(gaps), "largest_gaps": gaps[:largest],
+        })
+    ordered = sorted(kinds.values(), key=lambda k: (KIND_CATEGORIES.index(k["category"].split(" ")[0]), -k["total_us"]))
+    return {"kinds": ordered, "tracks": tracks}
+
+
+def format_summary(summary: dict) -> str:
+    lines = ["time per kind (spans; microseconds):", f"  {'category':<22} {'count':>6} {'total us':>12} {'mean us':>10}  kind"]
+    for k in summary["kinds"]:
+        lines.append(f"  {k['category']:<22} {k['count']:>6} {k['total_us']:>12.1f} {k['total_us'] / k['count']:>10.1f}  "
+                     f"{_short(k['kind'])}")
+    lines.append("gaps between kernels (simaccel ops and TVM kernels), per track:")
+    if not summary["tracks"]:
+        lines.append("  (no kernels)")
+    for t in summary["tracks"]:
+        lines.append(f"  {t['track']}: {t['kernels']} kernels, busy {t['busy_us']:.1f} us of {t['span_us']:.1f} us, "
+                     f"idle {t['idle_us']:.1f} us in {t['gaps']} gaps")
+        for g in t["largest_gaps"]:
+            lines.append(f"    {g['gap_us']:>10.1f} us  after {_short(g['after'], 40)}  before {_short(g['before'], 40)}")
+    return "\n".join(lines)
+
+
+def _short(name: str, width: int = 70) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+COLOURS = {OP: "tab:blue", LAUNCH: "tab:cyan", REGION: "tab:green", VM_CALL: "tab:orange", VM_REGION: "tab:olive",
+           VM_BUILTIN: "tab:gray"}
+
+
+def write_png(document: dict, out) -> None:
+    """A timeline (one row per track, spans drawn by nesting depth) as a PNG; needs matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SimAccelError("simaccel trace --png draws with matplotlib, which is not installed; "
+                            "install it with pip install 'simaccel[trace]'") from None
+    names = track_names(document)
+    rows = sorted(names)
+    spans = _spans(document)
+    fig, ax = plt.subplots(figsize=(14, 1 + 0.9 * max(len(rows), 1)))
+    for row, key in enumerate(rows):
+        events = sorted((e for e in spans if (e["pid"], e["tid"]) == key), key=lambda e: (e["ts"], -e.get("dur", 0)))
+        open_ends: list[float] = []
+        for e in events:
+            while open_ends and open_ends[-1] <= e["ts"]:
+                open_ends.pop()
+            depth = len(open_ends)
+            open_ends.append(e["ts"] + e.get("dur", 0.0))
+            height = 0.8 / (1 + depth) ** 0.5
+            ax.broken_barh([(e["ts"] / 1e3, max(e.get("dur", 0.0), 0.0) / 1e3)], (row - height / 2, height),
+                           facecolors=COLOURS.get(e.get("cat"), "tab:purple"), edgecolor="black", linewidth=0.2)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([names[key] for key in rows])
+    ax.set_xlabel("time since the trace began (ms)")
+    ax.invert_yaxis()
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=c, label=cat) for cat, c in COLOURS.items()], loc="upper right", fontsize="small")
+    fig.tight_layout()
+    try:
+        fig.savefig(os.fspath(out), dpi=110)
+    except OSError as e:
+        raise SimAccelError(f"--png {out}: cannot write it ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
