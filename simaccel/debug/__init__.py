@@ -3,6 +3,8 @@
 Every tool watches region calls through `simaccel.debug.hooks` (one hook in the runtime).
 """
 
+from .bisection import bisect
+from .capture import Capture, RegionCapture
 from .hooks import RegionRun, Watcher, watching
 
-__all__ = ["RegionRun", "Watcher", "watching"]
+__all__ = ["Capture", "RegionCapture", "RegionRun", "Watcher", "bisect", "watching"]
