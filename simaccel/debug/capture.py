@@ -129,7 +129,7 @@ class Capture(Watcher):
         with self._lock:
             if self.nbytes + spec.nbytes > self.max_bytes:
                 raise SimAccelError(
-                    f"capture: region {run.program.name} (call {capture.call}): keeping {what} {spec} "
+                    f"capture: region {run.program.name} (call {capture.call + 1}): keeping {what} {spec} "
                     f"({spec.nbytes} bytes) would hold {self.nbytes + spec.nbytes} bytes, over the limit of "
                     f"{self.max_bytes}; raise max_bytes (or ${MAX_BYTES_ENV}) or capture fewer regions"
                 )

@@ -105,7 +105,7 @@ class Culprit:
 @dataclass
 class BisectReport:
     culprit: Culprit | None
-    checked: dict  # {"regions": region calls checked, "ops": ops checked}
+    checked: dict  # {"regions": region calls checked, "ops": ops checked, "calls": region calls captured}
     engine: str
     target: str
     model: list = field(default_factory=list)  # per model output: Difference against TVM alone
@@ -113,8 +113,9 @@ class BisectReport:
     repro_dir: Path | None = None
 
     def format(self) -> str:
-        lines = [f"simaccel bisect: engine {self.engine}, target {self.target}: {self.checked['regions']} region "
-                 f"call(s), {self.checked['ops']} op(s) checked against TVM alone and their numpy references"]
+        lines = [f"simaccel bisect: engine {self.engine}, target {self.target}: {self.checked['regions']} of "
+                 f"{self.checked.get('calls', self.checked['regions'])} region call(s), {self.checked['ops']} op(s) "
+                 f"checked against TVM alone and their numpy references"]
         for i, diff in enumerate(self.model):
             state = "matches TVM alone" if diff.ok else "differs from TVM alone"
             lines.append(f"  model output {i}: {state} ({diff.line()})")
@@ -199,7 +200,7 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
     calls = capture.calls
     engine_name = calls[0].engine if calls else (engine or runtime.engine_name(dev_type(dev)))
     say(f"bisect: ran once on engine {engine_name}: {len(calls)} region call(s) captured ({capture.nbytes} bytes); checking")
-    report = BisectReport(None, {"regions": 0, "ops": 0}, engine_name, str(target.kind.name))
+    report = BisectReport(None, {"regions": 0, "ops": 0, "calls": len(calls)}, engine_name, str(target.kind.name))
     report.model = [difference(g, w, *tolerance(w.dtype, rtol, atol)) for g, w in zip(got, want)]
     if len(got) != len(want):
         report.notes.append(f"simaccel's build returns {len(got)} outputs, TVM alone's {len(want)}")
@@ -227,6 +228,23 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
         report.repro_dir = write_reproducer(module, repro_inputs, report, families, out_dir, engine, target, profile)
         say(f"bisect: culprit {report.culprit.describe()}; reproducer in {report.repro_dir}")
     return report
+
+
+def bisect_command(args, out=print) -> int:
+    """`simaccel bisect` (tools/cli.py): 0 when everything matches, 1 when a culprit is found."""
+    from . import models
+    from .build_library import load_model
+    from .deploy import read_arrays
+
+    mod = models.demo_cnn() if args.model is None else load_model(args.model)
+    inputs = read_arrays(args.inputs, "--inputs") if args.inputs else models.random_inputs(mod, args.seed)
+    if args.output:
+        if Path(args.output).exists() and not Path(args.output).is_dir():
+            raise SimAccelError(f"-o {args.output}: not a folder")
+    report = bisect(mod, inputs, target=args.target, engine=None if args.engine == "auto" else args.engine,
+                    rtol=args.rtol, atol=args.atol, out_dir=args.output, max_bytes=args.max_bytes, log=out)
+    out(report.format())
+    return 0 if report.culprit is None else 1
 
 
 def dev_type(dev) -> str:
