@@ -96,7 +96,7 @@ class Culprit:
 
     def describe(self) -> str:
         call = "?" if self.call is None else self.call + 1
-        where = {"op": f"region {self.region} (call {call}), op {self.op_index} {self.op}",
+        where = {"op": f"region {self.region} (call {call}), op {self.op_index} {self.op}, output",
                  "region": f"region {self.region} (call {call}), its output",
                  "model": "the model's output"}[self.level]
         return f"{where} {self.tensor}: {self.shape} {self.dtype}"
