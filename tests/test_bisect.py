@@ -20,7 +20,7 @@ from tvm import relax
 import simaccel
 from harness import plant_reference
 from simaccel.debug import Capture, Watcher, bisect, watching
-from simaccel.errors import DtypeError, ShapeError, SimAccelError
+from simaccel.errors import DtypeError, EngineError, ShapeError, SimAccelError
 from simaccel.tvm_integration import partition_report
 from simaccel.tvm_integration.tools.bisect import Difference
 from simaccel.tvm_integration.tools.models import random_inputs
@@ -85,7 +85,7 @@ def test_bisect_names_the_wrong_user_op_and_its_reproducer_fails_the_same_way(wr
     assert c.call == WRONG_REGION and (c.shape, c.dtype) == ((2, 8), "float32")
     assert c.where == (0, 5)  # flat index 5 of wrong_op.WRONG_INDEX
     assert c.max_error == pytest.approx(0.25, abs=1e-6) and c.got - c.want == pytest.approx(0.25, abs=1e-6)
-    assert c.reference.startswith("agrees with simaccel")  # the declaration itself is wrong, kernel and reference alike
+    assert c.explanation.startswith("agrees with simaccel")  # the declaration itself is wrong, kernel and reference alike
     assert c.user_op_module == WRONG_OP
     assert report.engine == engine and report.checked == {"regions": 3, "ops": 4, "calls": 5}
     assert not report.model[0].ok  # the whole model differs too
@@ -191,7 +191,7 @@ def test_an_error_no_region_shows_is_reported_at_model_level(monkeypatch, tmp_pa
     c = report.culprit
     assert (c.level, c.region, c.op) == ("model", None, None)
     assert report.checked == {"regions": 5, "ops": 6, "calls": 5}
-    assert "outside them" in c.reference and "the model's output" in report.format()
+    assert "outside them" in c.explanation and "the model's output" in report.format()
 
 
 def test_bad_inputs_are_simaccel_errors():
@@ -207,6 +207,10 @@ def test_bad_inputs_are_simaccel_errors():
         bisect("model.py", [x, w])
     with pytest.raises(SimAccelError, match="over the limit of 100"):
         bisect(mod, [x, w], max_bytes=100)
+    with pytest.raises(EngineError, match="unknown engine 'gpu'"):
+        bisect(mod, [x, w], engine="gpu")
+    with pytest.raises(SimAccelError, match="rtol -1 must be a finite number"):
+        bisect(mod, [x, w], rtol=-1)
 
 
 def test_capture_keeps_each_op_s_inputs_and_output(clean_runtime):
@@ -279,3 +283,13 @@ def test_a_region_called_twice_is_checked_at_each_call(tmp_path, monkeypatch):
     assert len(regions(mod)) == 4
     report = bisect(mod, random_inputs(mod, 2), engine="ref")
     assert report.culprit is None and report.checked == {"regions": 5, "ops": 5, "calls": 5}
+
+
+@pytest.mark.gpu
+def test_bisect_on_the_gpu_sees_native_regions_through_the_capture(wrong_op, tmp_path):
+    mod = five_regions()
+    report = bisect(mod, random_inputs(mod, 0), target="cuda", out_dir=tmp_path / "repro")
+    c = report.culprit
+    assert report.engine == "cuda" and report.target == "cuda"  # native regions forwarded to the Python engine
+    assert (c.region, c.op, c.op_index, c.where) == (regions(mod)[WRONG_REGION][0], "wrongaccel.abs", 1, (0, 5))
+    assert c.max_error == pytest.approx(0.25, abs=1e-6)

@@ -42,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import DtypeError, ShapeError, SimAccelError
+from ...engines import ENGINE_NAMES
+from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
 from ...profile import PROFILE_ENV, DeviceProfile, active_profile
 from .fuzz import TOLERANCE, _close, _run, saved_settings, user_op_modules
 
@@ -91,14 +92,14 @@ class Culprit:
     got: float | None = None  # simaccel's value at `where`
     want: float | None = None  # TVM alone's value there
     call: int | None = None  # the region call's place among the captured calls
-    reference: str = ""  # what the op's numpy reference says
+    explanation: str = ""  # op level: what the op's numpy reference says; else what the checks found
     user_op_module: str | None = None  # where the op is declared, for a user's op
 
     def describe(self) -> str:
         call = "?" if self.call is None else self.call + 1
         where = {"op": f"region {self.region} (call {call}), op {self.op_index} {self.op}, output",
                  "region": f"region {self.region} (call {call}), its output",
-                 "model": "the model's output"}[self.level]
+                 "model": "the model's"}[self.level]
         return f"{where} {self.tensor}: {self.shape} {self.dtype}"
 
 
@@ -129,8 +130,8 @@ class BisectReport:
         lines.append(f"culprit: {c.describe()}")
         diff = Difference(False, c.max_error, c.where, c.got, c.want)
         lines.append(f"  {diff.line()} (tolerance rtol {rtol:g}, atol {atol:g} x (1 + max |TVM alone|))")
-        if c.reference:
-            lines.append(f"  numpy reference: {c.reference}")
+        if c.explanation:
+            lines.append(f"  {'numpy reference: ' if c.level == 'op' else ''}{c.explanation}")
         if c.user_op_module:
             lines.append(f"  user op declared in {c.user_op_module}")
         if self.repro_dir is not None:
@@ -186,6 +187,8 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (isinstance(value, (int, float)) and np.isfinite(value) and value >= 0):
             raise SimAccelError(f"bisect: {name} {value!r} must be a finite number >= 0")
+    if engine is not None and engine not in ("auto", *ENGINE_NAMES):
+        raise EngineError(f"bisect: unknown engine {engine!r}; choose one of auto, {', '.join(ENGINE_NAMES)}")
     target = _target(target)
     dev = tvm.device("cuda" if target.kind.name == "cuda" else "cpu", 0)
     arrays = check_inputs(mod, inputs)
@@ -195,7 +198,7 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
     want = _run(build_tvm_only(mod, target), arrays, dev)
     runtime = get_runtime()
     capture = Capture(max_bytes)
-    with (runtime.use_engine(engine) if engine else contextlib.nullcontext()), watching(capture):
+    with (runtime.use_engine(engine) if engine and engine != "auto" else contextlib.nullcontext()), watching(capture):
         got = _run(executable, arrays, dev)
     calls = capture.calls
     engine_name = calls[0].engine if calls else (engine or runtime.engine_name(dev_type(dev)))
@@ -219,7 +222,7 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
             w = want[k] if k < len(want) else np.zeros(0)
             report.culprit = Culprit("model", None, None, None, f"output {k}", tuple(w.shape), str(w.dtype), d.max_error,
                                      d.where, tolerance(w.dtype, rtol, atol), d.got, d.want,
-                                     reference="every region matches TVM alone on its own inputs; the difference "
+                                     explanation="every region matches TVM alone on its own inputs; the difference "
                                      "comes from outside them (what TVM computes between regions, or how region "
                                      "outputs are passed on)")
             checker.repro = (mod, arrays, _user_families(partition.regions.values()))
