@@ -26,7 +26,7 @@ def trace_model(name: str, mod, inputs, out: Path, python: bool, torch_run=None,
     from tvm import relax
 
     import simaccel
-    from simaccel.debug.trace_summary import format_summary, summarize
+    from simaccel.debug.timeline_summary import format_summary, summarize
     from simaccel.tvm_integration import build, build_tvm_only, default_target
     from simaccel.tvm_integration.tools.deploy import outputs_as_list
     from simaccel.tvm_integration.tools.trace_tvm import instrument_vm
@@ -69,7 +69,7 @@ def _nothing():
 
 
 def _load(path):
-    from simaccel.debug.trace_summary import load
+    from simaccel.debug.timeline_summary import load
 
     return load(path)
 

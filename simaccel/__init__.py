@@ -25,7 +25,7 @@ from .errors import (
     SimAccelError,
     UnsupportedOpError,
 )
-from .debug.trace import trace
+from .debug.timeline import trace
 from .profile import DEFAULT_PROFILE, DeviceProfile
 
 __version__ = "0.1.0"

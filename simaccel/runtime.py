@@ -455,7 +455,7 @@ def get_runtime() -> Runtime:
                 atexit.register(_RUNTIME.clear)
                 created = True
     if created:
-        from .debug.trace import start_from_env
+        from .debug.timeline import start_from_env
 
         start_from_env()  # $SIMACCEL_TRACE: trace from the first region call, written at exit
     return _RUNTIME

@@ -19,8 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PACKAGES = ("simaccel", "kernels", "tvm_integration")
-# Names of files a tool writes (fuzz reproductions, bench results), not files of the repository.
-WRITTEN_FILES = {"model.py", "repro.py"}
+# Names of files a tool writes (fuzz and bisect reproductions, bench results), not files of the repository.
+WRITTEN_FILES = {"model.py", "module.py", "repro.py"}
 
 
 def text(doc: Path) -> str:

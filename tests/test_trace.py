@@ -15,9 +15,9 @@ import simaccel
 from compare import assert_same
 from harness import run_vm
 from simaccel.debug import flags, hooks
-from simaccel.debug.trace import (COPY, LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION, Trace, TraceWatcher,
+from simaccel.debug.timeline import (COPY, LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION, Trace, TraceWatcher,
                                   current)
-from simaccel.debug.trace_summary import format_summary, load, summarize, write_png
+from simaccel.debug.timeline_summary import format_summary, load, summarize, write_png
 from simaccel.tvm_integration import build, build_tvm_only
 from simaccel.tvm_integration.tools.cli import main
 from simaccel.tvm_integration.tools.models import random_inputs

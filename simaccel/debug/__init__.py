@@ -3,7 +3,9 @@
 Every tool watches region calls through `simaccel.debug.hooks` (one hook in the runtime).
 """
 
+from .bisection import bisect
+from .capture import Capture, RegionCapture
 from .hooks import RegionRun, Watcher, watching
-from .trace import trace
+from .timeline import trace
 
-__all__ = ["RegionRun", "Watcher", "trace", "watching"]
+__all__ = ["Capture", "RegionCapture", "RegionRun", "Watcher", "bisect", "trace", "watching"]

@@ -1,4 +1,4 @@
-"""The `simaccel` command line: demo, build, run, bench, fuzz, ops, trace.
+"""The `simaccel` command line: demo, build, run, bench, fuzz, bisect, trace, ops.
 
 Exit status: 0 success, 1 results mismatch, 2 user error (argparse's usage errors, or a
 SimAccelError as one line on stderr), 3 internal error (a bug in simaccel: one line, the
@@ -172,6 +172,31 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
     fuzz.add_argument("--shared", help=argparse.SUPPRESS)  # set by --jobs for its workers: models already checked
 
+    bisect = commands.add_parser(
+        "bisect",
+        help="find the first region and op whose result differs from TVM alone, and write a reproducer",
+        description="Build MODEL.py's Relax IRModule (as `simaccel build` reads it) with simaccel and with TVM alone, run "
+        "it once capturing every region call, recompute each op from its captured inputs with its numpy reference and "
+        "with TVM alone, and name the first op (or region) that leaves tolerance; its one-op module, inputs and a "
+        "repro.py go to -o DIR. Exits 0 when everything matches, 1 when a culprit is found.",
+    )
+    bisect.add_argument("model", nargs="?", metavar="MODEL.py",
+                        help="a Python file defining a Relax IRModule `mod` (or `Module`) whose main takes static shapes")
+    bisect.add_argument("--demo", action="store_true", help="bisect the demo model (the CNN of `simaccel demo`) instead")
+    bisect.add_argument("--inputs", metavar="NPZ", help="main's arguments, named arg0, arg1, ... (default: seeded random ones)")
+    bisect.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    bisect.add_argument("--engine", choices=["auto", "ref", "sim", "cuda"], default="auto",
+                        help="simaccel engine to run on (default: auto, or $SIMACCEL_ENGINE); sim: tiny models only")
+    bisect.add_argument("--target", choices=["llvm", "cuda"], default="llvm", help="llvm (CPU, the default) or cuda")
+    bisect.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype, float32 1e-4, float16 2e-2)")
+    bisect.add_argument("--atol", type=float, help="absolute tolerance, times 1 + max |TVM alone| (default: per dtype, "
+                        "float32 1e-5, float16 2e-2)")
+    bisect.add_argument("-o", "--output", metavar="DIR",
+                        help="folder for the reproducer (default: a fresh simaccel-bisect-<region>-<op>/ here)")
+    bisect.add_argument("--max-bytes", type=int, help="most host memory the capture may hold (default 1 GiB, or "
+                        "$SIMACCEL_CAPTURE_MAX_BYTES)")
+    bisect.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
+
     trace = commands.add_parser(
         "trace",
         help="read a timeline trace: time per op kind and gaps between kernels (--summary), a PNG (--png)",
@@ -217,6 +242,14 @@ def check_args(args) -> None:
         for flag, value in (("--rtol", args.rtol), ("--atol", args.atol)):
             if not (math.isfinite(value) and value >= 0):
                 raise SimAccelError(f"{flag} {value}: must be a finite number >= 0")
+    if args.command == "bisect":
+        if (args.model is None) == (not args.demo):
+            raise SimAccelError("bisect: give a model file (MODEL.py) or --demo" + (", not both" if args.demo else ""))
+        if args.seed < 0:
+            raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
+        for flag, value in (("--rtol", args.rtol), ("--atol", args.atol), ("--max-bytes", args.max_bytes)):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise SimAccelError(f"{flag} {value}: must be a finite number >= 0")
     if args.command == "fuzz":
         for flag, value, low in (("--cases", args.cases, 1), ("--seed", args.seed, 0), ("--max-ops", args.max_ops, 1),
                                  ("--export-every", args.export_every, 0), ("--shrink-seconds", args.shrink_seconds, 0),
@@ -239,7 +272,7 @@ def _dispatch(args) -> int:
         return trace_command(args)
     trace_path = getattr(args, "trace", None) or (os.environ.get("SIMACCEL_TRACE") if args.command in ("demo", "run") else None)
     if trace_path:
-        from ...debug.trace import trace
+        from ...debug.timeline import trace
 
         with trace(trace_path):
             return _run_command(args)
@@ -275,12 +308,16 @@ def _run_command(args) -> int:
             return replay(args.replay)
         return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
                         args.out, args.export_every, args.shrink_seconds, args.jobs, shared=args.shared)
+    if args.command == "bisect":
+        from .bisect import bisect_command
+
+        return bisect_command(args)
     return list_ops_command()
 
 
 def trace_command(args) -> int:
     """`simaccel trace`: the summary of a trace file and/or its PNG timeline."""
-    from ...debug.trace_summary import format_summary, load, summarize, write_png
+    from ...debug.timeline_summary import format_summary, load, summarize, write_png
 
     document = load(args.trace_file)
     if args.png:

@@ -45,7 +45,7 @@ def run_demo(
     import tvm
     from tvm import relax
 
-    from ...debug.trace import current as current_trace
+    from ...debug.timeline import current as current_trace
     from ...runtime import get_runtime
     from . import models
     from .trace_tvm import instrument_vm

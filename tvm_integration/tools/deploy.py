@@ -275,7 +275,7 @@ def run_library(path, inputs, device: str = "cpu", func: str = "main") -> list[n
     vm, dev = load(path, device)
     import tvm
 
-    from ...debug.trace import current
+    from ...debug.timeline import current
 
     if current() is not None:  # a timeline trace is on (`simaccel run --trace`): TVM's VM calls too
         from .trace_tvm import instrument_vm

@@ -24,6 +24,7 @@ reproductions get the $SIMACCEL_OPS entries (.py paths made absolute); `replay` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -666,19 +667,7 @@ def replay(folder, log=print) -> int:
             get_engine("cuda" if ENGINE_DEVICE.get(engine) == "cuda" else engine)
         except SimAccelError as e:
             raise SimAccelError(f"{folder}: the case was found on engine {engine}, which cannot run here: {e}") from e
-    profile = saved.get("profile")
-    previous_profile = os.environ.get(PROFILE_ENV)
-    if profile is not None and profile != active_profile().to_dict():
-        path = Path(tempfile.mkdtemp(prefix="simaccel-replay-")) / "profile.json"
-        path.write_text(json.dumps(profile))
-        os.environ[PROFILE_ENV] = str(path)
-        log(f"replay: ${PROFILE_ENV}={path} (the device profile {profile.get('name')!r} the case was found with)")
-    previous = os.environ.get(USER_OPS_ENV)
-    missing = [m for m in modules if m not in user_op_modules()]
-    if missing:
-        os.environ[USER_OPS_ENV] = ",".join(user_op_modules() + missing)
-        log(f"replay: ${USER_OPS_ENV}={os.environ[USER_OPS_ENV]} (the modules this case's user ops were declared in)")
-    try:
+    with saved_settings(modules, saved.get("profile"), "replay", log):
         try:
             case = case_from_json(data)
         except UnsupportedOpError as e:
@@ -688,6 +677,28 @@ def replay(folder, log=print) -> int:
         except (ValueError, KeyError, TypeError) as e:
             raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
         outcome = Checker(engines).check(case)
+    log(f"{case.describe()}\n{outcome.verdict}{': ' + outcome.reason if outcome.reason else ''}")
+    return 1 if outcome.verdict == FAIL else 0
+
+
+@contextlib.contextmanager
+def saved_settings(modules, profile: dict | None, who: str = "replay", log=print):
+    """While the block runs: $SIMACCEL_OPS also names `modules` (where a saved reproduction's
+    users' ops were declared) and, when `profile` (a DeviceProfile as a dict) is not the active
+    one, $SIMACCEL_PROFILE is a file holding it; both are restored after."""
+    previous_profile = os.environ.get(PROFILE_ENV)
+    if profile is not None and profile != active_profile().to_dict():
+        path = Path(tempfile.mkdtemp(prefix="simaccel-replay-")) / "profile.json"
+        path.write_text(json.dumps(profile))
+        os.environ[PROFILE_ENV] = str(path)
+        log(f"{who}: ${PROFILE_ENV}={path} (the device profile {profile.get('name')!r} the case was found with)")
+    previous = os.environ.get(USER_OPS_ENV)
+    missing = [m for m in modules if m not in user_op_modules()]
+    if missing:
+        os.environ[USER_OPS_ENV] = ",".join(user_op_modules() + missing)
+        log(f"{who}: ${USER_OPS_ENV}={os.environ[USER_OPS_ENV]} (the modules this case's user ops were declared in)")
+    try:
+        yield
     finally:
         for name, value, changed in ((USER_OPS_ENV, previous, bool(missing)), (PROFILE_ENV, previous_profile, True)):
             if changed:
@@ -695,5 +706,3 @@ def replay(folder, log=print) -> int:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-    log(f"{case.describe()}\n{outcome.verdict}{': ' + outcome.reason if outcome.reason else ''}")
-    return 1 if outcome.verdict == FAIL else 0

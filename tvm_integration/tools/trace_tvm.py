@@ -1,6 +1,6 @@
 """TVM's own work in the timeline trace: every VM call instruction (its kernels, builtins, regions).
 
-Where it sits: a tool over the core's trace (`simaccel.debug.trace`), used by `simaccel demo`,
+Where it sits: a tool over the core's trace (`simaccel.debug.timeline`), used by `simaccel demo`,
 `simaccel run` and scripts/trace_gpu.py. TVM 0.27 has no profiler for the Relax VM (there is
 no `tvm.runtime.profiling`, and `VirtualMachine` takes no `profile=`), but its VM calls an
 instrument function before and after each Call instruction (`VirtualMachine.set_instrument`)
@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ...debug.trace import current
+from ...debug.timeline import current
 
 
 def _describe(value) -> dict | None:

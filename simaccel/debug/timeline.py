@@ -1,4 +1,4 @@
-"""The timeline trace: a Chrome trace-event / Perfetto JSON of a run (issue 20, item 3).
+"""The timeline trace: a Chrome trace-event / Perfetto JSON of a run.
 
 Where it sits: a debugging tool over `simaccel.debug.hooks` (one watcher of every region call
 made through the Python runtime), the debug word (`flags.TRACE`, on while tracing, so native
@@ -40,10 +40,6 @@ Clocks (every event says which in `args.clock`):
   the host time of the call (CLOCK_REALTIME, moved onto the trace's clock), its launches are
   offset by their CUDA-event times; when TVM's VM call of that region was traced on the same
   device, the region is placed at that call's device start instead.
-
-Import note: `simaccel.debug.trace` is also the name of the function (re-exported by
-`simaccel.debug`), so get this module with `from simaccel.debug.trace import ...` or
-`sys.modules["simaccel.debug.trace"]`, not `import simaccel.debug.trace as m`.
 """
 
 from __future__ import annotations
@@ -269,7 +265,7 @@ class Trace:
             "traceEvents": meta + events,
             "displayTimeUnit": "ms",
             "otherData": {
-                "producer": "simaccel.debug.trace",
+                "producer": "simaccel.debug.timeline",
                 "clocks": {CLOCK_HOST: "time.perf_counter_ns() since the trace began, in microseconds",
                            CLOCK_DEVICE: "CUDA events on the stream, placed on the host clock by one anchor event per device",
                            CLOCK_NATIVE: "host time of a native region's call plus its launches' CUDA-event offsets"},

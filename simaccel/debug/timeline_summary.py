@@ -1,6 +1,6 @@
 """Reading a timeline trace back: time per op kind, gaps between kernels, a PNG timeline.
 
-Where it sits: beside `simaccel.debug.trace`, which writes the JSON; `simaccel trace --summary`
+Where it sits: beside `simaccel.debug.timeline` (`simaccel.trace`), which writes the JSON; `simaccel trace --summary`
 and `simaccel trace --png` call `summarize` / `format_summary` and `write_png`. Works on any
 Chrome trace-event JSON whose spans ("X" events) carry simaccel's categories.
 
@@ -18,7 +18,7 @@ import os
 from collections import defaultdict
 
 from ..errors import SimAccelError
-from .trace import LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION
+from .timeline import LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION
 
 KERNEL_CATEGORIES = (OP, VM_CALL)
 KIND_CATEGORIES = (OP, VM_CALL, VM_BUILTIN, VM_REGION, REGION, LAUNCH)
