@@ -55,5 +55,8 @@ setup(
         "console_scripts": ["simaccel = simaccel.tvm_integration.tools.cli:main"],
         # A plain `import tvm` calls this hook: it registers simaccel's codegen and runtime.
         "tvm.backends": ["simaccel = simaccel.tvm_integration.backend.autoload:_autoload"],
+        # pytest loads this plugin in every run: the simaccel_engine fixture and --simaccel-engines
+        # (simaccel.testing; `-p no:simaccel` turns it off).
+        "pytest11": ["simaccel = simaccel.tvm_integration.tools.pytest_plugin"],
     },
 )
