@@ -36,15 +36,16 @@ def mismatch(got, want, rtol: float | None = None, atol: float | None = None, dt
                       ("non-finite where the reference is finite", np.isfinite(w) & ~np.isfinite(g))):
         if bad.any():
             where = _index(np.argwhere(bad)[0])
-            return f"{what} ({int(bad.sum())} of {bad.size} elements); first at {where}: got {g[where]:.7g}, want {w[where]:.7g}"
+            return f"{what} ({int(bad.sum())} of {bad.size} elements); first at index {where}: got {g[where]:.7g}, want {w[where]:.7g}"
     finite = np.isfinite(w)
-    error = np.where(finite, np.abs(g - w), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf where both are inf: not compared
+        error = np.where(finite, np.abs(g - w), 0.0)
     bad = finite & (error > atol + rtol * np.abs(w))
     if not bad.any():
         return None
     worst = _index(np.unravel_index(int(np.argmax(np.where(bad, error, -1.0))), w.shape)) if w.ndim else ()
     return (f"{int(bad.sum())} of {bad.size} elements differ beyond rtol={rtol:g}, atol={atol:g}; "
-            f"max abs error {float(error[worst]):.4g} at {worst}: got {g[worst]:.7g}, want {w[worst]:.7g}")
+            f"max abs error {float(error[worst]):.4g} at index {worst}: got {g[worst]:.7g}, want {w[worst]:.7g}")
 
 
 def assert_same(got, want, dtype=None, rtol: float | None = None, atol: float | None = None, name: str = "result") -> None:

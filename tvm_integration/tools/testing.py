@@ -138,6 +138,7 @@ def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = N
     many elements differ, the largest error and where; a SimAccelError raised by simaccel
     (a sanitizer finding, a refused tensor) is raised as it is.
     """
+    __tracebackhide__ = True  # pytest shows the test's line, not this function's
     engines = [Engine(e) for e in ([engines] if isinstance(engines, str) else (engines or ["ref"]))]
     arrays = _inputs(mod, inputs, func, seed)
     _, report = partition_report(mod, profile)
@@ -180,6 +181,7 @@ def assert_offloads(mod: tvm.IRModule, ops=None, *, regions: int | None = None, 
     With none of them: at least one region. The message lists what was offloaded and what was
     kept, with the reasons.
     """
+    __tracebackhide__ = True
     _, report = partition_report(mod, profile)
     offloaded = [op for names in report.regions.values() for op in names]
     problems = []
