@@ -21,6 +21,7 @@ from ...compare import mismatch
 from ...errors import EngineError, SimAccelError
 from ...runtime import get_runtime
 from ...testing import TEST_ENGINES
+from ..backend.native import has_native_regions
 from ..backend.partition import PartitionReport, partition_report
 from ..backend.pipeline import build, build_tvm_only, default_target
 from .deploy import outputs_as_list, runtime_only
@@ -156,6 +157,8 @@ def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = N
             references[engine.device] = _run(build_tvm_only(mod, engine.target), arrays, engine, func)
         want = references[engine.device]
         executable = build(mod, engine.target, profile=profile, native=engine.native)
+        if engine == "native" and report.regions and not has_native_regions(executable):
+            raise AssertionError("engine 'native': the CUDA build holds no native region functions")
         runtime.ledger.reset()
         sanitizer, sanitizer_note = _debug_tool("sanitize") if sanitize else (None, "")
         with engine.use(), (sanitizer() if sanitizer else contextlib.nullcontext()):
