@@ -21,7 +21,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["simaccel", "simaccel.ops", "simaccel.ops.builtin", "simaccel.engines", "simaccel.native", "simaccel.kernels", "simaccel.tvm_integration",
+    packages=["simaccel", "simaccel.debug", "simaccel.ops", "simaccel.ops.builtin", "simaccel.engines", "simaccel.native", "simaccel.kernels", "simaccel.tvm_integration",
               "simaccel.tvm_integration.rewrites", "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools"],
     # The C++ half of native regions, compiled into every CUDA build's library, and the
     # CUDA C++ main loops the matmul kernels link in.
@@ -58,5 +58,8 @@ setup(
         "console_scripts": ["simaccel = simaccel.tvm_integration.tools.cli:main"],
         # A plain `import tvm` calls this hook: it registers simaccel's codegen and runtime.
         "tvm.backends": ["simaccel = simaccel.tvm_integration.backend.autoload:_autoload"],
+        # pytest loads this plugin in every run: the simaccel_engine fixture and --simaccel-engines
+        # (simaccel.testing; `-p no:simaccel` turns it off).
+        "pytest11": ["simaccel = simaccel.tvm_integration.tools.pytest_plugin"],
     },
 )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 import simaccel
@@ -42,17 +40,10 @@ def clean_runtime(monkeypatch):
 
 
 @pytest.fixture
-def isolated_isa(monkeypatch):
-    """Ops declared inside the test are forgotten after it (the ISA is process-wide)."""
+def isolated_isa():
+    """Ops declared inside the test are forgotten after it (the ISA is process-wide):
+    `simaccel.ops.declared()`, which the plugin's `simaccel_declare` fixture also uses."""
     from simaccel.ops import registry
 
-    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
-    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
-    monkeypatch.setattr(registry, "_loaded_env", registry._loaded_env)
-    modules = set(sys.modules)
-    yield registry
-    simaccel.get_runtime().clear()  # plans hold resolved ops
-    for name in set(sys.modules) - modules:  # users' op modules loaded meanwhile: a later load declares again
-        path = getattr(sys.modules[name], "__file__", None) or ""
-        if path.endswith(".py") and "site-packages" not in path and not name.startswith("simaccel."):
-            del sys.modules[name]
+    with registry.declared():
+        yield registry

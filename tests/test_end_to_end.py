@@ -2,7 +2,8 @@
 
 Each op alone, the demo model, and seeded random models the suite never wrote by hand, on
 the "ref" engine (numpy) and the "sim" engine (Numba CUDA kernels on the simulator, tiny
-shapes).
+shapes); tests that take the `simaccel_engine` fixture (simaccel.testing's pytest plugin) also
+run on "cuda" and "native" where there is a GPU.
 """
 
 import numpy as np
@@ -11,6 +12,7 @@ from tvm import relax
 
 from harness import compare_with_tvm
 from model_zoo import random_model, single_op
+from simaccel.testing import assert_matches_tvm, assert_offloads
 from simaccel.tvm_integration.tools.models import demo_cnn
 
 op = relax.op
@@ -128,8 +130,7 @@ def test_repeated_calls_reuse_the_plan_and_stay_correct():
     assert runtime.ledger.snapshot()["offloaded_calls"] == 3
 
 
-@pytest.mark.parametrize("engine", ["ref", "sim"])
-def test_constant_weights_are_offloaded_as_region_inputs(engine):
+def test_constant_weights_are_offloaded_as_region_inputs(simaccel_engine):
     """Weights bound as Relax constants (as importers often emit) still go to simaccel."""
     rng = np.random.default_rng(3)
     x = relax.Var("x", relax.TensorType((3, 8), F32))
@@ -142,15 +143,13 @@ def test_constant_weights_are_offloaded_as_region_inputs(engine):
             out = bb.emit_output(op.nn.softmax(h, axis=-1))
         bb.emit_func_output(out)
     mod = bb.get()
-    from harness import offloaded_ops
+    report = assert_offloads(mod, regions=1, kept=0)
+    assert list(report.regions.values()) == [["simaccel.dense_bias_relu", "simaccel.softmax"]]
+    [run] = assert_matches_tvm(mod, engines=[simaccel_engine])
+    assert run.ledger["offloaded_calls"] == 1
 
-    assert offloaded_ops(mod) == ["simaccel.dense_bias_relu", "simaccel.softmax"]
-    _, _, ledger = compare_with_tvm(mod, engine)
-    assert ledger["offloaded_calls"] == 1
 
-
-@pytest.mark.parametrize("engine", ["ref", "sim"])
-def test_scalar_constant_operands(engine):
+def test_scalar_constant_operands(simaccel_engine):
     x = relax.Var("x", relax.TensorType((2, 3, 4), F32))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
@@ -158,5 +157,5 @@ def test_scalar_constant_operands(engine):
             h = bb.emit(op.multiply(x, relax.const(0.5, F32)))
             out = bb.emit_output(op.nn.gelu(bb.emit(op.add(relax.const(-1.0, F32), h))))
         bb.emit_func_output(out)
-    _, _, ledger = compare_with_tvm(bb.get(), engine)
-    assert set(ledger["ops"]) == {"simaccel.multiply", "simaccel.add", "simaccel.gelu"}
+    [run] = assert_matches_tvm(bb.get(), engines=[simaccel_engine])
+    assert set(run.ledger["ops"]) == {"simaccel.multiply", "simaccel.add", "simaccel.gelu"}

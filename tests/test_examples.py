@@ -176,3 +176,42 @@ def test_torch_export_example(engine):
                            "simaccel.mean -> simaccel.dense_bias"), region
     assert "kept on TVM: 0 op(s)" in result.stdout
     assert "1 multiply by a per-channel constant folded into the weights of the conv2d before it" in result.stdout
+
+
+# -- examples/test_my_backend.py: what a user copies to test their ops with the pytest plugin --------------
+def run_pytest(*args, cwd=ROOT) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", *map(str, args)],
+                            check=False, capture_output=True, text=True, timeout=600, cwd=cwd)
+    print(result.stdout, result.stderr)
+    return result
+
+
+def test_the_plugin_example_passes():
+    result = run_pytest(EXAMPLES / "test_my_backend.py")
+    assert result.returncode == 0
+    import tvm
+
+    gpu = tvm.cuda(0).exist
+    summary = result.stdout.strip().splitlines()[-1]
+    # 4 partition tests, 2 run tests on each engine: ref and sim everywhere, cuda and native on a GPU
+    assert ("12 passed" in summary) if gpu else ("8 passed, 4 skipped" in summary), summary
+    if not gpu:
+        assert "simaccel engine 'cuda' cannot run here: needs an NVIDIA GPU" in result.stdout
+
+
+def test_a_wrong_op_in_a_copy_of_the_plugin_example_fails_readably(tmp_path):
+    """A kernel with a bug (|x| + 0.5 on the simulator) fails on sim with the output, the error and
+    where; the numpy reference still passes on ref."""
+    text = (EXAMPLES / "test_my_backend.py").read_text()
+    assert "out[i] = abs(x[i])" in text
+    (tmp_path / "test_copy.py").write_text(text.replace("out[i] = abs(x[i])", "out[i] = abs(x[i]) + 0.5"))
+    result = run_pytest("test_copy.py", "--simaccel-engines=ref,sim", "-k", "matches_tvm and not own", cwd=tmp_path)
+    assert result.returncode == 1
+    out = result.stdout
+    assert "1 failed, 1 passed" in out.strip().splitlines()[-1]
+    assert "FAILED test_copy.py::test_the_model_matches_tvm[sim]" in out
+    assert "simaccel differs from TVM alone: function 'main', engine 'sim' (target llvm)" in out
+    assert "output 0 (8, 4) float32: " in out and "elements differ beyond rtol=0.0001, atol=1e-05; max abs error" in out
+    assert "mybackend.abs -> simaccel.matmul_relu" in out  # the partition: which ops ran on simaccel
+    assert "assert_matches_tvm(model(), engines=[simaccel_engine])" in out  # the user's line, not the plugin's
+    assert "Traceback" not in result.stderr

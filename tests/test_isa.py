@@ -16,6 +16,7 @@ from harness import compare_with_tvm
 from model_zoo import single_op
 from simaccel import OpDeclarationError, ShapeError
 from simaccel.ops import OpFamily, Reject, attrs, declare, families, get_op, list_ops, relax_op, relax_tuple
+from simaccel.testing import assert_matches_tvm, assert_offloads
 from simaccel.tvm_integration import partition_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -70,16 +71,14 @@ def silu_model(dtype=F32):
 
 
 def test_a_user_op_partitions_with_built_in_ops_into_one_region():
-    _, report = partition_report(silu_model())
+    report = assert_offloads(silu_model(), ops=["testaccel.silu", "simaccel.matmul"], regions=1, kept=0)
     assert list(report.regions.values()) == [["testaccel.silu", "simaccel.matmul_relu"]]
-    assert report.kept == []
 
 
-@pytest.mark.parametrize("engine", ["ref", "sim"])
-def test_a_user_op_runs_end_to_end_equal_to_tvm(engine):
-    _, _, ledger = compare_with_tvm(silu_model(), engine)
-    assert ledger["ops"]["testaccel.silu"] == 1
-    assert ledger["kernel_launches"].get("testaccel.silu", 0) == (1 if engine == "sim" else 0)
+def test_a_user_op_runs_end_to_end_equal_to_tvm(simaccel_engine):
+    [run] = assert_matches_tvm(silu_model(), engines=[simaccel_engine])
+    assert run.ledger["ops"]["testaccel.silu"] == 1
+    assert run.ledger["kernel_launches"].get("testaccel.silu", 0) == (0 if simaccel_engine == "ref" else 1)
 
 
 def test_a_user_op_s_reject_reason_is_reported():

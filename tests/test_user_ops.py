@@ -24,6 +24,7 @@ import simaccel
 from harness import compare_with_tvm
 from simaccel.errors import OpDeclarationError
 from simaccel.profile import DeviceProfile
+from simaccel.testing import assert_matches_tvm, assert_offloads
 from simaccel.tvm_integration import partition_report
 from simaccel.tvm_integration.tools.fuzz import run_fuzz
 from simaccel.tvm_integration.tools.fuzz_models import Config, Draw, UserFuzzOp, draw_case, drawable_user_families
@@ -100,8 +101,7 @@ def test_values_from_scalar_constants_offload_and_match_tvm(user_ops, engine, dt
         assert snapshot["ops"].get(op) == 1, snapshot
 
 
-@pytest.mark.parametrize("engine", ["ref", "sim"])
-def test_equal_matches_with_different_constants_each_keep_their_own(user_ops, engine):
+def test_equal_matches_with_different_constants_each_keep_their_own(user_ops, simaccel_engine):
     """FuseOpsByPattern makes one composite function of equal matches, whatever their constants:
     each call gets its own copy with its own slope (hard swish's equal constants share one)."""
     builder = relax.BlockBuilder()
@@ -117,13 +117,14 @@ def test_equal_matches_with_different_constants_each_keep_their_own(user_ops, en
             out = builder.emit_output(relax.Tuple(ys + hs))
         builder.emit_func_output(out)
     mod = builder.get()
-    _, report = partition_report(mod)
+    report = assert_offloads(mod, ops=["myaccel.hard_swish"] * 2 + ["myaccel.leaky"] * 2)
     assert sorted(op for ops in report.regions.values() for op in ops) == ["myaccel.hard_swish"] * 2 + ["myaccel.leaky"] * 2, report.format()
     x = specials((3, 4), "float32")
-    got, want, snapshot = compare_with_tvm(mod, engine, arrays=[x])
+    [run] = assert_matches_tvm(mod, [x], engines=[simaccel_engine])
+    got = run.outputs
     negative = np.isfinite(x) & (x < 0)
     assert negative.any() and np.allclose(got[1][negative], 2 * got[0][negative])  # two slopes, two results
-    assert snapshot["ops"] == {"myaccel.leaky": 2, "myaccel.hard_swish": 2}, snapshot
+    assert run.ledger["ops"] == {"myaccel.leaky": 2, "myaccel.hard_swish": 2}, run.ledger
 
 
 @pytest.mark.parametrize("engine", ["ref", "sim"])

@@ -7,6 +7,7 @@ The public API to add an instruction (see docs/adding-an-op.md):
   `relax_tuple` - a tuple of tensors, each an input);
   `Reject` - a match that stays on TVM;
 * `declare`  - add it to the ISA; `attrs` - attribute kinds; `rules` - shape-rule helpers;
+* `declared` - a with-block whose declarations are forgotten after it (tests);
 * `ShapeError` - what a shape rule raises for inputs the op does not take.
 
 Importing this package declares the built-in families; ops declared in users' modules are
@@ -17,7 +18,7 @@ from ..errors import ShapeError
 from . import attrs, rules
 from .declare import (OpDef, OpFamily, RelaxMatch, RelaxPattern, RelaxTuple, RelaxValue, Reject, relax_op, relax_tuple,
                       relax_value)
-from .registry import USER_OPS_ENV, declare, families, get_op, list_ops, load_user_ops
+from .registry import USER_OPS_ENV, declare, declared, families, get_op, list_ops, load_user_ops
 
 from . import builtin  # noqa: E402, F401  (declares the built-in families, through the same API)
 
@@ -33,6 +34,7 @@ __all__ = [
     "USER_OPS_ENV",
     "attrs",
     "declare",
+    "declared",
     "families",
     "get_op",
     "list_ops",

@@ -5,14 +5,19 @@ name = Program op). Ops declared outside the package are loaded from the modules
 $SIMACCEL_OPS (module names or .py paths, comma-separated) the first time the registry is
 read, so a fresh process that runs an exported library, `simaccel ops` and the fuzzer's
 workers know them too.
+
+`declared(...)` is a with-block in which ops are declared and after which they are forgotten
+(tests declare their own ops that way: `simaccel.testing`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
 import sys
+import sysconfig
 import threading
 
 from ..errors import OpDeclarationError, UnsupportedOpError
@@ -44,6 +49,45 @@ def declare(family: OpFamily) -> OpFamily:
         for op in variants:
             _OPS[op.name] = op
     return family
+
+
+@contextlib.contextmanager
+def declared(*families: OpFamily):
+    """Declare `families` for the duration of a with-block; yields them (the one family when one).
+
+    Every op declared inside the block, by these or any other declaration (a module imported
+    meanwhile, $SIMACCEL_OPS read anew), is forgotten after it: the ISA is as it was before,
+    the runtime's plans (which hold resolved ops) are dropped, and users' modules imported
+    inside the block leave `sys.modules`, so importing one again declares its ops again. The
+    ISA is process-wide: do not declare from other threads while a block is open.
+    """
+    global _OPS, _FAMILIES, _loaded_env
+    with _LOCK:
+        saved = _OPS, _FAMILIES, _loaded_env
+        _OPS, _FAMILIES = dict(_OPS), dict(_FAMILIES)
+    modules = set(sys.modules)
+    try:
+        for family in families:
+            declare(family)
+        yield families[0] if len(families) == 1 else families
+    finally:
+        with _LOCK:
+            _OPS, _FAMILIES, _loaded_env = saved
+        from ..runtime import get_runtime
+
+        get_runtime().clear()
+        _forget_modules(set(sys.modules) - modules)
+
+
+def _forget_modules(names: set[str]) -> None:
+    """Drop the users' modules among `names` from sys.modules (not installed packages, the
+    standard library or simaccel's own modules)."""
+    installed = tuple({os.path.abspath(p) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                       if (p := sysconfig.get_paths().get(key))})
+    for name in names:
+        path = getattr(sys.modules.get(name), "__file__", None) or ""
+        if path.endswith(".py") and not os.path.abspath(path).startswith(installed) and not (name + ".").startswith("simaccel."):
+            del sys.modules[name]
 
 
 def get_op(name: str) -> OpDef:
