@@ -15,6 +15,7 @@ __all__ = [
     "EngineError",
     "CodegenError",
     "OpDeclarationError",
+    "SanitizerError",
 ]
 
 
@@ -56,3 +57,23 @@ class CodegenError(SimAccelError):
 
 class OpDeclarationError(SimAccelError):
     """An op declaration (simaccel.ops.OpFamily) that is malformed, or a name already taken."""
+
+
+class SanitizerError(SimAccelError):
+    """A defect the sanitizer (simaccel.debug.sanitize) caught in a region call.
+
+    `kind` says which: "unwritten" (output elements an op never wrote), "out_of_bounds" (bytes
+    written outside a tensor), "input_written" (an op changed a tensor it only reads), "fault"
+    (the GPU faulted in an op's kernels), "stream" (a launch that is not on the call's stream),
+    "capture" (what cannot happen during CUDA-graph capture) or "index" (a kernel indexed an
+    array out of range, on the simulator). `region`, `op` and `tensor` name where, each None
+    when it is not known (an error that crossed TVM's FFI keeps only its message, which names
+    them too).
+    """
+
+    KINDS = ("unwritten", "out_of_bounds", "input_written", "fault", "stream", "capture", "index")
+
+    def __init__(self, message: str = "", *, region: str | None = None, op: str | None = None,
+                 tensor: str | None = None, kind: str | None = None):
+        super().__init__(message)
+        self.region, self.op, self.tensor, self.kind = region, op, tensor, kind

@@ -4,5 +4,6 @@ Every tool watches region calls through `simaccel.debug.hooks` (one hook in the 
 """
 
 from .hooks import RegionRun, Watcher, watching
+from .sanitize import sanitize, sanitizing, set_sanitize  # `sanitize` here is the switch, not its module
 
-__all__ = ["RegionRun", "Watcher", "watching"]
+__all__ = ["RegionRun", "Watcher", "watching", "sanitize", "sanitizing", "set_sanitize"]
