@@ -254,16 +254,16 @@ def synchronize(run, index: int | None) -> None:
 
 
 def check_stream(run) -> None:
-    """cuda engine: kernels go to the call's stream, and that stream is not capturing a CUDA graph."""
-    if run.engine.device_type != "cuda":
-        return
+    """Kernels go to the call's stream (cuda engine), and that stream is not capturing a CUDA
+    graph (`engine.capturing`: never on host engines)."""
     program, call = run.program, run.call
-    stream = call.target.stream
-    handle, wanted = int(stream), int(call.stream or 0)
-    if handle != wanted:
-        raise SanitizerError(
-            f"region {program.name}: its kernels would launch on stream {handle:#x}, but the call's stream (TVM's "
-            f"current one) is {wanted:#x}", region=program.name, kind="stream")
+    wanted = int(call.stream or 0)
+    if run.engine.device_type == "cuda":
+        handle = int(call.target.stream)
+        if handle != wanted:
+            raise SanitizerError(
+                f"region {program.name}: its kernels would launch on stream {handle:#x}, but the call's stream (TVM's "
+                f"current one) is {wanted:#x}", region=program.name, kind="stream")
     reason = run.engine.capturing(call.device[1], call.stream)
     if reason:
         raise SanitizerError(
