@@ -437,3 +437,61 @@ def test_a_program_with_sanitize_is_sanitized_whatever_the_switch(planted):
     with pytest.raises(SanitizerError, match="left 1 of 5"):
         run(baked, "sim", inputs(), enabled=False)
     run(plain, "sim", inputs(), enabled=False)
+
+
+# -- the cuda engine (skipped without a GPU) ---------------------------------------------------------------
+def _gpu(array):
+    import tvm
+
+    return tvm.runtime.tensor(array, tvm.cuda(0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op, kind, part", [
+    ("planted.skip_last", "unwritten", "left 1 of 5 elements of its output 'y' (5,) float32 unwritten"),
+    ("planted.past_end", "out_of_bounds", "wrote outside its output 'y' (5,) float32: up to 4 bytes past its end"),
+    ("planted.into_input", "input_written", "wrote into its input 'x' (5,) float32"),
+    ("planted.other_stream", "stream", "KernelTarget of its own ('cuda', stream 0)"),
+])
+def test_planted_defects_on_the_cuda_engine(planted, op, kind, part):
+    runtime = simaccel.get_runtime()
+    with runtime.use_engine("cuda"), sanitize(), pytest.raises(SanitizerError) as info:
+        runtime.run(one_op(op), _gpu(inputs()), _gpu(np.zeros(5, np.float32)))
+    assert info.value.kind == kind and info.value.op == op, info.value
+    assert f"region {op.split('.')[1]}: op 0 ({op})" in str(info.value) and part in str(info.value), str(info.value)
+
+
+@pytest.mark.gpu
+def test_a_clean_region_gives_the_same_results_sanitized_on_the_cuda_engine():
+    runtime = simaccel.get_runtime()
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (5, 12), (5,)))
+    h = x.reshape(2, 12).astype(np.float64) @ w.T.astype(np.float64) + b
+    results = []
+    for on in (False, True):
+        y, z = _gpu(np.zeros((2, 5), np.float32)), _gpu(np.zeros((2, 5), np.float32))
+        with runtime.use_engine("cuda"), sanitize(on):
+            runtime.run(clean_program("float32"), _gpu(x), _gpu(w), _gpu(b), y, z)
+        np.testing.assert_allclose(y.numpy(), np.tanh(h) + h, rtol=1e-5, atol=1e-5)
+        results.append((y.numpy(), z.numpy()))
+    for a, b_ in zip(*results):
+        np.testing.assert_array_equal(a, b_)
+
+
+@pytest.mark.gpu
+def test_a_sanitized_call_on_a_capturing_stream_is_refused_on_the_gpu():
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    runtime = simaccel.get_runtime()
+    x, y = _gpu(inputs()), _gpu(np.zeros(5, np.float32))
+    stream = cuda.stream()
+    handle = int(stream.handle)
+    driver.cuStreamBeginCapture(handle, binding.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED)
+    try:
+        with runtime.use_engine("cuda"), sanitize(), pytest.raises(SanitizerError) as info:
+            runtime.run(one_op("simaccel.tanh", region="captured"), x, y, stream=handle)
+    finally:
+        graph = driver.cuStreamEndCapture(handle)
+        driver.cuGraphDestroy(graph)
+    assert info.value.kind == "capture" and f"stream {handle:#x} is capturing a CUDA graph" in str(info.value)
