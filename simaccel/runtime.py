@@ -330,7 +330,9 @@ class Runtime:
         aliased = self._aliased_outputs(program, refs)
         staged = self.staged
         sanitize = program.sanitize or sanitizing()
-        plan_key = (program.fingerprint(), engine.name, device, stream, sanitize)
+        plan_key = (program.fingerprint(), engine.name, device, stream)
+        if sanitize:  # a plan of its own: the sanitizer's scratch is never part of the plain plan
+            plan_key += ("sanitized",)
         with self._live_plan(plan_key, program, engine, device, stream, sanitize) as plan:
             call = Call(program.name, device, stream, staged, self.ledger, plan.scratch)
             self._run_plan(plan, call, zip(ids, roles, refs), aliased)
