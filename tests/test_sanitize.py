@@ -60,7 +60,7 @@ def after_tanh(op: str, dtype="float32", shape=(5,)) -> Program:
 
 
 def inputs(shape=(5,), dtype="float32"):
-    return (np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) - 2.25).astype(dtype)
+    return np.asarray(np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape) - 2.25, dtype=dtype)
 
 
 def run(program, engine, x, y=None, **switch):
@@ -304,6 +304,15 @@ def test_a_clean_region_gives_the_same_results_sanitized(engine, dtype):
         results[on] += (xa,)
     for a, b_ in zip(results[False], results[True]):
         np.testing.assert_array_equal(a, b_)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (2, 0, 3)])
+def test_scalar_and_empty_tensors_pass(planted, shape):
+    x = inputs(shape)
+    np.testing.assert_allclose(run(after_tanh("simaccel.exp", shape=shape), "sim", x), np.tanh(np.exp(np.tanh(x))), rtol=1e-6)
+    if shape == ():
+        caught(one_op("planted.into_input", shape=()), "sim", "input_written", "wrote into its input 'x' () float32")
+        caught(one_op("planted.skip_last", shape=()), "sim", "unwritten", "left 1 of 1 elements of its output 'y' ()")
 
 
 def test_sanitized_plans_are_their_own():
