@@ -90,8 +90,8 @@ class Plan:
             for launch in plan_launches(program):
                 self.launches[launch.op] += (launch,)
         self.slots: list = [None] * len(program.tensors)
-        if any(i not in program.views for i in program.intermediates):
-            self.check_capture("allocate its intermediates")
+        if program.constants or any(i not in program.views for i in program.intermediates):
+            self.check_capture("allocate its intermediates and constants")
         for i in program.intermediates:
             if i not in program.views:  # a view gets its owner's memory on each call
                 self.slots[i] = engine.allocate(program.tensors[i], device[1])

@@ -367,7 +367,7 @@ def test_a_first_call_that_must_allocate_during_capture_is_refused_always(monkey
     with pytest.raises(SanitizerError) as info:
         run(after_tanh("simaccel.exp"), "sim", inputs(), enabled=False)
     assert info.value.kind == "capture"
-    assert ("region after_tanh: its first call on stream 0x0 must allocate its intermediates, but the stream is "
+    assert ("region after_tanh: its first call on stream 0x0 must allocate its intermediates and constants, but the stream is "
             "capturing a CUDA graph: call the region once on this stream before capturing") in str(info.value)
     run(one_op("simaccel.tanh"), "sim", inputs(), enabled=False)  # no intermediates: nothing to allocate
 

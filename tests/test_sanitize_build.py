@@ -77,6 +77,14 @@ def test_a_clean_sanitized_build_matches_tvm_alone(clean_runtime, engine):
     assert clean_runtime.ledger.snapshot()["ops"]  # it did run on simaccel
 
 
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_sanitized_build_with_a_scalar_constant_matches_tvm_alone(clean_runtime, engine):
+    mod = model(lambda x: relax.op.multiply(x, relax.const(0.5, "float32")))  # the constant is the Program's own
+    want = run_vm(build_tvm_only(mod), inputs())
+    clean_runtime.set_engine(engine)
+    np.testing.assert_allclose(run_vm(build(mod, "llvm", sanitize=True), inputs()), want, rtol=1e-5, atol=1e-6)
+
+
 def test_build_refuses_a_sanitize_that_is_not_a_bool():
     with pytest.raises(CodegenError, match="build: sanitize must be True or False, got 'yes'"):
         build(model(relax.op.exp), "llvm", sanitize="yes")

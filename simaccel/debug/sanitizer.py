@@ -212,7 +212,8 @@ def _compare_input(run, index: int | None, tensor: int, before: np.ndarray, now:
     width = _uint(spec.np_dtype.itemsize)
     changed = np.flatnonzero(before.reshape(-1).view(width) != now.reshape(-1).view(width))
     first = changed[0]
-    role = "input" if tensor in program.inputs else ("output" if tensor in program.outputs else "intermediate")
+    role = ("input" if tensor in program.inputs else "output" if tensor in program.outputs
+            else "constant" if tensor in program.constants else "intermediate")
     detail = (f"{changed.size} of {spec.nbytes // spec.np_dtype.itemsize} elements changed, first at element "
               f"{_position(spec, first)}: {before.reshape(-1)[first].item()!r} -> {now.reshape(-1)[first].item()!r}")
     if index is None:
