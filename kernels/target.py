@@ -10,10 +10,15 @@ caches the result:
 * ``"cuda"`` - `numba.cuda.jit`: runs on an NVIDIA GPU, on the stream given to the target.
 
 Both can coexist in one process, so the engine is chosen per call.
+
+While a launch plan is recorded (`recording`, simaccel.launch_plan), a launcher must launch
+through the target it is given, which records; a launch on any `KernelTarget` meanwhile is a
+launcher that made a target of its own (its own stream), and raises `StrayLaunch`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 _COMPILED: dict[tuple[object, str], object] = {}
@@ -100,6 +105,37 @@ def compile_kernel(fn, target: str):
     return kernel
 
 
+class StrayLaunch(RuntimeError):
+    """A kernel launched on a `KernelTarget` while an op's launches were being recorded.
+
+    `where` is what was being recorded, `target` the target launched on, `kernel` the kernel
+    function: the launch would run outside the recorded plan, on `target.stream` instead of
+    the stream of the calls that replay it.
+    """
+
+    def __init__(self, where: str, target: "KernelTarget", kernel, args=()):
+        self.where, self.target, self.kernel, self.launch_args = where, target, kernel, tuple(args)
+        super().__init__(f"{where}: kernel {getattr(kernel, '__name__', kernel)} launched on a KernelTarget "
+                         f"({target.name!r}, stream {target.stream!r}) while its launches were being recorded")
+
+
+class _Recording(threading.local):
+    where = None  # what this thread records now (simaccel.launch_plan), else None
+
+
+_RECORDING = _Recording()
+
+
+@contextlib.contextmanager
+def recording(where: str):
+    """Mark this thread as recording `where`'s launches: a `KernelTarget.launch` meanwhile raises StrayLaunch."""
+    previous, _RECORDING.where = _RECORDING.where, where
+    try:
+        yield
+    finally:
+        _RECORDING.where = previous
+
+
 class KernelTarget:
     """What a launch function needs to know about where it runs.
 
@@ -119,6 +155,8 @@ class KernelTarget:
 
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0):
         """Launch module-scope kernel `fn` with the given grid and block on this target's stream."""
+        if _RECORDING.where is not None:
+            raise StrayLaunch(_RECORDING.where, self, fn, args)
         kernel = compile_kernel(fn, self.name)
         kernel[grid, block, self.stream, shared_bytes](*args)
 

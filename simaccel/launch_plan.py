@@ -9,6 +9,11 @@ the plan of every op, built-in or a user's, comes from its own launcher, with no
 
 The "sim" and "cuda" engines replay the plan with the call's arrays (`replay`): a warm call
 runs no launcher logic. A native region launcher needs exactly this list too.
+
+So every launch of a region runs on the call's stream (TVM's current one): a launcher cannot
+pick a stream through its target. One that launches some other way while it is recorded (on
+a `KernelTarget` of its own, or through numba.cuda itself) is refused with a SanitizerError of
+kind "stream", always, since such a launch would run outside the plan and off the call's stream.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import EngineError
+from .errors import EngineError, SanitizerError, SimAccelError
 from .ops import get_op
 from .program import Program
 
@@ -69,6 +74,8 @@ class _Recorder:
 
     def __init__(self, program: Program, index: int):
         self.where = f"region {program.name}: op {index} ({program.ops[index].op})"
+        self.region = program.name
+        self.tensors = program.tensors
         self.index = index
         self.launches: list[Launch] = []
 
@@ -110,12 +117,56 @@ def plan_launches(program: Program) -> tuple[Launch, ...]:
         recorder = _Recorder(program, index)
         arrays = [_Placeholder(i, program.tensors[i].shape, program.tensors[i].dtype) for i in node.inputs]
         out = _Placeholder(node.output, program.tensors[node.output].shape, program.tensors[node.output].dtype)
-        count = op.kernel(recorder, out, *arrays, **op.all_attrs(node.attrs))
+        count = _record(recorder, node, op, out, arrays)
         if count != len(recorder.launches):
             raise EngineError(f"{recorder.where}: its launcher says it launched {count} kernels but launched "
                               f"{len(recorder.launches)}")
         launches += recorder.launches
     return tuple(launches)
+
+
+def _record(recorder: _Recorder, node, op, out, arrays) -> int:
+    """Run op `node`'s launcher against the recorder; a launch that bypasses it is a "stream" error."""
+    from .kernels.target import StrayLaunch, recording
+
+    try:
+        with recording(recorder.where):
+            return op.kernel(recorder, out, *arrays, **op.all_attrs(node.attrs))
+    except StrayLaunch as e:
+        names = [recorder.tensors[a.tensor].name for a in e.launch_args if isinstance(a, _Placeholder)]
+        on = f" on tensors {', '.join(map(repr, dict.fromkeys(names)))}" if names else ""
+        raise SanitizerError(
+            f"{recorder.where}: its launcher launched kernel {getattr(e.kernel, '__name__', e.kernel)}{on} on a "
+            f"KernelTarget of its own ({e.target.name!r}, stream {e.target.stream!r}), not on the target it was "
+            "given: that launch would run on another stream than the region's (TVM's current one), unordered "
+            "with it; launch through the `target` argument",
+            region=recorder.region, op=node.op, tensor=names[0] if names else None, kind="stream") from None
+    except SimAccelError:
+        raise
+    except Exception as e:
+        if _numba_launch_in(e.__traceback__):
+            raise SanitizerError(
+                f"{recorder.where}: its launcher launched a kernel through numba.cuda itself "
+                f"({type(e).__name__}: {e}); such a launch is neither recorded nor on the region's stream "
+                "(TVM's current one): launch through the `target` argument",
+                region=recorder.region, op=node.op, kind="stream") from e
+        raise EngineError(f"{recorder.where}: its launcher failed while its launches were recorded: "
+                          f"{type(e).__name__}: {e}") from e
+
+
+_NUMBA_LAUNCHES = {("dispatcher.py", "call"), ("dispatcher.py", "__call__"), ("kernel.py", "__call__"),
+                   ("dispatcher.py", "__getitem__"), ("kernel.py", "__getitem__")}
+
+
+def _numba_launch_in(tb) -> bool:
+    """Whether traceback `tb` passes through numba-cuda's kernel launch (GPU dispatcher or simulator)."""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = code.co_filename.replace("\\", "/")
+        if "/numba/cuda/" in path and (path.rsplit("/", 1)[-1], code.co_name) in _NUMBA_LAUNCHES:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def replay(launches, target, slots) -> None:

@@ -6,6 +6,10 @@ writing one. Tensors that are neither inputs nor outputs are intermediates, allo
 the runtime once per plan, or constants (a `value`: the region's own scalars, filled once
 per plan). The JSON form is versioned; the same Program is executed
 in-process after `tvm.compile` and after export and load.
+
+`sanitize` true (`build(..., sanitize=True)`) makes every call of the region run under the
+sanitizer (simaccel.debug.sanitize); the JSON has the field only when it is true, so the
+fingerprints of other Programs are what they were.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class Program:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     ops: tuple[OpNode, ...]
+    sanitize: bool = False
 
     @property
     def intermediates(self) -> tuple[int, ...]:
@@ -110,7 +115,7 @@ class Program:
 
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
+        data = {
             "format": FORMAT,
             "version": VERSION,
             "name": self.name,
@@ -119,6 +124,9 @@ class Program:
             "outputs": list(self.outputs),
             "ops": [{"op": n.op, "inputs": list(n.inputs), "output": n.output, "attrs": n.attrs} for n in self.ops],
         }
+        if self.sanitize is not False:  # only when set: other Programs' JSON and fingerprints stay the same
+            data["sanitize"] = self.sanitize
+        return data
 
     def to_json(self) -> str:
         return self._json
@@ -166,7 +174,7 @@ class Program:
                 "model with this simaccel, or install the simaccel version that built it"
             )
         read = _Reader(label)
-        read.keys(data, "Program", {"format", "version", "name", "tensors", "inputs", "outputs", "ops"})
+        read.keys(data, "Program", {"format", "version", "name", "tensors", "inputs", "outputs", "ops"}, {"sanitize"})
         tensors = []
         for i, t in enumerate(read.items(data["tensors"], "tensors")):
             where = f"tensors[{i}]"
@@ -189,6 +197,7 @@ class Program:
             inputs=read.ids(data["inputs"], "inputs"),
             outputs=read.ids(data["outputs"], "outputs"),
             ops=tuple(ops),
+            sanitize=read.boolean(data.get("sanitize", False), "sanitize"),
         )
 
     # -- validation ----------------------------------------------------------------------
@@ -201,6 +210,8 @@ class Program:
         from .ops import get_op
 
         count = len(self.tensors)
+        if not isinstance(self.sanitize, bool):
+            raise ProgramError(f"Program {self.name}: sanitize must be true or false, got {self.sanitize!r}")
 
         def check_id(i: int, where: str) -> None:
             if not 0 <= i < count:
@@ -312,6 +323,11 @@ class _Reader:
     def text(self, value, what: str) -> str:
         if not isinstance(value, str) or not value:
             self.fail(what, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def boolean(self, value, what: str) -> bool:
+        if type(value) is not bool:
+            self.fail(what, f"must be true or false, got {value!r} ({type(value).__name__})")
         return value
 
     def integer(self, value, what: str) -> int:

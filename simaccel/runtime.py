@@ -24,6 +24,10 @@ host-staged mode is chosen anywhere in the process (`route_flag`), they forward 
 here instead, so the same library runs on the readable Python "cuda" engine.
 Host-staged mode (GPU only, for comparison): `set_staged(True)`, `use_staged()` or
 SIMACCEL_STAGED=1 (also true/yes/on; 0/false/no/off or unset: zero-copy).
+
+Sanitized calls (simaccel.debug.sanitize, or a Program built with `sanitize=True`) run with
+the sanitizer's watcher (simaccel.debug.sanitizer) on plans of their own, keyed apart from the
+others, so its scratch memory is its own.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ import time
 from collections import OrderedDict
 
 from .debug import hooks
+from .debug.sanitize_switch import sanitizing
 from .engines import ENGINE_NAMES, Call, get_engine
-from .errors import DeviceError, EngineError, LayoutError, ProgramError, SimAccelError
+from .errors import DeviceError, EngineError, LayoutError, ProgramError, SanitizerError, SimAccelError
 from .ledger import Ledger
 from .launch_plan import plan_launches
 from .ops import get_op
@@ -71,10 +76,13 @@ class Plan:
     intermediates; calls on one stream are ordered by it, calls from several threads by `lock`.
     """
 
-    def __init__(self, program: Program, engine, device: tuple[str, int]):
+    def __init__(self, program: Program, engine, device: tuple[str, int], stream: int | None = None,
+                 sanitize: bool = False):
         self.program = program
         self.engine = engine
         self.device = device
+        self.stream = stream
+        self.sanitize = sanitize  # calls run under the sanitizer (simaccel.debug.sanitizer)
         self.steps = [(node, get_op(node.op)) for node in program.ops]
         # The kernel engines replay each op's recorded launches (simaccel.launch_plan).
         self.launches = [()] * len(program.ops)
@@ -82,6 +90,8 @@ class Plan:
             for launch in plan_launches(program):
                 self.launches[launch.op] += (launch,)
         self.slots: list = [None] * len(program.tensors)
+        if program.constants or any(i not in program.views for i in program.intermediates):
+            self.check_capture("allocate its intermediates and constants")
         for i in program.intermediates:
             if i not in program.views:  # a view gets its owner's memory on each call
                 self.slots[i] = engine.allocate(program.tensors[i], device[1])
@@ -89,12 +99,24 @@ class Plan:
             self.slots[i] = engine.constant(program.tensors[i], device[1])
         self.scratch: dict = {}  # staging buffers, host-staged mode only
         self.alias_scratch: dict = {}  # tensor id -> buffer an aliased output is computed into
+        self.watcher_scratch: dict = {}  # buffers watchers keep with the plan (hooks.RegionRun.scratch)
         self.lock = threading.Lock()
         self.freed = False
+
+    def check_capture(self, what: str) -> None:
+        """Refuse to allocate while the plan's stream is capturing a CUDA graph (cudaMalloc is not
+        allowed then, and would invalidate the capture)."""
+        reason = self.engine.capturing(self.device[1], self.stream)
+        if reason:
+            raise SanitizerError(
+                f"region {self.program.name}: its first call on stream {int(self.stream or 0):#x} must {what}, but "
+                f"the stream {reason}: call the region once on this stream before capturing",
+                region=self.program.name, kind="capture")
 
     def alias_buffer(self, index: int):
         buffer = self.alias_scratch.get(index)
         if buffer is None:
+            self.check_capture(f"allocate scratch for its aliased output {self.program.tensors[index].name!r}")
             buffer = self.alias_scratch[index] = self.engine.allocate(self.program.tensors[index], self.device[1])
         return buffer
 
@@ -103,9 +125,11 @@ class Plan:
         with self.lock:
             buffers = [b for b in self.slots if b is not None]
             buffers += list(self.scratch.values()) + list(self.alias_scratch.values())
+            buffers += list(self.watcher_scratch.values())
             self.slots = [None] * len(self.slots)
             self.scratch.clear()
             self.alias_scratch.clear()
+            self.watcher_scratch.clear()
             self.freed = True
             self.engine.free(buffers, self.device[1])
 
@@ -305,7 +329,11 @@ class Runtime:
             refs.append(ref)
         aliased = self._aliased_outputs(program, refs)
         staged = self.staged
-        with self._live_plan((program.fingerprint(), engine.name, device, stream), program, engine, device) as plan:
+        sanitize = program.sanitize or sanitizing()
+        plan_key = (program.fingerprint(), engine.name, device, stream)
+        if sanitize:  # a plan of its own: the sanitizer's scratch is never part of the plain plan
+            plan_key += ("sanitized",)
+        with self._live_plan(plan_key, program, engine, device, stream, sanitize) as plan:
             call = Call(program.name, device, stream, staged, self.ledger, plan.scratch)
             self._run_plan(plan, call, zip(ids, roles, refs), aliased)
 
@@ -324,9 +352,14 @@ class Runtime:
             for i, owner in program.views.items():
                 slots[i] = engine.view(slots[owner], program.tensors[i])
             watchers = hooks.active()
+            if plan.sanitize:
+                from .debug.sanitizer import SANITIZER
+
+                watchers = (SANITIZER, *watchers)  # first: the others see the real tensors after an op
             run = None
             if watchers:
-                run = hooks.RegionRun(program, engine, call, slots, list(boundary_list), list(plan.launches))
+                run = hooks.RegionRun(program, engine, call, slots, list(boundary_list), list(plan.launches),
+                                      scratch=plan.watcher_scratch)
                 for w in watchers:
                     w.region_start(run)
             for index, ((node, op), recorded) in enumerate(zip(plan.steps, plan.launches)):
@@ -344,6 +377,11 @@ class Runtime:
                 except SimAccelError:
                     raise
                 except Exception as e:  # a kernel or reference failure: name where it happened
+                    from .debug.sanitizer import index_error
+
+                    error = index_error(program, index, [slots[i] for i in node.inputs], slots[node.output], recorded, e)
+                    if error is not None:  # a simulated kernel indexed out of range
+                        raise error from e
                     raise SimAccelError(
                         f"region {program.name}: op {node.op} failed on engine {engine.name!r} "
                         f"({', '.join(str(program.tensors[i]) for i in node.inputs)}): {type(e).__name__}: {e}"
@@ -381,22 +419,22 @@ class Runtime:
         return aliased
 
     @contextlib.contextmanager
-    def _live_plan(self, plan_key: tuple, program: Program, engine, device):
+    def _live_plan(self, plan_key: tuple, program: Program, engine, device, stream=None, sanitize=False):
         """The cached plan for `plan_key`, locked; never one that another thread's eviction freed."""
         while True:
-            plan = self._plan(plan_key, program, engine, device)
+            plan = self._plan(plan_key, program, engine, device, stream, sanitize)
             with plan.lock:
                 if not plan.freed:
                     yield plan
                     return
 
-    def _plan(self, plan_key: tuple, program: Program, engine, device) -> Plan:
+    def _plan(self, plan_key: tuple, program: Program, engine, device, stream=None, sanitize=False) -> Plan:
         with self._lock:
             plan = self._plans.get(plan_key)
             if plan is not None:
                 self._plans.move_to_end(plan_key)
                 return plan
-        plan = Plan(program, engine, device)  # allocates: outside the lock
+        plan = Plan(program, engine, device, stream, sanitize)  # allocates: outside the lock
         evicted = []
         with self._lock:
             plan = self._plans.setdefault(plan_key, plan)

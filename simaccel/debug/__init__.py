@@ -6,6 +6,8 @@ Every tool watches region calls through `simaccel.debug.hooks` (one hook in the 
 from .bisection import bisect
 from .capture import Capture, RegionCapture
 from .hooks import RegionRun, Watcher, watching
+from .sanitize_switch import sanitize, sanitizing, set_sanitize
 from .timeline import trace
 
-__all__ = ["Capture", "RegionCapture", "RegionRun", "Watcher", "bisect", "trace", "watching"]
+__all__ = ["Capture", "RegionCapture", "RegionRun", "Watcher", "bisect", "sanitize", "sanitizing", "set_sanitize", "trace",
+           "watching"]

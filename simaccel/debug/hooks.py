@@ -51,6 +51,9 @@ class RegionRun:
     sim, a Numba device array on cuda); `boundary` lists (tensor id, role, TensorRef) of the
     caller's tensors, inputs then outputs. `engine.to_host(call, array)` reads any slot into
     host memory (after the work queued so far), `engine.from_host(call, array, host)` writes one.
+    In `op_start` a watcher may put another array of the same shape and dtype in the op's
+    output slot (the op then writes there); it must put the real one back in `op_end` (the
+    sanitizer computes each op into guarded scratch this way).
     """
 
     program: Any
@@ -60,6 +63,7 @@ class RegionRun:
     boundary: list
     launches: list = field(default_factory=list)  # per op: its recorded launches (kernel engines)
     notes: dict = field(default_factory=dict)  # per-watcher state for this call, keyed by watcher
+    scratch: dict = field(default_factory=dict)  # buffers watchers keep with the plan (freed with it)
 
     def to_host(self, index: int) -> np.ndarray:
         """Tensor `index` of this call, copied to host memory."""

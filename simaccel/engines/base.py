@@ -88,6 +88,11 @@ class Engine:
         """Write host data `host` (same shape and dtype) into the engine array `array`."""
         np.copyto(array, host)
 
+    def capturing(self, device_id: int, stream: int | None) -> str | None:
+        """Why work cannot be synchronised or memory allocated on `stream` now (it is being
+        captured into a CUDA graph), else None. Host engines have no streams: None."""
+        return None
+
     def free(self, arrays: list, device_id: int) -> None:
         """Give back the memory of plan-owned `arrays` (an evicted plan's buffers); empties the list."""
         arrays.clear()

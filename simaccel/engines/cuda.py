@@ -122,6 +122,23 @@ class CudaEngine(Engine):
     def from_host(self, call: Call, array, host) -> None:
         array.copy_to_device(host, stream=call.target.stream)
 
+    def capturing(self, device_id: int, stream: int | None) -> str | None:
+        """Why `stream` cannot synchronise or allocate now: it is capturing a CUDA graph
+        (cuStreamIsCapturing, through numba-cuda's driver binding), else None."""
+        from numba import cuda
+        from numba.cuda.cudadrv.driver import binding, driver
+
+        with cuda.gpus[device_id]:
+            try:
+                status = driver.cuStreamIsCapturing(int(stream or 0))
+            except Exception as e:  # the legacy stream while another stream captures: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+                return f"cannot be asked whether it is capturing a CUDA graph ({type(e).__name__}: {e})"
+        if status == binding.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
+            return None
+        if status == binding.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED:
+            return "is capturing a CUDA graph (its capture was already invalidated by an error)"
+        return "is capturing a CUDA graph"
+
     def free(self, arrays: list, device_id: int) -> None:
         """Free an evicted plan's device memory now, not at numba's next batch of frees.
 

@@ -38,12 +38,14 @@ def codegen(functions, options=None, constant_names=None) -> list:
     `options` (`RunCodegen({"simaccel": {...}})`): `target` (the build's target), `native`
     (True / False / "auto", default $SIMACCEL_NATIVE or "auto"), `cuda_archs` (the
     architectures native regions carry cubins for, e.g. ``["sm_80", "sm_90"]``; default
-    $SIMACCEL_CUDA_ARCHS, else the target's) and `profile` (a device profile as JSON text;
-    default the active profile).
+    $SIMACCEL_CUDA_ARCHS, else the target's), `profile` (a device profile as JSON text;
+    default the active profile) and `sanitize` (True: every region's Program has `sanitize`
+    set, so each call of it is sanitized, simaccel.debug.sanitize; default False).
     """
     specs = sync_patterns()  # once per call: every region's composites match against them
+    sanitize = sanitize_choice(options)
     programs = [(str(f.attrs["global_symbol"]), f) for f in functions]
-    programs = [(symbol, region_program(symbol, f, specs)) for symbol, f in programs]
+    programs = [(symbol, region_program(symbol, f, specs, sanitize)) for symbol, f in programs]
     if not programs:
         return []
     archs = native_choice(options)
@@ -58,8 +60,17 @@ def codegen(functions, options=None, constant_names=None) -> list:
     return [forwarder_module(regions, gpu_hint=gpu_hint(options))]
 
 
-def region_program(symbol: str, func: relax.Function, specs: dict) -> Program:
-    """The validated Program for one region function (`specs`: `sync_patterns()`)."""
+def sanitize_choice(options) -> bool:
+    """The codegen option `sanitize` (True or False, default False)."""
+    choice = dict(options or {}).get("sanitize", False)
+    if choice not in (True, False):
+        raise CodegenError(f"codegen option sanitize={choice!r}: use True or False")
+    return bool(choice)
+
+
+def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: bool = False) -> Program:
+    """The validated Program for one region function (`specs`: `sync_patterns()`); `sanitize`:
+    its calls run under the sanitizer."""
     tensors: list[TensorSpec] = []
     ids: dict[relax.Var, int] = {}
 
@@ -105,7 +116,7 @@ def region_program(symbol: str, func: relax.Function, specs: dict) -> Program:
         outputs = tuple(ids[f] for f in fields)
     except (KeyError, TypeError):
         raise CodegenError(f"region {symbol}: its result {results} is not a tensor the region computes") from None
-    program = Program(symbol, tuple(tensors), inputs, outputs, tuple(ops))
+    program = Program(symbol, tuple(tensors), inputs, outputs, tuple(ops), sanitize=sanitize)
     try:
         return program.validate()
     except SimAccelError as e:

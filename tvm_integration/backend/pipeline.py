@@ -11,6 +11,7 @@ import json
 import tvm
 from tvm import relax
 
+from ...errors import CodegenError
 from ...profile import DeviceProfile
 from .partition import partition_for_simaccel
 
@@ -30,7 +31,8 @@ def default_target(device: str = "cpu") -> tvm.target.Target:
     raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'cuda'")
 
 
-def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None, native=None, cuda_archs=None):
+def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None, native=None, cuda_archs=None,
+          sanitize: bool = False):
     """Partition `mod` for simaccel, run the codegen and compile the rest with TVM.
 
     native: for a CUDA target, compile the regions to native code (True), keep them on the
@@ -39,7 +41,11 @@ def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None, 
     cuda_archs: the GPU architectures native regions carry cubins for (e.g. ``["sm_75",
     "sm_80", "sm_90"]``), plus the PTX of the lowest; None: $SIMACCEL_CUDA_ARCHS, else the
     target's architecture.
+    sanitize: True bakes the sanitizer into the library: every call of every region checks
+    itself (docs/debugging.md, "Sanitizer"), whatever simaccel.debug.sanitize says.
     """
+    if not isinstance(sanitize, bool):
+        raise CodegenError(f"build: sanitize must be True or False, got {sanitize!r}")
     target = tvm.target.Target(target) if isinstance(target, str) else (target or default_target())
     mod = partition_for_simaccel(mod, profile)
     options = {"target": target}
@@ -51,6 +57,8 @@ def build(mod: tvm.IRModule, target=None, profile: DeviceProfile | None = None, 
             ".".join(map(str, a)) if isinstance(a, tuple) else str(a) for a in cuda_archs]
     if profile is not None:
         options["profile"] = json.dumps(profile.to_dict())
+    if sanitize:
+        options["sanitize"] = True
     mod = relax.transform.RunCodegen({"simaccel": options})(mod)
     executable = tvm.compile(mod, target=target)
     if target.kind.name == "cuda" and tvm.cuda(0).exist:

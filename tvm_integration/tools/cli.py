@@ -133,6 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--rtol", type=float, default=1e-4)
     run.add_argument("--atol", type=float, default=1e-5)
     run.add_argument("--trace", metavar="PATH", help=TRACE_HELP)
+    run.add_argument("--sanitize", action="store_true",
+                     help="check every region call for unwritten outputs, out-of-bounds writes, writes into inputs, "
+                          "GPU faults and stream misuse (slow; docs/debugging.md)")
 
     bench = commands.add_parser(
         "bench",
@@ -359,7 +362,7 @@ def run_library_command(args) -> int:
     expected = read_arrays(args.expect, "--expect") if args.expect else None
     if args.save:
         check_writable(args.save, "--save")
-    outputs = run_library(args.library, inputs, device=args.device)
+    outputs = run_library(args.library, inputs, device=args.device, sanitize=args.sanitize)
     for i, out in enumerate(outputs):
         print(f"output {i}: {out.shape} {out.dtype}")
     if args.save:

@@ -270,8 +270,16 @@ def outputs_as_list(result) -> list:
     return [t for item in result for t in outputs_as_list(item)]
 
 
-def run_library(path, inputs, device: str = "cpu", func: str = "main") -> list[np.ndarray]:
-    """Load `path`, run `func` on numpy `inputs` placed on `device`, return numpy outputs."""
+def run_library(path, inputs, device: str = "cpu", func: str = "main", sanitize: bool = False) -> list[np.ndarray]:
+    """Load `path`, run `func` on numpy `inputs` placed on `device`, return numpy outputs.
+
+    sanitize: run every region call under the sanitizer (simaccel.debug.sanitize), native
+    regions included.
+    """
+    import contextlib
+
+    from ...debug import sanitize as sanitizing
+
     vm, dev = load(path, device)
     import tvm
 
@@ -284,7 +292,10 @@ def run_library(path, inputs, device: str = "cpu", func: str = "main") -> list[n
 
     try:
         args = [tvm.runtime.tensor(a, dev) for a in inputs]
-        return [t.numpy() for t in outputs_as_list(vm[func](*args))]
+        with sanitizing() if sanitize else contextlib.nullcontext():  # else: the process's switch
+            results = vm[func](*args)
+            outputs = [t.numpy() for t in outputs_as_list(results)]  # waits for the regions' work
+        return outputs
     except SimAccelError:
         raise
     except Exception as e:  # TVM's own errors (e.g. wrong argument count, shapes or dtypes)

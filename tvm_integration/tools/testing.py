@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
 from tvm import relax
 
+from ... import debug
 from ...compare import mismatch
 from ...errors import EngineError, SimAccelError
 from ...runtime import get_runtime
@@ -24,6 +26,7 @@ from ...testing import TEST_ENGINES
 from ..backend.native import has_native_regions
 from ..backend.partition import PartitionReport, partition_report
 from ..backend.pipeline import build, build_tvm_only, default_target
+from .bisect import bisect as bisect_model
 from .deploy import outputs_as_list, runtime_only
 from .models import param_specs, random_inputs
 
@@ -160,16 +163,14 @@ def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = N
         if engine == "native" and report.regions and not has_native_regions(executable):
             raise AssertionError("engine 'native': the CUDA build holds no native region functions")
         runtime.ledger.reset()
-        sanitizer, sanitizer_note = _debug_tool("sanitize") if sanitize else (None, "")
-        with engine.use(), (sanitizer() if sanitizer else contextlib.nullcontext()):
+        with engine.use(), debug.sanitize(sanitize):
             got = _run(executable, arrays, engine, func)
         ledger = runtime.ledger.snapshot()
         problems = _differences(got, want, rtol, atol)
         if expect_offload and not ledger["offloaded_calls"]:
             problems.insert(0, f"{len(report.regions)} region(s) were partitioned, but no region call reached simaccel")
         if problems:
-            raise AssertionError(_failure(mod, arrays, engine, func, problems, report, rtol, atol, profile,
-                                          bisect, sanitizer_note))
+            raise AssertionError(_failure(mod, arrays, engine, func, problems, report, rtol, atol, profile, bisect))
         matches.append(Match(engine, got, want, ledger, report))
     return matches
 
@@ -248,39 +249,21 @@ def _differences(got, want, rtol, atol) -> list[str]:
     return problems
 
 
-def _failure(mod, arrays, engine, func, problems, report, rtol, atol, profile, bisect, sanitizer_note) -> str:
+def _failure(mod, arrays, engine, func, problems, report, rtol, atol, profile, bisect) -> str:
     target = "llvm" if engine.device == "cpu" else "cuda"
     lines = [f"simaccel differs from TVM alone: function {func!r}, engine {str(engine)!r} (target {target})"]
     lines += [f"  {p}" for p in problems]
-    if sanitizer_note:
-        lines.append(f"  (sanitizer not run: {sanitizer_note})")
     lines += ["partition:", _indent(report.format())]
     if bisect:
-        run_bisect, note = _debug_tool("bisect")
-        if run_bisect is None:
-            lines.append(f"bisection not run: {note}")
-        else:
-            try:
-                found = run_bisect(mod, arrays, target=target, engine=None if engine.runtime_engine == "auto" else
-                                   engine.runtime_engine, rtol=rtol, atol=atol, profile=profile)
-                lines += ["bisection:", _indent(found.format())]
-            except Exception as e:  # the mismatch is the failure; a bisection that breaks only adds a note
-                lines.append(f"bisection failed: {type(e).__name__}: {e}")
+        try:
+            found = bisect_model(mod, arrays, target=target, engine=None if engine.runtime_engine == "auto" else
+                                 engine.runtime_engine, rtol=rtol, atol=atol, profile=profile,
+                                 out_dir=tempfile.mkdtemp(prefix="simaccel-bisect-"))
+            lines += ["bisection:", _indent(found.format())]
+        except Exception as e:  # the mismatch is the failure; a bisection that breaks only adds a note
+            lines.append(f"bisection failed: {type(e).__name__}: {e}")
     return "\n".join(lines)
 
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
-
-
-# -- FALLBACK until the sanitizer and the bisection are on main (remove it then) ----------------------
-def _debug_tool(name: str):
-    """(simaccel.debug.<name>, "") where it exists, else (None, why): `sanitize` and `bisect` are
-    being added to simaccel.debug; until they are, tests run unsanitized and unbisected, and
-    a failure message says so."""
-    try:
-        from ... import debug
-
-        return getattr(debug, name), ""
-    except (ImportError, AttributeError):
-        return None, f"simaccel.debug.{name} is not available in this simaccel"
