@@ -15,6 +15,7 @@ __all__ = [
     "EngineError",
     "CodegenError",
     "OpDeclarationError",
+    "SanitizerError",
 ]
 
 
@@ -56,3 +57,30 @@ class CodegenError(SimAccelError):
 
 class OpDeclarationError(SimAccelError):
     """An op declaration (simaccel.ops.OpFamily) that is malformed, or a name already taken."""
+
+
+class SanitizerError(SimAccelError):
+    """A region call the sanitizer (simaccel.debug) caught misbehaving.
+
+    `kind` is one of `KINDS`; `region`, `op` (the op's name), `op_index` and `tensor` say
+    where. Native regions raise it with a message only (TVM-FFI builds the exception from
+    its text): "[kind] region SYMBOL on cuda:N: op I (NAME) ... 'TENSOR' ...", which is read
+    back into those attributes.
+    """
+
+    KINDS = ("unwritten", "out_of_bounds", "input_written", "fault", "stream", "capture", "index")
+
+    def __init__(self, message: str, *, region=None, op=None, tensor=None, kind=None, op_index=None):
+        super().__init__(message)
+        if kind is None:
+            import re
+
+            tag = re.match(r"^\[(\w+)\] region (\S+)", message)
+            at = re.search(r"\bop (\d+) \(([^)]+)\)", message)
+            named = re.search(r"'([^']+)'", message)
+            kind = tag.group(1) if tag else None
+            region = region if region is not None else (tag.group(2) if tag else None)
+            if at and op is None:
+                op_index, op = int(at.group(1)), at.group(2)
+            tensor = tensor if tensor is not None else (named.group(1) if named else None)
+        self.kind, self.region, self.op, self.op_index, self.tensor = kind, region, op, op_index, tensor

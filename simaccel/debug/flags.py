@@ -15,6 +15,33 @@ import threading
 SANITIZE = 1
 TRACE = 2
 
+# The sanitizer's poison: the bits every op output and intermediate holds before its op runs;
+# an element that still holds them afterwards was never written. Per element size, a NaN with
+# a payload no arithmetic produces (a signalling NaN: GPUs and numpy make quiet ones), so a
+# written float never matches; an integer tensor could hold the value, which no op's output
+# here is. 8-byte elements repeat the 4-byte word (0x7ff4a5a5_7ff4a5a5 is a float64 NaN).
+POISON = {8: 0x7FF4A5A57FF4A5A5, 4: 0x7FA5A5A5, 2: 0x7D5A, 1: 0xA5}
+POISON_BFLOAT16 = 0x7FA5  # bfloat16's 2 bytes: float32's high half
+# The bytes of the guard bands around native regions' sanitized scratch (region.h).
+CANARY = 0xCB
+
+
+def poison(dtype) -> int:
+    """The poison bits of one element of `dtype` (a numpy dtype or its name; "bfloat16" too)."""
+    if str(dtype) == "bfloat16":
+        return POISON_BFLOAT16
+    import numpy as np
+
+    return POISON[np.dtype(dtype).itemsize]
+
+
+def cpp_numbers() -> list[tuple[str, str, int]]:
+    """(C++ name, type, value) of the numbers above that native regions use (simaccel.names.cpp_constants)."""
+    return [("kDebugSanitize", "int32_t", SANITIZE), ("kDebugTrace", "int32_t", TRACE),
+            ("kPoison64", "uint32_t", POISON[8] & 0xFFFFFFFF), ("kPoison32", "uint32_t", POISON[4]),
+            ("kPoison16", "uint16_t", POISON[2]), ("kPoisonBfloat16", "uint16_t", POISON_BFLOAT16),
+            ("kPoison8", "uint8_t", POISON[1]), ("kCanary", "uint8_t", CANARY)]
+
 _WORD = ctypes.c_int32(0)
 _lock = threading.Lock()
 
