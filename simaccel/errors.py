@@ -60,27 +60,47 @@ class OpDeclarationError(SimAccelError):
 
 
 class SanitizerError(SimAccelError):
-    """A region call the sanitizer (simaccel.debug) caught misbehaving.
+    """A defect the sanitizer (simaccel.debug.sanitize) caught in a region call.
 
-    `kind` is one of `KINDS`; `region`, `op` (the op's name), `op_index` and `tensor` say
-    where. Native regions raise it with a message only (TVM-FFI builds the exception from
-    its text): "[kind] region SYMBOL on cuda:N: op I (NAME) ... 'TENSOR' ...", which is read
-    back into those attributes.
+    `kind` says which: "unwritten" (output elements an op never wrote), "out_of_bounds" (bytes
+    written outside a tensor), "input_written" (an op changed a tensor it only reads), "fault"
+    (the GPU faulted in an op's kernels), "stream" (a launch that is not on the call's stream),
+    "capture" (what cannot happen during CUDA-graph capture) or "index" (a kernel indexed an
+    array out of range, on the simulator). `region`, `op` and `tensor` name where (None when
+    not known).
+
+    The message ends with a tag, ``[sanitizer: kind=K region=R op=OP tensor=T]`` (the parts
+    not known left out), from which an error made from the message alone gets its attributes
+    back: TVM's FFI carries only the message across a region call, and native regions
+    (region.h) write the same tag.
     """
 
     KINDS = ("unwritten", "out_of_bounds", "input_written", "fault", "stream", "capture", "index")
+    _FIELDS = ("kind", "region", "op", "tensor")
 
-    def __init__(self, message: str, *, region=None, op=None, tensor=None, kind=None, op_index=None):
+    def __init__(self, message: str = "", *, region: str | None = None, op: str | None = None,
+                 tensor: str | None = None, kind: str | None = None):
+        given = {"kind": kind, "region": region, "op": op, "tensor": tensor}
+        if kind is not None:
+            message = f"{message} {self.tag(**given)}"
+        else:
+            given.update(self.parse(message))
         super().__init__(message)
-        if kind is None:
-            import re
+        self.kind, self.region, self.op, self.tensor = (given[f] for f in self._FIELDS)
 
-            tag = re.match(r"^\[(\w+)\] region (\S+)", message)
-            at = re.search(r"\bop (\d+) \(([^)]+)\)", message)
-            named = re.search(r"'([^']+)'", message)
-            kind = tag.group(1) if tag else None
-            region = region if region is not None else (tag.group(2) if tag else None)
-            if at and op is None:
-                op_index, op = int(at.group(1)), at.group(2)
-            tensor = tensor if tensor is not None else (named.group(1) if named else None)
-        self.kind, self.region, self.op, self.op_index, self.tensor = kind, region, op, op_index, tensor
+    @classmethod
+    def tag(cls, **fields) -> str:
+        """``[sanitizer: kind=K region=R op=OP tensor=T]`` of the fields that are not None."""
+        parts = " ".join(f"{f}={fields[f]}" for f in cls._FIELDS if fields.get(f) is not None)
+        return f"[sanitizer: {parts}]"
+
+    @classmethod
+    def parse(cls, message: str) -> dict:
+        """The fields of the tag at the end of `message` (empty if it has none)."""
+        import re
+
+        found = re.search(r"\[sanitizer: ([^\]]*)\]\s*$", message)
+        if not found:
+            return {}
+        fields = dict(part.split("=", 1) for part in found.group(1).split() if "=" in part)
+        return {f: fields[f] for f in cls._FIELDS if f in fields}

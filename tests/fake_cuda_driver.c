@@ -13,8 +13,8 @@
  * record advances it 1 us, each launch 10 us); hooks that make launches "write" their output
  * (fake_set_launch_fill: the first array argument, nitems * itemsize bytes of one value), one
  * launch misbehave (fake_set_launch_defect: write the array whose data pointer is parameter
- * word `data_word`, with `extra` bytes more or fewer than its size, of the fill value's
- * complement), synchronisation fail as
+ * word `data_word`, with `extra` bytes more or fewer than its size, of byte `value`, or where
+ * that is -1 of the fill value's complement), synchronisation fail as
  * after an illegal address (fake_set_fault_after), a stream belong to another context
  * (fake_set_foreign_stream); and a counter per entry point the default path must not call.
  */
@@ -50,7 +50,7 @@ static int allocations, async_allocations, async_frees, copies, capturing, ptx_l
 static int cubin_loads, cubin_arch;  /* how many cubins were loaded, and the last one's architecture (90: sm_90) */
 /* Calls of the entry points only the sanitizer and the trace use. */
 static int memsets, host_copies, stream_syncs, stream_contexts, events_created, event_records, event_syncs, elapsed_queries;
-static int fill_on, fill_value, defect_launch = -1, defect_word, fault_after = -1, foreign_on;
+static int fill_on, fill_value, defect_launch = -1, defect_word, defect_value = -1, fault_after = -1, foreign_on;
 static long long defect_extra;
 static void* foreign_stream;
 static double clock_us;  /* the fake GPU clock events read */
@@ -84,12 +84,14 @@ void fake_reset(void) {
   num_launches = allocations = async_allocations = async_frees = copies = context_pushes = cubin_loads = cubin_arch = 0;
   memsets = host_copies = stream_syncs = stream_contexts = events_created = event_records = event_syncs = elapsed_queries = 0;
   fill_on = fill_value = defect_word = foreign_on = 0;
-  defect_launch = fault_after = -1;
+  defect_launch = defect_value = fault_after = -1;
   defect_extra = 0;
   for (int d = 0; d < MAX_DEVICES; ++d) compute[d] = 100;
 }
 void fake_set_launch_fill(int on, int value) { fill_on = on, fill_value = value; }
-void fake_set_launch_defect(int launch, int data_word, long long extra) { defect_launch = launch, defect_word = data_word, defect_extra = extra; }
+void fake_set_launch_defect(int launch, int data_word, long long extra, int value) {
+  defect_launch = launch, defect_word = data_word, defect_extra = extra, defect_value = value;
+}
 void fake_set_fault_after(int launches) { fault_after = launches; }
 void fake_set_foreign_stream(int on, void* stream) { foreign_on = on, foreign_stream = stream; }
 void fake_set_compute(int device, int arch) { compute[device] = arch; }
@@ -185,7 +187,7 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   if (fill_on) {
     int defective = num_launches - 1 == defect_launch;
     if (!(defective && defect_word == 4)) fill(r, 4, 0, fill_value);
-    if (defective) fill(r, defect_word, defect_extra, fill_value ^ 0xff); /* a value the plain fill did not write */
+    if (defective) fill(r, defect_word, defect_extra, defect_value >= 0 ? defect_value : fill_value ^ 0xff);
   }
   pthread_mutex_unlock(&record_lock);
   return 0;
@@ -246,6 +248,13 @@ int cuMemsetD32Async(uint64_t pointer, unsigned int value, size_t n, void* strea
   (void)stream;
   ++memsets;
   for (size_t i = 0; i < n; ++i) memcpy((char*)(uintptr_t)pointer + 4 * i, &value, 4);
+  return 0;
+}
+int cuMemsetD2D32Async(uint64_t pointer, size_t pitch, unsigned int value, size_t width, size_t height, void* stream) {
+  (void)stream;
+  ++memsets;
+  for (size_t y = 0; y < height; ++y)
+    for (size_t x = 0; x < width; ++x) memcpy((char*)(uintptr_t)pointer + y * pitch + 4 * x, &value, 4);
   return 0;
 }
 int cuMemcpyDtoHAsync_v2(void* to, uint64_t from, size_t bytes, void* stream) {

@@ -76,10 +76,11 @@ class FakeDriver:
         """Each launch "writes" its first array argument (its output) with byte `value`; None: launches write nothing."""
         self.lib.fake_set_launch_fill(int(value is not None), value or 0)
 
-    def launch_defect(self, launch: int, data_word: int, extra: int) -> None:
+    def launch_defect(self, launch: int, data_word: int, extra: int, value: int | None = None) -> None:
         """Launch number `launch` (counted from reset) writes the array whose data pointer is parameter
-        word `data_word` with its size + `extra` bytes (word 4, the output: instead of its plain fill)."""
-        self.lib.fake_set_launch_defect(launch, data_word, ctypes.c_longlong(extra))
+        word `data_word` with its size + `extra` bytes of `value` (default: the fill value's
+        complement; word 4, the output: instead of its plain fill)."""
+        self.lib.fake_set_launch_defect(launch, data_word, ctypes.c_longlong(extra), -1 if value is None else value)
 
     def fault_after(self, launches: int) -> None:
         """cuStreamSynchronize fails with CUDA_ERROR_ILLEGAL_ADDRESS once `launches` launches were made."""

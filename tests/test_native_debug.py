@@ -11,6 +11,7 @@ sanitizer and the trace use, so the default path is shown to call none of them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import time
@@ -26,11 +27,19 @@ from simaccel.debug import flags, native_events
 from simaccel.errors import SanitizerError
 from simaccel.launch_plan import View, plan_launches
 from simaccel.native.source import NativeRegion
+from simaccel.program import OpNode, Program, TensorSpec
 from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
 from test_launch_plan import one_op_program
 from test_native import arrays_for, chain_program, dims3, views_program
 
 STREAM = 0x5EED
+
+
+def unchecked(dtype: str) -> Program:
+    """relu in `dtype`, a Program the ISA would refuse (it computes in float32 and float16 only):
+    the sanitizer's other poisons, on kernels the launch plan records all the same."""
+    return Program(f"relu_{dtype}", (TensorSpec("x", (3, 5), dtype), TensorSpec("y", (3, 5), dtype)), (0,), (1,),
+                   (OpNode("simaccel.relu", (0,), 1),))
 
 
 def baked(program):
@@ -46,6 +55,8 @@ PROGRAMS = {
     "r_relu16": one_op_program("simaccel.relu", [(3, 5)], "float16"),
     "r_concat": one_op_program("simaccel.concat", [(2, 3), (2, 1), (2, 4)], "float32", {"axis": 1}),
     "r_baked": baked(chain_program()),
+    "r_relu_i32": unchecked("int32"),
+    "r_relu64": unchecked("float64"),
 }
 
 
@@ -170,9 +181,10 @@ def test_on_the_stand_in_driver_a_sanitized_call_stops_at_the_first_op_unwritten
     with bit(flags.SANITIZE), pytest.raises(SanitizerError) as caught:
         call(library, "r_chain", arrays)
     e = caught.value
-    assert str(e) == ("[unwritten] region r_chain on cuda:0: op 0 (simaccel.dense_bias) left 32 of 32 elements of 'h' (4, 8) "
-                      "float32 unwritten (first: element 0; they still hold the sanitizer's poison)")
-    assert (e.kind, e.region, e.op, e.op_index, e.tensor) == ("unwritten", "r_chain", "simaccel.dense_bias", 0, "h")
+    assert str(e) == ("region r_chain on cuda:0: op 0 (simaccel.dense_bias) left 32 of 32 elements of its output 'h' (4, 8) "
+                      "float32 unwritten (first at element 0; they still hold the sanitizer's poison) "
+                      "[sanitizer: kind=unwritten region=r_chain op=simaccel.dense_bias tensor=h]")
+    assert (e.kind, e.region, e.op, e.tensor) == ("unwritten", "r_chain", "simaccel.dense_bias", "h")
     assert len(driver.launches()) == 1  # stopped after the first op
     assert np.array_equal(arrays[-1], y)  # TVM's output untouched
 
@@ -180,7 +192,7 @@ def test_on_the_stand_in_driver_a_sanitized_call_stops_at_the_first_op_unwritten
 def test_a_library_built_to_be_sanitized_checks_every_call_with_the_switch_off(fake):
     library, driver = fake
     assert flags.value() == 0
-    with pytest.raises(SanitizerError, match=r"^\[unwritten\] region r_baked on cuda:0: op 0 \(simaccel.dense_bias\)"):
+    with pytest.raises(SanitizerError, match=r"^region r_baked on cuda:0: op 0 \(simaccel.dense_bias\) left 32 of 32"):
         call(library, "r_baked", arrays_for(PROGRAMS["r_baked"]))
     driver.reset()
     driver.launch_fill(0x3C)
@@ -194,7 +206,7 @@ def test_an_op_that_skips_its_last_element_is_named_with_the_count(fake):
     driver.launch_defect(1, 4, -4)  # gelu writes all of g but its last float32
     with bit(flags.SANITIZE), pytest.raises(SanitizerError) as caught:
         call(library, "r_chain", arrays_for(PROGRAMS["r_chain"]))
-    assert "op 1 (simaccel.gelu) left 1 of 32 elements of 'g' (4, 8) float32 unwritten (first: element 31;" in str(caught.value)
+    assert "op 1 (simaccel.gelu) left 1 of 32 elements of its output 'g' (4, 8) float32 unwritten (first at element 31;" in str(caught.value)
     assert (caught.value.kind, caught.value.tensor) == ("unwritten", "g")
 
 
@@ -202,8 +214,8 @@ def test_float16_poison_counts_two_byte_elements(fake):
     library, driver = fake
     driver.launch_fill(0x3C)
     driver.launch_defect(0, 4, -6)  # the last three float16 elements
-    with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"op 0 \(simaccel.relu\) left 3 of 15 elements of 'out' "
-                                                                  r"\(3, 5\) float16 unwritten \(first: element 12;"):
+    with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"op 0 \(simaccel.relu\) left 3 of 15 elements of its output "
+                                                                  r"'out' \(3, 5\) float16 unwritten \(first at element 12;"):
         call(library, "r_relu16", arrays_for(PROGRAMS["r_relu16"]))
 
 
@@ -215,8 +227,9 @@ def test_a_write_past_the_end_names_the_op_and_the_bytes(fake):
     y = arrays[-1].copy()
     with bit(flags.SANITIZE), pytest.raises(SanitizerError) as caught:
         call(library, "r_chain", arrays)
-    assert str(caught.value) == ("[out_of_bounds] region r_chain on cuda:0: op 2 (simaccel.softmax) wrote outside 'y' (4, 8) "
-                                 "float32, 128 bytes: 4 canary bytes changed after its end (bytes +0 to +3 past it)")
+    assert str(caught.value) == ("region r_chain on cuda:0: op 2 (simaccel.softmax) wrote outside 'y' (4, 8) float32, 128 "
+                                 "bytes: 4 canary bytes changed after its end (bytes +0 to +3 past it) "
+                                 "[sanitizer: kind=out_of_bounds region=r_chain op=simaccel.softmax tensor=y]")
     assert (caught.value.kind, caught.value.op, caught.value.tensor) == ("out_of_bounds", "simaccel.softmax", "y")
     assert np.array_equal(arrays[-1], y)  # nothing copied into TVM's output
 
@@ -239,8 +252,9 @@ def test_an_op_writing_into_a_region_input_is_named(fake):
     arrays = arrays_for(program)
     with bit(flags.SANITIZE), pytest.raises(SanitizerError) as caught:
         call(library, "r_chain", arrays)
-    assert re.fullmatch(r"\[input_written\] region r_chain on cuda:0: op 0 \(simaccel.dense_bias\) changed its input 'x' "
-                        r"\(4, 6\) float32 \(an input of the region\): \d+ of 96 bytes differ \(first at byte \d+\)", str(caught.value))
+    assert re.fullmatch(r"region r_chain on cuda:0: op 0 \(simaccel.dense_bias\) changed its input 'x' \(4, 6\) float32 "
+                        r"\(an input of the region\): \d+ of 96 bytes differ \(first at byte \d+\) "
+                        r"\[sanitizer: kind=input_written region=r_chain op=simaccel.dense_bias tensor=x\]", str(caught.value))
     assert (caught.value.kind, caught.value.tensor) == ("input_written", "x")
 
 
@@ -251,7 +265,7 @@ def test_an_op_writing_into_an_intermediate_it_reads_is_named(fake):
     gelu = plan_launches(program)[1]
     driver.launch_defect(1, data_word(program, gelu, 1), -4)  # gelu writes h, its input, but its last float
     with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"op 1 \(simaccel.gelu\) changed its input 'h' \(4, 8\) "
-                                                                  r"float32: 124 of 128 bytes differ \(first at byte 0\)$"):
+                                                                  r"float32: 124 of 128 bytes differ \(first at byte 0\) \["):
         call(library, "r_chain", arrays_for(program))
 
 
@@ -264,19 +278,20 @@ def test_an_asynchronous_fault_names_the_op_and_its_launch(fake):
         call(library, "r_chain", arrays_for(program))
     gelu = plan_launches(program)[1]
     text = str(caught.value)
-    assert text.startswith(f"[fault] region r_chain on cuda:0: op 1 (simaccel.gelu) launch 1 of the region (kernel "
+    assert text.startswith(f"region r_chain on cuda:0: op 1 (simaccel.gelu) faulted: launch 1 of the region (kernel "
                            f"{gelu.kernel.__name__}, grid {dims3(gelu.grid)}, block {dims3(gelu.block)}, shared "
                            f"{gelu.shared_bytes} bytes, arguments 'g' (4, 8) float32 at 0x")
     assert ", 'h' (4, 8) float32 at 0x" in text and "CUDA_ERROR_ILLEGAL_ADDRESS (700)" in text
-    assert (caught.value.kind, caught.value.op_index) == ("fault", 1)
+    assert (caught.value.kind, caught.value.op, caught.value.tensor) == ("fault", "simaccel.gelu", None)
 
 
 def test_a_stream_of_another_context_is_refused(fake):
     library, driver = fake
     driver.foreign_stream(STREAM)
-    with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"^\[stream\] region r_chain on cuda:0: TVM's current stream "
-                                                                  r"0x5eed belongs to another CUDA context than cuda:0's"):
+    with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"^region r_chain on cuda:0: TVM's current stream 0x5eed "
+                                                                  r"belongs to another CUDA context than cuda:0's") as caught:
         call(library, "r_chain", arrays_for(PROGRAMS["r_chain"]))
+    assert caught.value.kind == "stream" and caught.value.region == "r_chain"
     assert driver.launches() == []
 
 
@@ -285,8 +300,7 @@ def test_sanitizing_under_graph_capture_is_refused(fake):
     driver.capturing(True)
     with bit(flags.SANITIZE), pytest.raises(SanitizerError) as caught:
         call(library, "r_chain", arrays_for(PROGRAMS["r_chain"]))
-    assert str(caught.value).startswith("[capture] region r_chain on cuda:0: called while its stream 0x5eed is captured "
-                                        "into a CUDA graph")
+    assert str(caught.value).startswith("region r_chain on cuda:0: called while its stream 0x5eed is captured into a CUDA graph")
     assert caught.value.kind == "capture" and caught.value.op is None
     assert driver.launches() == [] and driver.counter("allocations") == driver.counter("async_allocations") == 0
 
@@ -299,11 +313,51 @@ def test_without_sanitizing_a_captured_first_call_still_allocates_on_the_stream(
     assert driver.counter("async_allocations") == 2 and len(driver.launches()) == 3
 
 
-def test_sanitizer_error_attributes_from_a_message():
-    e = SanitizerError("[out_of_bounds] region r1 on cuda:2: op 3 (myaccel.rms_norm) wrote outside 'y' (2,) float32, 8 bytes: ...")
-    assert (e.kind, e.region, e.op, e.op_index, e.tensor) == ("out_of_bounds", "r1", "myaccel.rms_norm", 3, "y")
-    given = SanitizerError("text", region="main", op="simaccel.relu", tensor="t", kind="unwritten")
-    assert (given.kind, given.region, given.op, given.tensor) == ("unwritten", "main", "simaccel.relu", "t")
+def test_the_poison_native_regions_write_is_the_python_sanitizers(fake):
+    """float32 and float64 elements an op left hold flags.FLOAT_POISON, read back from the scratch."""
+    library, driver = fake
+    for symbol, dtype in (("r_gelu", np.float32), ("r_relu64", np.float64)):
+        driver.reset()
+        with bit(flags.SANITIZE), pytest.raises(SanitizerError, match="left 12 of 12 elements|left 15 of 15 elements"):
+            call(library, symbol, arrays_for(PROGRAMS[symbol]))
+        [launch] = driver.launches()
+        scratch = np.frombuffer(ctypes.string_at(launch["words"][4], PROGRAMS[symbol].tensors[-1].nbytes), f"<u{np.dtype(dtype).itemsize}")
+        assert (scratch == flags.FLOAT_POISON[np.dtype(dtype).name]).all()
+    sanitizer = pytest.importorskip("simaccel.debug.sanitizer")  # the Python engines' checks, where present
+    assert sanitizer._FLOAT_POISON == flags.FLOAT_POISON and sanitizer._BYTE_POISON == flags.BYTE_POISON
+
+
+def test_an_integer_output_that_holds_the_poison_is_run_again_over_other_bytes(fake):
+    """Any int32 is a value: where elements hold the first poison (0xa5 bytes), the op runs once
+    more over 0x5a bytes and only elements that kept both are unwritten."""
+    library, driver = fake
+    driver.launch_fill(flags.BYTE_POISON[0])  # the kernel writes exactly the poison's bytes
+    arrays = arrays_for(PROGRAMS["r_relu_i32"])
+    with bit(flags.SANITIZE):
+        call(library, "r_relu_i32", arrays)
+    assert len(driver.launches()) == 2 and (arrays[-1].view(np.uint8) == 0xA5).all()
+    driver.reset()
+    driver.launch_fill(flags.BYTE_POISON[0])
+    driver.launch_defect(1, 4, -8, 0x11)  # the second run writes 0x11 bytes, and leaves the last two elements
+    with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"left 2 of 15 elements of its output 'y' \(3, 5\) int32 "
+                                                                  r"unwritten \(first at element 13;"):
+        call(library, "r_relu_i32", arrays_for(PROGRAMS["r_relu_i32"]))
+
+
+def test_a_float64_output_missing_its_last_element_is_named(fake):
+    library, driver = fake
+    driver.launch_fill(0)
+    driver.launch_defect(0, 4, -8)
+    with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"left 1 of 15 elements of its output 'y' \(3, 5\) float64 "
+                                                                  r"unwritten \(first at element 14;"):
+        call(library, "r_relu64", arrays_for(PROGRAMS["r_relu64"]))
+
+
+def test_sanitizer_error_attributes_from_a_native_message():
+    e = SanitizerError("region r1 on cuda:2: op 3 (myaccel.rms_norm) wrote outside 'y' (2,) float32, 8 bytes: ... "
+                       "[sanitizer: kind=out_of_bounds region=r1 op=myaccel.rms_norm tensor=y]")
+    assert (e.kind, e.region, e.op, e.tensor) == ("out_of_bounds", "r1", "myaccel.rms_norm", "y")
+    assert e.kind in SanitizerError.KINDS
 
 
 # -- the trace ---------------------------------------------------------------------------------
@@ -361,6 +415,16 @@ def test_a_traced_and_sanitized_call_is_both(fake, records):
         call(library, "r_chain", arrays_for(PROGRAMS["r_chain"]))
     [record] = records
     assert [l["op"] for l in record["launches"]] == [0, 1, 2] and driver.counter("stream_syncs") >= 3
+
+
+def test_the_sanitizers_second_pass_is_not_traced(fake, records):
+    library, driver = fake
+    driver.launch_fill(flags.BYTE_POISON[0])  # int32 elements equal to the poison: the op runs twice
+    with bit(flags.TRACE), bit(flags.SANITIZE):
+        call(library, "r_relu_i32", arrays_for(PROGRAMS["r_relu_i32"]))
+    [record] = records
+    assert len(driver.launches()) == 2 and [l["launch"] for l in record["launches"]] == [0]
+    assert driver.counter("event_records") == 2
 
 
 def test_native_events_subscribers():

@@ -15,32 +15,26 @@ import threading
 SANITIZE = 1
 TRACE = 2
 
-# The sanitizer's poison: the bits every op output and intermediate holds before its op runs;
-# an element that still holds them afterwards was never written. Per element size, a NaN with
-# a payload no arithmetic produces (a signalling NaN: GPUs and numpy make quiet ones), so a
-# written float never matches; an integer tensor could hold the value, which no op's output
-# here is. 8-byte elements repeat the 4-byte word (0x7ff4a5a5_7ff4a5a5 is a float64 NaN).
-POISON = {8: 0x7FF4A5A57FF4A5A5, 4: 0x7FA5A5A5, 2: 0x7D5A, 1: 0xA5}
-POISON_BFLOAT16 = 0x7FA5  # bfloat16's 2 bytes: float32's high half
-# The bytes of the guard bands around native regions' sanitized scratch (region.h).
+# The sanitizer's poison, as native regions write it (region.h): the same patterns as the
+# Python engines' (simaccel.debug.sanitizer). Floats: a signalling NaN with a payload (GPUs and
+# numpy make quiet NaNs, so no written element matches); every other dtype: bytes of
+# BYTE_POISON[0], and where any bit pattern is a value (not bool) the op runs again over
+# BYTE_POISON[1] and only elements that kept both count as unwritten.
+FLOAT_POISON = {"float16": 0x7D5A, "float32": 0x7FA5A5A5, "float64": 0x7FF5A5A5A5A5A5A5}
+BYTE_POISON = (0xA5, 0x5A)
+# The bytes of the guard bands around native regions' sanitized scratch.
 CANARY = 0xCB
-
-
-def poison(dtype) -> int:
-    """The poison bits of one element of `dtype` (a numpy dtype or its name; "bfloat16" too)."""
-    if str(dtype) == "bfloat16":
-        return POISON_BFLOAT16
-    import numpy as np
-
-    return POISON[np.dtype(dtype).itemsize]
 
 
 def cpp_numbers() -> list[tuple[str, str, int]]:
     """(C++ name, type, value) of the numbers above that native regions use (simaccel.names.cpp_constants)."""
+    f64 = FLOAT_POISON["float64"]
     return [("kDebugSanitize", "int32_t", SANITIZE), ("kDebugTrace", "int32_t", TRACE),
-            ("kPoison64", "uint32_t", POISON[8] & 0xFFFFFFFF), ("kPoison32", "uint32_t", POISON[4]),
-            ("kPoison16", "uint16_t", POISON[2]), ("kPoisonBfloat16", "uint16_t", POISON_BFLOAT16),
-            ("kPoison8", "uint8_t", POISON[1]), ("kCanary", "uint8_t", CANARY)]
+            ("kPoisonFloat16", "uint16_t", FLOAT_POISON["float16"]), ("kPoisonFloat32", "uint32_t", FLOAT_POISON["float32"]),
+            ("kPoisonFloat64Low", "uint32_t", f64 & 0xFFFFFFFF), ("kPoisonFloat64High", "uint32_t", f64 >> 32),
+            ("kPoisonByte", "uint8_t", BYTE_POISON[0]), ("kPoisonByteAgain", "uint8_t", BYTE_POISON[1]),
+            ("kCanary", "uint8_t", CANARY)]
+
 
 _WORD = ctypes.c_int32(0)
 _lock = threading.Lock()

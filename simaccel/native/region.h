@@ -141,6 +141,7 @@ struct Driver {
   CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
   CUresult (*MemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
   CUresult (*MemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+  CUresult (*MemsetD2D32Async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream);
   CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*StreamSynchronize)(CUstream);
   CUresult (*StreamGetCtx)(CUstream, CUcontext*);
@@ -192,6 +193,7 @@ const Driver& driver() {
     bind_symbol(lib, "cuMemsetD8Async", &d.MemsetD8Async, dm);
     bind_symbol(lib, "cuMemsetD16Async", &d.MemsetD16Async, dm);
     bind_symbol(lib, "cuMemsetD32Async", &d.MemsetD32Async, dm);
+    bind_symbol(lib, "cuMemsetD2D32Async", &d.MemsetD2D32Async, dm);
     bind_symbol(lib, "cuMemcpyDtoHAsync_v2", &d.MemcpyDtoHAsync, dm);
     bind_symbol(lib, "cuStreamSynchronize", &d.StreamSynchronize, dm);
     bind_symbol(lib, "cuStreamGetCtx", &d.StreamGetCtx, dm);
@@ -507,9 +509,9 @@ struct Call {
   std::string where() const { return std::string("region ") + r.symbol + " on cuda:" + std::to_string(device); }
 };
 
-// Launch `l` with the call's data pointers patched into its parameters (and, when tracing,
-// an event recorded before and after it on the stream).
-CUresult launch_kernel(const Call& c, int32_t l) {
+// Launch `l` with the call's data pointers patched into its parameters (and, when tracing and
+// `traced`, an event recorded before and after it on the stream).
+CUresult launch_kernel(const Call& c, int32_t l, bool traced = true) {
   const Driver& d = driver();
   const Launch& launch = c.r.launches[l];
   int64_t words[kMaxWords];
@@ -517,7 +519,8 @@ CUresult launch_kernel(const Call& c, int32_t l) {
   std::memcpy(words, launch.words, sizeof(int64_t) * launch.num_words);
   for (int32_t p = 0; p < launch.num_patches; ++p) words[launch.patch_word[p]] = static_cast<int64_t>(c.data[launch.patch_tensor[p]]);
   for (int32_t w = 0; w < launch.num_words; ++w) params[w] = &words[w];
-  const CUevent* events = c.trace ? &c.memory.events[2 * c.trace->launched.size()] : nullptr;
+  traced = traced && c.trace && c.trace->launched.size() < static_cast<size_t>(c.r.num_launches);  // two events each
+  const CUevent* events = traced ? &c.memory.events[2 * c.trace->launched.size()] : nullptr;
   if (events) d.EventRecord(events[0], c.stream);
   CUresult rc = d.LaunchKernel(c.state.functions[launch.kernel], launch.grid[0], launch.grid[1], launch.grid[2],
                                launch.block[0], launch.block[1], launch.block[2], launch.shared_bytes, c.stream, params, nullptr);
@@ -599,10 +602,15 @@ constexpr size_t kGuardBytes = 256;  // before each tensor; after it, as many pl
 
 size_t tail_guard(int64_t nbytes) { return static_cast<size_t>((nbytes + 255) / 256 * 256 - nbytes) + kGuardBytes; }
 
-int sanitizer_fail(const Call& c, const char* kind, int32_t op, const std::string& what) {
-  std::string text = std::string("[") + kind + "] " + c.where() + ": ";
+// A finding: the message names region, op and tensor, and ends with the tag SanitizerError
+// reads its attributes back from ("[sanitizer: kind=K region=R op=OP tensor=T]").
+int sanitizer_fail(const Call& c, const char* kind, int32_t op, int32_t tensor, const std::string& what) {
+  std::string text = c.where() + ": ";
   if (op >= 0) text += "op " + std::to_string(op) + " (" + c.r.ops[op].name + ") ";
-  return fail(kSanitizerError, text + what);
+  std::string tag = std::string(" [sanitizer: kind=") + kind + " region=" + c.r.symbol;
+  if (op >= 0) tag += std::string(" op=") + c.r.ops[op].name;
+  if (tensor >= 0) tag += std::string(" tensor=") + c.r.tensors[tensor].name;
+  return fail(kSanitizerError, text + what + tag + "]");
 }
 
 std::string tensor_text(const Region& r, int32_t t) {
@@ -621,25 +629,41 @@ CUresult to_host(const Call& c, void* host, CUdeviceptr from, size_t bytes) {
   return rc != 0 ? rc : d.StreamSynchronize(c.stream);
 }
 
-// One element of the poison of `spec`'s dtype (simaccel.debug.flags.POISON), as bytes.
-std::string poison_element(const TensorSpec& spec) {
-  const int32_t size = spec.bits / 8;
-  std::string e(static_cast<size_t>(size), '\0');
-  const uint16_t half = spec.code == 4 ? kPoisonBfloat16 : kPoison16;
-  if (size == 8 || size == 4) std::memcpy(&e[0], size == 8 ? &kPoison64 : &kPoison32, 4);
-  if (size == 8) std::memcpy(&e[4], &kPoison64, 4);  // the word twice: a float64 NaN
-  if (size == 2) std::memcpy(&e[0], &half, 2);
-  if (size == 1) e[0] = static_cast<char>(kPoison8);
+// The poison (simaccel.debug.flags): a NaN with a payload for float16/32/64, else bytes; where
+// any bit pattern is a value (`ambiguous`), a second pass over other bytes tells them apart.
+bool is_float(const TensorSpec& s) { return s.code == kDLFloat && (s.bits == 16 || s.bits == 32 || s.bits == 64); }
+bool ambiguous(const TensorSpec& s) { return !is_float(s) && s.code != kDLBool; }
+
+std::string poison_element(const TensorSpec& spec, bool again) {
+  std::string e(static_cast<size_t>(spec.bits / 8), static_cast<char>(again ? kPoisonByteAgain : kPoisonByte));
+  if (!is_float(spec)) return e;
+  if (spec.bits == 16) std::memcpy(&e[0], &kPoisonFloat16, 2);
+  if (spec.bits == 32) std::memcpy(&e[0], &kPoisonFloat32, 4);
+  if (spec.bits == 64) {
+    std::memcpy(&e[0], &kPoisonFloat64Low, 4);
+    std::memcpy(&e[4], &kPoisonFloat64High, 4);
+  }
   return e;
 }
 
-CUresult poison(const Call& c, CUdeviceptr p, const TensorSpec& spec) {
+CUresult poison(const Call& c, CUdeviceptr p, const TensorSpec& spec, bool again) {
   const Driver& d = driver();
   const size_t n = static_cast<size_t>(spec.nbytes);
-  if (spec.bits == 64) return d.MemsetD32Async(p, kPoison64, n / 4, c.stream);
-  if (spec.bits == 32) return d.MemsetD32Async(p, kPoison32, n / 4, c.stream);
-  if (spec.bits == 16) return d.MemsetD16Async(p, spec.code == 4 ? kPoisonBfloat16 : kPoison16, n / 2, c.stream);
-  return d.MemsetD8Async(p, kPoison8, n, c.stream);
+  if (!is_float(spec)) return d.MemsetD8Async(p, again ? kPoisonByteAgain : kPoisonByte, n, c.stream);
+  if (spec.bits == 16) return d.MemsetD16Async(p, kPoisonFloat16, n / 2, c.stream);
+  if (spec.bits == 32) return d.MemsetD32Async(p, kPoisonFloat32, n / 4, c.stream);
+  // float64: each element's two 4-byte words, as two columns 8 bytes apart
+  CUresult rc = d.MemsetD2D32Async(p, 8, kPoisonFloat64Low, 1, n / 8, c.stream);
+  return rc != 0 ? rc : d.MemsetD2D32Async(p + 4, 8, kPoisonFloat64High, 1, n / 8, c.stream);
+}
+
+// Which elements of `got` (a tensor of `spec`) hold the poison.
+std::vector<bool> poisoned(const std::vector<unsigned char>& got, const TensorSpec& spec, bool again) {
+  const std::string element = poison_element(spec, again);
+  const size_t size = element.size();
+  std::vector<bool> out(got.size() / size);
+  for (size_t e = 0; e < out.size(); ++e) out[e] = std::memcmp(&got[e * size], element.data(), size) == 0;
+  return out;
 }
 
 // Scratch with guard bands for every op output (views share their owner's), allocated once per
@@ -675,14 +699,14 @@ int check_guards(const Call& c, int32_t op, const std::vector<int32_t>& writer) 
   const Region& r = c.r;
   std::vector<unsigned char> band;
   for (int32_t t = 0; t < r.num_tensors; ++t) {
-    const CUdeviceptr base = c.memory.guarded.empty() ? 0 : c.memory.guarded[t];
-    if (base == 0 || writer[t] < 0) continue;
+    const CUdeviceptr base = c.memory.guarded[t];
+    if (base == 0) continue;
     const int64_t nbytes = r.tensors[t].nbytes;
     for (int side = 0; side < 2; ++side) {
       const size_t size = side == 0 ? kGuardBytes : tail_guard(nbytes);
       band.resize(size);
       if (CUresult rc = to_host(c, band.data(), side == 0 ? base : base + kGuardBytes + nbytes, size)) {
-        return sanitizer_fail(c, kSanitizeFault, op, "failed reading back guard bands: " + cuda_error(rc));
+        return sanitizer_fail(c, kSanitizeFault, op, t, "failed: reading back the guard bands of " + tensor_text(r, t) + ": " + cuda_error(rc));
       }
       int64_t changed = 0, first = -1, last = -1;
       for (size_t i = 0; i < size; ++i) {
@@ -700,19 +724,21 @@ int check_guards(const Call& c, int32_t op, const std::vector<int32_t>& writer) 
       } else {
         what += "after its end (bytes +" + std::to_string(first) + " to +" + std::to_string(last) + " past it)";
       }
-      if (writer[t] != op) what += "; '" + std::string(r.tensors[t].name) + "' is the output of op " + std::to_string(writer[t]) + " (" + r.ops[writer[t]].name + ")";
-      return sanitizer_fail(c, kSanitizeOutOfBounds, op, what);
+      if (writer[t] != op) {
+        what += "; '" + std::string(r.tensors[t].name) + "' is the output of op " + std::to_string(writer[t]) + " (" + r.ops[writer[t]].name + ")";
+      }
+      return sanitizer_fail(c, kSanitizeOutOfBounds, op, t, what);
     }
   }
   return 0;
 }
 
-// Tensor t's contents compared with its host copy `before`: an op that changed it wrote into it.
-// `read_by_op` false: a region input no op reads, checked after the last op.
-int check_unchanged(const Call& c, int32_t op, int32_t t, const std::vector<unsigned char>& before, bool read_by_op) {
+// Tensor t's contents compared with its host copy `before`: an op that changed it wrote into
+// it. `op` < 0: a region input no op reads, checked after the last op.
+int check_unchanged(const Call& c, int32_t op, int32_t t, const std::vector<unsigned char>& before) {
   std::vector<unsigned char> now(before.size());
   if (CUresult rc = to_host(c, now.data(), c.data[t], now.size())) {
-    return sanitizer_fail(c, kSanitizeFault, op, "failed reading back " + tensor_text(c.r, t) + ": " + cuda_error(rc));
+    return sanitizer_fail(c, kSanitizeFault, op, t, "failed: reading back " + tensor_text(c.r, t) + ": " + cuda_error(rc));
   }
   int64_t changed = 0, first = -1;
   for (size_t i = 0; i < now.size(); ++i) {
@@ -723,12 +749,63 @@ int check_unchanged(const Call& c, int32_t op, int32_t t, const std::vector<unsi
   if (changed == 0) return 0;
   const std::string differ = std::to_string(changed) + " of " + std::to_string(now.size()) + " bytes differ (first at byte " +
                              std::to_string(first) + ")";
-  if (!read_by_op) {
-    return sanitizer_fail(c, kSanitizeInputWritten, -1, "region input " + tensor_text(c.r, t) +
-                                                            ", which no op reads, was changed by one of its ops: " + differ);
+  if (op < 0) {
+    return sanitizer_fail(c, kSanitizeInputWritten, -1, t, "region input " + tensor_text(c.r, t) +
+                                                               ", which no op reads, was changed by one of its ops: " + differ);
   }
-  return sanitizer_fail(c, kSanitizeInputWritten, op, "changed its input " + tensor_text(c.r, t) +
-                                                          (c.r.kinds[t] == 1 ? " (an input of the region): " : ": ") + differ);
+  return sanitizer_fail(c, kSanitizeInputWritten, op, t, "changed its input " + tensor_text(c.r, t) +
+                                                             (c.r.kinds[t] == 1 ? " (an input of the region): " : ": ") + differ);
+}
+
+// Op `k`'s launches [begin, end), one at a time, each followed by a synchronisation whose
+// error is the fault of that launch; `again`: the second pass, not traced.
+int launch_op(const Call& c, int32_t k, int32_t begin, int32_t end, bool again = false) {
+  const Driver& d = driver();
+  const Region& r = c.r;
+  for (int32_t l = begin; l < end; ++l) {
+    const Launch& launch = r.launches[l];
+    if (launches_nothing(launch)) continue;
+    if (CUresult rc = launch_kernel(c, l, !again)) return launch_failed(c, l, rc);
+    if (CUresult rc = d.StreamSynchronize(c.stream)) {
+      std::string args;
+      for (int32_t p = 0; p < launch.num_patches; ++p) {
+        const int32_t t = launch.patch_tensor[p];
+        args += (p ? ", " : "") + tensor_text(r, t) + " at " + hex(c.data[t]);
+      }
+      return sanitizer_fail(c, kSanitizeFault, k, -1, "faulted: launch " + std::to_string(l) + " of the region (kernel " +
+                                                          c.lib.kernels[launch.kernel].name + ", grid " + dims_text(launch.grid) +
+                                                          ", block " + dims_text(launch.block) + ", shared " +
+                                                          std::to_string(launch.shared_bytes) + " bytes, arguments " + args +
+                                                          ", " + std::to_string(launch.num_words) + " parameter words) failed: " +
+                                                          cuda_error(rc) + "; the CUDA context is unusable from here on");
+    }
+  }
+  return 0;
+}
+
+// Op `k`'s output `t` after the op: which elements still hold the poison (after a second pass
+// over other bytes where the dtype makes the poison a value), read back into `got`.
+int unwritten(const Call& c, int32_t k, int32_t begin, int32_t end, std::vector<unsigned char>& got, std::vector<bool>* left) {
+  const int32_t t = c.r.ops[k].output;
+  const TensorSpec& spec = c.r.tensors[t];
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) {
+      if (CUresult rc = poison(c, c.data[t], spec, true)) return fail(kEngineError, c.where() + ": poisoning failed: " + cuda_error(rc));
+      if (launch_op(c, k, begin, end, true) != 0) return -1;
+    }
+    if (CUresult rc = to_host(c, got.data(), c.data[t], got.size())) {
+      return sanitizer_fail(c, kSanitizeFault, k, t, "failed: reading back " + tensor_text(c.r, t) + ": " + cuda_error(rc));
+    }
+    std::vector<bool> now = poisoned(got, spec, pass == 1);
+    if (pass == 1) {
+      for (size_t e = 0; e < now.size(); ++e) now[e] = now[e] && (*left)[e];
+    }
+    *left = std::move(now);
+    bool any = false;
+    for (bool b : *left) any = any || b;
+    if (!any || !ambiguous(spec)) break;
+  }
+  return 0;
 }
 
 int run_sanitized(const Call& c, int64_t* copied) {
@@ -739,16 +816,16 @@ int run_sanitized(const Call& c, int64_t* copied) {
   int capturing = 0;
   d.StreamIsCapturing(c.stream, &capturing);
   if (capturing) {
-    return sanitizer_fail(c, kSanitizeCapture, -1, "called while its stream " + hex(reinterpret_cast<uint64_t>(c.stream)) +
-                                                       " is captured into a CUDA graph; the sanitizer synchronises after every kernel, "
-                                                       "which a capture forbids: sanitize a run without capture (the warm-up)");
+    return sanitizer_fail(c, kSanitizeCapture, -1, -1, "called while its stream " + hex(reinterpret_cast<uint64_t>(c.stream)) +
+                                                           " is captured into a CUDA graph; a sanitized call synchronises after every "
+                                                           "kernel, which capture forbids: sanitize the calls before capturing, not during");
   }
   CUcontext owner = nullptr;
   if (d.StreamGetCtx(c.stream, &owner) == 0 && owner != c.state.context) {
-    return sanitizer_fail(c, kSanitizeStream, -1, "TVM's current stream " + hex(reinterpret_cast<uint64_t>(c.stream)) +
-                                                      " belongs to another CUDA context than cuda:" + std::to_string(c.device) +
-                                                      "'s, where the region's tensors are: set the stream of this device "
-                                                      "(tvm_ffi.use_raw_stream(device, stream))");
+    return sanitizer_fail(c, kSanitizeStream, -1, -1, "TVM's current stream " + hex(reinterpret_cast<uint64_t>(c.stream)) +
+                                                          " belongs to another CUDA context than cuda:" + std::to_string(c.device) +
+                                                          "'s, where the region's tensors are: set the stream of this device "
+                                                          "(tvm_ffi.use_raw_stream(device, stream))");
   }
   if (guard_outputs(c) != 0) return -1;
   std::vector<int32_t> writer(static_cast<size_t>(r.num_tensors), -1);
@@ -760,67 +837,50 @@ int run_sanitized(const Call& c, int64_t* copied) {
     host[t].resize(static_cast<size_t>(r.tensors[t].nbytes));
     if (host[t].empty()) continue;
     if (CUresult rc = to_host(c, host[t].data(), c.data[t], host[t].size())) {
-      return sanitizer_fail(c, kSanitizeFault, -1, "reading input " + tensor_text(r, t) + " before the first kernel failed: " +
-                                                       cuda_error(rc) + " (a fault of work queued before this region)");
+      return sanitizer_fail(c, kSanitizeFault, -1, t, "reading input " + tensor_text(r, t) + " before the first kernel failed: " +
+                                                          cuda_error(rc) + " (a fault of work queued before this region)");
     }
   }
   std::vector<bool> read(static_cast<size_t>(r.num_tensors), false);
-  int32_t l = 0;
-  for (int32_t k = 0; k < r.num_ops; ++k) {
+  for (int32_t k = 0, begin = 0; k < r.num_ops; ++k) {
     const OpSpec& op = r.ops[k];
     const TensorSpec& out = r.tensors[op.output];
+    int32_t end = begin;
+    while (end < r.num_launches && r.launches[end].op == k) ++end;
     for (int32_t i = 0; i < op.num_inputs; ++i) read[op.inputs[i]] = true;
     const bool checked = r.kinds[op.output] >= 0 && out.nbytes > 0;  // a view is its owner: nothing launched
     if (checked) {
-      if (CUresult rc = poison(c, c.data[op.output], out)) return fail(kEngineError, c.where() + ": poisoning failed: " + cuda_error(rc));
+      if (CUresult rc = poison(c, c.data[op.output], out, false)) return fail(kEngineError, c.where() + ": poisoning failed: " + cuda_error(rc));
     }
-    for (; l < r.num_launches && r.launches[l].op == k; ++l) {
-      const Launch& launch = r.launches[l];
-      if (launches_nothing(launch)) continue;
-      if (CUresult rc = launch_kernel(c, l)) return launch_failed(c, l, rc);
-      if (CUresult rc = d.StreamSynchronize(c.stream)) {
-        std::string args;
-        for (int32_t p = 0; p < launch.num_patches; ++p) {
-          const int32_t t = launch.patch_tensor[p];
-          args += (p ? ", " : "") + tensor_text(r, t) + " at " + hex(c.data[t]);
-        }
-        return sanitizer_fail(c, kSanitizeFault, k, "launch " + std::to_string(l) + " of the region (kernel " +
-                                                        c.lib.kernels[launch.kernel].name + ", grid " + dims_text(launch.grid) +
-                                                        ", block " + dims_text(launch.block) + ", shared " +
-                                                        std::to_string(launch.shared_bytes) + " bytes, arguments " + args +
-                                                        ", " + std::to_string(launch.num_words) + " parameter words) failed: " +
-                                                        cuda_error(rc) + "; the CUDA context is unusable from here on");
+    if (launch_op(c, k, begin, end) != 0) return -1;
+    if (checked) {
+      std::vector<unsigned char>& got = host[op.output];
+      got.resize(static_cast<size_t>(out.nbytes));
+      std::vector<bool> left;
+      if (unwritten(c, k, begin, end, got, &left) != 0) return -1;
+      int64_t count = 0, first = -1;
+      for (size_t e = 0; e < left.size(); ++e) {
+        if (!left[e]) continue;
+        if (first < 0) first = static_cast<int64_t>(e);
+        ++count;
       }
+      if (count > 0) {
+        return sanitizer_fail(c, kSanitizeUnwritten, k, op.output, "left " + std::to_string(count) + " of " +
+                                                                     std::to_string(left.size()) + " elements of its output " +
+                                                                     tensor_text(r, op.output) + " unwritten (first at element " +
+                                                                     std::to_string(first) + "; they still hold the sanitizer's poison)");
+      }
+      if (check_guards(c, k, writer) != 0) return -1;
     }
-    if (!checked) continue;
-    std::vector<unsigned char>& got = host[op.output];
-    got.resize(static_cast<size_t>(out.nbytes));
-    if (CUresult rc = to_host(c, got.data(), c.data[op.output], got.size())) {
-      return sanitizer_fail(c, kSanitizeFault, k, "reading back " + tensor_text(r, op.output) + " failed: " + cuda_error(rc));
-    }
-    const std::string element = poison_element(out);
-    const size_t size = element.size();
-    int64_t left = 0, first = -1;
-    for (size_t e = 0; e + size <= got.size(); e += size) {
-      if (std::memcmp(&got[e], element.data(), size) != 0) continue;
-      if (first < 0) first = static_cast<int64_t>(e / size);
-      ++left;
-    }
-    if (left > 0) {
-      return sanitizer_fail(c, kSanitizeUnwritten, k, "left " + std::to_string(left) + " of " +
-                                                          std::to_string(static_cast<int64_t>(got.size() / size)) + " elements of " +
-                                                          tensor_text(r, op.output) + " unwritten (first: element " +
-                                                          std::to_string(first) + "; they still hold the sanitizer's poison)");
-    }
-    if (check_guards(c, k, writer) != 0) return -1;
     for (int32_t i = 0; i < op.num_inputs; ++i) {
       const int32_t t = op.inputs[i];
-      if (t != op.output && !host[t].empty() && check_unchanged(c, k, t, host[t], true) != 0) return -1;
+      if (t != op.output && !host[t].empty() && check_unchanged(c, k, t, host[t]) != 0) return -1;
     }
+    begin = end;
   }
   for (int32_t i = 0; i < n_in; ++i) {  // inputs no op reads: written by some op, none to name
     const int32_t t = r.inputs[i];
-    if (!read[t] && !host[t].empty() && check_unchanged(c, -1, t, host[t], false) != 0) return -1;
+    if (!read[t] && !host[t].empty() && check_unchanged(c, -1, t, host[t]) != 0) return -1;
   }
   for (int32_t o = 0; o < n_out; ++o) {
     const int32_t t = r.outputs[o];
