@@ -206,7 +206,8 @@ def test_an_op_that_skips_its_last_element_is_named_with_the_count(fake):
     driver.launch_defect(1, 4, -4)  # gelu writes all of g but its last float32
     with bit(flags.SANITIZE), pytest.raises(SanitizerError) as caught:
         call(library, "r_chain", arrays_for(PROGRAMS["r_chain"]))
-    assert "op 1 (simaccel.gelu) left 1 of 32 elements of its output 'g' (4, 8) float32 unwritten (first at element 31;" in str(caught.value)
+    assert ("op 1 (simaccel.gelu) left 1 of 32 elements of its output 'g' (4, 8) float32 unwritten (first at element 31;"
+            in str(caught.value))
     assert (caught.value.kind, caught.value.tensor) == ("unwritten", "g")
 
 

@@ -706,7 +706,8 @@ int check_guards(const Call& c, int32_t op, const std::vector<int32_t>& writer) 
       const size_t size = side == 0 ? kGuardBytes : tail_guard(nbytes);
       band.resize(size);
       if (CUresult rc = to_host(c, band.data(), side == 0 ? base : base + kGuardBytes + nbytes, size)) {
-        return sanitizer_fail(c, kSanitizeFault, op, t, "failed: reading back the guard bands of " + tensor_text(r, t) + ": " + cuda_error(rc));
+        return sanitizer_fail(c, kSanitizeFault, op, t,
+                              "failed: reading back the guard bands of " + tensor_text(r, t) + ": " + cuda_error(rc));
       }
       int64_t changed = 0, first = -1, last = -1;
       for (size_t i = 0; i < size; ++i) {
@@ -725,7 +726,8 @@ int check_guards(const Call& c, int32_t op, const std::vector<int32_t>& writer) 
         what += "after its end (bytes +" + std::to_string(first) + " to +" + std::to_string(last) + " past it)";
       }
       if (writer[t] != op) {
-        what += "; '" + std::string(r.tensors[t].name) + "' is the output of op " + std::to_string(writer[t]) + " (" + r.ops[writer[t]].name + ")";
+        what += "; '" + std::string(r.tensors[t].name) + "' is the output of op " + std::to_string(writer[t]) + " (" +
+                r.ops[writer[t]].name + ")";
       }
       return sanitizer_fail(c, kSanitizeOutOfBounds, op, t, what);
     }
@@ -816,9 +818,10 @@ int run_sanitized(const Call& c, int64_t* copied) {
   int capturing = 0;
   d.StreamIsCapturing(c.stream, &capturing);
   if (capturing) {
-    return sanitizer_fail(c, kSanitizeCapture, -1, -1, "called while its stream " + hex(reinterpret_cast<uint64_t>(c.stream)) +
-                                                           " is captured into a CUDA graph; a sanitized call synchronises after every "
-                                                           "kernel, which capture forbids: sanitize the calls before capturing, not during");
+    return sanitizer_fail(c, kSanitizeCapture, -1, -1,
+                          "called while its stream " + hex(reinterpret_cast<uint64_t>(c.stream)) +
+                              " is captured into a CUDA graph; a sanitized call synchronises after every kernel, which "
+                              "capture forbids: sanitize the calls before capturing, not during");
   }
   CUcontext owner = nullptr;
   if (d.StreamGetCtx(c.stream, &owner) == 0 && owner != c.state.context) {
@@ -850,7 +853,9 @@ int run_sanitized(const Call& c, int64_t* copied) {
     for (int32_t i = 0; i < op.num_inputs; ++i) read[op.inputs[i]] = true;
     const bool checked = r.kinds[op.output] >= 0 && out.nbytes > 0;  // a view is its owner: nothing launched
     if (checked) {
-      if (CUresult rc = poison(c, c.data[op.output], out, false)) return fail(kEngineError, c.where() + ": poisoning failed: " + cuda_error(rc));
+      if (CUresult rc = poison(c, c.data[op.output], out, false)) {
+        return fail(kEngineError, c.where() + ": poisoning failed: " + cuda_error(rc));
+      }
     }
     if (launch_op(c, k, begin, end) != 0) return -1;
     if (checked) {

@@ -178,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
         "reports name their source lines. Exits 1 when the tool reports an error, 2 when it is not installed.",
         usage="simaccel sanitize [--tool TOOL] [--option OPTION ...] -- COMMAND [ARGS ...]",
     )
-    sanitize.add_argument("--tool", choices=SANITIZER_TOOLS, default="memcheck", help="compute-sanitizer's tool (default memcheck)")
+    sanitize.add_argument("--tool", choices=SANITIZER_TOOLS, default="memcheck",
+                          help="compute-sanitizer's tool (default memcheck)")
     sanitize.add_argument("--option", action="append", default=[], metavar="OPTION",
                           help="one more compute-sanitizer option, e.g. --option=--leak-check=full (repeatable)")
     sanitize.add_argument("run", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
