@@ -380,7 +380,7 @@ def test_a_traced_call_hands_its_launches_to_subscribers(fake, records):
     after = time.time_ns()
     assert len(records) == 2
     record = records[0]
-    assert record["region"] == f"r_chain:{program.fingerprint()}" and record["symbol"] == "r_chain"
+    assert record["region"] == "r_chain" and record["key"] == f"r_chain:{program.fingerprint()}"
     assert record["device"] == 0 and record["stream"] == STREAM and before <= record["host_start_ns"] <= after
     plan = plan_launches(program)
     assert [(l["launch"], l["op"], l["op_name"], l["kernel"]) for l in record["launches"]] == [

@@ -6,13 +6,15 @@ the last one after the call, and hands the timings to Python through the global 
 `names.NATIVE_TRACE_FUNC`, which simaccel.tvm_integration.backend.autoload registers as
 `record`. One JSON object per call:
 
-    {"region": "symbol:fingerprint", "symbol": "...", "device": 0, "stream": 1234,
+    {"region": "fused_dense_simaccel", "key": "fused_dense_simaccel:1a2b3c4d5e6f", "device": 0, "stream": 1234,
      "host_start_ns": time.time_ns() at the call's start (CLOCK_REALTIME),
      "launches": [{"launch": 0, "op": 0, "op_name": "simaccel.dense_bias", "kernel": "...",
                    "grid": [x, y, z], "block": [x, y, z], "shared": 0,
                    "start_us": 0.0, "end_us": 12.5}, ...]}
 
-`start_us` and `end_us` are GPU times from the call's first event. The timeline trace
+`region` is the region's symbol, the name TVM's VM calls it by and the Program's name (what
+the Python regions' trace events say); `key` the runtime's key of its Program. `start_us` and
+`end_us` are GPU times from the call's first event. The timeline trace
 (simaccel.debug.trace) subscribes with `subscribe(callback)`; each callback gets the dict.
 With the bit off no event API is called and nothing reaches this module.
 """

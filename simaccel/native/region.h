@@ -947,7 +947,7 @@ std::string trace_record(const Call& c) {
   const Trace& t = *c.trace;
   const std::vector<CUevent>& events = c.memory.events;
   if (!t.launched.empty()) d.EventSynchronize(events[2 * t.launched.size() - 1]);
-  std::string json = "{\"region\": " + json_string(c.r.key) + ", \"symbol\": " + json_string(c.r.symbol) +
+  std::string json = "{\"region\": " + json_string(c.r.symbol) + ", \"key\": " + json_string(c.r.key) +
                      ", \"device\": " + std::to_string(c.device) +
                      ", \"stream\": " + std::to_string(reinterpret_cast<uint64_t>(c.stream)) +
                      ", \"host_start_ns\": " + std::to_string(t.host_start_ns) + ", \"launches\": [";
