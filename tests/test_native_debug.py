@@ -57,6 +57,7 @@ PROGRAMS = {
     "r_baked": baked(chain_program()),
     "r_relu_i32": unchecked("int32"),
     "r_relu64": unchecked("float64"),
+    "r_empty": one_op_program("simaccel.gelu", [(0, 3)], "float32"),
 }
 
 
@@ -160,6 +161,15 @@ def test_sanitized_views_multi_launch_ops_and_float16_pass_when_every_element_is
     for out in arrays[len(PROGRAMS[symbol].inputs):]:
         assert (out.view(np.uint8) == 0x3C).all()
     assert len(driver.launches()) == len(plan_launches(PROGRAMS[symbol]))
+
+
+def test_a_sanitized_region_of_empty_tensors_checks_nothing_and_launches_nothing(fake):
+    library, driver = fake
+    arrays = arrays_for(PROGRAMS["r_empty"])
+    with bit(flags.SANITIZE):
+        call(library, "r_empty", arrays)
+        library["r_empty"](*[cuda_tensor(a, byte_offset=1) for a in arrays])  # an empty tensor's pointer is never read
+    assert driver.launches() == [] and driver.counter("memsets") == driver.counter("host_copies") == 0
 
 
 def test_a_sanitized_output_that_is_an_input_is_copied_and_counted_as_on_the_plain_path(fake, clean_runtime):
