@@ -3,7 +3,8 @@
 A Program lists its tensors (shape, dtype), which of them are the region's inputs and DPS
 outputs (in call order), and the ops in execution order, each reading tensor ids and
 writing one. Tensors that are neither inputs nor outputs are intermediates, allocated by
-the runtime once per plan. The JSON form is versioned; the same Program is executed
+the runtime once per plan, or constants (a `value`: the region's own scalars, filled once
+per plan). The JSON form is versioned; the same Program is executed
 in-process after `tvm.compile` and after export and load.
 """
 
@@ -26,9 +27,14 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class TensorSpec:
+    """One tensor of a Program. `value` is set for a constant: a 0-d tensor the region itself
+    holds (a scalar constant of an op, ``x * 0.5``'s 0.5), filled once per plan, never an
+    argument of the region."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str
+    value: Any = None
 
     @functools.cached_property
     def np_dtype(self) -> np.dtype:
@@ -42,7 +48,18 @@ class TensorSpec:
         return count * self.np_dtype.itemsize
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.shape} {self.dtype}"
+        text = f"{self.name}: {self.shape} {self.dtype}"
+        return text if self.value is None else f"{text} = {self.value!r}"
+
+    def value_array(self) -> np.ndarray:
+        """The constant as a 0-d array of its dtype."""
+        return np.asarray(self.value, dtype=self.np_dtype)
+
+    def to_dict(self) -> dict:
+        entry = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        if self.value is not None:
+            entry["value"] = _json_scalar(self.value)
+        return entry
 
 
 @dataclass(frozen=True)
@@ -63,8 +80,14 @@ class Program:
 
     @property
     def intermediates(self) -> tuple[int, ...]:
-        boundary = set(self.inputs) | set(self.outputs)
+        """Tensors the ops write that are not outputs (the runtime allocates them per plan)."""
+        boundary = set(self.inputs) | set(self.outputs) | set(self.constants)
         return tuple(i for i in range(len(self.tensors)) if i not in boundary)
+
+    @property
+    def constants(self) -> tuple[int, ...]:
+        """Tensors with a `value`: the region's own scalar constants (filled once per plan)."""
+        return tuple(i for i, t in enumerate(self.tensors) if t.value is not None)
 
     @functools.cached_property
     def views(self) -> dict[int, int]:
@@ -91,7 +114,7 @@ class Program:
             "format": FORMAT,
             "version": VERSION,
             "name": self.name,
-            "tensors": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in self.tensors],
+            "tensors": [t.to_dict() for t in self.tensors],
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
             "ops": [{"op": n.op, "inputs": list(n.inputs), "output": n.output, "attrs": n.attrs} for n in self.ops],
@@ -147,9 +170,11 @@ class Program:
         tensors = []
         for i, t in enumerate(read.items(data["tensors"], "tensors")):
             where = f"tensors[{i}]"
-            read.keys(t, where, {"name", "shape", "dtype"})
+            read.keys(t, where, {"name", "shape", "dtype"}, optional={"value"})
+            dtype = read.dtype(t["dtype"], f"{where}.dtype")
+            value = read.scalar(t["value"], dtype, f"{where}.value") if "value" in t else None
             tensors.append(TensorSpec(read.text(t["name"], f"{where}.name"), read.dims(t["shape"], f"{where}.shape"),
-                                      read.dtype(t["dtype"], f"{where}.dtype")))
+                                      dtype, value))
         ops = []
         for i, n in enumerate(read.items(data["ops"], "ops")):
             where = f"ops[{i}]"
@@ -187,8 +212,14 @@ class Program:
             raise ProgramError(f"Program {self.name}: a tensor is listed twice among inputs and outputs")
         if not self.outputs:
             raise ProgramError(f"Program {self.name}: has no outputs")
+        for i in self.constants:
+            spec = self.tensors[i]
+            if i in self.inputs or i in self.outputs:
+                raise ProgramError(f"Program {self.name}: constant {spec.name} cannot be an input or output of the region")
+            if spec.shape != ():
+                raise ProgramError(f"Program {self.name}: constant {spec.name} must be 0-d (a scalar), got shape {spec.shape}")
 
-        ready = set(self.inputs)
+        ready = set(self.inputs) | set(self.constants)
         for index, node in enumerate(self.ops):
             where = f"op {index} ({node.op})"
             op = get_op(node.op)
@@ -264,10 +295,10 @@ class _Reader:
     def fail(self, what: str, problem: str):
         raise ProgramError(f"Program {self.label}: {what} {problem}")
 
-    def keys(self, obj, what: str, expected: set) -> None:
+    def keys(self, obj, what: str, expected: set, optional: frozenset = frozenset()) -> None:
         if not isinstance(obj, dict):
             self.fail(what, f"must be an object, got {obj!r}")
-        missing, unknown = expected - set(obj), set(obj) - expected
+        missing, unknown = expected - set(obj), set(obj) - expected - set(optional)
         if missing:
             self.fail(what, f"lacks {sorted(missing)}")
         if unknown:
@@ -305,3 +336,35 @@ class _Reader:
         except TypeError:
             self.fail(what, f"is not a dtype: {value!r}")
         return value
+
+    def scalar(self, value, dtype: str, what: str):
+        """A constant's value: a JSON number (or true/false for bool, "nan"/"inf"/"-inf" for a
+        float) that its dtype holds exactly as written."""
+        kind = np.dtype(dtype).kind
+        if kind == "f" and value in _NON_FINITE:
+            return float(value)
+        ok = {"b": type(value) is bool, "i": type(value) is int, "u": type(value) is int,
+              "f": type(value) in (int, float)}.get(kind, False)
+        if not ok:
+            self.fail(what, f"is not a {dtype} value: {value!r}")
+        if kind in "iu":
+            info = np.iinfo(dtype)
+            if not info.min <= value <= info.max:
+                self.fail(what, f"{value!r} does not fit {dtype}")
+            return value
+        if kind == "f":
+            with np.errstate(all="ignore"):
+                if not np.isfinite(value) or not np.isfinite(np.asarray(value, dtype=dtype)):
+                    self.fail(what, f"{value!r} does not fit {dtype}")
+            return float(value)
+        return value
+
+
+_NON_FINITE = ("nan", "inf", "-inf")
+
+
+def _json_scalar(value):
+    """`value` as the Program's JSON holds it (non-finite floats as strings)."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return "nan" if np.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value

@@ -85,6 +85,8 @@ class Plan:
         for i in program.intermediates:
             if i not in program.views:  # a view gets its owner's memory on each call
                 self.slots[i] = engine.allocate(program.tensors[i], device[1])
+        for i in program.constants:
+            self.slots[i] = engine.constant(program.tensors[i], device[1])
         self.scratch: dict = {}  # staging buffers, host-staged mode only
         self.alias_scratch: dict = {}  # tensor id -> buffer an aliased output is computed into
         self.lock = threading.Lock()

@@ -46,10 +46,10 @@ static Function functions[MAX_FUNCTIONS];
 static int num_functions;
 static LaunchRecord launches[MAX_LAUNCHES];
 static int num_launches;
-static int allocations, async_allocations, async_frees, copies, capturing, ptx_loads, reject_ptx, context_pushes;
+static int allocations, async_allocations, async_frees, copies, memsets, capturing, ptx_loads, reject_ptx, context_pushes;
 static int cubin_loads, cubin_arch;  /* how many cubins were loaded, and the last one's architecture (90: sm_90) */
-/* Calls of the entry points only the sanitizer and the trace use. */
-static int memsets, host_copies, stream_syncs, stream_contexts, events_created, event_records, event_syncs, elapsed_queries;
+/* Calls of the entry points only the sanitizer and the trace use (memsets: also constants' first fill). */
+static int host_copies, stream_syncs, stream_contexts, events_created, event_records, event_syncs, elapsed_queries;
 static int fill_on, fill_value, defect_launch = -1, defect_word, defect_value = -1, fault_after = -1, foreign_on;
 static long long defect_extra;
 static void* foreign_stream;
@@ -66,11 +66,11 @@ int fake_counter(const char* name) {
   if (!strcmp(name, "async_allocations")) return async_allocations;
   if (!strcmp(name, "async_frees")) return async_frees;
   if (!strcmp(name, "copies")) return copies;
+  if (!strcmp(name, "memsets")) return memsets;
   if (!strcmp(name, "ptx_loads")) return ptx_loads;
   if (!strcmp(name, "context_pushes")) return context_pushes;
   if (!strcmp(name, "cubin_loads")) return cubin_loads;
   if (!strcmp(name, "cubin_arch")) return cubin_arch;
-  if (!strcmp(name, "memsets")) return memsets;
   if (!strcmp(name, "host_copies")) return host_copies;
   if (!strcmp(name, "stream_syncs")) return stream_syncs;
   if (!strcmp(name, "stream_contexts")) return stream_contexts;
@@ -217,6 +217,24 @@ int cuMemcpyDtoDAsync_v2(uint64_t to, uint64_t from, size_t bytes, void* stream)
   memmove((void*)(uintptr_t)to, (const void*)(uintptr_t)from, bytes);
   return 0;
 }
+int cuMemsetD8Async(uint64_t to, unsigned char value, size_t count, void* stream) {
+  (void)stream;
+  ++memsets;
+  memset((void*)(uintptr_t)to, value, count);
+  return 0;
+}
+int cuMemsetD16Async(uint64_t to, unsigned short value, size_t count, void* stream) {
+  (void)stream;
+  ++memsets;
+  for (size_t i = 0; i < count; ++i) ((unsigned short*)(uintptr_t)to)[i] = value;
+  return 0;
+}
+int cuMemsetD32Async(uint64_t to, unsigned int value, size_t count, void* stream) {
+  (void)stream;
+  ++memsets;
+  for (size_t i = 0; i < count; ++i) ((unsigned int*)(uintptr_t)to)[i] = value;
+  return 0;
+}
 int cuStreamIsCapturing(void* stream, int* status) { (void)stream; *status = capturing; return 0; }
 int cuGetErrorName(int error, const char** name) {
   *name = error == 209   ? "CUDA_ERROR_NO_BINARY_FOR_GPU"
@@ -232,24 +250,6 @@ int cuGetErrorString(int error, const char** text) {
 }
 
 /* ---- used only by the sanitizer and the trace ---- */
-int cuMemsetD8Async(uint64_t pointer, unsigned char value, size_t n, void* stream) {
-  (void)stream;
-  ++memsets;
-  memset((void*)(uintptr_t)pointer, value, n);
-  return 0;
-}
-int cuMemsetD16Async(uint64_t pointer, unsigned short value, size_t n, void* stream) {
-  (void)stream;
-  ++memsets;
-  for (size_t i = 0; i < n; ++i) memcpy((char*)(uintptr_t)pointer + 2 * i, &value, 2);
-  return 0;
-}
-int cuMemsetD32Async(uint64_t pointer, unsigned int value, size_t n, void* stream) {
-  (void)stream;
-  ++memsets;
-  for (size_t i = 0; i < n; ++i) memcpy((char*)(uintptr_t)pointer + 4 * i, &value, 4);
-  return 0;
-}
 int cuMemsetD2D32Async(uint64_t pointer, size_t pitch, unsigned int value, size_t width, size_t height, void* stream) {
   (void)stream;
   ++memsets;

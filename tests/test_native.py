@@ -10,6 +10,7 @@ then compute the right thing is the GPU tests' job (tests/test_gpu.py).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -610,3 +611,58 @@ def test_without_a_cpp_compiler_a_cuda_build_says_so(monkeypatch):
     with pytest.warns(UserWarning, match="regions of this CUDA build run through Python: no C\\+\\+ compiler"):
         executable = build(matmul_relu(8), "nvidia/nvidia-h100")
     assert not has_native_regions(executable)
+
+
+def constants_program(dtype: str) -> Program:
+    """Scalar constants the region holds itself: y = x * 0.5 + (-1.25), the constants 0-d."""
+    t = (TensorSpec("x", (4, 6), dtype), TensorSpec("half", (), dtype, 0.5), TensorSpec("h", (4, 6), dtype),
+         TensorSpec("shift", (), dtype, -1.25), TensorSpec("y", (4, 6), dtype))
+    ops = (OpNode("simaccel.multiply", (0, 1), 2), OpNode("simaccel.add", (2, 3), 4))
+    return Program(f"consts_{dtype}", t, (0,), (4,), ops).validate()
+
+
+def _data_word(program: Program, launch, tensor: int) -> int:
+    """The index of the word holding tensor `tensor`'s data pointer in `launch`'s parameters."""
+    index = 0
+    for arg in launch.args:
+        if isinstance(arg, View):
+            if program.views.get(arg.tensor, arg.tensor) == tensor:
+                return index + 4
+            index += 5 + 2 * len(arg.shape)
+        else:
+            index += 1
+    raise AssertionError(f"launch reads no tensor {tensor}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_regions_constants_are_its_own_memory_written_once_per_stream(tmp_path, monkeypatch, dtype):
+    """A 0-d constant of a Program is no argument of the region: the region allocates it and
+    writes its value with one memset per device and stream, before its first launch."""
+    program = constants_program(dtype)
+    monkeypatch.setenv("SIMACCEL_CUDA_DRIVER", str(fake_driver(tmp_path)))
+    library, _ = region_library([NativeRegion("r_consts", program)], tmp_path)
+    driver = FakeDriver(fake_driver(tmp_path))
+    driver.reset()
+    x, y = (cuda_tensor(np.ones((4, 6), dtype)) for _ in range(2))
+    for stream in (21, 21, 22):
+        with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), stream):
+            library["r_consts"](x, y)
+    assert driver.counter("memsets") == 2 * len(program.constants)  # two streams, two constants
+    launches, planned = driver.launches(), plan_launches(program)
+    assert len(launches) == 3 * len(planned)
+    for launch, plan in zip(launches, planned * 3):
+        for c in program.constants:
+            if any(isinstance(a, View) and a.tensor == c for a in plan.args):
+                pointer = launch["words"][_data_word(program, plan, c)]
+                held = np.frombuffer(ctypes.string_at(pointer, np.dtype(dtype).itemsize), dtype)[0]
+                assert held == np.asarray(program.tensors[c].value, dtype)
+
+
+@pytest.mark.parametrize("dtype, value, words", [
+    ("float32", 0.5, [0x3F000000]), ("float16", -2.0, [0xC000]), ("int8", -1, [0xFF]),
+    ("float64", 1.5, [0, 0x3FF80000]), ("int64", -2, [0xFFFFFFFE, 0xFFFFFFFF]),
+])
+def test_constant_values_become_the_words_region_h_memsets(dtype, value, words):
+    from simaccel.native.source import _value_words
+
+    assert _value_words(TensorSpec("c", (), dtype, value)) == words

@@ -30,7 +30,7 @@ from simaccel.native.source import NativeRegion
 from simaccel.program import OpNode, Program, TensorSpec
 from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
 from test_launch_plan import one_op_program
-from test_native import arrays_for, chain_program, dims3, views_program
+from test_native import _data_word, arrays_for, chain_program, constants_program, dims3, views_program
 
 STREAM = 0x5EED
 
@@ -58,6 +58,7 @@ PROGRAMS = {
     "r_relu_i32": unchecked("int32"),
     "r_relu64": unchecked("float64"),
     "r_empty": one_op_program("simaccel.gelu", [(0, 3)], "float32"),
+    "r_consts": constants_program("float32"),  # y = x * 0.5 + (-1.25): two 0-d constants the region holds
 }
 
 
@@ -170,6 +171,23 @@ def test_a_sanitized_region_of_empty_tensors_checks_nothing_and_launches_nothing
         call(library, "r_empty", arrays)
         library["r_empty"](*[cuda_tensor(a, byte_offset=1) for a in arrays])  # an empty tensor's pointer is never read
     assert driver.launches() == [] and driver.counter("memsets") == driver.counter("host_copies") == 0
+
+
+def test_a_sanitized_region_fills_its_constants_and_an_op_writing_one_is_named(fake):
+    library, driver = fake
+    program = PROGRAMS["r_consts"]
+    driver.launch_fill(0x3C)
+    with bit(flags.SANITIZE):
+        call(library, "r_consts", arrays_for(program), stream=0xC0)
+    multiply = plan_launches(program)[0]
+    pointer = driver.launches()[0]["words"][_data_word(program, multiply, 1)]
+    assert np.frombuffer(ctypes.string_at(pointer, 4), np.float32)[0] == 0.5  # 'half', written before the first launch
+    driver.reset()
+    driver.launch_fill(0x3C)
+    driver.launch_defect(0, _data_word(program, multiply, 1), 0)  # multiply overwrites its constant 'half'
+    with bit(flags.SANITIZE), pytest.raises(SanitizerError, match=r"op 0 \(simaccel.multiply\) changed its input 'half' \(\) "
+                                                                  r"float32 \(a constant of the region\): 4 of 4 bytes differ"):
+        call(library, "r_consts", arrays_for(program), stream=0xC1)
 
 
 def test_a_sanitized_output_that_is_an_input_is_copied_and_counted_as_on_the_plain_path(fake, clean_runtime):

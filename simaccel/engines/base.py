@@ -68,6 +68,10 @@ class Engine:
         """Memory for an intermediate tensor, owned by a plan and reused across calls."""
         return np.empty(spec.shape, dtype=spec.dtype)
 
+    def constant(self, spec: TensorSpec, device_id: int = 0):
+        """Memory holding a Program constant (`spec.value`), owned by a plan, never written."""
+        return spec.value_array().copy()
+
     def view(self, array, spec: TensorSpec):
         """`array` (C-contiguous, of spec's element count) under spec's shape: same memory."""
         return array.reshape(spec.shape)

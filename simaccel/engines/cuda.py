@@ -104,6 +104,12 @@ class CudaEngine(Engine):
         with cuda.gpus[device_id]:
             return cuda.device_array(spec.shape, dtype=spec.dtype)
 
+    def constant(self, spec, device_id: int = 0):
+        from numba import cuda
+
+        with cuda.gpus[device_id]:
+            return cuda.to_device(spec.value_array())
+
     def copy(self, call: Call, destination, source) -> None:
         destination.copy_to_device(source, stream=call.target.stream)
 

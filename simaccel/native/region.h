@@ -44,6 +44,7 @@ struct TensorSpec {
   const int64_t* shape;
   int64_t nbytes;
   int64_t alignment;  // bytes its data pointer must be aligned to: element size or the profile's
+  const uint32_t* value;  // a constant's bits (one word, two for 8 bytes), nullptr for other tensors
 };
 
 // A compute capability as the tables hold it: major * 10 + minor (sm_90 -> 90, sm_120 -> 120).
@@ -94,7 +95,7 @@ struct Region {
   const int32_t* outputs;
   int32_t num_launches;
   const Launch* launches;
-  const int8_t* kinds;          // per tensor: -1 view, 0 intermediate, 1 input, 2 + k output k
+  const int8_t* kinds;          // per tensor: -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
   const char* launches_per_op;  // "1,1,2": for the ledger
   int32_t num_ops;
   const OpSpec* ops;
@@ -133,14 +134,14 @@ struct Driver {
   CUresult (*MemAllocAsync)(CUdeviceptr*, size_t, CUstream);
   CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*MemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+  CUresult (*MemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
   CUresult (*StreamIsCapturing)(CUstream, int*);
   CUresult (*GetErrorName)(CUresult, const char**);
   CUresult (*GetErrorString)(CUresult, const char**);
   std::string missing;  // why the driver could not be used; empty when it can
   // Used only by the sanitizer and the trace, so a driver without them still runs regions.
-  CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
-  CUresult (*MemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
-  CUresult (*MemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
   CUresult (*MemsetD2D32Async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream);
   CUresult (*MemcpyDtoHAsync)(void*, CUdeviceptr, size_t, CUstream);
   CUresult (*StreamSynchronize)(CUstream);
@@ -186,13 +187,13 @@ const Driver& driver() {
     bind_symbol(lib, "cuMemAllocAsync", &d.MemAllocAsync, m);
     bind_symbol(lib, "cuMemFreeAsync", &d.MemFreeAsync, m);
     bind_symbol(lib, "cuMemcpyDtoDAsync_v2", &d.MemcpyDtoDAsync, m);
+    bind_symbol(lib, "cuMemsetD8Async", &d.MemsetD8Async, m);
+    bind_symbol(lib, "cuMemsetD16Async", &d.MemsetD16Async, m);
+    bind_symbol(lib, "cuMemsetD32Async", &d.MemsetD32Async, m);
     bind_symbol(lib, "cuStreamIsCapturing", &d.StreamIsCapturing, m);
     bind_symbol(lib, "cuGetErrorName", &d.GetErrorName, m);
     bind_symbol(lib, "cuGetErrorString", &d.GetErrorString, m);
     std::string* dm = &d.debug_missing;
-    bind_symbol(lib, "cuMemsetD8Async", &d.MemsetD8Async, dm);
-    bind_symbol(lib, "cuMemsetD16Async", &d.MemsetD16Async, dm);
-    bind_symbol(lib, "cuMemsetD32Async", &d.MemsetD32Async, dm);
     bind_symbol(lib, "cuMemsetD2D32Async", &d.MemsetD2D32Async, dm);
     bind_symbol(lib, "cuMemcpyDtoHAsync_v2", &d.MemcpyDtoHAsync, dm);
     bind_symbol(lib, "cuStreamSynchronize", &d.StreamSynchronize, dm);
@@ -487,6 +488,20 @@ struct ContextGuard {
   }
 };
 
+// Write a constant's value into its memory, on the stream (a memset: legal while capturing).
+CUresult fill_constant(const Driver& d, const TensorSpec& t, CUdeviceptr p, CUstream stream) {
+  switch (t.nbytes) {
+    case 1: return d.MemsetD8Async(p, static_cast<unsigned char>(t.value[0]), 1, stream);
+    case 2: return d.MemsetD16Async(p, static_cast<unsigned short>(t.value[0]), 1, stream);
+    case 4: return d.MemsetD32Async(p, t.value[0], 1, stream);
+    case 8: {
+      CUresult rc = d.MemsetD32Async(p, t.value[0], 1, stream);
+      return rc != 0 ? rc : d.MemsetD32Async(p + 4, t.value[1], 1, stream);
+    }
+    default: return 1;  // CUDA_ERROR_INVALID_VALUE: the generator writes 0-d constants only
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // One call, as its paths share it: plain (the default), sanitized, and either one traced.
 
@@ -549,8 +564,8 @@ int run_plain(const Call& c, int64_t* copied) {
   int capturing = 0;
   bool checked_capture = false;
   for (int32_t t = 0; t < r.num_tensors; ++t) {
-    const int32_t kind = r.kinds[t];  // -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
-    if (kind < 0 || kind == 1 || (kind >= 2 && !c.aliased[n_in + kind - 2])) continue;
+    const int32_t kind = r.kinds[t];  // -2: constant, -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
+    if (kind == -1 || kind == 1 || (kind >= 2 && !c.aliased[n_in + kind - 2])) continue;
     if (c.memory.slots[t] == 0) {
       if (!checked_capture) {
         d.StreamIsCapturing(c.stream, &capturing);
@@ -564,6 +579,9 @@ int run_plain(const Call& c, int64_t* copied) {
       CUresult rc = capturing ? d.MemAllocAsync(&p, bytes, c.stream) : d.MemAlloc(&p, bytes);
       if (rc != 0) return fail(kEngineError, c.where() + ": cannot allocate " + std::to_string(bytes) + " bytes for '" +
                                                   r.tensors[t].name + "': " + cuda_error(rc));
+      if (kind == -2 && (rc = fill_constant(d, r.tensors[t], p, c.stream)) != 0) {
+        return fail(kEngineError, c.where() + ": cannot write constant '" + r.tensors[t].name + "': " + cuda_error(rc));
+      }
       if (capturing) {
         call_owned.push_back(p);
         c.data[t] = p;
@@ -667,10 +685,22 @@ std::vector<bool> poisoned(const std::vector<unsigned char>& got, const TensorSp
 }
 
 // Scratch with guard bands for every op output (views share their owner's), allocated once per
-// device and stream; the canaries written again on every call (a failed call may have left them changed).
+// device and stream; the canaries written again on every call (a failed call may have left them
+// changed). The region's constants: their memory of the plain path, allocated and filled once.
 int guard_outputs(const Call& c) {
   const Driver& d = driver();
   const Region& r = c.r;
+  for (int32_t t = 0; t < r.num_tensors; ++t) {
+    if (r.kinds[t] != -2 || r.tensors[t].nbytes == 0) continue;
+    if (c.memory.slots[t] == 0) {
+      CUdeviceptr p = 0;
+      CUresult rc = d.MemAlloc(&p, static_cast<size_t>(r.tensors[t].nbytes));
+      if (rc == 0) rc = fill_constant(d, r.tensors[t], p, c.stream);
+      if (rc != 0) return fail(kEngineError, c.where() + ": cannot write constant '" + r.tensors[t].name + "': " + cuda_error(rc));
+      c.memory.slots[t] = p;
+    }
+    c.data[t] = c.memory.slots[t];
+  }
   std::vector<CUdeviceptr>& guarded = c.memory.guarded;
   if (guarded.empty()) guarded.assign(static_cast<size_t>(r.num_tensors), 0);
   for (int32_t k = 0; k < r.num_ops; ++k) {
@@ -756,7 +786,10 @@ int check_unchanged(const Call& c, int32_t op, int32_t t, const std::vector<unsi
                                                                ", which no op reads, was changed by one of its ops: " + differ);
   }
   return sanitizer_fail(c, kSanitizeInputWritten, op, t, "changed its input " + tensor_text(c.r, t) +
-                                                             (c.r.kinds[t] == 1 ? " (an input of the region): " : ": ") + differ);
+                                                             (c.r.kinds[t] == 1    ? " (an input of the region): "
+                                                              : c.r.kinds[t] == -2 ? " (a constant of the region): "
+                                                                                   : ": ") +
+                                                             differ);
 }
 
 // Op `k`'s launches [begin, end), one at a time, each followed by a synchronisation whose
@@ -833,14 +866,15 @@ int run_sanitized(const Call& c, int64_t* copied) {
   if (guard_outputs(c) != 0) return -1;
   std::vector<int32_t> writer(static_cast<size_t>(r.num_tensors), -1);
   for (int32_t k = 0; k < r.num_ops; ++k) writer[r.ops[k].output] = k;
-  // Host copies of what ops read: the region's inputs now, each op's output once it is checked.
+  // Host copies of what ops read: the region's inputs and constants now, each op's output once
+  // it is checked.
   std::vector<std::vector<unsigned char>> host(static_cast<size_t>(r.num_tensors));
-  for (int32_t i = 0; i < n_in; ++i) {
-    const int32_t t = r.inputs[i];
+  for (int32_t t = 0; t < r.num_tensors; ++t) {
+    if (r.kinds[t] != 1 && r.kinds[t] != -2) continue;
     host[t].resize(static_cast<size_t>(r.tensors[t].nbytes));
     if (host[t].empty()) continue;
     if (CUresult rc = to_host(c, host[t].data(), c.data[t], host[t].size())) {
-      return sanitizer_fail(c, kSanitizeFault, -1, t, "reading input " + tensor_text(r, t) + " before the first kernel failed: " +
+      return sanitizer_fail(c, kSanitizeFault, -1, t, "reading " + tensor_text(r, t) + " before the first kernel failed: " +
                                                           cuda_error(rc) + " (a fault of work queued before this region)");
     }
   }

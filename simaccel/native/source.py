@@ -108,6 +108,15 @@ def library_source(regions: list[NativeRegion], archs: tuple[tuple[int, int], ..
     return "\n".join(parts) + "\n"
 
 
+def _value_words(spec) -> list[int]:
+    """A 0-d constant's bytes as the memset words region.h writes: one word of its size
+    (1, 2 or 4 bytes), or two 32-bit words (low first) for 8 bytes."""
+    raw = spec.value_array().tobytes()
+    if len(raw) == 8:
+        return list(struct.unpack("<II", raw))
+    return [int.from_bytes(raw, "little")]
+
+
 def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], indices: list[int]) -> list[str]:
     program = region.program
     out = []
@@ -120,10 +129,17 @@ def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], i
         if code is None:
             raise EngineError(f"region {region.symbol}: tensor {spec.name!r} has dtype {spec.dtype}, which has no DLPack code here")
         align = max(dtype.itemsize, region.alignment or 1)
+        value = "nullptr"
+        if spec.value is not None:
+            words = _value_words(spec)
+            out.append(f"const uint32_t kValue{r}_{t}[] = {{{', '.join(f'{w:#x}u' for w in words)}}};")
+            value = f"kValue{r}_{t}"
         specs.append(f'  {{{_c_string(spec.name)}, {code}, {dtype.itemsize * 8}, {len(spec.shape)}, kShape{r}_{t}, '
-                     f"{spec.nbytes}, {align}}},")
+                     f"{spec.nbytes}, {align}, {value}}},")
     out += [f"const TensorSpec kTensors{r}[] = {{", *specs, "};"]
     kinds = [0] * len(program.tensors)
+    for i in program.constants:
+        kinds[i] = -2  # the region's own: allocated and filled once per device and stream
     for i in program.views:
         kinds[i] = -1  # a view: its owner's memory, never allocated
     for i in program.inputs:

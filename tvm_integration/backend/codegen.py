@@ -2,8 +2,9 @@
 
 `relax.transform.RunCodegen` calls it with every function marked ``Codegen="simaccel"``.
 Each region's composite calls become the ops of a Program: inputs are the region's
-parameters, outputs its results (DPS outputs at run time), everything in between an
-intermediate. The op's inputs and attributes are read by matching the composite's body
+parameters, outputs its results (DPS outputs at run time), the scalar constants bound into
+its composites (partition.bind_scalar_constants) constants of the Program, everything in
+between an intermediate. The op's inputs and attributes are read by matching the composite's body
 against the same pattern that created it.
 
 For a CUDA target (codegen option `target`, else the current `with target:`), the regions
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+import tvm
 from tvm import relax
 
 from ...errors import CodegenError, SimAccelError
@@ -69,6 +71,14 @@ def region_program(symbol: str, func: relax.Function, specs: dict) -> Program:
         tensors.append(TensorSpec(var.name, shape, dtype))
         return ids[var]
 
+    def add_constant(constant: tvm.ir.GenericConst) -> relax.Var:
+        """A 0-d constant as a tensor of the Program (`TensorSpec.value`); a fresh Var stands for it."""
+        array = constant.value.numpy()
+        var = relax.Var(f"const{len(tensors)}", constant.ty)
+        ids[var] = len(tensors)
+        tensors.append(TensorSpec(var.name, (), str(array.dtype), array.item()))
+        return var
+
     inputs = tuple(add_tensor(p, "parameter") for p in func.params)
     composites: dict[relax.Var, relax.Function] = {}
     ops: list[OpNode] = []
@@ -79,6 +89,7 @@ def region_program(symbol: str, func: relax.Function, specs: dict) -> Program:
                 composites[binding.var] = value
             elif isinstance(value, relax.Call) and value.op in composites:
                 name, role_args, attrs = composite_call(symbol, composites[value.op], value.args, specs)
+                role_args = [add_constant(a) if isinstance(a, tvm.ir.GenericConst) else a for a in role_args]
                 missing = [a for a in role_args if a not in ids]
                 if missing:
                     raise CodegenError(f"region {symbol}: {name} reads {missing}, which the region does not define")
@@ -118,9 +129,12 @@ def composite_call(symbol: str, composite: relax.Function, args, specs: dict) ->
         inputs = matched_inputs(spec.op, ann)
         role_args = []
         for role, expr in inputs:
-            if expr not in param_to_arg:
+            if isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().ndim == 0:
+                role_args.append(expr)  # bound by the partition (bind_scalar_constants): the Program holds it
+            elif expr in param_to_arg:
+                role_args.append(param_to_arg[expr])
+            else:
                 raise CodegenError(f"region {symbol}: {name} input {role} is not a parameter of its composite")
-            role_args.append(param_to_arg[expr])
         attrs = program_attrs(spec, ann, *match_infos(spec.op, [tensor_info(expr) for _, expr in inputs]))
     except Reject as e:
         raise CodegenError(f"region {symbol}: {name} cannot be offloaded: {e}") from None

@@ -5,9 +5,10 @@ merges adjacent composites into one region (a function with ``Codegen="simaccel"
 unit the codegen turns into a Program. Every Relax function of the module is partitioned,
 whatever its name: TVM's MergeCompositeFunctions reads only a function called "main" and
 fails on calls to other functions, so each function is merged in a module of its own
-(`merge_regions`). A scalar constant that a pattern reads as a value (`relax_value`) goes
-back into its composite function first (`bind_value_constants`). `partition_report` says, for every op of every function, whether it was
-offloaded and, if not, why.
+(`merge_regions`). Scalar (0-d) constants go back into their composite functions first
+(`bind_scalar_constants`): one a pattern reads as a value (`relax_value`), and one an op takes as
+a tensor, which the region then holds itself. `partition_report` says, for every op of every
+function, whether it was offloaded and, if not, why.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 
 import tvm
 from tvm import relax
+
+from ..rewrites import tensor_info
 
 from ...errors import SimAccelError
 from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
@@ -93,39 +96,48 @@ def _partition(mod, profile, rejections, splits=None, rewritten=None):
         fused = relax.transform.FuseOpsByPattern(
             registered_patterns(), bind_constants=False, annotate_codegen=False
         )(mod)
-    merged, notes = split_regions(merge_regions(bind_value_constants(fused), mod), profile.max_region_bytes)
+    merged, notes = split_regions(merge_regions(bind_scalar_constants(fused), mod), profile.max_region_bytes)
     if splits is not None:
         splits += notes
     return merged
 
 
-def bind_value_constants(mod: tvm.IRModule) -> tvm.IRModule:
-    """Scalar constants that a composite's pattern reads as values (`relax_value`: ``x * R.const(2.0)``'s
-    2.0), bound back into their composite functions.
+def bind_scalar_constants(mod: tvm.IRModule) -> tvm.IRModule:
+    """Scalar (0-d) constants of composite calls, bound back into their composite functions.
 
     FuseOpsByPattern(bind_constants=False) turns every constant of a match into a parameter of its
-    composite (weights then reach the region as arguments, as TVM's tensors); a value is no
-    input of the op, and the codegen reads it from the composite's body, as the check did.
+    composite, so weights reach the region as arguments, as TVM's tensors. Two kinds of scalar
+    constant are bound instead:
+
+    * a value the pattern reads (`relax_value`: ``clip``'s bounds, ``x * R.const(2.0)``'s 2.0 in a
+      user op): no input of the op; the codegen reads it from the composite's body, as the
+      check did (a value that is no constant stays a parameter, and the codegen says so);
+    * a 0-d constant the op takes as a tensor (``x * 0.5``): the region's Program holds it
+      (`TensorSpec.value`). As an argument it would be a tensor constant of TVM's VM, which TVM
+      alone inlines into its kernel; the VM keeps a memory scope for each tensor constant and
+      logs them on export and load.
     """
     specs = sync_patterns()
-    bound: dict = {}  # composite GlobalVar -> the indices of its parameters that are values
+    bound: dict = {}  # composite GlobalVar -> (indices of value parameters, of 0-d parameters)
     for gvar, func in mod.functions.items():
-        spec = specs.get(str(_attr(func, "Composite"))) if _attr(func, "Composite") else None
-        names = spec.op.family.pattern.values() if spec is not None else []
-        if not names:
+        if not isinstance(func, relax.Function) or not _attr(func, "Composite"):
             continue
-        var2val = relax.analysis.get_var2val(func)
-        body = func.body.body
-        matched = spec.pattern.extract_matched_expr(var2val.get(body, body), var2val)
-        if matched is None:
-            continue  # the codegen says so, naming the region
-        values = {matched[spec.annotations[name]] for name in names}
-        indices = [i for i, param in enumerate(func.params) if param in values]
-        if indices:
-            bound[gvar] = indices
+        spec = specs.get(str(_attr(func, "Composite")))
+        names = spec.op.family.pattern.values() if spec is not None else []
+        values = set()
+        if names:
+            var2val = relax.analysis.get_var2val(func)
+            body = func.body.body
+            matched = spec.pattern.extract_matched_expr(var2val.get(body, body), var2val)
+            if matched is not None:  # else the codegen says so, naming the region
+                values = {matched[spec.annotations[name]] for name in names}
+        value_indices = [i for i, param in enumerate(func.params) if param in values]
+        scalar_indices = [i for i, param in enumerate(func.params) if param not in values and _is_scalar(param)]
+        if value_indices or scalar_indices:
+            bound[gvar] = (value_indices, scalar_indices)
     if not bound:
         return mod
-    binder = _BindValues(mod, bound)
+    binder = _BindScalars(mod, bound)
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and not _attr(func, "Composite"):
             binder.builder_.update_func(gvar, binder.visit_expr(func))
@@ -135,10 +147,14 @@ def bind_value_constants(mod: tvm.IRModule) -> tvm.IRModule:
     return result
 
 
+def _is_scalar(param: relax.Var) -> bool:
+    return tensor_info(param)[0] == ()
+
+
 @relax.expr_functor.mutator
-class _BindValues(relax.PyExprMutator):
-    """Calls of the composites in `bound` lose their value arguments (scalar constants) and call
-    a copy of the function with them bound (added to the builder's module; the originals are
+class _BindScalars(relax.PyExprMutator):
+    """Calls of the composites in `bound` lose their scalar constant arguments and call a copy
+    of the function with them bound (added to the builder's module; the originals are
     `replaced`). FuseOpsByPattern makes one function of equal matches, whatever their
     constants, so each call gets its own copy (equal constants share one)."""
 
@@ -148,11 +164,16 @@ class _BindValues(relax.PyExprMutator):
 
     def visit_call_(self, call):
         call = super().visit_call_(call)
-        indices = self.bound.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
-        if indices is None:
+        found = self.bound.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
+        if found is None:
             return call
-        if not all(isinstance(call.args[i], tvm.ir.GenericConst) for i in indices):
+        value_indices, scalar_indices = found
+        if not all(isinstance(call.args[i], tvm.ir.GenericConst) for i in value_indices):
             self.still_called.add(call.op)  # a value that is no constant: the codegen says so, naming it
+            return call
+        indices = value_indices + [i for i in scalar_indices if isinstance(call.args[i], tvm.ir.GenericConst)]
+        if not indices:
+            self.still_called.add(call.op)
             return call
         self.replaced.add(call.op)
         func = self.builder_.get()[call.op]
