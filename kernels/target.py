@@ -14,17 +14,32 @@ Both can coexist in one process, so the engine is chosen per call.
 While a launch plan is recorded (`recording`, simaccel.launch_plan), a launcher must launch
 through the target it is given, which records; a launch on any `KernelTarget` meanwhile is a
 launcher that made a target of its own (its own stream), and raises `StrayLaunch`.
+
+With $SIMACCEL_LINEINFO=1 (set by `simaccel sanitize`) GPU kernels carry line information
+(numba's `lineinfo=True`, here and in ahead-of-time compiles), so compute-sanitizer's reports
+name the kernel's source lines; unset, kernels compile exactly as without it. Kernels that
+link CUDA C++ (the matmul main loops) get none here: NVVM's line information fails numba's
+LTO link with NVRTC's code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
-_COMPILED: dict[tuple[object, str], object] = {}
+_COMPILED: dict[tuple, object] = {}
 _LOCK = threading.Lock()
 
 TARGETS = ("sim", "cuda")
+
+
+LINEINFO_ENV = "SIMACCEL_LINEINFO"
+
+
+def lineinfo() -> bool:
+    """Whether GPU kernels compiled now carry line information ($SIMACCEL_LINEINFO set, not 0)."""
+    return os.environ.get(LINEINFO_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 # The architecture the kernels' launch bounds are tuned on (H100/H200).
@@ -79,8 +94,9 @@ def simulated(fn):
 
 
 def compile_kernel(fn, target: str):
-    """Return `fn` wrapped as a kernel for `target` ("sim" or "cuda"), cached per (fn, target)."""
-    key = (fn, target)
+    """Return `fn` wrapped as a kernel for `target` ("sim" or "cuda"), cached per (fn, target)
+    (and, on "cuda", whether it carries line information)."""
+    key = (fn, target, lineinfo()) if target == "cuda" else (fn, target)
     kernel = _COMPILED.get(key)
     if kernel is None:
         with _LOCK:
@@ -98,7 +114,10 @@ def compile_kernel(fn, target: str):
                     # warning would fire (and cost time) on every such launch.
                     config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
                     arch = tuple(cuda.get_current_device().compute_capability)
-                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn, arch), link=list(link_sources(fn)))
+                    # Not where it links CUDA C++: NVVM's line information fails the LTO link
+                    # with NVRTC's code (simaccel.aot compiles the C++ side with it instead).
+                    extra = {"lineinfo": True} if key[2] and not link_sources(fn) else {}
+                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn, arch), link=list(link_sources(fn)), **extra)
                 else:
                     raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")
                 _COMPILED[key] = kernel

@@ -19,6 +19,11 @@ pinned to one CUDA line, and a kernel whose PTX is newer is refused at build tim
 Needs the toolchain extra (`pip install ".[aot]"`: NVVM, NVRTC and nvJitLink from pip);
 `toolchain_missing()` says what is absent.
 
+With $SIMACCEL_LINEINFO=1 (kernels.target.lineinfo, set by `simaccel sanitize`) kernels are
+compiled with line information (NVVM `lineinfo`, nvJitLink `-lineinfo`), except kernels that
+call CUDA C++ (see `_compile`); unset, the compile is the one without it (cached apart), so
+cubins do not change.
+
 Two facts of numba-cuda 0.30 this rests on (checked by the tests):
 - a device function called from a kernel (e.g. the activation helper) is compiled for the
   *current device's* compute capability, which needs a driver; `compile_for` stands in a
@@ -205,7 +210,9 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
     reason = toolchain_missing()
     if reason:
         raise EngineError(reason)
-    compiled = _compile(kernel, sig, tuple(arch))
+    from .kernels.target import lineinfo, link_sources
+
+    compiled = _compile(kernel, sig, tuple(arch), lineinfo() and not link_sources(kernel))
     if compiled.ptx_version > MAX_PTX_VERSION:
         from cuda.bindings import nvjitlink
 
@@ -217,17 +224,20 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compile(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
+def _compile(kernel, sig: tuple, arch: tuple[int, int], lineinfo: bool = False) -> CompiledKernel:
     from numba import cuda
 
     from .kernels.target import launch_bounds, link_sources
 
     sources = link_sources(kernel)
+    lines = {"lineinfo": True} if lineinfo else {}  # unset: the very same compile as without the option
     with compile_for(arch):
         if not sources:
-            ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel, arch))
-            return _without_spills(CompiledKernel(kernel, sig, arch, ptx, b""), [(ptx.encode(), "PTX")])
-        # Calls into CUDA C++: both sides as LTO-IR, linked (and inlined) by nvJitLink.
+            ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel, arch), **lines)
+            return _without_spills(CompiledKernel(kernel, sig, arch, ptx, b""), [(ptx.encode(), "PTX")], lineinfo)
+        # Calls into CUDA C++: both sides as LTO-IR, linked (and inlined) by nvJitLink. No line
+        # information: NVVM's fails that link ("linking module flags 'Debug Info Version': IDs
+        # have conflicting behaviors", NVVM and NVRTC 13.0), and NVRTC's alone reaches no cubin.
         ltoir, _ = cuda.compile(kernel, sig, device=False, abi="numba", cc=arch, output="ltoir",
                                 launch_bounds=launch_bounds(kernel, arch))
     inputs = [(bytes(ltoir), "LTOIR")] + [(_nvrtc_ltoir(path, arch), "LTOIR") for path in sources]
@@ -243,9 +253,14 @@ _REGISTER_RETRIES = ((), ("-Xptxas=--register-usage-level=10",), ("-maxrregcount
                      ("-Xptxas=--register-usage-level=10", "-maxrregcount=255"))
 
 
-def _without_spills(kernel: CompiledKernel, inputs: list) -> CompiledKernel:
+_LINEINFO = ("-lineinfo",)  # nvJitLink: keep line information in the linked code
+
+
+def _without_spills(kernel: CompiledKernel, inputs: list, lineinfo: bool = False) -> CompiledKernel:
     """`kernel` with the cubin of `inputs` linked for its arch, the first of `_REGISTER_RETRIES` that spills nothing."""
     for extra in _REGISTER_RETRIES:
+        if lineinfo:
+            extra = extra + _LINEINFO
         cubin, log = _link(inputs, kernel.arch, kernel.kernel.__name__, extra=extra)
         linked = replace(kernel, cubin=cubin, link_log=log)
         spills = [re.search(_RESOURCES[key], log) for key in ("spill_stores", "spill_loads")]

@@ -22,6 +22,7 @@ INVOKE_FUNC = "simaccel.runtime.invoke"  # a region's tensors to the Python runt
 NATIVE_REGION_FUNC = "simaccel.runtime.native_region"  # a native region's ledger counters
 NATIVE_ROUTE_FUNC = "simaccel.runtime.native_route"  # the flag that routes native regions to Python
 NATIVE_DEBUG_FUNC = "simaccel.runtime.native_debug"  # the word of debugging tools on (simaccel.debug.flags)
+NATIVE_TRACE_FUNC = "simaccel.runtime.native_trace"  # a traced native call's launches, as JSON (simaccel.debug.native_events)
 
 # Environment variables read by the C++.
 CUDA_DRIVER_ENV = "SIMACCEL_CUDA_DRIVER"  # the CUDA driver a native region opens (tests: a stand-in)
@@ -37,6 +38,7 @@ CPP_NAMES = (
     ("kNativeRegionFunc", NATIVE_REGION_FUNC),
     ("kNativeRouteFunc", NATIVE_ROUTE_FUNC),
     ("kNativeDebugFunc", NATIVE_DEBUG_FUNC),
+    ("kNativeTraceFunc", NATIVE_TRACE_FUNC),
     ("kCudaDriverEnv", CUDA_DRIVER_ENV),
     ("kNativeLogEnv", NATIVE_LOG_ENV),
     ("kMinDriver", MIN_DRIVER),
@@ -48,7 +50,18 @@ def error_kind_constant(kind: str) -> str:
     return f"k{kind}"
 
 
+def sanitizer_kind_constant(kind: str) -> str:
+    """The C++ name of a sanitizer finding's kind: "out_of_bounds" -> "kSanitizeOutOfBounds"."""
+    return "kSanitize" + "".join(part.capitalize() for part in kind.split("_"))
+
+
 def cpp_constants() -> list[str]:
-    """C++ lines defining every shared name and every error kind (simaccel.errors.__all__)."""
-    pairs = [*CPP_NAMES, *((error_kind_constant(kind), kind) for kind in errors.__all__)]
-    return [f'constexpr const char {name}[] = "{value}";' for name, value in pairs]
+    """C++ lines defining every shared name, every error kind (simaccel.errors.__all__), the
+    sanitizer's kinds (errors.SanitizerError.KINDS) and the debug word's bits and patterns
+    (simaccel.debug.flags)."""
+    from .debug import flags  # only when C++ is written: flags sits above this module
+
+    pairs = [*CPP_NAMES, *((error_kind_constant(kind), kind) for kind in errors.__all__),
+             *((sanitizer_kind_constant(kind), kind) for kind in errors.SanitizerError.KINDS)]
+    return [f'constexpr const char {name}[] = "{value}";' for name, value in pairs] + [
+        f"constexpr const {ctype} {name} = {value:#x};" for name, ctype, value in flags.cpp_numbers()]

@@ -6,8 +6,17 @@
  * that fits and loads its kernels' PTX, which the stand-in reads to learn each entry's
  * parameter count. A cubin it is given is recorded (its architecture, from the ELF header)
  * and launches from it carry no parameter words. It hands out host memory as "device"
- * memory, copies for real in cuMemcpyDtoDAsync, and keeps every launch (entry, grid, block,
- * shared bytes, stream, parameter words) for the test to read through ctypes.
+ * memory, copies and sets memory for real (cuMemcpy*, cuMemset*), and keeps every launch (entry,
+ * grid, block, shared bytes, stream, parameter words) for the test to read through ctypes.
+ *
+ * For the sanitizer and the trace of native regions it also has: events on a fake clock (each
+ * record advances it 1 us, each launch 10 us); hooks that make launches "write" their output
+ * (fake_set_launch_fill: the first array argument, nitems * itemsize bytes of one value), one
+ * launch misbehave (fake_set_launch_defect: write the array whose data pointer is parameter
+ * word `data_word`, with `extra` bytes more or fewer than its size, of byte `value`, or where
+ * that is -1 of the fill value's complement), synchronisation fail as
+ * after an illegal address (fake_set_fault_after), a stream belong to another context
+ * (fake_set_foreign_stream); and a counter per entry point the default path must not call.
  */
 #define _GNU_SOURCE /* memmem */
 #include <pthread.h>
@@ -39,6 +48,12 @@ static LaunchRecord launches[MAX_LAUNCHES];
 static int num_launches;
 static int allocations, async_allocations, async_frees, copies, memsets, capturing, ptx_loads, reject_ptx, context_pushes;
 static int cubin_loads, cubin_arch;  /* how many cubins were loaded, and the last one's architecture (90: sm_90) */
+/* Calls of the entry points only the sanitizer and the trace use (memsets: also constants' first fill). */
+static int host_copies, stream_syncs, stream_contexts, events_created, event_records, event_syncs, elapsed_queries;
+static int fill_on, fill_value, defect_launch = -1, defect_word, defect_value = -1, fault_after = -1, foreign_on;
+static long long defect_extra;
+static void* foreign_stream;
+static double clock_us;  /* the fake GPU clock events read */
 static int compute[MAX_DEVICES] = {100, 100, 100, 100, 100, 100, 100, 100};
 static __thread int current_context;  /* 0: none current, else device + 1 */
 static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -56,12 +71,29 @@ int fake_counter(const char* name) {
   if (!strcmp(name, "context_pushes")) return context_pushes;
   if (!strcmp(name, "cubin_loads")) return cubin_loads;
   if (!strcmp(name, "cubin_arch")) return cubin_arch;
+  if (!strcmp(name, "host_copies")) return host_copies;
+  if (!strcmp(name, "stream_syncs")) return stream_syncs;
+  if (!strcmp(name, "stream_contexts")) return stream_contexts;
+  if (!strcmp(name, "events_created")) return events_created;
+  if (!strcmp(name, "event_records")) return event_records;
+  if (!strcmp(name, "event_syncs")) return event_syncs;
+  if (!strcmp(name, "elapsed_queries")) return elapsed_queries;
   return -1;
 }
 void fake_reset(void) {
-  num_launches = allocations = async_allocations = async_frees = copies = memsets = context_pushes = cubin_loads = cubin_arch = 0;
+  num_launches = allocations = async_allocations = async_frees = copies = context_pushes = cubin_loads = cubin_arch = 0;
+  memsets = host_copies = stream_syncs = stream_contexts = events_created = event_records = event_syncs = elapsed_queries = 0;
+  fill_on = fill_value = defect_word = foreign_on = 0;
+  defect_launch = defect_value = fault_after = -1;
+  defect_extra = 0;
   for (int d = 0; d < MAX_DEVICES; ++d) compute[d] = 100;
 }
+void fake_set_launch_fill(int on, int value) { fill_on = on, fill_value = value; }
+void fake_set_launch_defect(int launch, int data_word, long long extra, int value) {
+  defect_launch = launch, defect_word = data_word, defect_extra = extra, defect_value = value;
+}
+void fake_set_fault_after(int launches) { fault_after = launches; }
+void fake_set_foreign_stream(int on, void* stream) { foreign_on = on, foreign_stream = stream; }
 void fake_set_compute(int device, int arch) { compute[device] = arch; }
 void fake_set_capturing(int on) { capturing = on; }
 void fake_set_reject_ptx(int on) { reject_ptx = on; }
@@ -126,6 +158,14 @@ int cuModuleGetFunction(void** function, void* module, const char* name) {
   return 0;
 }
 
+/* A launch "writes" the array whose data pointer is word `data_word` (numba's layout: nitems
+ * and itemsize are the two words before it): its size plus `extra` bytes of `value`. */
+static void fill(const LaunchRecord* r, int data_word, long long extra, int value) {
+  if (data_word < 2 || data_word >= r->num_words || r->words[data_word] == 0) return;
+  long long bytes = r->words[data_word - 2] * r->words[data_word - 1] + extra;
+  if (bytes > 0) memset((void*)(uintptr_t)r->words[data_word], value, (size_t)bytes);
+}
+
 int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void* stream, void** params, void** extra) {
   (void)extra;
@@ -143,6 +183,12 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
   r->stream = stream;
   r->num_words = f->num_words;
   for (int i = 0; i < f->num_words && i < MAX_WORDS; ++i) r->words[i] = *(const int64_t*)params[i];
+  clock_us += 10;
+  if (fill_on) {
+    int defective = num_launches - 1 == defect_launch;
+    if (!(defective && defect_word == 4)) fill(r, 4, 0, fill_value);
+    if (defective) fill(r, defect_word, defect_extra, defect_value >= 0 ? defect_value : fill_value ^ 0xff);
+  }
   pthread_mutex_unlock(&record_lock);
   return 0;
 }
@@ -191,11 +237,60 @@ int cuMemsetD32Async(uint64_t to, unsigned int value, size_t count, void* stream
 }
 int cuStreamIsCapturing(void* stream, int* status) { (void)stream; *status = capturing; return 0; }
 int cuGetErrorName(int error, const char** name) {
-  *name = error == 209 ? "CUDA_ERROR_NO_BINARY_FOR_GPU" : error == 222 ? "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" : "CUDA_ERROR_FAKE";
+  *name = error == 209   ? "CUDA_ERROR_NO_BINARY_FOR_GPU"
+          : error == 222 ? "CUDA_ERROR_UNSUPPORTED_PTX_VERSION"
+          : error == 700 ? "CUDA_ERROR_ILLEGAL_ADDRESS"
+                         : "CUDA_ERROR_FAKE";
   return 0;
 }
 int cuGetErrorString(int error, const char** text) {
   (void)error;
   *text = "reported by the stand-in driver";
+  return 0;
+}
+
+/* ---- used only by the sanitizer and the trace ---- */
+int cuMemsetD2D32Async(uint64_t pointer, size_t pitch, unsigned int value, size_t width, size_t height, void* stream) {
+  (void)stream;
+  ++memsets;
+  for (size_t y = 0; y < height; ++y)
+    for (size_t x = 0; x < width; ++x) memcpy((char*)(uintptr_t)pointer + y * pitch + 4 * x, &value, 4);
+  return 0;
+}
+int cuMemcpyDtoHAsync_v2(void* to, uint64_t from, size_t bytes, void* stream) {
+  (void)stream;
+  ++host_copies;
+  memmove(to, (const void*)(uintptr_t)from, bytes);
+  return 0;
+}
+int cuStreamSynchronize(void* stream) {
+  (void)stream;
+  ++stream_syncs;
+  return fault_after >= 0 && num_launches >= fault_after ? 700 : 0; /* CUDA_ERROR_ILLEGAL_ADDRESS, sticky */
+}
+int cuStreamGetCtx(void* stream, void** context) {
+  ++stream_contexts;
+  *context = foreign_on && stream == foreign_stream ? (void*)(intptr_t)99 : (void*)(intptr_t)current_context;
+  return 0;
+}
+int cuEventCreate(void** event, unsigned flags) {
+  (void)flags;
+  ++events_created;
+  *event = calloc(1, sizeof(double));
+  return 0;
+}
+int cuEventRecord(void* event, void* stream) {
+  (void)stream;
+  pthread_mutex_lock(&record_lock);
+  ++event_records;
+  clock_us += 1;
+  *(double*)event = clock_us;
+  pthread_mutex_unlock(&record_lock);
+  return 0;
+}
+int cuEventSynchronize(void* event) { (void)event; ++event_syncs; return 0; }
+int cuEventElapsedTime(float* ms, void* start, void* end) {
+  ++elapsed_queries;
+  *ms = (float)((*(double*)end - *(double*)start) / 1000.0);
   return 0;
 }

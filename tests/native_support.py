@@ -64,6 +64,32 @@ class FakeDriver:
         """Device `device` says it has compute capability `arch` (default (10, 0))."""
         self.lib.fake_set_compute(device, arch[0] * 10 + arch[1])
 
+    # The sanitizer's and the trace's hooks (all off after reset()).
+    DEBUG_COUNTERS = ("memsets", "host_copies", "stream_syncs", "stream_contexts", "events_created", "event_records",
+                      "event_syncs", "elapsed_queries")
+
+    def debug_counters(self) -> dict[str, int]:
+        """Calls of the entry points only the sanitizer and the trace use."""
+        return {name: self.counter(name) for name in self.DEBUG_COUNTERS}
+
+    def launch_fill(self, value: int | None) -> None:
+        """Each launch "writes" its first array argument (its output) with byte `value`; None: launches write nothing."""
+        self.lib.fake_set_launch_fill(int(value is not None), value or 0)
+
+    def launch_defect(self, launch: int, data_word: int, extra: int, value: int | None = None) -> None:
+        """Launch number `launch` (counted from reset) writes the array whose data pointer is parameter
+        word `data_word` with its size + `extra` bytes of `value` (default: the fill value's
+        complement; word 4, the output: instead of its plain fill)."""
+        self.lib.fake_set_launch_defect(launch, data_word, ctypes.c_longlong(extra), -1 if value is None else value)
+
+    def fault_after(self, launches: int) -> None:
+        """cuStreamSynchronize fails with CUDA_ERROR_ILLEGAL_ADDRESS once `launches` launches were made."""
+        self.lib.fake_set_fault_after(launches)
+
+    def foreign_stream(self, stream: int | None) -> None:
+        """cuStreamGetCtx says `stream` belongs to another context."""
+        self.lib.fake_set_foreign_stream(int(stream is not None), ctypes.c_void_p(stream or 0))
+
 
 # -- CUDA-looking tensors through DLPack ------------------------------------------------------
 # DLPack's structs are declared here, not taken from simaccel.tensors: this module is also

@@ -31,14 +31,14 @@ import numpy as np
 
 from ..errors import SanitizerError
 from ..program import TensorSpec
+from .flags import BYTE_POISON, FLOAT_POISON
 from .hooks import Watcher
 
 GUARD = 256  # bytes of canary on each side of a scratch tensor (keeps the middle 256-byte aligned)
 
-# The poison of each dtype, as an unsigned integer of its size: signalling NaNs with payloads
-# (arithmetic on a GPU or in numpy yields quiet NaNs) for floats, 0xA5 bytes otherwise.
-_FLOAT_POISON = {"float16": 0x7D5A, "float32": 0x7FA5A5A5, "float64": 0x7FF5A5A5A5A5A5A5}
-_BYTE_POISON = (0xA5, 0x5A)  # first and second poison byte of every other dtype
+# The poison of each dtype (one home for Python and native regions: simaccel.debug.flags):
+# signalling NaNs with payloads for floats (arithmetic yields quiet NaNs), bytes otherwise.
+_FLOAT_POISON, _BYTE_POISON = FLOAT_POISON, BYTE_POISON
 
 
 def poison(dtype, second: bool = False) -> int:

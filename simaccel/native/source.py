@@ -6,7 +6,9 @@ takes the launch plan (simaccel.launch_plan: kernels, grids, blocks, shared memo
 arguments), compiles every distinct kernel and signature to a cubin per architecture and to
 the PTX of the lowest one (simaccel.aot), and writes tables:
 tensors, launches with their 8-byte kernel parameters (the data pointers patched in per
-call), and one exported TVM-FFI function per region that calls `run_region` of region.h.
+call), each op's name, output and inputs (for the sanitizer's and the trace's messages), whether
+the Program was built to be sanitized (`Program.sanitize`), and one exported TVM-FFI function
+per region that calls `run_region` of region.h.
 Nothing here is written per op, so every op, a user's too, gets native regions.
 """
 
@@ -160,10 +162,18 @@ def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], i
     per_op = [0] * len(program.ops)
     for launch in launches:
         per_op[launch.op] += 1
+    ops = []  # for the sanitizer and the trace: each op's name, output and inputs (views as their owners)
+    for k, node in enumerate(program.ops):
+        inputs = sorted({program.views.get(i, i) for i in node.inputs})
+        out.append(f"const int32_t kOpInputs{r}_{k}[] = {{{', '.join(map(str, inputs)) or '0'}}};")
+        ops.append(f"  {{{_c_string(node.op)}, {node.output}, {len(inputs)}, kOpInputs{r}_{k}}},")
+    out += [f"const OpSpec kOps{r}[] = {{", *(ops or ["  {}"]), "};"]
+    sanitize = int(bool(getattr(program, "sanitize", False)))  # build(..., sanitize=True): every call checked
     out.append(
         f"const Region kRegion{r} = {{{_c_string(region.symbol)}, {_c_string(region.key)}, {_c_string(program.to_json())}, "
         f"{len(program.tensors)}, kTensors{r}, {len(program.inputs)}, kInputs{r}, {len(program.outputs)}, kOutputs{r}, "
-        f"{len(launches)}, kLaunches{r}, kKinds{r}, {_c_string(','.join(map(str, per_op)))}}};"
+        f"{len(launches)}, kLaunches{r}, kKinds{r}, {_c_string(','.join(map(str, per_op)))}, "
+        f"{len(program.ops)}, kOps{r}, {sanitize}}};"
     )
     out.append(f"RegionState kState{r};")
     return out

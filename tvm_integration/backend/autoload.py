@@ -7,7 +7,9 @@ resolved lazily:
 * ``simaccel.runtime.invoke`` - the runtime entry the compiled forwarder calls;
 * ``simaccel.runtime.native_region`` / ``native_route`` / ``native_debug`` - asked once by each
   native region (simaccel.native) for its ledger counters, the flag that routes it to Python
-  and the word of debugging tools on (simaccel.debug.flags).
+  and the word of debugging tools on (simaccel.debug.flags);
+* ``simaccel.runtime.native_trace`` - called by a native region after a traced call with its
+  launches' timings as JSON (simaccel.debug.native_events).
 
 It imports neither `tvm.relax` (absent in a runtime-only TVM) nor Numba, so a plain
 `import tvm` stays fast, and a library exported with simaccel regions runs in a fresh
@@ -20,7 +22,8 @@ from __future__ import annotations
 import tvm_ffi
 
 from ... import errors
-from ...names import CODEGEN_FUNC, INVOKE_FUNC, NATIVE_DEBUG_FUNC, NATIVE_REGION_FUNC, NATIVE_ROUTE_FUNC
+from ...names import (CODEGEN_FUNC, INVOKE_FUNC, NATIVE_DEBUG_FUNC, NATIVE_REGION_FUNC, NATIVE_ROUTE_FUNC,
+                      NATIVE_TRACE_FUNC)
 
 _registered = False
 
@@ -55,6 +58,12 @@ def _native_debug():
     return flags.address()
 
 
+def _native_trace(json_text):
+    from ...debug import native_events
+
+    native_events.record(json_text)
+
+
 def register() -> None:
     """Register simaccel's codegen, runtime entry and error kinds with tvm-ffi (idempotent)."""
     global _registered
@@ -65,6 +74,7 @@ def register() -> None:
     tvm_ffi.register_global_func(NATIVE_REGION_FUNC, _native_region, override=True)
     tvm_ffi.register_global_func(NATIVE_ROUTE_FUNC, _native_route, override=True)
     tvm_ffi.register_global_func(NATIVE_DEBUG_FUNC, _native_debug, override=True)
+    tvm_ffi.register_global_func(NATIVE_TRACE_FUNC, _native_trace, override=True)
     for name in errors.__all__:
         tvm_ffi.register_error(name, getattr(errors, name))
     _registered = True

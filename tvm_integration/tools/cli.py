@@ -1,4 +1,4 @@
-"""The `simaccel` command line: demo, build, run, bench, fuzz, bisect, trace, ops.
+"""The `simaccel` command line: demo, build, run, bench, fuzz, bisect, trace, sanitize, ops.
 
 Exit status: 0 success, 1 results mismatch, 2 user error (argparse's usage errors, or a
 SimAccelError as one line on stderr), 3 internal error (a bug in simaccel: one line, the
@@ -211,6 +211,22 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--summary", action="store_true", help="print the summary (the default when --png is not given)")
     trace.add_argument("--png", metavar="OUT.png", help="draw the timeline into this PNG")
 
+    from .gpu_sanitizer import TOOLS as SANITIZER_TOOLS
+
+    sanitize = commands.add_parser(
+        "sanitize",
+        help="run a script under NVIDIA's compute-sanitizer, its kernels built with line information",
+        description="Run COMMAND (e.g. python script.py) under compute-sanitizer with SIMACCEL_LINEINFO=1, so the "
+        "kernels compiled in it (the cuda engine's, native regions built there) carry line information and the "
+        "reports name their source lines. Exits 1 when the tool reports an error, 2 when it is not installed.",
+        usage="simaccel sanitize [--tool TOOL] [--option OPTION ...] -- COMMAND [ARGS ...]",
+    )
+    sanitize.add_argument("--tool", choices=SANITIZER_TOOLS, default="memcheck",
+                          help="compute-sanitizer's tool (default memcheck)")
+    sanitize.add_argument("--option", action="append", default=[], metavar="OPTION",
+                          help="one more compute-sanitizer option, e.g. --option=--leak-check=full (repeatable)")
+    sanitize.add_argument("run", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
+
     commands.add_parser(
         "ops",
         help="list the accelerator's ops: built-in ones and users' (from $SIMACCEL_OPS)",
@@ -304,6 +320,10 @@ def _run_command(args) -> int:
         if args.report:
             return compare_reports(args.report, args.compare)
         return run_bench(args.artifacts, args.out, repeat=args.repeat, compare_with=args.compare)
+    if args.command == "sanitize":
+        from .gpu_sanitizer import run_sanitize
+
+        return run_sanitize(args.run, tool=args.tool, options=args.option)
     if args.command == "fuzz":
         from .fuzz import replay, run_fuzz
 
