@@ -293,3 +293,24 @@ def test_bisect_on_the_gpu_sees_native_regions_through_the_capture(wrong_op, tmp
     assert report.engine == "cuda" and report.target == "cuda"  # native regions forwarded to the Python engine
     assert (c.region, c.op, c.op_index, c.where) == (regions(mod)[WRONG_REGION][0], "wrongaccel.abs", 1, (0, 5))
     assert c.max_error == pytest.approx(0.25, abs=1e-6)
+
+
+def test_a_region_with_scalar_constants_is_checked_op_by_op(wrong_op, tmp_path):
+    """The region's own scalar constants (x * 0.5, + 1.5) are tensors of its Program between its
+    parameters and its results: the op-level check must still read each op's right inputs."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.multiply(x, relax.const(0.5, "float32")))
+            h = bb.emit(relax.op.add(h, relax.const(1.5, "float32")))
+            h = bb.emit(relax.op.abs(bb.emit(relax.op.tanh(h))))
+            out = bb.emit_output(bb.emit(relax.op.nn.log_softmax(h)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert [ops for _, ops in regions(mod)] == [["simaccel.multiply", "simaccel.add", "simaccel.tanh", "wrongaccel.abs"]]
+    report = bisect(mod, random_inputs(mod, 0), engine="ref", out_dir=tmp_path / "repro")
+    c = report.culprit
+    assert c is not None and c.level == "op" and (c.op, c.op_index) == ("wrongaccel.abs", 3), report.format()
+    assert report.checked["ops"] == 4 and not report.notes, report.notes  # every op checked, none skipped
+    assert c.max_error == pytest.approx(0.25, abs=1e-6) and c.where == (0, 5)

@@ -103,6 +103,8 @@ class Capture(Watcher):
         run.notes[self] = capture
         for i in run.program.inputs:
             self._keep(capture, capture.tensors, i, run, "input")
+        for i in run.program.constants:  # the region's own scalars: what its ops read besides inputs
+            capture.tensors[i] = run.program.tensors[i].value_array()
 
     def op_end(self, run: RegionRun, index: int) -> None:
         capture = run.notes.get(self)

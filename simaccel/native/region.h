@@ -300,31 +300,28 @@ TVMFFIAny raw_str(const char* s) {
   return a;
 }
 
+// An int32 that simaccel's Python runtime owns, its address asked once of the global function
+// `name`; a zero of this library's own where simaccel is not installed.
+const std::atomic<int32_t>* python_word(const char* name) {
+  static std::atomic<int32_t> zero{0};
+  TVMFFIObjectHandle f = global_function(name);
+  if (f == nullptr) return &zero;
+  int64_t address = call_for_address(f, nullptr, 0);
+  TVMFFIObjectDecRef(f);
+  return address ? reinterpret_cast<const std::atomic<int32_t>*>(address) : &zero;
+}
+
 // Nonzero while simaccel's Python runtime wants every region call (a Python engine or the
 // host-staged mode is chosen): the region then forwards its tensors to the runtime (kInvokeFunc).
 const std::atomic<int32_t>* route_flag() {
-  static const std::atomic<int32_t>* flag = [] {
-    static std::atomic<int32_t> never{0};
-    TVMFFIObjectHandle f = global_function(kNativeRouteFunc);
-    if (f == nullptr) return static_cast<const std::atomic<int32_t>*>(&never);
-    int64_t address = call_for_address(f, nullptr, 0);
-    TVMFFIObjectDecRef(f);
-    return address ? reinterpret_cast<const std::atomic<int32_t>*>(address) : &never;
-  }();
+  static const std::atomic<int32_t>* flag = python_word(kNativeRouteFunc);
   return flag;
 }
 
 // The debugging tools on now (simaccel.debug.flags: bit 1 sanitize, bit 2 trace), read on
 // every call; always zero where simaccel is not installed.
 const std::atomic<int32_t>* debug_word() {
-  static const std::atomic<int32_t>* word = [] {
-    static std::atomic<int32_t> none{0};
-    TVMFFIObjectHandle f = global_function(kNativeDebugFunc);
-    if (f == nullptr) return static_cast<const std::atomic<int32_t>*>(&none);
-    int64_t address = call_for_address(f, nullptr, 0);
-    TVMFFIObjectDecRef(f);
-    return address ? reinterpret_cast<const std::atomic<int32_t>*>(address) : &none;
-  }();
+  static const std::atomic<int32_t>* word = python_word(kNativeDebugFunc);
   return word;
 }
 

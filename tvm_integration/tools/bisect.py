@@ -272,8 +272,8 @@ class _Checker:
         if not isinstance(func, relax.Function):
             raise SimAccelError(f"bisect: region {name} ran, but partitioning the model again gives no such region "
                                 f"(partitioning is not deterministic here?)")
-        ops = region_ops(func)
         program = capture.program
+        ops = region_ops(func, program)
         if [op_name_of(c) for c, _, _ in ops] != [node.op for node in program.ops] or \
                 [out for _, _, out in ops] != [node.output for node in program.ops]:
             self.report.notes.append(f"region {name}: its Program's ops {[n.op for n in program.ops]} differ from "
@@ -376,12 +376,15 @@ class _Checker:
 
 
 # -- modules of one op or one region ------------------------------------------------------------
-def region_ops(func) -> list[tuple]:
+def region_ops(func, program) -> list[tuple]:
     """(composite function, tensor ids of its call's arguments, output tensor id) for each composite
-    call of a region function, numbering tensors as the codegen does (parameters, then results)."""
+    call of a region function, with `program`'s tensor ids (the codegen's): parameters are the
+    first tensors, each call's result is its op's output (the Program's own constants sit
+    between them and are inside the composites)."""
     from tvm import relax
 
     ids = {param: k for k, param in enumerate(func.params)}
+    outputs = iter(node.output for node in program.ops)
     composites, ops = {}, []
     for block in func.body.blocks:
         for binding in block.bindings:
@@ -390,7 +393,7 @@ def region_ops(func) -> list[tuple]:
                 composites[binding.var] = value
             elif isinstance(value, relax.Call) and value.op in composites:
                 args = [ids[a] for a in value.args]
-                ids[binding.var] = len(ids)
+                ids[binding.var] = next(outputs, -1)
                 ops.append((composites[value.op], args, ids[binding.var]))
             elif isinstance(value, relax.Var) and value in ids:
                 ids[binding.var] = ids[value]
