@@ -1,4 +1,4 @@
-"""Native regions under the sanitizer and the trace (issue 20), against the stand-in CUDA driver.
+"""Native regions under the sanitizer and the trace, against the stand-in CUDA driver.
 
 The stand-in runs no kernel, so by default every op's output keeps the sanitizer's poison: a
 sanitized call must stop at the FIRST op with "unwritten". Its hooks make launches "write"
