@@ -373,9 +373,11 @@ def test_a_first_call_that_must_allocate_during_capture_is_refused_always(monkey
 
 
 def test_a_stream_other_than_the_calls_is_refused():
-    class Stream:
+    class Stream:  # as numba's: the raw handle in `handle` (its __int__ gives an enum for the default stream)
+        handle = 0x1234
+
         def __int__(self):
-            return 0x1234
+            raise AssertionError("the handle is what is compared")
 
     run_ = SimpleNamespace(program=one_op("simaccel.tanh", region="r"), engine=SimpleNamespace(device_type="cuda"),
                            call=SimpleNamespace(target=SimpleNamespace(stream=Stream()), stream=0x5678, device=("cuda", 0)))

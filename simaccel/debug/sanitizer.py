@@ -260,7 +260,8 @@ def check_stream(run) -> None:
     program, call = run.program, run.call
     wanted = int(call.stream or 0)
     if run.engine.device_type == "cuda":
-        handle = int(call.target.stream)
+        stream = call.target.stream  # a numba stream: int() of its handle (its own __int__ gives an enum for 0)
+        handle = int(getattr(stream, "handle", stream) or 0)
         if handle != wanted:
             raise SanitizerError(
                 f"region {program.name}: its kernels would launch on stream {handle:#x}, but the call's stream (TVM's "
