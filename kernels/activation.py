@@ -61,3 +61,19 @@ def _sigmoid(x):
         return numba.float32(one / (one + numba.float32(math.exp(-x))))
     e = numba.float32(math.exp(x))  # NaN lands here too, and stays NaN
     return numba.float32(e / (one + e))
+
+
+def _scalar(code: int):
+    """Activation `code` as a function of one value (what fused epilogues call)."""
+
+    @register_jitable
+    def scalar(x):
+        return apply_activation(x, code)
+
+    return scalar
+
+
+# scalar_relu, scalar_gelu, ...: the declarations' `elementwise` (simaccel/ops/builtin/elementwise.py)
+for _name, _code in ACTIVATIONS.items():
+    if _code:
+        globals()[f"scalar_{_name}"] = _scalar(_code)

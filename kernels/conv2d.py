@@ -27,6 +27,8 @@ from numba.cuda.extending import register_jitable
 
 from .activation import ACTIVATIONS, apply_activation
 from .elementwise import divmod_fast
+from .epilogue import IDENTITY, fused_kernel
+from .epilogue import args as epilogue_args
 from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, tile_arrays, tile_steps
 from .target import shared_alignment, with_simulator_twin
 
@@ -67,7 +69,7 @@ def sync_block():
     cuda.syncthreads()
 
 
-def _implicit_gemm_kernel(BM, BN, BK, channels_inner, simulator):
+def _implicit_gemm_kernel(BM, BN, BK, channels_inner, epilogue, simulator):
     """The implicit-GEMM conv2d kernel for BM x BN tiles (output channels x output pixels) and
     K slices of BK (GEMM_TILES), as a Python function for `numba.cuda.jit` (see the module
     docstring). K runs over (kh, kw, channel), channels fastest, where the group's channel
@@ -75,7 +77,7 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner, simulator):
     K slice is then BK channels at one tap, whose input row and column a thread checks once
     per slice. Otherwise K runs over (channel, kh, kw) and each staged value splits its k."""
     a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
-    multiply, store = tile_steps(BM, BN, BK, sync_block, bias_on_rows=True)
+    multiply, store = tile_steps(BM, BN, BK, sync_block, bias_on_rows=True, epilogue=epilogue)
     alignment = shared_alignment(simulator)
     TM, TN = acc_shape
     # Fill passes as in the matmul kernel: A (the weight, OG x K) k-fastest; B (K x P)
@@ -86,7 +88,7 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner, simulator):
     k_passes = BK // k_rows_per_pass
 
     def kernel(out, x, w, bias, C, H, W, O, OG, CG, groups, OW, P, KHW, KW, inv_ow, inv_khw, inv_kw,
-               sh, sw, pt, pl, dh, dw, has_bias, act, z0, tile0):
+               sh, sw, pt, pl, dh, dw, has_bias, act, z0, tile0, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
         """out (N*O, P) = act(conv(x, w) + bias) for image n and group g (z0 + blockIdx.z =
         n * groups + g), channel tile tile0 + blockIdx.y of the group and pixel tile
         blockIdx.x; x is flat (N*C*H*W), w is (O, CG * KHW) (OIHW)."""
@@ -160,7 +162,8 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner, simulator):
                 cuda.syncthreads()
                 multiply(sa, sb, acc, areg, breg, ty, tx)
                 cuda.syncthreads()
-        store(out, stash, acc, bias, has_bias, act, n * O + o0, m_left, col0, P, o0, ty, tx)
+        store(out, stash, acc, bias, has_bias, act, n * O + o0, m_left, col0, P, o0, ty, tx,
+              e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
     kernel.__name__ = kernel.__qualname__ = f"_conv2d_gemm_kernel_{BM}x{BN}{'_channels_inner' if channels_inner else ''}"
     return kernel
@@ -171,55 +174,80 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner, simulator):
 # thread keeps), and at batch 8 a ResNet's convolutions have too few large tiles to fill an
 # H200 (28x28x128: 56 tiles for 132 SMs) anyway.
 GEMM_TILES = SMALL
-# channels_inner -> kernel
-_GEMM_KERNELS = {inner: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, inner) for inner in (False, True)}
+# channels_inner -> kernel, without a fused group
+_GEMM_KERNELS = {inner: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, inner, IDENTITY) for inner in (False, True)}
 
 
-def _conv2d_kernel(out, x, w, bias, C, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
-                   inv_ow, inv_oh, inv_o, inv_og, has_bias, act, total):
-    # x, w and out are flat: one offset per tap instead of a 4-D index (and its four
-    # negative-index checks); index splits by float reciprocals (divmod_fast).
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    plane = H * W
-    taps = KH * KW
-    while idx < total:
-        t, ow = divmod_fast(idx, OW, inv_ow)
-        t, oh = divmod_fast(t, OH, inv_oh)
-        n, o = divmod_fast(t, O, inv_o)
-        group, _ = divmod_fast(o, OG, inv_og)
-        ih0 = oh * sh - pt
-        iw0 = ow * sw - pl
-        x0 = (n * C + group * CG) * plane  # the first input channel of o's group
-        w0 = o * CG * taps
-        acc = float32(0.0)
-        for cw in range(CG):
-            for kh in range(KH):
-                ih = ih0 + kh * dh
-                row_in = ih >= 0 and ih < H
-                for kw in range(KW):
-                    iw = iw0 + kw * dw
-                    # Padding is a zero that is multiplied like any other input (as in TVM):
-                    # 0 * inf or 0 * NaN in the weight gives NaN there too.
-                    v = float32(0.0)
-                    if row_in and iw >= 0 and iw < W:
-                        v = float32(x[x0 + ih * W + iw])
-                    acc += v * float32(w[w0 + kh * KW + kw])
-            x0 += plane
-            w0 += taps
-        if has_bias:
-            acc += float32(bias[o])
-        out[idx] = apply_activation(acc, act)
-        idx += step
+def _gemm_kernel(channels_inner: bool, epilogue):
+    if epilogue is None:
+        return _GEMM_KERNELS[channels_inner]
+    return fused_kernel(("conv2d_gemm", channels_inner), epilogue,
+                        lambda fn: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, channels_inner, fn))
+
+
+def _direct_kernel(epilogue):
+    """The direct convolution kernel, through `epilogue` at its store (kernels/epilogue.py)."""
+
+    def kernel(out, x, w, bias, C, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw,
+               inv_ow, inv_oh, inv_o, inv_og, has_bias, act, total, e0, e1, e2, ed1, ed2, ed3, einv1, einv2,
+               einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
+        # x, w and out are flat: one offset per tap instead of a 4-D index (and its four
+        # negative-index checks); index splits by float reciprocals (divmod_fast).
+        idx = cuda.grid(1)
+        step = cuda.gridsize(1)
+        plane = H * W
+        taps = KH * KW
+        while idx < total:
+            t, ow = divmod_fast(idx, OW, inv_ow)
+            t, oh = divmod_fast(t, OH, inv_oh)
+            n, o = divmod_fast(t, O, inv_o)
+            group, _ = divmod_fast(o, OG, inv_og)
+            ih0 = oh * sh - pt
+            iw0 = ow * sw - pl
+            x0 = (n * C + group * CG) * plane  # the first input channel of o's group
+            w0 = o * CG * taps
+            acc = float32(0.0)
+            for cw in range(CG):
+                for kh in range(KH):
+                    ih = ih0 + kh * dh
+                    row_in = ih >= 0 and ih < H
+                    for kw in range(KW):
+                        iw = iw0 + kw * dw
+                        # Padding is a zero that is multiplied like any other input (as in TVM):
+                        # 0 * inf or 0 * NaN in the weight gives NaN there too.
+                        v = float32(0.0)
+                        if row_in and iw >= 0 and iw < W:
+                            v = float32(x[x0 + ih * W + iw])
+                        acc += v * float32(w[w0 + kh * KW + kw])
+                x0 += plane
+                w0 += taps
+            if has_bias:
+                acc += float32(bias[o])
+            out[idx] = epilogue(apply_activation(acc, act), idx, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3,
+                                es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
+            idx += step
+
+    kernel.__name__ = kernel.__qualname__ = "_conv2d_kernel"
+    return kernel
+
+
+_conv2d_kernel = _direct_kernel(IDENTITY)
+
+
+def _direct(epilogue):
+    if epilogue is None:
+        return _conv2d_kernel
+    return fused_kernel(("conv2d_direct",), epilogue, _direct_kernel)
 
 
 def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dilation, groups,
-                  activation) -> int:
+                  activation, epilogue=None) -> int:
     """Launch the implicit-GEMM or the direct conv2d on `target`; returns the number of kernel launches.
 
     Shapes and attributes come validated by the ISA (simaccel.ops.builtin.conv2d): data (N, C, H, W);
     weight (O, C / groups, KH, KW); bias None or O values; strides (sh, sw); padding (top, left,
-    bottom, right); dilation (dh, dw); out (N, O, OH, OW).
+    bottom, right); dilation (dh, dw); out (N, O, OH, OW). With `epilogue` (simaccel.fusion)
+    the group of elementwise ops after it runs in the kernel's store and `out` is its output.
     """
     N, C, H, W = (int(d) for d in data.shape)
     O, CG, KH, KW = (int(d) for d in weight.shape)
@@ -238,26 +266,28 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
     OG = O // groups
     if OG >= MIN_GEMM_CHANNELS and OH * OW >= MIN_GEMM_PIXELS and CG * KH * KW < _MAX_GEMM_K:
         return _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation,
-                                     ACTIVATIONS[activation])
+                                     ACTIVATIONS[activation], epilogue)
     block = min(BLOCK, total)
     grid = min((total + block - 1) // block, _MAX_BLOCKS)
     target.launch(
-        _conv2d_kernel, grid, block,
+        _direct(epilogue), grid, block,
         target.reshape(out, (total,)), target.reshape(data, (N * C * H * W,)), target.reshape(weight, (O * CG * KH * KW,)),
         b1, C, CG, H, W, O, OG, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, 1.0 / OW, 1.0 / OH, 1.0 / O, 1.0 / OG,
-        has_bias, ACTIVATIONS[activation], total,
+        has_bias, ACTIVATIONS[activation], total, *epilogue_args(target, epilogue, out),
     )
     return 1
 
 
-def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation, act) -> int:
+def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation, act,
+                          epilogue=None) -> int:
     N, C, H, W = (int(d) for d in data.shape)
     O, CG, KH, KW = (int(d) for d in weight.shape)
     OH, OW = int(out.shape[2]), int(out.shape[3])
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
     OG, P = O // groups, OH * OW
     BM, BN, BK = GEMM_TILES
-    kernel = _GEMM_KERNELS[CG % BK == 0]
+    kernel = _gemm_kernel(CG % BK == 0, epilogue)
+    fused = epilogue_args(target, epilogue, out)
     x1 = target.reshape(data, (N * C * H * W,))
     w2 = target.reshape(weight, (O, CG * KH * KW))
     o2 = target.reshape(out, (N * O, P))
@@ -268,7 +298,7 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
             grid = (-(-P // BN), min(row_tiles - tile0, _MAX_GRID_YZ), min(images - z0, _MAX_GRID_YZ))
             target.launch(kernel, grid, (THREADS_X, THREADS_Y), o2, x1, w2, b1, C, H, W, O, OG, CG, groups, OW, P,
                           KH * KW, KW, 1.0 / OW, _f32_inverse(KH * KW), _f32_inverse(KW), sh, sw, pt, pl, dh, dw,
-                          has_bias, act, z0, tile0)
+                          has_bias, act, z0, tile0, *fused)
             launches += 1
     return launches
 

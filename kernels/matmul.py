@@ -20,6 +20,8 @@ from numba.cuda.extending import register_jitable
 
 from . import tensor_core
 from .activation import ACTIVATIONS, apply_activation
+from .epilogue import IDENTITY, fused_kernel
+from .epilogue import args as epilogue_args
 from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .target import with_simulator_twin
 
@@ -71,7 +73,7 @@ def sync_block():
     cuda.syncthreads()
 
 
-def tile_steps(BM, BN, BK, sync, bias_on_rows=False):
+def tile_steps(BM, BN, BK, sync, bias_on_rows=False, epilogue=IDENTITY):
     """The steps of a tiled kernel that do not depend on where its operands come from, for
     BM x BN tiles and K slices of BK (the matmul kernels and conv2d's implicit GEMM share them),
     as two device functions with the sizes as constants:
@@ -88,8 +90,9 @@ def tile_steps(BM, BN, BK, sync, bias_on_rows=False):
       from the runs of 4, a store covered a quarter of each sector it touched, and the
       convolutions, whose K is short, ran up to 28% slower), bias (bias[bias0 + row] with
       `bias_on_rows`, else bias[column]), activation and store to
-      out[out_row0 + row, col0 + column] for rows below m_left and columns below N. Every
-      thread of the block must call it.
+      out[out_row0 + row, col0 + column] for rows below m_left and columns below N, through
+      `epilogue` (kernels/epilogue.py; its arguments follow the others). Every thread of the
+      block must call it.
 
     Thread indices (ty, tx) come as arguments and the block barrier as `sync` (the calling
     kernel's module's `sync_block`): the simulator stands its own `cuda` in for the launched
@@ -110,7 +113,8 @@ def tile_steps(BM, BN, BK, sync, bias_on_rows=False):
                     acc[i, j] += areg[i] * breg[j]
 
     @register_jitable
-    def store_rows(out, stash, bias, has_bias, act, out_row0, m0, m_left, col0, N, bias0, ty, tx):
+    def store_rows(out, stash, bias, has_bias, act, out_row0, m0, m_left, col0, N, bias0, ty, tx,
+                   e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
         for r in range(EPILOGUE_ROWS):
             m = m0 + r
             if m < m_left:
@@ -120,15 +124,18 @@ def tile_steps(BM, BN, BK, sync, bias_on_rows=False):
                         v = stash[r, ty, tx + j * THREADS_X]
                         if has_bias:
                             v += float32(bias[bias0 + m]) if bias_on_rows else float32(bias[col])
-                        out[out_row0 + m, col] = apply_activation(v, act)
+                        out[out_row0 + m, col] = epilogue(apply_activation(v, act), (out_row0 + m) * N + col,
+                                                          e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
     @register_jitable
-    def store(out, stash, acc, bias, has_bias, act, out_row0, m_left, col0, N, bias0, ty, tx):
+    def store(out, stash, acc, bias, has_bias, act, out_row0, m_left, col0, N, bias0, ty, tx,
+              e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
         for r in range(EPILOGUE_ROWS):
             for j in range(TN):
                 stash[r, ty, tile_column(j, tx)] = acc[r, j]
         sync()
-        store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM, m_left, col0, N, bias0, ty, tx)
+        store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM, m_left, col0, N, bias0, ty, tx,
+                   e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
         if TM > EPILOGUE_ROWS:
             sync()  # everyone has read the first rows
             for r in range(EPILOGUE_ROWS):
@@ -136,7 +143,7 @@ def tile_steps(BM, BN, BK, sync, bias_on_rows=False):
                     stash[r, ty, tile_column(j, tx)] = acc[EPILOGUE_ROWS + r, j]
             sync()
             store_rows(out, stash, bias, has_bias, act, out_row0, ty * TM + EPILOGUE_ROWS, m_left, col0, N, bias0, ty,
-                       tx)
+                       tx, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
     return multiply, store
 
@@ -151,13 +158,13 @@ def tile_arrays(BM, BN, BK):
     return (BK, BM + 4), (BK, BN + 4), (EPILOGUE_ROWS, THREADS_Y, BN), (TM, TN), (TM,), (TN,)
 
 
-def _tiled_kernel(BM, BN, BK, transpose_b, simulator):
+def _tiled_kernel(BM, BN, BK, transpose_b, epilogue, simulator):
     """The float32 matmul kernel for BM x BN tiles and K slices of BK (see above) and one form
     of B (`transpose_b`: the dense form), as a Python function for `numba.cuda.jit`: its K loop
     is the C++ main loop of matmul_f32.cu (on the simulator, its numpy model), its epilogue
-    `tile_steps`' store."""
+    `tile_steps`' store, through `epilogue` (a device function of kernels/epilogue.py)."""
     _, _, stash_shape, acc_shape, _, _ = tile_arrays(BM, BN, BK)
-    _, store = tile_steps(BM, BN, BK, sync_block)
+    _, store = tile_steps(BM, BN, BK, sync_block, epilogue=epilogue)
     TM, TN = acc_shape
     source = "matmul_f32.cu"
     if simulator:
@@ -170,7 +177,8 @@ def _tiled_kernel(BM, BN, BK, transpose_b, simulator):
         main_loop = declare(f"simaccel_f32_tile_{BM}_{'nk' if transpose_b else 'kn'}", float32, source)
         pointer = data_pointer
 
-    def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1):
+    def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
+               e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
         """out[z] = act(a[za] @ B[zb] + bias) for matrix z = z0 + blockIdx.z of `out`, row tile
         tile0 + blockIdx.y, column tile blockIdx.x; B = b[K, N], or b[N, K]^T (transpose_b).
 
@@ -185,7 +193,7 @@ def _tiled_kernel(BM, BN, BK, transpose_b, simulator):
             sa0, sa1, sb0, sb1)
         main_loop(pointer(acc), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
         store(out, stash, acc, bias, has_bias, act, z * M + row0, m_left, col0, N, 0, cuda.threadIdx.y,
-              cuda.threadIdx.x)
+              cuda.threadIdx.x, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
     kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_kernel_{BM}x{BN}"
     if not simulator:
@@ -197,9 +205,17 @@ def _tiled_kernel(BM, BN, BK, transpose_b, simulator):
     return kernel
 
 
-# (transpose_b, large tiles) -> kernel
-_KERNELS = {(t, large): with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), t)
+# (transpose_b, large tiles) -> kernel, without a fused group
+_KERNELS = {(t, large): with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), t, IDENTITY)
             for t in (False, True) for large in (False, True)}
+
+
+def _kernel(transpose_b: bool, large: bool, epilogue):
+    """The float32 kernel for one form of B and tiling, with `epilogue`'s group fused (None: none)."""
+    if epilogue is None:
+        return _KERNELS[transpose_b, large]
+    return fused_kernel(("matmul", transpose_b, large), epilogue,
+                        lambda fn: with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), transpose_b, fn))
 
 
 def _batch_strides(batch, out_batch):
@@ -209,8 +225,11 @@ def _batch_strides(batch, out_batch):
     return (batch[1] if batch[0] != 1 else 0, 1 if batch[1] != 1 else 0)
 
 
-def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str) -> int:
+def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str, epilogue=None) -> int:
     """Launch the register-tiled matmul on `target`; returns the number of kernel launches.
+
+    With `epilogue` (simaccel.fusion), the group of elementwise ops after it runs in the
+    kernel's store and `out` is the group's output.
 
     Shapes come validated by the ISA (simaccel.ops.builtin.matmul): data (..., M, K), rank 2..4;
     weight (K, N), or (N, K) when `transpose_b` (torch linear form, y = x @ W^T), or, not
@@ -251,18 +270,19 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
     if str(data.dtype) == "float16":  # tensor cores (kernels/tensor_core.py)
-        kernel, block = tensor_core.KERNELS[bool(transpose_b)], (tensor_core.THREADS,)
+        kernel, block = tensor_core.kernel(bool(transpose_b), epilogue), (tensor_core.THREADS,)
         BM, BN = tensor_core.BM, tensor_core.BN
     else:
         large = -(-M // LARGE[0]) * -(-N // LARGE[1]) * batches >= MIN_LARGE_TILES
-        kernel, block = _KERNELS[bool(transpose_b), large], (THREADS_X, THREADS_Y)
+        kernel, block = _kernel(bool(transpose_b), large, epilogue), (THREADS_X, THREADS_Y)
         BM, BN, _ = LARGE if large else SMALL
+    fused = epilogue_args(target, epilogue, out)
     row_tiles = (M + BM - 1) // BM
     launches = 0
     for z0 in range(0, batches, _MAX_GRID_Z):
         for tile0 in range(0, row_tiles, _MAX_GRID_Y):
             grid = ((N + BN - 1) // BN, min(row_tiles - tile0, _MAX_GRID_Y), min(batches - z0, _MAX_GRID_Z))
             target.launch(kernel, grid, block, o2, a2, w2, b1, M, N, K, has_bias, act, z0, tile0,
-                          d1, *sa, *sb)
+                          d1, *sa, *sb, *fused)
             launches += 1
     return launches

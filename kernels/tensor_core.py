@@ -23,6 +23,7 @@ from numba import cuda, float32, types
 from numba.cuda.extending import register_jitable
 
 from .activation import apply_activation
+from .epilogue import IDENTITY, fused_kernel
 from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .target import with_simulator_twin
 
@@ -47,7 +48,7 @@ def _thread_positions():  # the simulator model's view of this thread (this modu
     return [(i, *fragment_position(i, t % 32, t // 32)) for i in range(ACC)]
 
 
-def _kernel(transpose_b, simulator):
+def _kernel(transpose_b, epilogue, simulator):
     """The kernel for one form of B (`transpose_b`: b is (N, K), the dense form), around the
     C++ main loop, or on the simulator its numpy model."""
     if simulator:
@@ -56,10 +57,11 @@ def _kernel(transpose_b, simulator):
         main_loop = declare(f"simaccel_mma_tile_{'nk' if transpose_b else 'kn'}", types.float16, SOURCE)
         pointer = data_pointer
 
-    def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1):
+    def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
+               e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
         """out[z] = act(a[za] @ B[zb] + bias) for the 128 x 128 tile (blockIdx.y + tile0,
         blockIdx.x) of matrix z = z0 + blockIdx.z; the arguments and batch strides are the
-        float32 matmul kernel's (kernels/matmul.py)."""
+        float32 matmul kernel's (kernels/matmul.py), the epilogue's follow them."""
         acc = cuda.local.array(ACC, float32)
         t = cuda.threadIdx.x
         lane, warp = t % 32, t // 32
@@ -74,7 +76,8 @@ def _kernel(transpose_b, simulator):
                 v = acc[i]
                 if has_bias:
                     v += float32(bias[col0 + col])
-                out[out_row0 + row, col0 + col] = apply_activation(v, act)
+                out[out_row0 + row, col0 + col] = epilogue(apply_activation(v, act), (out_row0 + row) * N + col0 + col,
+                                                           e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
     kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_tensor_core_kernel"
     if not simulator:
@@ -86,5 +89,12 @@ def _kernel(transpose_b, simulator):
     return kernel
 
 
-# transpose_b -> kernel
-KERNELS = {t: with_simulator_twin(_kernel, t) for t in (False, True)}
+# transpose_b -> kernel, without a fused group
+KERNELS = {t: with_simulator_twin(_kernel, t, IDENTITY) for t in (False, True)}
+
+
+def kernel(transpose_b: bool, epilogue):
+    """The kernel for one form of B with `epilogue`'s group fused (None: none)."""
+    if epilogue is None:
+        return KERNELS[transpose_b]
+    return fused_kernel(("tensor_core", transpose_b), epilogue, lambda fn: with_simulator_twin(_kernel, transpose_b, fn))

@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import fusion
 from .errors import EngineError, SanitizerError, SimAccelError
 from .ops import get_op
 from .program import Program
@@ -102,22 +103,33 @@ class _Recorder:
         self.launches.append(Launch(self.index, fn, grid, block, int(shared_bytes), tuple(recorded)))
 
 
-def plan_launches(program: Program) -> tuple[Launch, ...]:
+def plan_launches(program: Program, fuse: bool = True) -> tuple[Launch, ...]:
     """Every kernel launch of `program` (a validated Program), in order.
 
     Ops whose output is a view (`Program.views`) launch nothing; the launches that read a
     view name the view's own tensor id, which the caller resolves to memory (the runtime
     reshapes the owner's array, native regions patch in the owner's pointer).
+
+    With `fuse`, each group of simaccel.fusion is launched by its producer's launcher with an
+    epilogue (or by kernels/epilogue.py's `launch_group`); its launches are the group's last
+    op's, its other ops launch nothing, and the values in between (`fused_values`) are never
+    written.
     """
+    fused = {g.first: g for g in fusion.groups(program)} if fuse else {}
+    skip: set[int] = set()
     launches = []
     for index, node in enumerate(program.ops):
-        if node.output in program.views:
-            continue  # its output is its input's memory: nothing to launch
-        op = get_op(node.op)
-        recorder = _Recorder(program, index)
-        arrays = [_Placeholder(i, program.tensors[i].shape, program.tensors[i].dtype) for i in node.inputs]
-        out = _Placeholder(node.output, program.tensors[node.output].shape, program.tensors[node.output].dtype)
-        count = _record(recorder, node, op, out, arrays)
+        if node.output in program.views or index in skip:
+            continue  # a view's output is its input's memory; a fused op runs in its group
+        group = fused.get(index)
+        recorder = _Recorder(program, group.last if group else index)
+        if group is not None:
+            skip.update(group.members)
+            count = _record_group(recorder, program, group)
+        else:
+            op = get_op(node.op)
+            arrays = [_placeholder(program, i) for i in node.inputs]
+            count = _record(recorder, node, op, _placeholder(program, node.output), arrays)
         if count != len(recorder.launches):
             raise EngineError(f"{recorder.where}: its launcher says it launched {count} kernels but launched "
                               f"{len(recorder.launches)}")
@@ -125,13 +137,43 @@ def plan_launches(program: Program) -> tuple[Launch, ...]:
     return tuple(launches)
 
 
-def _record(recorder: _Recorder, node, op, out, arrays) -> int:
+def fused_values(program: Program) -> frozenset[int]:
+    """Tensors that a fused plan (`plan_launches(program)`) never writes."""
+    return frozenset(t for g in fusion.groups(program) for t in g.fused_values(program))
+
+
+def group_inputs(program: Program, group) -> tuple[int, ...]:
+    """The tensors a fused group's launches read: the producer's inputs and the extras."""
+    head = program.ops[group.first]
+    return tuple(dict.fromkeys((*head.inputs, *group.extras) if group.producer else group.extras))
+
+
+def _placeholder(program: Program, i: int) -> "_Placeholder":
+    return _Placeholder(i, program.tensors[i].shape, program.tensors[i].dtype)
+
+
+def _record_group(recorder: "_Recorder", program: Program, group) -> int:
+    names = "+".join(program.ops[k].op.split(".", 1)[1] for k in group.members)
+    epilogue = fusion.Epilogue(names, group.steps, tuple(_placeholder(program, t) for t in group.extras),
+                               group.producer_dtype)
+    out = _placeholder(program, group.output)
+    if not group.producer:
+        from .kernels.epilogue import launch_group
+
+        return launch_group(recorder, out, epilogue=epilogue)
+    head = program.ops[group.first]
+    op = get_op(head.op)
+    arrays = [_placeholder(program, i) for i in head.inputs]
+    return _record(recorder, head, op, out, arrays, epilogue=epilogue)
+
+
+def _record(recorder: _Recorder, node, op, out, arrays, **extra) -> int:
     """Run op `node`'s launcher against the recorder; a launch that bypasses it is a "stream" error."""
     from .kernels.target import StrayLaunch, recording
 
     try:
         with recording(recorder.where):
-            return op.kernel(recorder, out, *arrays, **op.all_attrs(node.attrs))
+            return op.kernel(recorder, out, *arrays, **op.all_attrs(node.attrs), **extra)
     except StrayLaunch as e:
         names = [recorder.tensors[a.tensor].name for a in e.launch_args if isinstance(a, _Placeholder)]
         on = f" on tensors {', '.join(map(repr, dict.fromkeys(names)))}" if names else ""

@@ -40,13 +40,15 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import replace
 
 from .debug import hooks
 from .debug.sanitize_switch import sanitizing
 from .engines import ENGINE_NAMES, Call, get_engine
 from .errors import DeviceError, EngineError, LayoutError, ProgramError, SanitizerError, SimAccelError
+from . import fusion
 from .ledger import Ledger
-from .launch_plan import plan_launches
+from .launch_plan import fused_values, group_inputs, plan_launches
 from .ops import get_op
 from .profile import DeviceProfile, active_profile
 from .program import Program
@@ -84,17 +86,29 @@ class Plan:
         self.stream = stream
         self.sanitize = sanitize  # calls run under the sanitizer (simaccel.debug.sanitizer)
         self.steps = [(node, get_op(node.op)) for node in program.ops]
-        # The kernel engines replay each op's recorded launches (simaccel.launch_plan).
+        # The kernel engines replay each op's recorded launches (simaccel.launch_plan), with
+        # epilogue fusion (simaccel.fusion) unless the calls are watched: the sanitizer and the
+        # other watchers see every op's output. A fused group runs at its last op, reading
+        # what its launches read; its other ops run nothing and their values are never stored.
         self.launches = [()] * len(program.ops)
+        self.fused_away: set[int] = set()  # ops whose work a later op's launches do
+        unstored: frozenset[int] = frozenset()
         if engine.launches_kernels:
-            for launch in plan_launches(program):
+            fuse = not sanitize and not hooks.active()
+            for launch in plan_launches(program, fuse=fuse):
                 self.launches[launch.op] += (launch,)
+            if fuse:
+                unstored = fused_values(program)
+                for group in fusion.groups(program):
+                    self.fused_away.update(group.members[:-1])
+                    node = program.ops[group.last]
+                    self.steps[group.last] = (replace(node, inputs=group_inputs(program, group)), get_op(node.op))
         self.slots: list = [None] * len(program.tensors)
-        if program.constants or any(i not in program.views for i in program.intermediates):
+        allocated = [i for i in program.intermediates if i not in program.views and i not in unstored]
+        if program.constants or allocated:
             self.check_capture("allocate its intermediates and constants")
-        for i in program.intermediates:
-            if i not in program.views:  # a view gets its owner's memory on each call
-                self.slots[i] = engine.allocate(program.tensors[i], device[1])
+        for i in allocated:  # a view gets its owner's memory on each call; a fused value none
+            self.slots[i] = engine.allocate(program.tensors[i], device[1])
         for i in program.constants:
             self.slots[i] = engine.constant(program.tensors[i], device[1])
         self.scratch: dict = {}  # staging buffers, host-staged mode only
@@ -333,6 +347,8 @@ class Runtime:
         plan_key = (program.fingerprint(), engine.name, device, stream)
         if sanitize:  # a plan of its own: the sanitizer's scratch is never part of the plain plan
             plan_key += ("sanitized",)
+        elif hooks.active():  # watched calls run unfused plans (Plan)
+            plan_key += ("unfused",)
         with self._live_plan(plan_key, program, engine, device, stream, sanitize) as plan:
             call = Call(program.name, device, stream, staged, self.ledger, plan.scratch)
             self._run_plan(plan, call, zip(ids, roles, refs), aliased)
@@ -366,7 +382,7 @@ class Runtime:
                 if run is not None:
                     for w in watchers:
                         w.op_start(run, index)
-                if node.output in program.views:  # a reshape of memory already there: no work
+                if node.output in program.views or index in plan.fused_away:  # no work of its own
                     self.ledger.record_op(node.op, 0)
                     if run is not None:
                         for w in watchers:

@@ -24,7 +24,7 @@ import tvm_ffi
 
 from simaccel import DeviceError, DtypeError, EngineError, LayoutError, ProgramError, ShapeError
 from simaccel.aot import abi_params, compile_kernel, signature
-from simaccel.launch_plan import View, plan_launches
+from simaccel.launch_plan import fused_values, View, plan_launches
 from simaccel.native.source import NativeRegion
 from simaccel.program import OpNode, Program, TensorSpec
 from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
@@ -39,11 +39,22 @@ def region_symbol(name: str, dtype: str) -> str:
 
 
 def chain_program() -> Program:
-    """dense_bias -> gelu -> softmax: two intermediates, one reshaped view, one output."""
+    """dense_bias -> softmax -> gelu: two intermediates, one output; nothing fuses (softmax is
+    not elementwise, and gelu alone needs no kernel of its own), so every op launches."""
     t = (TensorSpec("x", (4, 6), "float32"), TensorSpec("w", (8, 6), "float32"), TensorSpec("b", (8,), "float32"),
          TensorSpec("h", (4, 8), "float32"), TensorSpec("g", (4, 8), "float32"), TensorSpec("y", (4, 8), "float32"))
-    ops = (OpNode("simaccel.dense_bias", (0, 1, 2), 3), OpNode("simaccel.gelu", (3,), 4), OpNode("simaccel.softmax", (4,), 5))
+    ops = (OpNode("simaccel.dense_bias", (0, 1, 2), 3), OpNode("simaccel.softmax", (3,), 4), OpNode("simaccel.gelu", (4,), 5))
     return Program("chain", t, (0, 1, 2), (5,), ops).validate()
+
+
+def fused_program() -> Program:
+    """dense_bias -> gelu -> multiply by a per-column scale: one fused group (simaccel.fusion)."""
+    t = (TensorSpec("x", (4, 6), "float32"), TensorSpec("w", (8, 6), "float32"), TensorSpec("b", (8,), "float32"),
+         TensorSpec("s", (8,), "float32"), TensorSpec("h", (4, 8), "float32"), TensorSpec("g", (4, 8), "float32"),
+         TensorSpec("y", (4, 8), "float32"))
+    ops = (OpNode("simaccel.dense_bias", (0, 1, 2), 4), OpNode("simaccel.gelu", (4,), 5),
+           OpNode("simaccel.multiply", (5, 3), 6))
+    return Program("fused", t, (0, 1, 2, 3), (6,), ops).validate()
 
 
 def views_program() -> Program:
@@ -136,7 +147,8 @@ def test_a_region_launches_its_plan_on_tvms_stream_with_tvms_pointers(fake, symb
                 intermediates.add(word)
             else:
                 assert word == want
-    assert len(intermediates) == len(program.intermediates) - len(program.views)
+    # a fused group's values in between are never stored (simaccel.fusion): no memory either
+    assert len(intermediates) == len(program.intermediates) - len(program.views) - len(fused_values(program))
 
 
 def test_views_are_their_owners_memory_and_only_a_viewed_output_is_copied(fake):
@@ -166,9 +178,11 @@ def test_intermediates_are_allocated_once_per_stream(fake):
     for stream in (11, 11, 11, 12, 12):
         with tvm_ffi.use_raw_stream(device, stream):
             library["r_chain"](*tensors)
-    assert driver.counter("allocations") - before == 2 * len(program.intermediates)
+    stored = len(program.intermediates) - len(fused_values(program))  # a fused group's values need none
+    assert stored >= 1 and driver.counter("allocations") - before == 2 * stored
     streams = [launch["stream"] for launch in driver.launches()]
-    assert streams == [11] * 9 + [12] * 6
+    per_call = len(plan_launches(program))
+    assert streams == [11] * (3 * per_call) + [12] * (2 * per_call)
 
 
 def test_under_graph_capture_intermediates_come_from_the_stream(fake):
@@ -182,8 +196,9 @@ def test_under_graph_capture_intermediates_come_from_the_stream(fake):
         library["r_chain"](*tensors)
         library["r_chain"](*tensors)
     assert driver.counter("allocations") == 0
-    assert driver.counter("async_allocations") == driver.counter("async_frees") == 2 * len(program.intermediates)
-    assert len(driver.launches()) == 6
+    stored = len(program.intermediates) - len(fused_values(program))
+    assert driver.counter("async_allocations") == driver.counter("async_frees") == 2 * stored
+    assert len(driver.launches()) == 2 * len(plan_launches(program))
 
 
 def test_an_output_that_is_an_input_is_computed_aside_and_copied(fake, clean_runtime):

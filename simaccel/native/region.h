@@ -19,6 +19,7 @@
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/extra/c_env_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -95,11 +96,15 @@ struct Region {
   const int32_t* outputs;
   int32_t num_launches;
   const Launch* launches;
-  const int8_t* kinds;          // per tensor: -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
+  const int8_t* kinds;          // per tensor: -3 fused value, -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
   const char* launches_per_op;  // "1,1,2": for the ledger
   int32_t num_ops;
   const OpSpec* ops;
   int32_t sanitize;  // 1: built with sanitize=True (Program.sanitize): every call is sanitized
+  // The launches a sanitized call runs: every op on its own (no fused groups, so each op's
+  // output is stored and checked); the same as `launches` where nothing fused.
+  int32_t num_checked_launches;
+  const Launch* checked_launches;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -518,6 +523,8 @@ struct Call {
   const bool* aliased;      // per boundary tensor: an output sharing memory with an input
   uint64_t* data;           // per Program tensor: the device address launches use
   Trace* trace;             // nullptr unless tracing
+  const Launch* launches;   // the region's launches this call runs: plain (fused) or checked
+  int32_t num_launches;
   std::string where() const { return std::string("region ") + r.symbol + " on cuda:" + std::to_string(device); }
 };
 
@@ -525,13 +532,13 @@ struct Call {
 // `traced`, an event recorded before and after it on the stream).
 CUresult launch_kernel(const Call& c, int32_t l, bool traced = true) {
   const Driver& d = driver();
-  const Launch& launch = c.r.launches[l];
+  const Launch& launch = c.launches[l];
   int64_t words[kMaxWords];
   void* params[kMaxWords];
   std::memcpy(words, launch.words, sizeof(int64_t) * launch.num_words);
   for (int32_t p = 0; p < launch.num_patches; ++p) words[launch.patch_word[p]] = static_cast<int64_t>(c.data[launch.patch_tensor[p]]);
   for (int32_t w = 0; w < launch.num_words; ++w) params[w] = &words[w];
-  traced = traced && c.trace && c.trace->launched.size() < static_cast<size_t>(c.r.num_launches);  // two events each
+  traced = traced && c.trace && c.trace->launched.size() < static_cast<size_t>(c.num_launches);  // two events each
   const CUevent* events = traced ? &c.memory.events[2 * c.trace->launched.size()] : nullptr;
   if (events) d.EventRecord(events[0], c.stream);
   CUresult rc = d.LaunchKernel(c.state.functions[launch.kernel], launch.grid[0], launch.grid[1], launch.grid[2],
@@ -546,7 +553,7 @@ CUresult launch_kernel(const Call& c, int32_t l, bool traced = true) {
 bool launches_nothing(const Launch& launch) { return launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0; }
 
 int launch_failed(const Call& c, int32_t l, CUresult rc) {
-  const Launch& launch = c.r.launches[l];
+  const Launch& launch = c.launches[l];
   return fail(kEngineError, c.where() + ": launch " + std::to_string(l) + " (op " + std::to_string(launch.op) + ", kernel " +
                                 c.lib.kernels[launch.kernel].name + ") failed: " + cuda_error(rc));
 }
@@ -562,7 +569,7 @@ int run_plain(const Call& c, int64_t* copied) {
   bool checked_capture = false;
   for (int32_t t = 0; t < r.num_tensors; ++t) {
     const int32_t kind = r.kinds[t];  // -2: constant, -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
-    if (kind == -1 || kind == 1 || (kind >= 2 && !c.aliased[n_in + kind - 2])) continue;
+    if (kind == -1 || kind == -3 || kind == 1 || (kind >= 2 && !c.aliased[n_in + kind - 2])) continue;
     if (c.memory.slots[t] == 0) {
       if (!checked_capture) {
         d.StreamIsCapturing(c.stream, &capturing);
@@ -589,8 +596,8 @@ int run_plain(const Call& c, int64_t* copied) {
     c.data[t] = c.memory.slots[t];
   }
   // Launch the kernels, in order.
-  for (int32_t l = 0; l < r.num_launches; ++l) {
-    if (launches_nothing(r.launches[l])) continue;  // no elements
+  for (int32_t l = 0; l < c.num_launches; ++l) {
+    if (launches_nothing(c.launches[l])) continue;  // no elements
     if (CUresult rc = launch_kernel(c, l)) return launch_failed(c, l, rc);
   }
   for (int32_t o = 0; o < n_out; ++o) {
@@ -703,7 +710,7 @@ int guard_outputs(const Call& c) {
   for (int32_t k = 0; k < r.num_ops; ++k) {
     const int32_t t = r.ops[k].output;
     const int64_t nbytes = r.tensors[t].nbytes;
-    if (r.kinds[t] < 0 || nbytes == 0) continue;
+    if ((r.kinds[t] < 0 && r.kinds[t] != -3) || nbytes == 0) continue;  // a fused value is stored here
     if (guarded[t] == 0) {
       const size_t bytes = kGuardBytes + static_cast<size_t>(nbytes) + tail_guard(nbytes);
       if (CUresult rc = d.MemAlloc(&guarded[t], bytes)) {
@@ -795,7 +802,7 @@ int launch_op(const Call& c, int32_t k, int32_t begin, int32_t end, bool again =
   const Driver& d = driver();
   const Region& r = c.r;
   for (int32_t l = begin; l < end; ++l) {
-    const Launch& launch = r.launches[l];
+    const Launch& launch = c.launches[l];
     if (launches_nothing(launch)) continue;
     if (CUresult rc = launch_kernel(c, l, !again)) return launch_failed(c, l, rc);
     if (CUresult rc = d.StreamSynchronize(c.stream)) {
@@ -880,9 +887,10 @@ int run_sanitized(const Call& c, int64_t* copied) {
     const OpSpec& op = r.ops[k];
     const TensorSpec& out = r.tensors[op.output];
     int32_t end = begin;
-    while (end < r.num_launches && r.launches[end].op == k) ++end;
+    while (end < c.num_launches && c.launches[end].op == k) ++end;
     for (int32_t i = 0; i < op.num_inputs; ++i) read[op.inputs[i]] = true;
-    const bool checked = r.kinds[op.output] >= 0 && out.nbytes > 0;  // a view is its owner: nothing launched
+    // a view is its owner: nothing launched; a fused value is stored on this path
+    const bool checked = (r.kinds[op.output] >= 0 || r.kinds[op.output] == -3) && out.nbytes > 0;
     if (checked) {
       if (CUresult rc = poison(c, c.data[op.output], out, false)) {
         return fail(kEngineError, c.where() + ": poisoning failed: " + cuda_error(rc));
@@ -942,7 +950,7 @@ bool trace_begin(Memory& memory, const Region& r, CUstream stream) {
   int capturing = 0;
   d.StreamIsCapturing(stream, &capturing);
   if (capturing) return false;
-  while (memory.events.size() < 2 * static_cast<size_t>(r.num_launches)) {
+  while (memory.events.size() < 2 * static_cast<size_t>(std::max(r.num_launches, r.num_checked_launches))) {
     CUevent e = nullptr;
     if (d.EventCreate(&e, 0) != 0) return false;
     memory.events.push_back(e);
@@ -983,7 +991,7 @@ std::string trace_record(const Call& c) {
                      ", \"stream\": " + std::to_string(reinterpret_cast<uint64_t>(c.stream)) +
                      ", \"host_start_ns\": " + std::to_string(t.host_start_ns) + ", \"launches\": [";
   for (size_t i = 0; i < t.launched.size(); ++i) {
-    const Launch& launch = c.r.launches[t.launched[i]];
+    const Launch& launch = c.launches[t.launched[i]];
     float start = 0, end = 0;
     d.EventElapsedTime(&start, events[0], events[2 * i]);
     d.EventElapsedTime(&end, events[0], events[2 * i + 1]);
@@ -1137,9 +1145,10 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   }
   std::unique_lock<std::mutex> one_call_at_a_time(memory->lock);
   const bool tracing = (debug & kDebugTrace) && trace_begin(*memory, r, stream);
-  const Call call{r, lib, *state, *memory, stream, device, address, aliased, data, tracing ? &trace : nullptr};
-  int64_t copied = 0;
   const bool sanitizing = r.sanitize || (debug & kDebugSanitize);
+  const Call call{r, lib, *state, *memory, stream, device, address, aliased, data, tracing ? &trace : nullptr,
+                  sanitizing ? r.checked_launches : r.launches, sanitizing ? r.num_checked_launches : r.num_launches};
+  int64_t copied = 0;
   if ((sanitizing ? run_sanitized(call, &copied) : run_plain(call, &copied)) != 0) return -1;
   std::string record;
   if (tracing) record = trace_record(call);

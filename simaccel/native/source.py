@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import names
+from .. import fusion, names
 from ..aot import CompiledKernel, abi_params, arch_name, compile_kernel, signature
 from ..errors import EngineError
-from ..launch_plan import Launch, View, plan_launches
+from ..launch_plan import Launch, View, fused_values, plan_launches
 from ..program import Program
 
 _DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
@@ -54,20 +54,28 @@ def library_source(regions: list[NativeRegion], archs: tuple[tuple[int, int], ..
     for region in regions:
         if not _SYMBOL.match(region.symbol):
             raise EngineError(f"region {region.symbol!r}: not a C identifier, cannot export it natively")
-        launches = plan_launches(region.program)
-        indices = []
-        for launch in launches:
-            sig = signature(launch, region.program)
-            key = (launch.kernel, sig)
-            if key not in kernels:
-                images = tuple(compile_kernel(launch.kernel, sig, arch) for arch in archs)
-                for image in images:
-                    _check_abi(image, launch)
-                kernels[key] = (len(kernels), images)
-            indices.append(kernels[key][0])
-        plans.append((region, launches, indices))
+        # Two plans: the plain one with fused groups (simaccel.fusion) and the one a sanitized
+        # call runs, every op on its own (the same where nothing fused, or sanitize=True).
+        checked = plan_launches(region.program, fuse=False)
+        fused = fusion.groups(region.program) and not region.program.sanitize
+        launches = plan_launches(region.program) if fused else checked
+
+        def kernel_indices(plan):
+            indices = []
+            for launch in plan:
+                sig = signature(launch, region.program)
+                key = (launch.kernel, sig)
+                if key not in kernels:
+                    images = tuple(compile_kernel(launch.kernel, sig, arch) for arch in archs)
+                    for image in images:
+                        _check_abi(image, launch)
+                    kernels[key] = (len(kernels), images)
+                indices.append(kernels[key][0])
+            return indices
+
+        plans.append((region, (launches, kernel_indices(launches)), (checked, kernel_indices(checked))))
     compiled = [c for _, c in sorted(kernels.values(), key=lambda item: item[0])]
-    words = max((abi_params(launch) for _, launches, _ in plans for launch in launches), default=1)
+    words = max((abi_params(launch) for _, *both in plans for plan, _ in both for launch in plan), default=1)
     boundary = max(len(r.program.inputs) + len(r.program.outputs) for r in regions)
     tensors = max(len(r.program.tensors) for r in regions)
     parts = [
@@ -95,8 +103,8 @@ def library_source(regions: list[NativeRegion], archs: tuple[tuple[int, int], ..
     parts.append("};")
     held = f"cubins for {', '.join(map(arch_name, archs))} and PTX for {arch_name(archs[0])}"
     parts.append(f"Library kLibrary{{kKernels, {len(compiled)}, {_c_string(held)}, {{}}, {{}}}};")
-    for r, (region, launches, indices) in enumerate(plans):
-        parts += _region_tables(r, region, launches, indices)
+    for r, (region, plain, checked) in enumerate(plans):
+        parts += _region_tables(r, region, plain, checked)
     parts.append("} }  // namespace simaccel_native")
     for r, (region, _, _) in enumerate(plans):
         parts += [
@@ -117,8 +125,11 @@ def _value_words(spec) -> list[int]:
     return [int.from_bytes(raw, "little")]
 
 
-def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], indices: list[int]) -> list[str]:
+def _region_tables(r: int, region: NativeRegion, plain: tuple, checked: tuple) -> list[str]:
+    """The C++ tables of region `r`: its tensors, ops and two launch tables, `plain` and
+    `checked` ((launches, kernel indices) each: fused groups, and every op on its own)."""
     program = region.program
+    launches, _ = plain
     out = []
     for t, spec in enumerate(program.tensors):
         out.append(f"const int64_t kShape{r}_{t}[] = {{{', '.join(map(str, spec.shape)) or '0'}}};")
@@ -142,6 +153,9 @@ def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], i
         kinds[i] = -2  # the region's own: allocated and filled once per device and stream
     for i in program.views:
         kinds[i] = -1  # a view: its owner's memory, never allocated
+    if plain[0] is not checked[0]:
+        for i in fused_values(program):
+            kinds[i] = -3  # kept in registers by the plain plan's fused kernels; the checked plan stores it
     for i in program.inputs:
         kinds[i] = 1
     for k, o in enumerate(program.outputs):
@@ -149,16 +163,23 @@ def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], i
     out.append(f"const int8_t kKinds{r}[] = {{{', '.join(map(str, kinds))}}};")
     out.append(f"const int32_t kInputs{r}[] = {{{', '.join(map(str, program.inputs)) or '0'}}};")
     out.append(f"const int32_t kOutputs{r}[] = {{{', '.join(map(str, program.outputs))}}};")
-    rows = []
-    for n, (launch, kernel) in enumerate(zip(launches, indices)):
-        words, patches = _words(program, launch)
-        out.append(f"const int64_t kWords{r}_{n}[] = {{{', '.join(map(str, words)) or '0'}}};")
-        out.append(f"const int32_t kPatchWord{r}_{n}[] = {{{', '.join(str(w) for w, _ in patches) or '0'}}};")
-        out.append(f"const int32_t kPatchTensor{r}_{n}[] = {{{', '.join(str(t) for _, t in patches) or '0'}}};")
-        grid, block = _dims(launch.grid, region, launch, "grid"), _dims(launch.block, region, launch, "block")
-        rows.append(f"  {{{launch.op}, {kernel}, {{{', '.join(map(str, grid))}}}, {{{', '.join(map(str, block))}}}, "
-                    f"{launch.shared_bytes}, {len(words)}, kWords{r}_{n}, {len(patches)}, kPatchWord{r}_{n}, kPatchTensor{r}_{n}}},")
-    out += [f"const Launch kLaunches{r}[] = {{", *(rows or ["  {}"]), "};"]
+    tables = []
+    for name, (plan, indices) in (("", plain), ("Checked", checked)):
+        if name and plan is plain[0]:
+            tables.append(tables[0])
+            break
+        rows = []
+        for n, (launch, kernel) in enumerate(zip(plan, indices)):
+            words, patches = _words(program, launch)
+            out.append(f"const int64_t kWords{name}{r}_{n}[] = {{{', '.join(map(str, words)) or '0'}}};")
+            out.append(f"const int32_t kPatchWord{name}{r}_{n}[] = {{{', '.join(str(w) for w, _ in patches) or '0'}}};")
+            out.append(f"const int32_t kPatchTensor{name}{r}_{n}[] = {{{', '.join(str(t) for _, t in patches) or '0'}}};")
+            grid, block = _dims(launch.grid, region, launch, "grid"), _dims(launch.block, region, launch, "block")
+            rows.append(f"  {{{launch.op}, {kernel}, {{{', '.join(map(str, grid))}}}, {{{', '.join(map(str, block))}}}, "
+                        f"{launch.shared_bytes}, {len(words)}, kWords{name}{r}_{n}, {len(patches)}, kPatchWord{name}{r}_{n}, "
+                        f"kPatchTensor{name}{r}_{n}}},")
+        out += [f"const Launch kLaunches{name}{r}[] = {{", *(rows or ["  {}"]), "};"]
+        tables.append((len(plan), f"kLaunches{name}{r}"))
     per_op = [0] * len(program.ops)
     for launch in launches:
         per_op[launch.op] += 1
@@ -173,7 +194,7 @@ def _region_tables(r: int, region: NativeRegion, launches: tuple[Launch, ...], i
         f"const Region kRegion{r} = {{{_c_string(region.symbol)}, {_c_string(region.key)}, {_c_string(program.to_json())}, "
         f"{len(program.tensors)}, kTensors{r}, {len(program.inputs)}, kInputs{r}, {len(program.outputs)}, kOutputs{r}, "
         f"{len(launches)}, kLaunches{r}, kKinds{r}, {_c_string(','.join(map(str, per_op)))}, "
-        f"{len(program.ops)}, kOps{r}, {sanitize}}};"
+        f"{len(program.ops)}, kOps{r}, {sanitize}, {tables[1][0]}, {tables[1][1]}}};"
     )
     out.append(f"RegionState kState{r};")
     return out

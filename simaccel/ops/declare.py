@@ -180,6 +180,18 @@ class OpFamily:
         and copies nothing where its output is an intermediate: the runtime gives the
         output the input's memory (`Program.views`). Its `kernel` runs only where the output
         is a region output (the caller's buffer), and must copy.
+    elementwise:
+        For an elementwise op (every input broadcasts to the output, each output element a
+        function of the inputs' elements at its index): that function of float32 scalars,
+        ``f(*values, <numeric attributes>) -> value`` (the attributes it names are passed by
+        name, as ordinary parameters: Numba refuses keyword-only ones), written so that Numba can compile it as a
+        device function (plain arithmetic, `math`, other such functions), or
+        ``"module:function"``. With it the op fuses into the epilogue of the kernel that
+        produces its input, and runs of such ops into one kernel (simaccel/fusion.py); it
+        must compute what the op's kernel computes, bit for bit.
+    epilogue:
+        True where the family's launcher takes ``epilogue=`` (a simaccel.fusion.Epilogue,
+        applied at its store: kernels/epilogue.py) so that elementwise ops after it fuse.
     fuzz:
         Optional, for `simaccel fuzz`: ``fuzz(shape, draw) -> (shapes, relax_kwargs)`` to
         apply the op to a value of `shape` (its first input): shapes of the other inputs by
@@ -203,6 +215,8 @@ class OpFamily:
     activations: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = FLOAT_DTYPES
     view: bool = False
+    elementwise: Callable | str | None = None
+    epilogue: bool = False
     fuzz: Callable | None = None
     doc: str = ""
 
@@ -257,6 +271,11 @@ class OpFamily:
             bad(f"attributes {sorted(clash)} are both declared and fixed")
         if not self.dtypes or any(d not in FLOAT_DTYPES for d in self.dtypes):
             bad(f"dtypes must be a non-empty subset of {FLOAT_DTYPES}")
+        if self.elementwise is not None and not (callable(self.elementwise) or
+                                                 (isinstance(self.elementwise, str) and ":" in self.elementwise)):
+            bad("elementwise must be a callable or 'module:function'")
+        if self.elementwise is not None and (self.view or self.variadic):
+            bad("a view op or one with a tuple of inputs is not elementwise")
         if self.view and (len(inputs) != 1 or self.bias or self.activations):
             bad("a view op takes exactly one input and has no fused bias or activation")
         tuples = self.pattern.tuple_roles()

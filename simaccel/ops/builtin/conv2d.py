@@ -65,6 +65,7 @@ declare(OpFamily(
     infer=infer_conv2d,
     reference=conv2d,
     kernel="simaccel.kernels.conv2d:launch_conv2d",
+    epilogue=True,
     bias="channel",
     activations=("relu",),
     doc="2-D convolution, NCHW data, OIHW weight, grouped and depthwise too",

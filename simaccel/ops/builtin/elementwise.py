@@ -29,8 +29,31 @@ def same_shape(shapes, **_):
     return tuple(shapes[0])
 
 
-for _name, _fn in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply), ("divide", np.divide),
-                   ("power", np.power)):
+# The scalar functions of the binary ops, as kernels/elementwise.py's binary kernel computes
+# them (float32 operands): what fused groups of them run (simaccel/fusion.py).
+def add(lhs, rhs):
+    return lhs + rhs
+
+
+def subtract(lhs, rhs):
+    return lhs - rhs
+
+
+def multiply(lhs, rhs):
+    return lhs * rhs
+
+
+def divide(lhs, rhs):
+    return lhs / rhs
+
+
+def power(lhs, rhs):
+    return lhs ** rhs
+
+
+for _name, _fn, _scalar in (("add", np.add, add), ("subtract", np.subtract, subtract),
+                            ("multiply", np.multiply, multiply), ("divide", np.divide, divide),
+                            ("power", np.power, power)):
     declare(OpFamily(
         name=f"simaccel.{_name}",
         inputs=("lhs", "rhs"),
@@ -38,6 +61,7 @@ for _name, _fn in (("add", np.add), ("subtract", np.subtract), ("multiply", np.m
         infer=broadcast_shape,
         reference=lambda lhs, rhs, *, operation, _fn=_fn: _fn(f32(lhs), f32(rhs)),
         kernel="simaccel.kernels.elementwise:launch_binary",
+        elementwise=_scalar,
         fixed={"operation": _name},
         doc=f"{_name} with numpy broadcasting, rank <= 4",
     ))
@@ -46,6 +70,12 @@ for _name, _fn in (("add", np.add), ("subtract", np.subtract), ("multiply", np.m
 def clip_from_relax(match):
     low, high = match.values["min"], match.values["max"]
     return {"min": float(low), "max": float(high)}
+
+
+def clip_scalar(data, min, max):
+    """clip of one float32 value, as kernels/elementwise.py's clip kernel computes it."""
+    c = data if data < max else max
+    return c if c > min else min
 
 
 def clip(data, *, min, max):
@@ -64,6 +94,7 @@ declare(OpFamily(
     infer=same_shape,
     reference=clip,
     kernel="simaccel.kernels.elementwise:launch_clip",
+    elementwise=clip_scalar,
     doc="clip to [min, max] (ReLU6 is clip(0, 6)), elementwise",
 ))
 
@@ -84,6 +115,7 @@ declare(OpFamily(
     infer=infer_broadcast_to,
     reference=lambda data, *, shape: np.broadcast_to(data, tuple(shape)),
     kernel="simaccel.kernels.elementwise:launch_broadcast_to",
+    elementwise=lambda data: data,
     doc="broadcast_to a shape (numpy rules), rank <= 4",
 ))
 
@@ -95,6 +127,7 @@ for _name, (_relax, _) in ACTIVATIONS.items():
         infer=same_shape,
         reference=lambda data, *, activation: activate(f32(data), activation),
         kernel="simaccel.kernels.elementwise:launch_activation",
+        elementwise=f"simaccel.kernels.activation:scalar_{_name}",
         fixed={"activation": _name},
         doc=f"{_name}, elementwise",
     ))

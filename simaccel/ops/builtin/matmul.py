@@ -57,6 +57,7 @@ for _name, _transpose_b in (("simaccel.matmul", False), ("simaccel.dense", True)
         infer=infer_matmul,
         reference=matmul,
         kernel="simaccel.kernels.matmul:launch_matmul",
+        epilogue=True,
         fixed={"transpose_b": _transpose_b},
         bias="row",
         activations=("relu", "gelu"),

@@ -1,0 +1,201 @@
+"""Fused epilogues: elementwise ops run in the kernel that produces their input.
+
+Called by the launchers of ops whose family has `epilogue=True` (matmul, dense, conv2d) and by
+`launch_group` for chains with no producer, when the launch plan (simaccel/launch_plan.py) fuses
+a group of elementwise ops (simaccel/fusion.py) into them. The code for a group is generated
+from the ops' declarations (`OpFamily.elementwise`, a scalar function of float32 values), not
+written per combination: `device_function(epilogue)` writes one Python function that evaluates
+the group's steps in order and compiles it as a Numba device function (cached by the group's
+structure), which the producer's kernel calls at its one store point:
+
+    out[i] = epilogue(value, i, e0, e1, e2, d1, d2, d3, inv1, inv2, inv3, s00, ..., s23)
+
+`value` is what the producer would have stored (float32), `i` the flat index of the output
+element, e0..e2 the group's other tensors (a per-channel multiplier, a residual), each read
+at the element's rank-4 index dotted with its broadcast strides (as the binary kernels do,
+kernels/elementwise.py). Scalar constants of the Program are literals of the generated code.
+Each step's result is rounded to its op's output dtype before the next reads it, so a fused
+group computes exactly what its ops compute one by one. A kernel compiled without a group
+gets `IDENTITY`, which returns `value`, and dummy arguments (`args(target, None, out)`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import threading
+
+from numba import types
+from numba import cuda, float32
+from numba.cuda.extending import register_jitable
+
+from .elementwise import _broadcast_strides, _grid, _size, divmod_fast, per_thread
+
+MAX_EXTRAS = 3  # tensors a group reads besides its producer's value
+_RANK = 4
+PARAMS = 21  # what `args` gives: 3 arrays, 3 dims, 3 reciprocals, 3 x 4 strides
+
+
+@register_jitable
+def IDENTITY(v, i, e0, e1, e2, d1, d2, d3, inv1, inv2, inv3,
+             s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23):
+    return v
+
+
+@register_jitable
+def element_index(i, d1, d2, d3, inv1, inv2, inv3):
+    """The rank-4 index (i0, i1, i2, i3) of flat index `i` in an output of dims (., d1, d2, d3)."""
+    t, i3 = divmod_fast(i, d3, inv3)
+    t, i2 = divmod_fast(t, d2, inv2)
+    i0, i1 = divmod_fast(t, d1, inv1)
+    return i0, i1, i2, i3
+
+
+_FUNCTIONS: dict = {}
+_LOCK = threading.Lock()
+
+
+def device_function(epilogue):
+    """The device function of `epilogue` (a simaccel.fusion.Epilogue), IDENTITY for None;
+    one per distinct group structure (`epilogue.key`)."""
+    if epilogue is None:
+        return IDENTITY
+    with _LOCK:
+        fn = _FUNCTIONS.get(epilogue.key)
+        if fn is None:
+            fn = _FUNCTIONS[epilogue.key] = _generate(epilogue)
+    return fn
+
+
+def _scalar_function(spec):
+    if callable(spec):
+        return spec
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _literal(value) -> str:
+    value = float(value)
+    if math.isnan(value):
+        return "float32(math.nan)"
+    if math.isinf(value):
+        return f"float32({'-' if value < 0 else ''}math.inf)"
+    return f"float32({value!r})"
+
+
+_ROUNDING = {"float32": "{}", "float16": "float32(float16({}))"}
+
+
+def _generate(epilogue):
+    """Write and compile the Python source of `epilogue`'s device function."""
+    namespace = {"float32": float32, "float16": types.float16, "math": math, "element_index": element_index}
+    lines = ["def epilogue(v, i, e0, e1, e2, d1, d2, d3, inv1, inv2, inv3,",
+             "             s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23):"]
+    if epilogue.extras:
+        lines.append("    i0, i1, i2, i3 = element_index(i, d1, d2, d3, inv1, inv2, inv3)")
+    for j in range(len(epilogue.extras)):
+        lines.append(f"    x{j} = float32(e{j}[i0 * s{j}0 + i1 * s{j}1 + i2 * s{j}2 + i3 * s{j}3])")
+    names = {}
+    if epilogue.producer_dtype is not None:
+        lines.append(f"    r0 = {_ROUNDING[epilogue.producer_dtype].format('float32(v)')}")
+        names[0] = "r0"
+    for k, step in enumerate(epilogue.steps, start=1):
+        fn_name = f"f{k}"
+        fn = _scalar_function(step.function)
+        namespace[fn_name] = register_jitable(fn)
+        operands = []
+        for kind, what in step.operands:
+            if kind == "value":
+                operands.append(names[what])
+            elif kind == "extra":
+                operands.append(f"x{what}")
+            else:
+                operands.append(_literal(what))
+        accepted = inspect.signature(fn).parameters
+        keywords = [f"{name}={_literal(value) if isinstance(value, float) else repr(value)}"
+                    for name, value in step.attrs if name in accepted]
+        call = f"{fn_name}({', '.join(operands + keywords)})"
+        lines.append(f"    r{k} = {_ROUNDING[step.dtype].format(f'float32({call})')}")
+        names[k] = f"r{k}"
+    lines.append(f"    return r{len(epilogue.steps)}")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<simaccel epilogue {epilogue.name}>", "exec"), namespace)
+    fn = namespace["epilogue"]
+    fn.source = source
+    return register_jitable(fn)
+
+
+_FUSED_KERNELS: dict = {}
+
+
+def fused_kernel(kind: tuple, epilogue, make):
+    """The kernel `make(device_function(epilogue))` for producer kernel `kind`, made once per
+    (kind, group structure), and named after both (a kernel's name is its PTX entry)."""
+    key = (kind, epilogue.key)
+    kernel = _FUSED_KERNELS.get(key)
+    if kernel is None:
+        fn = device_function(epilogue)
+        with _LOCK:
+            kernel = _FUSED_KERNELS.get(key)
+            if kernel is None:
+                kernel = make(fn)
+                name = f"{kernel.__name__}_fused_{len(_FUSED_KERNELS)}"
+                kernel.__name__ = kernel.__qualname__ = name
+                twin = getattr(kernel, "simulated_by", None)
+                if twin is not None:
+                    twin.__name__ = twin.__qualname__ = name
+                _FUSED_KERNELS[key] = kernel
+    return kernel
+
+
+def args(target, epilogue, out) -> tuple:
+    """The PARAMS epilogue arguments a kernel takes after its own, for output `out`: the
+    group's extra tensors as 1-D views (a view of `out`, never read, where there are fewer),
+    the output's rank-4 dims (., d1, d2, d3) with their reciprocals, and each extra's element
+    strides over them (0 on broadcast dims)."""
+    shape = tuple(int(d) for d in out.shape)
+    flat_out = target.reshape(out, (_size(shape),))
+    extras = list(epilogue.extras) if epilogue is not None else []
+    o4 = (1,) * (_RANK - len(shape)) + shape
+    arrays, strides = [], []
+    for e in extras:
+        eshape = tuple(int(d) for d in e.shape)
+        arrays.append(target.reshape(e, (_size(eshape),)))
+        strides += _broadcast_strides(eshape, o4)
+    while len(arrays) < MAX_EXTRAS:
+        arrays.append(flat_out)
+        strides += [0] * _RANK
+    d1, d2, d3 = (max(d, 1) for d in o4[1:])
+    return (*arrays, d1, d2, d3, 1.0 / d1, 1.0 / d2, 1.0 / d3, *strides)
+
+
+def _group_kernel(epilogue_fn):
+    def kernel(out, total, ilp, e0, e1, e2, d1, d2, d3, inv1, inv2, inv3,
+               s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23):
+        block = cuda.blockDim.x
+        start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
+        step = cuda.gridDim.x * block * ilp
+        while start < total:
+            for k in range(ilp):
+                i = start + k * block
+                if i < total:
+                    out[i] = epilogue_fn(float32(0.0), i, e0, e1, e2, d1, d2, d3, inv1, inv2, inv3,
+                                         s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23)
+            start += step
+
+    kernel.__name__ = "_group_kernel"
+    return kernel
+
+
+def launch_group(target, out, *, epilogue) -> int:
+    """out = a group of elementwise ops with no producer (every operand a tensor of the
+    region or a constant), one generated kernel; returns the launch count."""
+    total = _size(out.shape)
+    if total == 0:
+        return 0
+    kernel = fused_kernel(("group",), epilogue, _group_kernel)
+    ilp = per_thread(total)
+    grid, block = _grid(total, ilp)
+    target.launch(kernel, grid, block, target.reshape(out, (total,)), total, ilp, *args(target, epilogue, out))
+    return 1

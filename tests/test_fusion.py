@@ -1,0 +1,139 @@
+"""Epilogue fusion (simaccel/fusion.py, kernels/epilogue.py): which ops fuse, and that a fused
+group computes what its ops compute one by one, against TVM alone and against the unfused plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import relax as R
+
+import simaccel
+from harness import compare_with_tvm, run_vm
+from simaccel import fusion
+from simaccel.kernels import epilogue as kernel_epilogue
+from simaccel.tvm_integration import build
+from simaccel.tvm_integration.tools.models import random_inputs
+
+
+def _programs(mod):
+    """The Programs of `mod`'s regions, as the codegen makes them."""
+    from simaccel.tvm_integration import partition_for_simaccel
+    from simaccel.tvm_integration.backend.codegen import region_program
+    from simaccel.tvm_integration.backend.patterns import sync_patterns
+
+    parted = partition_for_simaccel(mod)
+    return [region_program(gv.name_hint, f, sync_patterns()) for gv, f in parted.functions.items()
+            if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs]
+
+
+def conv_gated(dtype="float32"):
+    """conv + bias, then x * sigmoid(x) (SiLU written out), a per-channel scale, a residual, a clip."""
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((1, 8, 6, 6), dtype), w: R.Tensor((16, 8, 3, 3), dtype), b: R.Tensor((1, 16, 1, 1), dtype),
+                 s: R.Tensor((1, 16, 1, 1), dtype), r: R.Tensor((1, 16, 6, 6), dtype)):
+            with R.dataflow():
+                c = R.nn.conv2d(x, w, padding=(1, 1))
+                cb = R.add(c, b)
+                g = R.sigmoid(cb)
+                y = R.multiply(cb, g)
+                z = R.multiply(y, s)
+                q = R.add(z, r)
+                out = R.clip(q, R.prim_value(-1.5), R.prim_value(2.0))
+                R.output(out)
+            return out
+    return Module
+
+
+def dense_chain(dtype="float32"):
+    """dense + bias, then a scalar scale, tanh, a column-broadcast add whose result is also a
+    model output (so it is stored, and the ops after it form a group of their own)."""
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((5, 24), dtype), w: R.Tensor((20, 24), dtype), b: R.Tensor((20,), dtype),
+                 v: R.Tensor((5, 1), dtype)):
+            with R.dataflow():
+                h = R.matmul(x, R.permute_dims(w))
+                hb = R.add(h, b)
+                hs = R.multiply(hb, R.const(0.5, dtype))
+                t = R.tanh(hs)
+                u = R.add(t, v)
+                e = R.exp(u)
+                k = R.subtract(e, u)
+                m = R.divide(k, R.const(3.0, dtype))
+                pair = (u, m)
+                R.output(pair)
+            return pair
+    return Module
+
+
+def test_a_conv_group_takes_every_elementwise_op_after_it():
+    (program,) = _programs(conv_gated())
+    groups = fusion.groups(program)
+    assert len(groups) == 1
+    (group,) = groups
+    assert group.producer and group.members == tuple(range(len(program.ops)))
+    assert [program.ops[k].op for k in group.members][0].startswith("simaccel.conv2d")
+    assert len(group.extras) == 2  # the scale and the residual; the clip bounds are attributes
+    assert group.output == program.outputs[0]
+
+
+def test_a_value_read_outside_the_group_ends_it():
+    (program,) = _programs(dense_chain())
+    groups = fusion.groups(program)
+    ops = [n.op for n in program.ops]
+    # u is a region output: the producer group ends at u (dense+bias, multiply, tanh, add);
+    # exp, subtract and divide (which read u twice) form a group of their own, with no producer.
+    assert [g.producer for g in groups] == [True, False]
+    first, second = groups
+    assert ops[first.last] == "simaccel.add" and ops[second.first] == "simaccel.exp"
+    assert second.members == tuple(range(first.last + 1, len(ops)))
+    assert program.ops[first.last].output in program.outputs
+    assert second.extras == (program.ops[first.last].output,)
+    assert program.ops[first.last].output not in first.fused_values(program)
+
+
+@pytest.mark.parametrize("model", [conv_gated, dense_chain])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fused_groups_match_tvm_alone_on_the_simulator(model, dtype):
+    mod = model(dtype)
+    _, _, snapshot = compare_with_tvm(mod, "sim")
+    (program, *_) = _programs(mod)
+    fused_launches = sum(snapshot["kernel_launches"].values())
+    assert fused_launches < len(program.ops), snapshot["kernel_launches"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fused_and_unfused_plans_give_the_same_bits(dtype):
+    """The fused plan (no watcher) and the unfused one (a watcher installed) on the simulator:
+    every rounding point is the same, so the results are equal, not just close."""
+    from simaccel.debug import hooks
+
+    mod = conv_gated(dtype)
+    arrays = random_inputs(mod, 3)
+    arrays[0][0, 0, 0, 0] = np.nan  # special values go through both paths alike
+    arrays[4][0, 1, 2, 3] = np.inf
+    runtime = simaccel.get_runtime()
+    executable = build(mod)
+    with runtime.use_engine("sim"):
+        fused = run_vm(executable, arrays)
+        with hooks.watching(hooks.Watcher()):
+            unfused = run_vm(executable, arrays)
+    np.testing.assert_array_equal(fused, unfused)
+
+
+def test_the_generated_code_rounds_each_step_to_its_dtype():
+    (program,) = _programs(conv_gated("float16"))
+    (group,) = fusion.groups(program)
+    epilogue = fusion.Epilogue("test", group.steps, (None, None), group.producer_dtype)
+    source = kernel_epilogue.device_function(epilogue).source
+    assert source.count("float16(") == len(group.steps) + 1  # the producer's value and each step
+    assert "float32(-1.5)" in source and "float32(2.0)" in source  # clip's bounds are literals
+
+
+def test_kernels_and_core_agree_on_the_extras():
+    assert kernel_epilogue.MAX_EXTRAS == fusion.MAX_EXTRAS
