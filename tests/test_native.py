@@ -681,3 +681,39 @@ def test_constant_values_become_the_words_region_h_memsets(dtype, value, words):
     from simaccel.native.source import _value_words
 
     assert _value_words(TensorSpec("c", (), dtype, value)) == words
+
+
+@pytest.fixture(scope="module")
+def fused_library(native, tmp_path_factory):
+    """A library of one region whose three ops fuse into one kernel (simaccel.fusion)."""
+    program = fused_program()
+    library, _ = region_library([NativeRegion("r_fused", program)], tmp_path_factory.mktemp("fused"))
+    return library, native[1], program
+
+
+def test_a_fused_group_is_one_launch_and_its_values_in_between_are_never_allocated(fused_library, clean_runtime):
+    from simaccel.debug import flags
+
+    library, driver, program = fused_library
+    driver.reset()
+    tensors = [cuda_tensor(a) for a in arrays_for(program)]
+    with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), STREAM):
+        library["r_fused"](*tensors)
+    (launch,) = driver.launches()
+    (planned,) = plan_launches(program)
+    assert "_fused_" in planned.kernel.__name__
+    assert launch["entry"] == compile_kernel(planned.kernel, signature(planned, program), SM90).entry
+    assert fused_values(program) == {4, 5} and driver.counter("allocations") == 0  # h and g stay in registers
+    # A sanitized call runs the checked plan: each op on its own, its output stored and checked.
+    driver.reset()
+    driver.launch_fill(0x3C)
+    flags.set_bit(flags.SANITIZE, True)
+    try:
+        with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), STREAM):
+            library["r_fused"](*tensors)
+    finally:
+        flags.set_bit(flags.SANITIZE, False)
+    checked = plan_launches(program, fuse=False)
+    assert [l["entry"] for l in driver.launches()] == [
+        compile_kernel(l.kernel, signature(l, program), SM90).entry for l in checked]
+    assert len(checked) == 3
