@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ops import get_op
+from .ops.attrs import INFINITIES
 from .program import Program
 
 MAX_EXTRAS = 3  # kernels/epilogue.py passes three tensors besides the producer's value
@@ -158,7 +159,7 @@ def _grow(program: Program, first: int, readers, owners, outputs) -> Group | Non
         if not producer and k == first and not operands:
             break
         extras += new_extras
-        attrs = tuple(sorted((a, v) for a, v in node.attrs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)))
+        attrs = tuple(sorted((a, _number(v)) for a, v in node.attrs.items() if _number(v) is not None))
         steps.append(Step(fn, tuple(operands), attrs, spec.dtype))
         values[node.output] = len(steps)
         if k != first:
@@ -169,6 +170,17 @@ def _grow(program: Program, first: int, readers, owners, outputs) -> Group | Non
                          tensors[head.output].dtype if producer else None)
         k += 1
     return best
+
+
+def _number(value):
+    """A numeric attribute as the generated code takes it (an open bound "inf" as a float), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if value in INFINITIES:
+        return float(value)
+    return None
 
 
 def _closed(program: Program, members, readers, owners, outputs) -> bool:

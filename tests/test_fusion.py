@@ -137,3 +137,34 @@ def test_the_generated_code_rounds_each_step_to_its_dtype():
 
 def test_kernels_and_core_agree_on_the_extras():
     assert kernel_epilogue.MAX_EXTRAS == fusion.MAX_EXTRAS
+
+
+def hardswish_block(dtype="float32", open_bound=False):
+    """conv + bias, then hardswish written out as TVM's importer writes it: x * clip(x + 3, 0, 6) / 6
+    (a DAG over the conv's value); `open_bound`: the clip's upper bound is inf (hardsigmoid's form)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 4, 5, 5), dtype))
+    w = relax.Var("w", relax.TensorType((8, 4, 1, 1), dtype))
+    b = relax.Var("b", relax.TensorType((1, 8, 1, 1), dtype))
+    high = float("inf") if open_bound else 6.0
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.add(relax.op.nn.conv2d(x, w), b))
+            t = bb.emit(relax.op.add(c, relax.const(3.0, dtype)))
+            k = bb.emit(relax.op.clip(t, 0.0, high))
+            d = bb.emit(relax.op.divide(k, relax.const(6.0, dtype)))
+            out = bb.emit_output(relax.op.multiply(c, d))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("open_bound", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_hardswish_as_a_dag_fuses_and_matches_tvm_alone(dtype, open_bound):
+    mod = hardswish_block(dtype, open_bound)
+    (program,) = _programs(mod)
+    (group,) = fusion.groups(program)
+    assert group.producer and len(group.members) == len(program.ops)
+    for engine in ("ref", "sim"):
+        _, _, snapshot = compare_with_tvm(mod, engine)
+    assert sum(snapshot["kernel_launches"].values()) == 1

@@ -63,6 +63,24 @@ def number(value) -> float:
     return float(value)
 
 
+INFINITIES = ("inf", "-inf")  # how a bound's infinite value is written (Program JSON has no inf)
+
+
+def bound(value) -> float:
+    """A bound that may be open: a finite number, or "inf" / "-inf" (clip's upper bound of
+    hardsigmoid, which TVM's importer writes as clip(x, 0, inf))."""
+    if value in INFINITIES:
+        return float(value)
+    return number(value)
+
+
+def bound_value(value: float):
+    """What a Program holds for bound `value`: the number, or "inf" / "-inf"."""
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return float(value)
+
+
 def shape(value) -> tuple[int, ...]:
     """A tensor shape: a list of integers >= 0 (rank 0 to 6)."""
     if not isinstance(value, (list, tuple)) or len(value) > 6:

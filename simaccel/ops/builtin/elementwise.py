@@ -5,12 +5,14 @@ activation (``simaccel.relu``, ``gelu``, ``sigmoid``, ``tanh``, ``silu``, ``exp`
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import ShapeError
 from ..activation import ACTIVATIONS, activate
 from .. import attrs as kinds
-from ..declare import OpFamily, relax_op, relax_value
+from ..declare import OpFamily, Reject, relax_op, relax_value
 from ..registry import declare
 from ..rules import check_rank, f32
 
@@ -68,8 +70,10 @@ for _name, _fn, _scalar in (("add", np.add, add), ("subtract", np.subtract, subt
 
 
 def clip_from_relax(match):
-    low, high = match.values["min"], match.values["max"]
-    return {"min": float(low), "max": float(high)}
+    low, high = float(match.values["min"]), float(match.values["max"])
+    if math.isnan(low) or math.isnan(high):
+        raise Reject(f"clip bounds ({low}, {high}) include NaN")
+    return {"min": kinds.bound_value(low), "max": kinds.bound_value(high)}
 
 
 def clip_scalar(data, min, max):
@@ -89,7 +93,7 @@ declare(OpFamily(
     name="simaccel.clip",
     inputs=("data",),
     pattern=relax_op("relax.clip", "data", relax_value("min"), relax_value("max")),
-    attrs={"min": kinds.number, "max": kinds.number},
+    attrs={"min": kinds.bound, "max": kinds.bound},
     from_relax=clip_from_relax,
     infer=same_shape,
     reference=clip,
