@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
+from . import conv2d_grouped
 from .activation import ACTIVATIONS, apply_activation
 from .elementwise import divmod_fast
 from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, tile_arrays, tile_steps
@@ -239,6 +240,10 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
     if OG >= MIN_GEMM_CHANNELS and OH * OW >= MIN_GEMM_PIXELS and CG * KH * KW < _MAX_GEMM_K:
         return _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation,
                                      ACTIVATIONS[activation])
+    if conv2d_grouped.fits(data.shape, weight.shape, out.shape, groups, strides, dilation):
+        return conv2d_grouped.launch_grouped_conv2d(target, out, data, weight, b1, has_bias, strides=strides,
+                                                    padding=padding, dilation=dilation, groups=groups,
+                                                    activation=activation)
     block = min(BLOCK, total)
     grid = min((total + block - 1) // block, _MAX_BLOCKS)
     target.launch(
