@@ -36,6 +36,7 @@ than MAX_SHARED_BYTES) `kernels.conv2d` keeps its direct one-thread-per-output k
 from __future__ import annotations
 
 import functools
+import linecache
 import math
 
 from numba import cuda, float32, uint64
@@ -51,7 +52,7 @@ MAX_SHARED_BYTES = 32 * 1024  # per block, leaving an SM room for several blocks
 # Registers for the weights a thread keeps (MO * KH * KW): MO is the largest of MOS within it.
 WEIGHT_REGISTERS = 64
 MOS = (4, 2, 1)
-_MAX_BLOCKS = 1 << 20  # the block-stride loop covers the rest
+_MAX_GRID_X = (1 << 31) - 1  # blocks per launch (gridDim.x); more take more launches
 
 
 def input_extent(out_extent: int, kernel: int, stride: int, dilation: int) -> int:
@@ -59,128 +60,169 @@ def input_extent(out_extent: int, kernel: int, stride: int, dilation: int) -> in
     return (out_extent - 1) * stride + (kernel - 1) * dilation + 1
 
 
-def _bank_conflicts(pitch: int, rows: int, np_: int, th: int, tx: int, sh: int, sw: int) -> int:
-    """The most threads of one warp that read one shared bank at once (first tap), rows of `pitch` words."""
+def _most_per_bank(words) -> int:
+    """The most distinct words of one access that fall in one of the 32 shared banks."""
     banks: dict[int, set] = {}
-    for t in range(32):
-        slot, lt = divmod(t, th * tx)
-        r, cx = divmod(lt, tx)
-        if slot >= np_:
-            break
-        word = (slot * rows + r * sh) * pitch + cx * PX * sw
+    for word in words:
         banks.setdefault(word % 32, set()).add(word)
-    return max(len(words) for words in banks.values())
+    return max(len(v) for v in banks.values())
 
 
-def shared_pitch(tiw: int, tih: int, np_: int, th: int, tx: int, sh: int, sw: int) -> int:
-    """Words per shared row, at least `tiw`: the first with the fewest bank conflicts of a warp's reads."""
-    return min(range(tiw, tiw + 32), key=lambda p: (_bank_conflicts(p, tih, np_, th, tx, sh, sw), p))
+def _warp_threads(np_: int, st: int):
+    """(slot, thread in the plane) of warp 0's threads."""
+    return [divmod(t, st) for t in range(min(32, np_ * st))]
+
+
+def shared_pitch(width: int, words_at) -> int:
+    """Words per shared row, at least `width`: the first with the fewest bank conflicts of
+    the accesses `words_at(pitch)` gives (lists of one warp's words, one list per access)."""
+    return min(range(width, width + 32), key=lambda p: (sum(_most_per_bank(a) for a in words_at(p)), p))
+
+
+def _generated(name: str, source: str, namespace: dict):
+    """The function `name` that `source` defines, compiled with `namespace` as its globals;
+    the source is registered with linecache so tracebacks (the simulator's) show its lines."""
+    filename = f"<simaccel generated {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
 
 
 @functools.lru_cache(maxsize=None)
-def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO):
+def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO, ONE_CHANNEL):
     """The kernel function for one geometry (see the module docstring), cached so that every
-    launch of a geometry launches (and compiles, records and AOT-compiles) one function."""
+    launch of a geometry launches (and compiles, records and AOT-compiles) one function.
+
+    Its body is generated with the taps, outputs and channels unrolled into scalars (a loop
+    LLVM left rolled would put the accumulators in local memory); the epilogue is one loop
+    around the one store point."""
     TX = TW // PX  # threads along a tile row
     ST = TH * TX  # threads per plane
     NP = NTHREADS // ST  # planes per block
     KHW = KH * KW
     TIH = input_extent(TH, KH, SH, DH)
     TIW = input_extent(TW, KW, SW, DW)
-    PITCH = shared_pitch(TIW, TIH, NP, TH, TX, SH, SW)
-    # Staging: a plane's ST threads as RSTEP rows of COLS columns, COLS the smallest power of
-    # two (dividing ST) that spans the tile's width, else ST; row passes x column passes.
-    COLS = next((c for c in (1, 2, 4, 8, 16, 32, 64, 128) if c >= TIW and ST % c == 0), ST)
-    RSTEP = ST // COLS
-    ROW_PASSES = -(-TIH // RSTEP)
-    COL_PASSES = -(-TIW // COLS)
+    SPAN = input_extent(PX, KW, SW, DW)  # input columns a thread's PX windows span
+    warp = _warp_threads(NP, ST)
+    # Input tile: a thread reads row r * SH + kh * DH from column cx * PX * SW on.
+    PITCH = shared_pitch(TIW, lambda p: [[(s * TIH + (lt // TX) * SH) * p + (lt % TX) * PX * SW for s, lt in warp]])
     SLOT_WORDS = TIH * PITCH
-    SHARED_WORDS = NP * SLOT_WORDS
-    SPAN = input_extent(PX, KW, SW, DW)  # input values a thread's PX windows span on one row
-    ACC = MO * PX  # local array sizes must be plain closure constants for numba's typing
-    WREGS = MO * KHW
-    zero = float32(0.0)
+    # Accumulators go out through shared memory: written as a thread holds them (PX
+    # neighbours per channel), read back row by row (consecutive threads, consecutive columns).
+    SPITCH = shared_pitch(TW, lambda p: [[(s * MO * TH + lt // TX) * p + (lt % TX) * PX + q for s, lt in warp]
+                                         for q in range(PX)]
+                          + [[(s * MO * TH + lt // TW) * p + lt % TW for s, lt in warp]])
+    STASH_M = TH * SPITCH
+    STASH_SLOT = MO * STASH_M
+    STAGED = TIH * TIW
+    TILE_OUT = TH * TW
+    used = sorted({p * SW + kw * DW for p in range(PX) for kw in range(KW)})
 
-    def kernel(out, x, w, bias, C, H, W, O, OG, CG, groups, OH, OW, MB, planes, tiles_w, tiles, blocks,
-               pt, pl, has_bias, act):
-        """out (N*O*OH*OW) = act(conv(x, w) + bias), x flat (N*C*H*W), w flat (O*CG*KH*KW)."""
-        tile = cuda.shared.array(SHARED_WORDS, float32)
-        acc = cuda.local.array(ACC, float32)
-        wr = cuda.local.array(WREGS, float32)
-        xr = cuda.local.array(SPAN, float32)
-        t = cuda.threadIdx.x
-        slot = t // ST
-        lt = t - slot * ST
-        r = lt // TX
-        cx = lt - r * TX
-        stage_r = lt // COLS
-        stage_c = lt - stage_r * COLS
-        # This thread's shared words (unsigned: no negative-index wrap-around).
-        stage_at = slot * SLOT_WORDS + stage_r * PITCH + stage_c
-        read_at = slot * SLOT_WORDS + r * (SH * PITCH) + cx * (PX * SW)
-        plane_size = H * W
-        for bid in range(cuda.blockIdx.x, blocks, cuda.gridDim.x):
-            pb = bid // tiles
-            ti = bid - pb * tiles
-            tr = ti // tiles_w
-            oh0 = tr * TH
-            ow0 = (ti - tr * tiles_w) * TW
-            plane = pb * NP + slot
-            valid = plane < planes
-            ng = plane // MB
-            mb = plane - ng * MB
-            n = ng // groups
-            g = ng - n * groups
-            m_left = OG - mb * MO  # channels of this block within the group
-            o0 = g * OG + mb * MO
-            ih_s = oh0 * SH - pt + stage_r  # the input row and column this thread stages first
-            iw_s = ow0 * SW - pl + stage_c
-            x_c = (n * C + g * CG) * plane_size + ih_s * W + iw_s  # ... of input channel c of the group
-            w_c = o0 * CG * KHW
-            for i in range(ACC):
-                acc[i] = zero
-            for c in range(CG):
-                for cp in range(COL_PASSES):
-                    iw = iw_s + cp * COLS
-                    col_in = valid and iw >= 0 and iw < W and stage_c + cp * COLS < TIW
-                    for rp in range(ROW_PASSES):
-                        ih = ih_s + rp * RSTEP
-                        if stage_r + rp * RSTEP < TIH and stage_c + cp * COLS < TIW:
-                            v = zero
-                            if col_in and ih >= 0 and ih < H:
-                                v = float32(x[uint64(x_c + rp * RSTEP * W + cp * COLS)])
-                            tile[uint64(stage_at + rp * (RSTEP * PITCH) + cp * COLS)] = v
-                for m in range(MO):
-                    for k in range(KHW):
-                        wr[m * KHW + k] = float32(w[uint64(w_c + m * CG * KHW + k)]) if valid and m < m_left else zero
-                cuda.syncthreads()
-                for kh in range(KH):
-                    for j in range(SPAN):
-                        xr[j] = tile[uint64(read_at + kh * (DH * PITCH) + j)]
-                    for kw in range(KW):
-                        for m in range(MO):
-                            wv = wr[m * KHW + kh * KW + kw]
-                            for p in range(PX):
-                                acc[m * PX + p] += xr[p * SW + kw * DW] * wv
-                cuda.syncthreads()
-                x_c += plane_size
-                w_c += KHW
-            oh = oh0 + r
-            ow = ow0 + cx * PX
-            if valid and oh < OH:
-                for m in range(MO):
-                    if m < m_left:
-                        o = o0 + m
-                        b = float32(bias[o]) if has_bias else zero
-                        row_out = ((n * O + o) * OH + oh) * OW + ow
-                        for p in range(PX):
-                            if ow + p < OW:
-                                out[uint64(row_out + p)] = apply_activation(acc[m * PX + p] + b, act)
-
-    kernel.__name__ = kernel.__qualname__ = (
-        f"_conv2d_grouped_kernel_{TH}x{TW}_k{KH}x{KW}_s{SH}x{SW}_d{DH}x{DW}_m{MO}")
-    kernel.launch_bounds = (NTHREADS, 8)
-    kernel.geometry = dict(TH=TH, TW=TW, NP=NP, TIH=TIH, TIW=TIW, PITCH=PITCH, MO=MO)
+    lines = []
+    emit = lines.append
+    emit("def {NAME}(out, x, w, bias, C, H, W, O, OG, CG, groups, OH, OW, MB, planes, tiles_w, tiles, bid0,")
+    emit("        pt, pl, has_bias, act):")
+    emit("    tile = cuda.shared.array(%d, float32)" % (NP * SLOT_WORDS))
+    emit("    stash = cuda.shared.array(%d, float32)" % (NP * STASH_SLOT))
+    emit("    zero = float32(0.0)")
+    emit("    t = cuda.threadIdx.x")
+    emit(f"    slot = t // {ST}")
+    emit(f"    lt = t - slot * {ST}")
+    emit(f"    r = lt // {TX}")
+    emit(f"    cx = lt - r * {TX}")
+    emit(f"    r0 = lt // {TIW}  # the input element this thread stages first: lt of the flat tile")
+    emit(f"    c0 = lt - r0 * {TIW}")
+    emit(f"    tile_at = slot * {SLOT_WORDS}")
+    emit(f"    read_at = tile_at + r * {SH * PITCH} + cx * {PX * SW}")
+    emit(f"    stash_at = slot * {STASH_SLOT}")
+    emit(f"    stash_in = stash_at + r * {SPITCH} + cx * {PX}")
+    emit("    plane_size = H * W")
+    emit(f"    cgk = CG * {KHW}")
+    emit("    bid = bid0 + cuda.blockIdx.x")
+    emit("    pb = bid // tiles")
+    emit("    ti = bid - pb * tiles")
+    emit("    tr = ti // tiles_w")
+    emit(f"    oh0 = tr * {TH}")
+    emit(f"    ow0 = (ti - tr * tiles_w) * {TW}")
+    emit(f"    ih_s = oh0 * {SH} - pt")
+    emit(f"    iw_s = ow0 * {SW} - pl")
+    emit(f"    plane = pb * {NP} + slot")
+    emit("    valid = plane < planes")
+    emit("    if not valid:")
+    emit("        plane = 0  # reads in bounds (weights of channel 0), writes nothing")
+    emit("    ng = plane // MB")
+    emit("    mb = plane - ng * MB")
+    emit("    n = ng // groups")
+    emit("    g = ng - n * groups")
+    emit(f"    o0 = g * OG + mb * {MO}")
+    emit("    x_c = (n * C + g * CG) * plane_size  # input channel c of the group, from c = 0")
+    emit(f"    w_c = o0 * cgk")
+    for m in range(MO):
+        for q in range(PX):
+            emit(f"    a{m}_{q} = zero")
+    # One input channel per group (depthwise) is a loop of one trip LLVM removes: nothing is
+    # hoisted above it to stay live through it (the tile's per-pass offsets would be).
+    emit("    for c in range(1):" if ONE_CHANNEL else "    for c in range(CG):")
+    # 1. The input tile, flat index lt + q * ST: row and column from (r0, c0) by constants.
+    for q in range(-(-STAGED // ST)):
+        dq, rq = divmod(q * ST, TIW)
+        emit(f"        rq = r0 + {dq}")
+        emit(f"        cq = c0 + {rq}")
+        if rq:
+            emit(f"        if cq >= {TIW}:")
+            emit(f"            cq -= {TIW}")
+            emit("            rq += 1")
+        indent = "        "
+        if (q + 1) * ST > STAGED:
+            emit(f"        if rq < {TIH}:")
+            indent += "    "
+        emit(f"{indent}ih = ih_s + rq")
+        emit(f"{indent}iw = iw_s + cq")
+        emit(f"{indent}v = zero")
+        emit(f"{indent}if valid and ih >= 0 and ih < H and iw >= 0 and iw < W:")
+        emit(f"{indent}    v = float32(x[uint64(x_c + ih * W + iw)])")
+        emit(f"{indent}tile[uint64(tile_at + rq * {PITCH} + cq)] = v")
+    # 2. The channel's weights of the thread's MO output channels (the same in every thread).
+    for m in range(MO):
+        emit(f"        w_m = w_c + {m} * cgk" if m else "        w_m = w_c")
+        for k in range(KHW):
+            emit(f"        w{m}_{k} = float32(w[uint64(w_m + {k})])")
+    emit("        cuda.syncthreads()")
+    # 3. Per kernel row: the input values the thread's windows span, then every tap.
+    for kh in range(KH):
+        for j in used:
+            emit(f"        x{j} = tile[uint64(read_at + {kh * DH * PITCH + j})]")
+        for kw in range(KW):
+            for m in range(MO):
+                for q in range(PX):
+                    emit(f"        a{m}_{q} += x{q * SW + kw * DW} * w{m}_{kh * KW + kw}")
+    emit("        cuda.syncthreads()")
+    emit("        x_c += plane_size")
+    emit(f"        w_c += {KHW}")
+    for m in range(MO):
+        for q in range(PX):
+            emit(f"    stash[uint64(stash_in + {m * STASH_M + q})] = a{m}_{q}")
+    emit("    cuda.syncthreads()")
+    # The epilogue: one store point, output columns fastest across threads.
+    emit(f"    for q in range({MO * PX}):")
+    emit(f"        e = lt + q * {ST}")
+    emit(f"        m = e // {TILE_OUT}")
+    emit(f"        e -= m * {TILE_OUT}")
+    emit(f"        rr = e // {TW}")
+    emit(f"        cc = e - rr * {TW}")
+    emit("        oh = oh0 + rr")
+    emit("        ow = ow0 + cc")
+    emit("        if valid and oh < OH and ow < OW:")
+    emit("            o = o0 + m")
+    emit("            b = float32(bias[o]) if has_bias else zero")
+    emit(f"            v = stash[uint64(stash_at + m * {STASH_M} + rr * {SPITCH} + cc)]")
+    emit("            out[uint64(((n * O + o) * OH + oh) * OW + ow)] = apply_activation(v + b, act)")
+    NAME = f"_conv2d_grouped_kernel_{TH}x{TW}_k{KH}x{KW}_s{SH}x{SW}_d{DH}x{DW}_m{MO}{'_c1' if ONE_CHANNEL else ''}"
+    source = "\n".join(lines).replace("{NAME}", NAME) + "\n"
+    kernel = _generated(NAME, source, dict(cuda=cuda, float32=float32, uint64=uint64, apply_activation=apply_activation))
+    kernel.source = source
+    kernel.launch_bounds = (NTHREADS, 4)
+    kernel.geometry = dict(TH=TH, TW=TW, NP=NP, TIH=TIH, TIW=TIW, PITCH=PITCH, SPITCH=SPITCH, MO=MO)
     return kernel
 
 
@@ -189,13 +231,14 @@ def channels_per_thread(og: int, taps: int) -> int:
     return next(mo for mo in MOS if og % mo == 0 and mo * taps <= WEIGHT_REGISTERS)
 
 
-def shared_bytes(th, tw, kh, kw, sh, sw, dh, dw) -> int:
-    """Bytes of the block's shared input tiles for a tile configuration (before the row pitch)."""
+def shared_bytes(th, tw, kh, kw, sh, sw, dh, dw, mo) -> int:
+    """At most the bytes of a block's shared arrays for a tile configuration: its planes' input
+    tiles and accumulators, rows padded by at most 31 words (`shared_pitch`)."""
     np_ = NTHREADS * PX // (th * tw)
-    return 4 * np_ * input_extent(th, kh, sh, dh) * (input_extent(tw, kw, sw, dw) + 31)
+    return 4 * np_ * (input_extent(th, kh, sh, dh) * (input_extent(tw, kw, sw, dw) + 31) + mo * th * (tw + 31))
 
 
-def choose_tile(OH, OW, planes, kh, kw, sh, sw, dh, dw):
+def choose_tile(OH, OW, planes, kh, kw, sh, sw, dh, dw, mo):
     """(TH, TW) of TILES for these outputs, or None where no tile fits MAX_SHARED_BYTES.
 
     Each block costs what it computes and what it stages: its NP planes' TH x TW outputs
@@ -204,7 +247,7 @@ def choose_tile(OH, OW, planes, kh, kw, sh, sw, dh, dw):
     """
     best = None
     for th, tw in TILES:
-        if shared_bytes(th, tw, kh, kw, sh, sw, dh, dw) > MAX_SHARED_BYTES:
+        if shared_bytes(th, tw, kh, kw, sh, sw, dh, dw, mo) > MAX_SHARED_BYTES:
             continue
         np_ = NTHREADS * PX // (th * tw)
         blocks = -(-planes // np_) * -(-OH // th) * -(-OW // tw)
@@ -214,14 +257,21 @@ def choose_tile(OH, OW, planes, kh, kw, sh, sw, dh, dw):
     return None if best is None else best[1]
 
 
-def fits(data_shape, weight_shape, out_shape, groups, strides, dilation) -> bool:
-    """Whether this kernel takes the convolution (kernel size within MAX_KERNEL, a tile that fits)."""
-    _, CG, KH, KW = weight_shape
+def plan(data_shape, weight_shape, out_shape, groups, strides, dilation):
+    """(TH, TW, MO) this kernel runs the convolution with, or None where it does not take it
+    (a kernel side above MAX_KERNEL, or no tile within MAX_SHARED_BYTES)."""
+    N = int(data_shape[0])
+    O, _, KH, KW = (int(d) for d in weight_shape)
     if max(KH, KW) > MAX_KERNEL:
-        return False
-    O = int(weight_shape[0])
-    planes = int(data_shape[0]) * O // channels_per_thread(O // groups, KH * KW)
-    return choose_tile(int(out_shape[2]), int(out_shape[3]), planes, KH, KW, *strides, *dilation) is not None
+        return None
+    MO = channels_per_thread(O // groups, KH * KW)
+    tile = choose_tile(int(out_shape[2]), int(out_shape[3]), N * O // MO, KH, KW, *strides, *dilation, MO)
+    return None if tile is None else (*tile, MO)
+
+
+def fits(data_shape, weight_shape, out_shape, groups, strides, dilation) -> bool:
+    """Whether this kernel takes the convolution (see `plan`)."""
+    return plan(data_shape, weight_shape, out_shape, groups, strides, dilation) is not None
 
 
 def launch_grouped_conv2d(target, out, data, weight, b1, has_bias, *, strides, padding, dilation, groups,
@@ -232,20 +282,20 @@ def launch_grouped_conv2d(target, out, data, weight, b1, has_bias, *, strides, p
     O, CG, KH, KW = (int(d) for d in weight.shape)
     OH, OW = int(out.shape[2]), int(out.shape[3])
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
+    TH, TW, MO = plan(data.shape, weight.shape, out.shape, groups, strides, dilation)
     OG = O // groups
-    MO = channels_per_thread(OG, KH * KW)
     MB = OG // MO
     planes = N * groups * MB
-    TH, TW = choose_tile(OH, OW, planes, KH, KW, sh, sw, dh, dw)
-    kernel = grouped_kernel(TH, TW, KH, KW, sh, sw, dh, dw, MO)
-    NP = kernel.geometry["NP"]
+    kernel = grouped_kernel(TH, TW, KH, KW, sh, sw, dh, dw, MO, CG == 1)
     tiles_w = -(-OW // TW)
     tiles = -(-OH // TH) * tiles_w
-    blocks = -(-planes // NP) * tiles
-    target.launch(
-        kernel, min(blocks, _MAX_BLOCKS), NTHREADS,
-        target.reshape(out, (math.prod(out.shape),)), target.reshape(data, (N * C * H * W,)),
-        target.reshape(weight, (O * CG * KH * KW,)), b1, C, H, W, O, OG, CG, groups, OH, OW, MB, planes,
-        tiles_w, tiles, blocks, pt, pl, has_bias, ACTIVATIONS[activation],
-    )
-    return 1
+    blocks = -(-planes // kernel.geometry["NP"]) * tiles
+    args = (target.reshape(out, (math.prod(out.shape),)), target.reshape(data, (N * C * H * W,)),
+            target.reshape(weight, (O * CG * KH * KW,)), b1, C, H, W, O, OG, CG, groups, OH, OW, MB, planes,
+            tiles_w, tiles)
+    launches = 0
+    for bid0 in range(0, blocks, _MAX_GRID_X):
+        target.launch(kernel, min(blocks - bid0, _MAX_GRID_X), NTHREADS, *args, bid0, pt, pl, has_bias,
+                      ACTIVATIONS[activation])
+        launches += 1
+    return launches
