@@ -89,6 +89,28 @@ def _generated(name: str, source: str, namespace: dict):
 
 
 @functools.lru_cache(maxsize=None)
+def geometry(TH, TW, KH, KW, SH, SW, DH, DW, MO) -> dict:
+    """A tile configuration's thread layout and shared arrays: TX threads along a tile row, ST
+    per plane, NP planes per block; the TIH x TIW input tile in rows of PITCH words, the MO x
+    TH x TW accumulators in rows of SPITCH words; `bytes` of shared memory in all."""
+    TX = TW // PX
+    ST = TH * TX
+    NP = NTHREADS // ST
+    TIH = input_extent(TH, KH, SH, DH)
+    TIW = input_extent(TW, KW, SW, DW)
+    warp = _warp_threads(NP, ST)
+    # Input tile: a thread reads row r * SH + kh * DH from column cx * PX * SW on.
+    PITCH = shared_pitch(TIW, lambda p: [[(s * TIH + (lt // TX) * SH) * p + (lt % TX) * PX * SW for s, lt in warp]])
+    # Accumulators go out through shared memory: written as a thread holds them (PX
+    # neighbours per channel), read back row by row (consecutive threads, consecutive columns).
+    SPITCH = shared_pitch(TW, lambda p: [[(s * MO * TH + lt // TX) * p + (lt % TX) * PX + q for s, lt in warp]
+                                         for q in range(PX)]
+                          + [[(s * MO * TH + lt // TW) * p + lt % TW for s, lt in warp]])
+    return dict(TH=TH, TW=TW, TX=TX, ST=ST, NP=NP, TIH=TIH, TIW=TIW, PITCH=PITCH, SPITCH=SPITCH, MO=MO,
+                bytes=4 * NP * (TIH * PITCH + MO * TH * SPITCH))
+
+
+@functools.lru_cache(maxsize=None)
 def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO, ONE_CHANNEL):
     """The kernel function for one geometry (see the module docstring), cached so that every
     launch of a geometry launches (and compiles, records and AOT-compiles) one function.
@@ -96,22 +118,10 @@ def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO, ONE_CHANNEL):
     Its body is generated with the taps, outputs and channels unrolled into scalars (a loop
     LLVM left rolled would put the accumulators in local memory); the epilogue is one loop
     around the one store point."""
-    TX = TW // PX  # threads along a tile row
-    ST = TH * TX  # threads per plane
-    NP = NTHREADS // ST  # planes per block
+    geo = geometry(TH, TW, KH, KW, SH, SW, DH, DW, MO)
+    TX, ST, NP, TIH, TIW, PITCH, SPITCH = (geo[k] for k in ("TX", "ST", "NP", "TIH", "TIW", "PITCH", "SPITCH"))
     KHW = KH * KW
-    TIH = input_extent(TH, KH, SH, DH)
-    TIW = input_extent(TW, KW, SW, DW)
-    SPAN = input_extent(PX, KW, SW, DW)  # input columns a thread's PX windows span
-    warp = _warp_threads(NP, ST)
-    # Input tile: a thread reads row r * SH + kh * DH from column cx * PX * SW on.
-    PITCH = shared_pitch(TIW, lambda p: [[(s * TIH + (lt // TX) * SH) * p + (lt % TX) * PX * SW for s, lt in warp]])
     SLOT_WORDS = TIH * PITCH
-    # Accumulators go out through shared memory: written as a thread holds them (PX
-    # neighbours per channel), read back row by row (consecutive threads, consecutive columns).
-    SPITCH = shared_pitch(TW, lambda p: [[(s * MO * TH + lt // TX) * p + (lt % TX) * PX + q for s, lt in warp]
-                                         for q in range(PX)]
-                          + [[(s * MO * TH + lt // TW) * p + lt % TW for s, lt in warp]])
     STASH_M = TH * SPITCH
     STASH_SLOT = MO * STASH_M
     STAGED = TIH * TIW
@@ -222,7 +232,7 @@ def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO, ONE_CHANNEL):
     kernel = _generated(NAME, source, dict(cuda=cuda, float32=float32, uint64=uint64, apply_activation=apply_activation))
     kernel.source = source
     kernel.launch_bounds = (NTHREADS, 4)
-    kernel.geometry = dict(TH=TH, TW=TW, NP=NP, TIH=TIH, TIW=TIW, PITCH=PITCH, SPITCH=SPITCH, MO=MO)
+    kernel.geometry = geo
     return kernel
 
 
@@ -231,27 +241,23 @@ def channels_per_thread(og: int, taps: int) -> int:
     return next(mo for mo in MOS if og % mo == 0 and mo * taps <= WEIGHT_REGISTERS)
 
 
-def shared_bytes(th, tw, kh, kw, sh, sw, dh, dw, mo) -> int:
-    """At most the bytes of a block's shared arrays for a tile configuration: its planes' input
-    tiles and accumulators, rows padded by at most 31 words (`shared_pitch`)."""
-    np_ = NTHREADS * PX // (th * tw)
-    return 4 * np_ * (input_extent(th, kh, sh, dh) * (input_extent(tw, kw, sw, dw) + 31) + mo * th * (tw + 31))
-
-
 def choose_tile(OH, OW, planes, kh, kw, sh, sw, dh, dw, mo):
     """(TH, TW) of TILES for these outputs, or None where no tile fits MAX_SHARED_BYTES.
 
     Each block costs what it computes and what it stages: its NP planes' TH x TW outputs
-    (computed whether inside the output or not) and their input tiles. The tile with the
-    least total over the whole convolution wins; ties go to the larger tile.
+    (computed whether inside the output or not) and their input tiles, each row of those
+    counted as the 32-byte sectors it reads (a row starts anywhere in a sector: one more than
+    its width needs), in words. The tile with the least total over the whole convolution
+    wins; ties go to the larger tile. Narrow tiles thus win only where the output is narrow.
     """
     best = None
     for th, tw in TILES:
-        if shared_bytes(th, tw, kh, kw, sh, sw, dh, dw, mo) > MAX_SHARED_BYTES:
+        if geometry(th, tw, kh, kw, sh, sw, dh, dw, mo)["bytes"] > MAX_SHARED_BYTES:
             continue
         np_ = NTHREADS * PX // (th * tw)
         blocks = -(-planes // np_) * -(-OH // th) * -(-OW // tw)
-        cost = blocks * np_ * (th * tw + input_extent(th, kh, sh, dh) * input_extent(tw, kw, sw, dw))
+        row_words = 8 * (-(-input_extent(tw, kw, sw, dw) // 8) + 1)
+        cost = blocks * np_ * (th * tw + input_extent(th, kh, sh, dh) * row_words)
         if best is None or cost < best[0]:
             best = (cost, (th, tw))
     return None if best is None else best[1]
