@@ -234,3 +234,27 @@ def test_grouped_kernels_compile_for_sm90_without_spills(name, shapes, attrs):
     assert is_grouped(kernel.kernel)
     used = no_spills(kernel)
     assert used["stack"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
+
+
+def test_the_torch_peer_takes_the_cases_attributes():
+    # bench --ops times F.conv2d with each case's strides, padding, dilation and groups
+    # (asymmetric padding as an F.pad inside the timed call).
+    from simaccel.tvm_integration.tools.bench_ops import _torch_conv2d
+
+    calls = []
+
+    class F:
+        @staticmethod
+        def pad(x, pad):
+            calls.append(("pad", pad))
+            return "padded"
+
+        @staticmethod
+        def conv2d(x, w, b, **kw):
+            calls.append(("conv2d", x, kw))
+
+    _torch_conv2d(F, "x", "w", None, {"strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 2], "groups": 96})
+    _torch_conv2d(F, "x", "w", None, {"strides": [1, 1], "padding": [0, 1, 2, 3], "dilation": [1, 1], "groups": 4})
+    assert calls == [("conv2d", "x", dict(stride=(2, 2), padding=(1, 1), dilation=(1, 2), groups=96)),
+                     ("pad", (1, 3, 0, 2)),
+                     ("conv2d", "padded", dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=4))]
