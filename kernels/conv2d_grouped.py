@@ -229,7 +229,8 @@ def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO, ONE_CHANNEL):
     emit("            out[uint64(((n * O + o) * OH + oh) * OW + ow)] = apply_activation(v + b, act)")
     NAME = f"_conv2d_grouped_kernel_{TH}x{TW}_k{KH}x{KW}_s{SH}x{SW}_d{DH}x{DW}_m{MO}{'_c1' if ONE_CHANNEL else ''}"
     source = "\n".join(lines).replace("{NAME}", NAME) + "\n"
-    kernel = _generated(NAME, source, dict(cuda=cuda, float32=float32, uint64=uint64, apply_activation=apply_activation))
+    kernel = _generated(NAME, source, dict(__name__=__name__, cuda=cuda, float32=float32, uint64=uint64,
+                                          apply_activation=apply_activation))
     kernel.source = source
     kernel.launch_bounds = (NTHREADS, 4)
     kernel.geometry = geo
