@@ -4,18 +4,23 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.conv2d, simaccel.conv2d_bias, simaccel.conv2d_relu, simaccel.conv2d_bias_relu).
 Float32 accumulation also for float16 inputs; with `groups` > 1 output channel o reads only
 the CG = C / groups input channels of its group (depthwise: groups = C, one channel each).
-Two kernels:
+Three kernels:
 
 - implicit GEMM on the matmul kernels' tiled core (simaccel.kernels.matmul `tile_steps`), for
-  convolutions with at least MIN_GEMM_CHANNELS output channels per group and MIN_GEMM_PIXELS
-  output pixels per image: for image n and
-  group g, out[n, g's channels] (OG x P output pixels) = W_g (OG x K) @ im2col(x[n], g)
+  convolutions with enough output channels per group (`uses_implicit_gemm`) and at least
+  MIN_GEMM_PIXELS output pixels per image: for image n and group g, out[n, g's channels] (OG x P output pixels) = W_g (OG x K) @ im2col(x[n], g)
   (K x P), K = CG * KH * KW. im2col is never stored: the B tile is gathered from x while it
   is staged in shared memory (a padding position reads as a zero, multiplied like any
   other input, as in TVM), and the bias is per row (output channel);
+- grouped / depthwise convolution (`kernels/conv2d_grouped.py`): an input tile in shared
+  memory and 4 outputs x up to 4 channels per thread, for depthwise and other narrow groups
+  (grouped convolutions with fewer than a GEMM tile, 64, of output channels per group;
+  ungrouped ones with fewer than MIN_GEMM_CHANNELS) and for tiny images, where a GEMM tile
+  would be mostly empty (`uses_implicit_gemm` says why);
 - direct convolution, one thread per output element (output width fastest, so neighbouring
-  threads write neighbouring addresses), for depthwise and other narrow groups and for tiny
-  images, where a GEMM tile would be mostly empty.
+  threads write neighbouring addresses), for what the grouped kernel's shared tile does not
+  take: kernels larger than 7 taps a side, or a tile (large strides and dilations) beyond
+  its shared-memory budget.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
+from . import conv2d_grouped
 from .activation import ACTIVATIONS, apply_activation
 from .elementwise import divmod_fast
 from .epilogue import IDENTITY, fused_kernel
@@ -240,9 +246,27 @@ def _direct(epilogue):
     return fused_kernel(("conv2d_direct",), epilogue, _direct_kernel)
 
 
+def uses_implicit_gemm(og: int, groups: int, pixels: int, k: int) -> bool:
+    """Whether a convolution with `og` output channels per group, `pixels` output pixels per
+    image and K = CG * KH * KW runs as the implicit GEMM (else: the grouped kernel, or the
+    direct one where that does not fit).
+
+    The GEMM's tiles are GEMM_TILES[0] = 64 output channels of one group: a group of OG < 64
+    channels leaves 1 - OG / 64 of every tile's multiply-adds wasted (ResNeXt's 32 groups x 16:
+    three quarters), where the grouped kernel computes only real outputs, MO <= 4 channels of
+    a group per thread from one staged input tile. So grouped convolutions take the GEMM from
+    a full tile of channels per group; ungrouped ones (one group, its channels are all the
+    output channels) from MIN_GEMM_CHANNELS, as before. Both need MIN_GEMM_PIXELS.
+    """
+    if k >= _MAX_GEMM_K or pixels < MIN_GEMM_PIXELS:
+        return False
+    return og >= (GEMM_TILES[0] if groups > 1 else MIN_GEMM_CHANNELS)
+
+
 def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dilation, groups,
                   activation, epilogue=None) -> int:
-    """Launch the implicit-GEMM or the direct conv2d on `target`; returns the number of kernel launches.
+    """Launch the implicit-GEMM, the grouped (kernels.conv2d_grouped) or the direct conv2d on
+    `target` (`uses_implicit_gemm`, then `conv2d_grouped.fits`); returns the number of kernel launches.
 
     Shapes and attributes come validated by the ISA (simaccel.ops.builtin.conv2d): data (N, C, H, W);
     weight (O, C / groups, KH, KW); bias None or O values; strides (sh, sw); padding (top, left,
@@ -264,9 +288,13 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
         b1 = target.reshape(weight, (O * CG * KH * KW,))
         has_bias = 0
     OG = O // groups
-    if OG >= MIN_GEMM_CHANNELS and OH * OW >= MIN_GEMM_PIXELS and CG * KH * KW < _MAX_GEMM_K:
+    if uses_implicit_gemm(OG, groups, OH * OW, CG * KH * KW):
         return _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation,
                                      ACTIVATIONS[activation], epilogue)
+    if conv2d_grouped.fits(data.shape, weight.shape, out.shape, groups, strides, dilation):
+        return conv2d_grouped.launch_grouped_conv2d(target, out, data, weight, b1, has_bias, strides=strides,
+                                                    padding=padding, dilation=dilation, groups=groups,
+                                                    activation=activation, epilogue=epilogue)
     block = min(BLOCK, total)
     grid = min((total + block - 1) // block, _MAX_BLOCKS)
     target.launch(

@@ -203,10 +203,13 @@ def test_a_missing_toolchain_is_a_clear_error(monkeypatch):
 CONV3 = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
 POOL = {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}
 # One program per op family with kernels, at shapes that pick each kernel variant: the
-# matmul tilings and the tensor-core loop, conv's direct kernel and both implicit GEMMs, the
+# matmul tilings and the tensor-core loop, conv's grouped kernel (first two: ungrouped with 4
+# channels, depthwise 3x3 with stride 2), its direct kernel (a 9x9 kernel) and both implicit GEMMs, the
 # row kernels' block and warp-per-row forms, the bandwidth kernels' ILP form.
 FAMILY_CASES = [
     ("simaccel.conv2d_bias_relu", [(1, 3, 8, 8), (4, 3, 3, 3), (1, 4, 1, 1)], CONV3),
+    ("simaccel.conv2d", [(2, 8, 14, 14), (8, 1, 3, 3)], {**CONV3, "strides": [2, 2], "groups": 8}),
+    ("simaccel.conv2d", [(1, 2, 12, 12), (2, 1, 9, 9)], {**CONV3, "padding": [4, 4, 4, 4], "groups": 2}),
     ("simaccel.conv2d", [(2, 16, 14, 14), (32, 16, 3, 3)], CONV3),
     ("simaccel.conv2d", [(2, 3, 14, 14), (32, 3, 3, 3)], CONV3),
     ("simaccel.add", [(4, 1, 8), (3, 1)], {}), ("simaccel.subtract", [(5,), (5,)], {}),

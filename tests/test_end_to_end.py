@@ -62,6 +62,12 @@ OPS = [
     ("sum_max_last", lambda x: op.add(op.sum(x, axis=[-1]), op.max(x, axis=[-1])), [((2, 3, 7), None)]),
     ("conv2d_depthwise", lambda x, w: op.nn.conv2d(x, w, strides=2, padding=1, groups=4), [((1, 4, 7, 7), None), ((4, 1, 3, 3), None)]),
     ("conv2d_grouped", lambda x, w: op.nn.conv2d(x, w, padding=1, groups=2), [((2, 4, 5, 5), None), ((6, 2, 3, 3), None)]),
+    # The grouped kernel's epilogue (bias + relu fused) and a channel multiplier with strides,
+    # dilation and asymmetric padding (kernels/conv2d_grouped.py).
+    ("conv2d_depthwise_5x5_bias_relu", lambda x, w, b: op.nn.relu(op.add(op.nn.conv2d(x, w, padding=2, groups=3), b)),
+     [((1, 3, 6, 7), None), ((3, 1, 5, 5), None), ((1, 3, 1, 1), None)]),
+    ("conv2d_multiplier2", lambda x, w: op.nn.conv2d(x, w, strides=(2, 1), padding=(1, 0, 0, 2), dilation=(1, 2), groups=2),
+     [((1, 2, 7, 8), None), ((4, 1, 3, 3), None)]),
     ("matmul_both_batched", lambda q, k: op.nn.softmax(op.matmul(q, op.permute_dims(k, [0, 1, 3, 2]))),
      [((2, 2, 5, 8), None), ((2, 2, 6, 8), None)]),
     # concat: three inputs (one a region intermediate, one read twice), a middle axis, a negative one.

@@ -263,6 +263,16 @@ KERNEL_CASES = [
     ("simaccel.conv2d_bias", [(2, 96, 57, 55), (96, 1, 3, 3), (1, 96, 1, 1)],
      {"strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 96}),
     ("simaccel.conv2d", [(1, 32, 20, 20), (64, 8, 3, 3)], {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 4}),
+    # The grouped kernel (kernels/conv2d_grouped.py): 5x5 and 7x7 depthwise, ResNeXt's groups of
+    # 4 and of 16 channels, a channel multiplier with strides, dilation and asymmetric padding.
+    ("simaccel.conv2d_bias_relu", [(2, 48, 29, 31), (48, 1, 5, 5), (1, 48, 1, 1)],
+     {"strides": [1, 1], "padding": [2, 2, 2, 2], "dilation": [1, 1], "groups": 48}),
+    ("simaccel.conv2d_bias", [(2, 40, 30, 27), (40, 1, 7, 7), (1, 40, 1, 1)],
+     {"strides": [1, 1], "padding": [3, 3, 3, 3], "dilation": [1, 1], "groups": 40}),
+    ("simaccel.conv2d_relu", [(2, 128, 23, 25), (128, 4, 3, 3)],
+     {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 32}),
+    ("simaccel.conv2d", [(3, 64, 14, 14), (64, 16, 3, 3)], {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 4}),
+    ("simaccel.conv2d", [(2, 24, 15, 17), (48, 1, 3, 3)], {"strides": [2, 2], "padding": [1, 0, 2, 1], "dilation": [2, 2], "groups": 24}),
     ("simaccel.clip", [(1000, 513)], {"min": 0.0, "max": 0.5}),
     ("simaccel.divide", [(300, 257), (257,)], {}),
     ("simaccel.power", [(300, 257), (257,)], {}),

@@ -297,18 +297,18 @@ def test_conv2d_ops(name, dtype):
             assert (out >= 0).all()
 
 
-# Convolutions with at least MIN_GEMM_CHANNELS output channels per group run as an implicit
-# GEMM on the matmul kernels' tiled core: channel tails (17 of 64 rows), pixel tiles crossed
+# Convolutions with at least MIN_GEMM_CHANNELS output channels (a full 64-channel tile per group
+# where grouped: conv2d.uses_implicit_gemm) run as an implicit GEMM on the matmul kernels' tiled core: channel tails (17 of 64 rows), pixel tiles crossed
 # (100 pixels), K not a multiple of the slice (27, 18, 5), strides, asymmetric padding,
 # dilation, two groups, a 1x1 convolution (a plain GEMM over pixels); the last three with
 # channels per group a multiple of the K slice (16), where K runs channels fastest.
 GEMM_CONV_CASES = [
     ((1, 3, 6, 7), (17, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
-    ((2, 4, 9, 7), (32, 2, 3, 3), (2, 1), (1, 0, 2, 1), (1, 2), 2),
+    ((2, 4, 9, 7), (128, 2, 3, 3), (2, 1), (1, 0, 2, 1), (1, 2), 2),
     ((1, 5, 9, 8), (16, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     ((1, 2, 10, 10), (20, 2, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     ((1, 16, 6, 5), (17, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
-    ((2, 32, 8, 8), (32, 16, 3, 3), (1, 1), (1, 0, 2, 1), (1, 2), 2),
+    ((2, 32, 8, 8), (128, 16, 3, 3), (1, 1), (1, 0, 2, 1), (1, 2), 2),
     ((1, 32, 4, 5), (20, 32, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),
 ]
 
@@ -373,7 +373,8 @@ def test_conv2d_random_shapes(seed):
 
 @pytest.mark.parametrize("out_channels, size, gemm", [(16, 4, True), (15, 4, False), (64, 3, False)])
 def test_conv2d_kernel_choice(out_channels, size, gemm):
-    # The implicit GEMM from 16 output channels per group and 16 output pixels per image.
+    # The implicit GEMM from 16 output channels (ungrouped) and 16 output pixels per image;
+    # below either the grouped kernel (kernels/conv2d_grouped.py, tests/test_conv2d_grouped.py).
     from simaccel.kernels import conv2d as conv_kernels
 
     op = get_op("simaccel.conv2d")
@@ -383,7 +384,10 @@ def test_conv2d_kernel_choice(out_channels, size, gemm):
     out = np.zeros((2, out_channels, size, size), np.float32)
     op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **attrs)
     [(fn, *_)] = target.launches
-    assert fn is (conv_kernels._GEMM_KERNELS[False] if gemm else conv_kernels._conv2d_kernel)
+    if gemm:
+        assert fn is conv_kernels._GEMM_KERNELS[False]
+    else:
+        assert fn.__name__.startswith("_conv2d_grouped_kernel_"), fn.__name__
 
 
 def test_conv2d_implicit_gemm_beyond_the_grid_caps(monkeypatch):
@@ -397,7 +401,7 @@ def test_conv2d_implicit_gemm_beyond_the_grid_caps(monkeypatch):
     check("simaccel.conv2d_bias_relu", arrays, attrs, expected_launches=4)
 
 
-@pytest.mark.parametrize("out_channels", [4, 16], ids=["direct", "implicit-gemm"])
+@pytest.mark.parametrize("out_channels", [4, 16], ids=["grouped", "implicit-gemm"])
 def test_conv2d_padding_is_a_zero_multiplied_like_any_input(out_channels):
     # An infinite weight tap that meets padding (the top-left tap of a 2x2 kernel on a 1-pixel
     # pad, in output row 0 and column 0): 0 * inf is NaN there, as in TVM; elsewhere inf.

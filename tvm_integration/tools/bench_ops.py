@@ -70,6 +70,18 @@ CASES = [
     OpCase("conv 28x28x128->128 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 128, 28, 28), (128, 128, 3, 3), (1, 128, 1, 1)), CONV, "flops"),
     OpCase("conv 14x14x256->256 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 256, 14, 14), (256, 256, 3, 3), (1, 256, 1, 1)), CONV, "flops"),
     OpCase("depthwise 112x112x32 3x3 b8", "simaccel.conv2d", ((8, 32, 112, 112), (32, 1, 3, 3)), {**CONV, "groups": 32}, "flops"),
+    # The grouped / depthwise kernel (kernels/conv2d_grouped.py): MobileNet's strided depthwise,
+    # EfficientNet's 5x5, ConvNeXt's 7x7, ResNeXt's 32 groups of 4, a channel multiplier of 2.
+    OpCase("depthwise 112x112x96->56 3x3/2 b8", "simaccel.conv2d", ((8, 96, 112, 112), (96, 1, 3, 3)),
+           {**CONV, "strides": [2, 2], "groups": 96}, "flops"),
+    OpCase("depthwise 28x28x240 5x5 b8", "simaccel.conv2d", ((8, 240, 28, 28), (240, 1, 5, 5)),
+           {**CONV, "padding": [2, 2, 2, 2], "groups": 240}, "flops"),
+    OpCase("depthwise 56x56x96 7x7 b8", "simaccel.conv2d", ((8, 96, 56, 56), (96, 1, 7, 7)),
+           {**CONV, "padding": [3, 3, 3, 3], "groups": 96}, "flops"),
+    OpCase("grouped 56x56x128 3x3 g32 b8", "simaccel.conv2d", ((8, 128, 56, 56), (128, 4, 3, 3)), {**CONV, "groups": 32},
+           "flops"),
+    OpCase("depthwise x2 28x28x64->128 3x3 b8", "simaccel.conv2d", ((8, 64, 28, 28), (128, 1, 3, 3)),
+           {**CONV, "groups": 64}, "flops"),
     OpCase("add broadcast 64M", "simaccel.add", ((64, 1024, 1024), (1024, 1024)), {}, "bytes"),
     OpCase("relu 64M", "simaccel.relu", ((64, 1024, 1024),), {}, "bytes"),
     OpCase("softmax 32768x1024", "simaccel.softmax", ((32768, 1024),), {}, "bytes"),
@@ -274,8 +286,8 @@ def _torch_peer(case: OpCase, arrays):
     peers = {
         "simaccel.matmul": lambda: t[0] @ t[1],
         "simaccel.dense_bias_gelu": lambda: F.gelu(F.linear(t[0], t[1], t[2])),
-        "simaccel.conv2d_bias_relu": lambda: F.relu(F.conv2d(t[0], t[1], t[2].reshape(-1), padding=1)),
-        "simaccel.conv2d": lambda: F.conv2d(t[0], t[1], padding=1, groups=a.get("groups", 1)),
+        "simaccel.conv2d_bias_relu": lambda: F.relu(_torch_conv2d(F, t[0], t[1], t[2].reshape(-1), a)),
+        "simaccel.conv2d": lambda: _torch_conv2d(F, t[0], t[1], None, a),
         "simaccel.add": lambda: t[0] + t[1],
         "simaccel.relu": lambda: torch.relu(t[0]),
         "simaccel.softmax": lambda: torch.softmax(t[0], -1),
@@ -285,6 +297,16 @@ def _torch_peer(case: OpCase, arrays):
         "simaccel.permute_dims": lambda: t[0].permute(*a.get("axes", ())).contiguous(),
     }
     return peers.get(case.op)
+
+
+def _torch_conv2d(F, x, w, b, attrs):
+    """F.conv2d with the case's strides, padding (top, left, bottom, right; asymmetric padding
+    as an F.pad first, inside the timed call), dilation and groups."""
+    top, left, bottom, right = attrs.get("padding", (0, 0, 0, 0))
+    if (top, left) != (bottom, right):
+        x, top, left = F.pad(x, (left, right, top, bottom)), 0, 0
+    return F.conv2d(x, w, b, stride=tuple(attrs.get("strides", (1, 1))), padding=(top, left),
+                    dilation=tuple(attrs.get("dilation", (1, 1))), groups=attrs.get("groups", 1))
 
 
 def _line(label: str, row: dict) -> str:
