@@ -168,3 +168,31 @@ def test_hardswish_as_a_dag_fuses_and_matches_tvm_alone(dtype, open_bound):
     for engine in ("ref", "sim"):
         _, _, snapshot = compare_with_tvm(mod, engine)
     assert sum(snapshot["kernel_launches"].values()) == 1
+
+
+def depthwise_se(dtype="float32"):
+    """A depthwise conv (the grouped kernel) + bias, relu6 as clip, then a per-(image, channel)
+    gate multiply (squeeze-excite's form, the gate an input here) and a residual add."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 6, 9, 9), dtype))
+    w = relax.Var("w", relax.TensorType((6, 1, 3, 3), dtype))
+    b = relax.Var("b", relax.TensorType((1, 6, 1, 1), dtype))
+    gate = relax.Var("gate", relax.TensorType((2, 6, 1, 1), dtype))
+    with bb.function("main", [x, w, b, gate]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.add(relax.op.nn.conv2d(x, w, padding=(1, 1), groups=6), b))
+            k = bb.emit(relax.op.clip(c, 0.0, 6.0))
+            g = bb.emit(relax.op.multiply(k, gate))
+            out = bb.emit_output(relax.op.add(g, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_depthwise_conv_takes_its_gate_and_residual(dtype):
+    mod = depthwise_se(dtype)
+    (program,) = _programs(mod)
+    (group,) = fusion.groups(program)
+    assert len(group.extras) == 2  # the bias is the conv's own; the gate and the residual (x) are extras
+    _, _, snapshot = compare_with_tvm(mod, "sim")
+    assert sum(snapshot["kernel_launches"].values()) == 1
