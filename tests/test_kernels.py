@@ -673,8 +673,62 @@ def test_permute_merges_axes_that_stay_neighbours():
     assert merged_dims([2, 3, 4], [12, 4, 1]) == ([1, 1, 1, 1, 1, 24], [0, 0, 0, 0, 0, 1])
 
 
+# Each of the three layout kernels at sizes that leave partial tiles, chunks and lanes:
+# the row copy (innermost axis kept: rows of 9, 16, 300), the tiled transpose (innermost axis
+# moves: a batched 70x40 plane, NCHW -> NHWC, a 6-D one with batch dims on both sides) and the
+# gather (a 3-channel NHWC -> NCHW plane, too narrow to tile).
+LAYOUT_PATHS = [((3, 4, 5, 16), [0, 2, 1, 3], "_copy_rows_kernel"), ((4, 3, 9), [1, 0, 2], "_copy_rows_kernel"),
+                ((3, 2, 300), [1, 0, 2], "_copy_rows_kernel"), ((2, 40, 70), [0, 2, 1], "_transpose_kernel"),
+                ((2, 20, 5, 7), [0, 2, 3, 1], "_transpose_kernel"), ((2, 17, 3, 1, 2, 18), [4, 0, 3, 5, 2, 1], "_transpose_kernel"),
+                ((2, 5, 7, 3), [0, 3, 1, 2], "_gather_kernel")]
+
+
+@pytest.mark.parametrize("ilp", [1, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,axes,kernel", LAYOUT_PATHS, ids=str)
+def test_permute_kernels(shape, axes, kernel, dtype, ilp, monkeypatch):
+    from simaccel.kernels import elementwise
+
+    monkeypatch.setattr(elementwise, "MIN_ILP_TOTAL", 0 if ilp == 8 else 1 << 40)
+    x = _random(np.random.default_rng(7), shape, dtype)
+    if dtype == "float16" and shape[-1] == 9:
+        kernel = "_gather_kernel"  # 9 halves are 18 bytes: less than a sector a row
+    target = RecordingTarget()
+    out = np.full(tuple(shape[a] for a in axes), np.nan, dtype)
+    get_op("simaccel.permute_dims").kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), axes=axes)
+    assert [fn.__name__ for fn, *_ in target.launches] == [kernel]
+    np.testing.assert_array_equal(out, np.transpose(x, axes))
+
+
+def test_layout_kernels_at_real_sizes():
+    # The bench's permutes, sliced rows and concatenated rows: which kernel, and its geometry.
+    from simaccel.kernels import layout
+
+    def plan(name, shapes, attrs):
+        target = PlanOnlyTarget()
+        op = get_op(name)
+        shape, _ = op.infer(shapes, ["float32"] * len(shapes), **op.all_attrs(attrs))
+        op.kernel(target, FakeCUDAArray(np.empty(shape, np.float32)),
+                  *[FakeCUDAArray(np.empty(s, np.float32)) for s in shapes], **op.all_attrs(attrs))
+        return target.launches
+
+    # (B, H, S, D) -> (B, S, H, D), D = 64: rows of 64, 8 lanes of 8 floats each, one chunk a row.
+    [(fn, grid, block, args)] = plan("simaccel.permute_dims", [(64, 512, 16, 64)], {"axes": [0, 2, 1, 3]})
+    assert fn is layout._copy_rows_kernel and block == 256 and args[2:8] == (64, 1, 1.0, 3, 8, 64 * 512 * 16)
+    assert layout.plan_copy_rows(10, 64, "float16", 1 << 30) == (16, 8, 1)  # 16 halves a sector: 4 a lane
+    # NCHW -> NHWC: a 12544 x 64 plane per image, in 32 x 64 tiles.
+    [(fn, grid, block, args)] = plan("simaccel.permute_dims", [(8, 64, 112, 112)], {"axes": [0, 2, 3, 1]})
+    assert fn is layout._transpose_kernel and block == (32, 8) and args[2:4] == (12544, 64)
+    assert grid == 392 * 1 * 8
+    [(fn, *_)] = plan("simaccel.strided_slice", [(8, 40)], {"begin": [1, 3], "end": [8, 40], "strides": [2, 1]})
+    assert fn is layout._copy_rows_kernel
+    assert [fn for fn, *_ in plan("simaccel.concat", [(4, 3), (4, 64)], {"axis": 1})] == [
+        layout._concat_kernel, layout._copy_rows_kernel]
+
+
 SLICE_CASES = [((5,), [1], [4], [1]), ((4, 6), [0, 1], [4, 6], [2, 3]), ((3, 4, 5), [1, 0, 2], [2, 4, 5], [1, 1, 2]),
-               ((2, 3, 4, 2), [0, 2, 1, 0], [2, 3, 3, 2], [1, 1, 1, 1]), ((4, 4), [2, 0], [2, 4], [1, 1])]
+               ((2, 3, 4, 2), [0, 2, 1, 0], [2, 3, 3, 2], [1, 1, 1, 1]), ((4, 4), [2, 0], [2, 4], [1, 1]),
+               ((3, 5, 20), [1, 1, 3], [3, 5, 19], [1, 2, 1])]  # rows of 16 from an offset: the row copy
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -693,7 +747,8 @@ def ref_size(shape, begin, end, strides):
 
 
 CONCAT_CASES = [([(2, 3), (2, 1), (2, 4)], 1), ([(3,), (0,), (2,)], 0), ([(2, 3, 4), (2, 3, 4)], 0),
-                ([(1, 2, 3, 1, 2, 2), (1, 2, 3, 2, 2, 2)], 3), ([(5, 7)], 1), ([(2, 0, 3), (2, 2, 3), (2, 1, 3)], 1)]
+                ([(1, 2, 3, 1, 2, 2), (1, 2, 3, 2, 2, 2)], 3), ([(5, 7)], 1), ([(2, 0, 3), (2, 2, 3), (2, 1, 3)], 1),
+                ([(3, 10), (3, 17), (3, 40)], 1)]  # rows of a sector or more: row copies
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
