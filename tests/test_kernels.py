@@ -480,18 +480,19 @@ def test_elementwise_kernels_with_several_elements_per_thread(name, shapes, attr
 # ---------------------------------------------------------------------------------------
 # softmax / layer_norm
 
-# Row lengths 1, 5, 17, 300 (8 per thread in registers, some threads short of 8), 2100 (longer
-# than 8 x 256: the rest is read in a loop); 9 rows of 1024 (a warp per row: 32 per lane;
-# blocks of 4 rows, the last with 3 warps past the end).
-ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,), (2, 2100), (9, 1024)]
+# Row lengths 1, 5, 17, 100, 256 (grouped: 1, 8, 8, 16 (float32) or 32 lanes a row; blocks of
+# 128 / lanes rows, most past the end), 300 (8 per thread in registers, some threads short of
+# 8), 2100 (longer than 8 x 256: the rest read in a loop on a thread per element; a block of
+# 512 cached), 1024 (a block of 128 cached).
+ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (5, 100), (9, 256), (1, 300), (7,), (2, 2100), (9, 1024)]
 
 
 @pytest.fixture(params=["per-element", "cached", "warp-per-row"])
 def row_threads(request, monkeypatch):
     """The three ways the row kernels spread rows over threads: a block per row with one
     element per thread (launches of few rows, as here) or ROW_CACHE per thread (from
-    MIN_CACHED_ROWS rows, forced), and a warp per row (from MIN_WARP_ROWS rows of at most
-    1024, forced: rows longer than that stay on the cached block kernel)."""
+    MIN_CACHED_ROWS rows, forced), and a group of lanes per row (from MIN_WARP_ROWS rows of at
+    most 256, forced: rows longer than that stay on the cached block kernel)."""
     from simaccel.kernels import normalization
 
     if request.param == "cached":
@@ -521,6 +522,23 @@ def test_layer_norm(shape, dtype, row_threads):
     gamma = _random(rng, (d,), dtype)
     beta = _random(rng, (d,), dtype)
     check("simaccel.layer_norm", [data, gamma, beta], dict(epsilon=1e-5))
+
+
+@pytest.mark.parametrize("D", [17, 300])
+def test_row_kernels_keep_nan_and_inf_as_numpy(D, row_threads):
+    # A NaN, a +inf, a row of -inf, one -inf among finite values and a finite row, on each of
+    # the three layouts: NaN exactly where numpy's formula gives it (whole rows: softmax's first
+    # three, layer norm's first four), the same values elsewhere.
+    x = _random(np.random.default_rng(9), (5, D), "float32")
+    x[0, 3], x[1, 5], x[2, :], x[3, 1] = np.nan, np.inf, -np.inf, -np.inf
+    g, b = np.ones(D, np.float32), np.zeros(D, np.float32)
+    for name, arrays, attrs, nan_rows in (("simaccel.softmax", [x], {}, 3),
+                                          ("simaccel.layer_norm", [x, g, b], {"epsilon": 1e-5}, 4)):
+        with np.errstate(invalid="ignore"):
+            out, ref = run_op(name, arrays, attrs)
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+        assert np.isnan(ref[:nan_rows]).all() and not np.isnan(ref[nan_rows:]).any(), name
+        np.testing.assert_allclose(out[nan_rows:], ref[nan_rows:], **TOL["float32"])
 
 
 def test_layer_norm_unit_affine_is_normalized():
@@ -906,22 +924,37 @@ def test_launch_shapes():
         # The launch beyond gridDim.y's cap starts at row tile 65535 (its tile0 argument).
         assert [args[10] for _, _, _, args in target.launches] == [65535 * k for k in range(len(want))]
     # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256);
-    # from 1024 rows on, >= D / 8, and rows of up to 1024 take a warp each (4 to a block)
-    from simaccel.kernels import normalization
+    # from 1024 rows on, >= D / 8 (capped at 1024), rows longer than 8 a thread on the long-row
+    # kernels; from 1024 rows of up to 256, a group of lanes per row (>= D / 8 and >= 8, a
+    # sector of float32), 128 / lanes rows to a block of 128
+    from simaccel.kernels import normalization as n
 
-    for rows, d, want in ((3, 1, (3, 1)), (3, 5, (3, 8)), (3, 17, (3, 32)), (3, 256, (3, 256)), (3, 300, (3, 256)),
-                          (1024, 5, (256, 128)), (1025, 1024, (257, 128)), (1024, 1025, (1024, 256)),
-                          (1024, 3000, (1024, 256))):
+    block, grouped, long = ((n._softmax_kernel, n._layer_norm_kernel), (n._SOFTMAX_ROWS, n._LAYER_NORM_ROWS),
+                            (n._softmax_long_kernel, n._layer_norm_long_kernel))
+    for rows, d, want, kernels in ((3, 1, (3, 1), block), (3, 5, (3, 8), block), (3, 17, (3, 32), block),
+                                   (3, 256, (3, 256), block), (3, 300, (3, 256), block), (3, 3000, (3, 256), long),
+                                   (1024, 5, (64, 128), grouped), (1024, 64, (64, 128), grouped),
+                                   (1024, 256, (256, 128), grouped), (1025, 1024, (1025, 128), block),
+                                   (1024, 1025, (1024, 256), block), (1024, 3000, (1024, 512), block),
+                                   (1024, 8192, (1024, 1024), block)):
         x = np.zeros((rows, d), np.float32)
         g = np.ones(d, np.float32)
         target = PlanOnlyTarget()
         get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
         get_op("simaccel.layer_norm").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x),
                                              FakeCUDAArray(g), FakeCUDAArray(g), epsilon=1e-5)
-        assert [(grid, block) for _, grid, block, _ in target.launches] == [want] * 2
-        kernels = [normalization._SOFTMAX_ROWS, normalization._LAYER_NORM_ROWS] if want[1] == 128 else \
-            [normalization._softmax_kernel, normalization._layer_norm_kernel]
-        assert [fn for fn, *_ in target.launches] == kernels
+        assert [(grid, block) for _, grid, block, _ in target.launches] == [want] * 2, (rows, d)
+        assert tuple(fn for fn, *_ in target.launches) == kernels, (rows, d)
+    # Rows longer than 8 x 1024: softmax keeps blocks of 1024, layer norm's long-row kernel 256.
+    target = PlanOnlyTarget()
+    x = np.zeros((1024, 8193), np.float32)
+    get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
+    get_op("simaccel.layer_norm").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x),
+                                         FakeCUDAArray(x[0]), FakeCUDAArray(x[0]), epsilon=1e-5)
+    assert [(fn, grid, block) for fn, grid, block, _ in target.launches] == [(long[0], 1024, 1024), (long[1], 1024, 256)]
+    assert [n.row_lanes(1024, d, 4) for d in (1, 5, 17, 64, 100, 256, 257)] == [1, 8, 8, 8, 16, 32, None]
+    assert [n.row_lanes(1024, d, 2) for d in (5, 17, 64, 200)] == [8, 16, 16, 32]  # 16 halves: a sector
+    assert n.row_lanes(1023, 64, 4) is None
 
 
 def test_shape_mismatch_is_refused_by_the_isa_before_any_launch():
