@@ -807,7 +807,8 @@ def test_a_slice_out_of_bounds_is_refused():
 # (300) than a block, and longer (2100) than the ROW_CACHE x 256 values a block loads per pass.
 REDUCTION_CASES = [((3, 7), [1], False), ((2, 3, 4, 5), [2, 3], True), ((2, 3, 4), [0], False),
                    ((2, 3, 4), [0, 1, 2], False), ((4, 1, 3), [1, 2], True), ((2, 3, 4, 2, 2), [1, 2, 3], False),
-                   ((2, 3, 300), [2], True), ((2, 2100), [1], False)]
+                   ((2, 3, 300), [2], True), ((2, 2100), [1], False),
+                   ((3, 19, 5), [1], False)]  # 8 loads at a time, then a tail of 3
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -832,6 +833,16 @@ def test_reductions_of_nothing_and_of_nan_are_tvms():
     # A running `acc if acc > v else v`: a NaN survives only if no later element replaces it.
     np.testing.assert_array_equal(out, ref)
     assert out[0] == 2.0 and out[1] == 0.5 and np.isnan(out[2])
+
+
+def test_max_keeps_tvms_nan_order_across_its_batches_of_loads():
+    # 19 values a column, loaded 8 at a time: a NaN replaced by the next value (in a batch, at
+    # a batch's end, in the tail), or kept when it is the last.
+    x = np.arange(2 * 19 * 4, dtype=np.float32).reshape(2, 19, 4)[:, ::-1].copy()
+    x[0, 3, 0] = x[0, 7, 1] = x[1, 15, 2] = x[1, 18, 3] = np.nan
+    out, ref = run_op("simaccel.max", [x], {"axes": [1], "keepdims": False})
+    np.testing.assert_array_equal(out, ref)
+    assert out[0, 0] == x[0, 4, 0] and out[0, 1] == x[0, 8, 1] and out[1, 2] == x[1, 16, 2] and np.isnan(out[1, 3])
 
 
 def test_a_reduction_over_axes_that_are_not_neighbours_is_refused():
