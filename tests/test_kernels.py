@@ -448,6 +448,27 @@ def test_avg_pool2d(case, count_include_pad, dtype):
     check("simaccel.avg_pool2d", [data], attrs)
 
 
+@pytest.mark.parametrize("window", [((3, 3), (2, 2), (1, 1, 1, 1), (1, 1)), ((2, 2), (2, 2), (0, 0, 1, 1), (1, 1)),
+                                    ((3, 2), (1, 2), (2, 1, 0, 1), (2, 1))], ids=str)
+def test_pooling_inside_and_on_the_border_agree_with_tvm(window):
+    # Images large enough that most windows lie inside (the unchecked, unrolled taps) and the
+    # border's do not; NaNs inside and on the border, (5, 6) and (5, 7) the last tap of an
+    # inside window in each case (a NaN kept): max pooling keeps TVM's order exactly.
+    pool_size, strides, padding, dilation = window
+    rng = np.random.default_rng(11)
+    data = _random(rng, (2, 2, 11, 13), "float32")
+    data[0, 0, 4, 5] = data[0, 1, 0, 0] = data[1, 0, 10, 6] = data[1, 1, 5, 12] = np.nan
+    data[1, 0, 5, 6] = data[1, 0, 5, 7] = np.nan
+    attrs = dict(pool_size=pool_size, strides=strides, padding=padding, dilation=dilation)
+    out, ref = run_op("simaccel.max_pool2d", [data], attrs)
+    np.testing.assert_array_equal(out, ref)
+    assert np.isnan(ref).any() and not np.isnan(ref).all()
+    for include in (True, False):
+        out, ref = run_op("simaccel.avg_pool2d", [data], {**attrs, "count_include_pad": include})
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+
+
 def test_avg_pool2d_count_include_pad_differs():
     # A corner window of a padded all-ones input: 1 (in-bounds only) vs 4/9 (window area).
     data = np.ones((1, 1, 3, 3), np.float32)
