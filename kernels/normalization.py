@@ -18,8 +18,9 @@ chosen by the row length D:
   the simulator). From MIN_CACHED_ROWS rows the block has a thread per ROW_CACHE elements
   (the smallest power of two, up to MAX_BLOCK), which keep them in registers between the
   passes, so rows of up to ROW_CACHE * MAX_BLOCK = 8192 are read from memory once (a 1024-wide
-  layer norm: 128 threads of 8 values); longer rows read the rest again in each pass. Launches
-  of fewer rows have a thread per element (up to FEW_ROWS_BLOCK), so short rows do not spawn
+  layer norm: 128 threads of 8 values). Of longer rows the rest is read twice by softmax
+  (summed online while the max is found, then for the output) and three times by layer norm.
+  Launches of fewer rows have a thread per element (up to FEW_ROWS_BLOCK), so short rows do not spawn
   idle threads (each one a Python thread on the simulator).
 
 Softmax subtracts the row max (`v > m`: NaN never wins it, but exp(NaN - max) makes the row NaN
@@ -158,7 +159,11 @@ def _softmax_block_kernel(long_rows, simulator):
         r = cuda.blockIdx.x
         while r < rows:
             base = r * D
-            # 1. row max, the row read once into the cache (rows longer than it: the rest twice more)
+            # 1. row max, the row read once into the cache. The rest of a longer row (read once
+            # more, for the output) is summed online meanwhile: its own max tm and the sum ts of
+            # exp(v - tm), rescaled when tm grows. v == tm adds exp(0) = 1 without computing
+            # v - tm, which is NaN for two infinities of one sign: then the rescale below to
+            # the row max gives NaN exactly where the two-pass formula does.
             m = float32(-math.inf)
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
@@ -167,12 +172,21 @@ def _softmax_block_kernel(long_rows, simulator):
                     vals[j] = v
                     if v > m:
                         m = v
+            tm = float32(-math.inf)
+            ts = float32(0.0)
             i = tail
             while long_rows and i < D:
                 v = float32(x[_u(base + i)])
-                if v > m:
-                    m = v
+                if v > tm:
+                    ts = ts * float32(math.exp(tm - v)) + float32(1.0)
+                    tm = v
+                elif v == tm:
+                    ts += float32(1.0)
+                else:
+                    ts += float32(math.exp(v - tm))
                 i += nthreads
+            if tm > m:
+                m = tm
             row_max = block_reduce(buf, m, True)
             # 2. sum of exp(x - max)
             acc = float32(0.0)
@@ -181,10 +195,8 @@ def _softmax_block_kernel(long_rows, simulator):
                     e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
                     acc += e
-            i = tail
-            while long_rows and i < D:
-                acc += float32(math.exp(float32(x[_u(base + i)]) - row_max))
-                i += nthreads
+            if long_rows:
+                acc += ts * float32(math.exp(tm - row_max))
             inv = float32(1.0) / block_reduce(buf, acc, False)
             # 3. normalize
             for j in range(ROW_CACHE):

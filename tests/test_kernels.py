@@ -545,13 +545,14 @@ def test_layer_norm(shape, dtype, row_threads):
     check("simaccel.layer_norm", [data, gamma, beta], dict(epsilon=1e-5))
 
 
-@pytest.mark.parametrize("D", [17, 300])
+@pytest.mark.parametrize("D", [17, 300, 2100])
 def test_row_kernels_keep_nan_and_inf_as_numpy(D, row_threads):
-    # A NaN, a +inf, a row of -inf, one -inf among finite values and a finite row, on each of
-    # the three layouts: NaN exactly where numpy's formula gives it (whole rows: softmax's first
-    # three, layer norm's first four), the same values elsewhere.
-    x = _random(np.random.default_rng(9), (5, D), "float32")
-    x[0, 3], x[1, 5], x[2, :], x[3, 1] = np.nan, np.inf, -np.inf, -np.inf
+    # NaNs, +infs, a row of -inf, -infs among finite values and a finite row, on each of the
+    # three layouts (and rows of 2100 on a thread per element: the rest past the cache, where
+    # softmax sums online): NaN exactly where numpy's formula gives it (whole rows: softmax's
+    # first three, layer norm's first four), the same values elsewhere.
+    x = _random(np.random.default_rng(9), (5, D), "float32") * 4
+    x[0, [3, D - 1]], x[1, [5, D - 2]], x[2, :], x[3, [1, D - 3]] = np.nan, np.inf, -np.inf, -np.inf
     g, b = np.ones(D, np.float32), np.zeros(D, np.float32)
     for name, arrays, attrs, nan_rows in (("simaccel.softmax", [x], {}, 3),
                                           ("simaccel.layer_norm", [x, g, b], {"epsilon": 1e-5}, 4)):
