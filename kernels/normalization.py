@@ -2,7 +2,7 @@
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.softmax, simaccel.layer_norm; simaccel.sum and simaccel.mean over the innermost
-axes, through simaccel.kernels.reduction). Math is float32; rows are indexed through flat
+axes, through simaccel.kernels.reduction: row sums, laid out as softmax). Math is float32; rows are indexed through flat
 views with unsigned offsets (no wrap-around of negative indices per access). Two layouts,
 chosen by the row length D:
 
@@ -492,11 +492,54 @@ def _row_sum_block_kernel(simulator):
 _row_sum_kernel = with_simulator_twin(_row_sum_block_kernel)
 
 
+def _row_sum_rows_kernel(simulator):
+    """Row sums (or means) of many rows of R <= WARP * WARP_CACHE, a group of 2**shift lanes
+    per row (as `_softmax_rows_kernel`; a global average pool's 7 x 7 rows: 8 lanes)."""
+    reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
+
+    def kernel(out, x, rows, R, mean, shift):
+        buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
+        vals = cuda.local.array(WARP_CACHE, float32)
+        lanes = 1 << shift
+        lane = cuda.threadIdx.x & (lanes - 1)
+        group = cuda.threadIdx.x >> shift
+        per_block = cuda.blockDim.x >> shift
+        r0 = cuda.blockIdx.x * per_block
+        while r0 < rows:
+            r = r0 + group
+            live = r < rows
+            base = r * R
+            for j in range(WARP_CACHE):
+                i = lane + j * lanes
+                vals[j] = float32(x[_u(base + i)]) if live and i < R else float32(0.0)
+            acc = float32(0.0)
+            for j in range(WARP_CACHE):
+                acc += vals[j]
+            total = reduce(buf, acc, False, lane, group, lanes)
+            if live and lane == 0:
+                out[_u(r)] = total / float32(R) if mean else total
+            r0 += cuda.gridDim.x * per_block
+
+    kernel.__name__ = kernel.__qualname__ = "_row_sum_rows_kernel"
+    return kernel
+
+
+_ROW_SUM_ROWS = with_simulator_twin(_row_sum_rows_kernel)
+_ROW_SUM_ROWS.launch_bounds = (ROWS_BLOCK, 8)
+
+
 def launch_row_sums(target, out, x, *, mean: bool) -> int:
-    """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1."""
+    """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1: many short rows on groups of
+    lanes, others on a block per row."""
     rows, R = (int(d) for d in x.shape)
-    target.launch(_row_sum_kernel, min(rows, _MAX_GRID), _block_size(R, rows, ROW_SUM_BLOCK), out,
-                  target.reshape(x, (rows * R,)), rows, R, int(mean))
+    x1 = target.reshape(x, (rows * R,))
+    lanes = row_lanes(rows, R, _itemsize(x))
+    if lanes:
+        target.launch(_ROW_SUM_ROWS, _rows_grid(rows, lanes), ROWS_BLOCK, out, x1, rows, R, int(mean),
+                      lanes.bit_length() - 1)
+    else:
+        target.launch(_row_sum_kernel, min(rows, _MAX_GRID), _block_size(R, rows, ROW_SUM_BLOCK), out, x1,
+                      rows, R, int(mean))
     return 1
 
 

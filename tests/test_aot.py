@@ -125,6 +125,7 @@ def test_conv2d_gemm_kernels_keep_their_accumulators_in_registers(channels, dtyp
                                                  ("simaccel.layer_norm", [(1024, 20000), (20000,), (20000,)],
                                                   {"epsilon": 1e-5}),
                                                  ("simaccel.mean", [(64, 512, 56, 56)], {"axes": [2, 3], "keepdims": True}),
+                                                 ("simaccel.mean", [(64, 2048, 7, 7)], {"axes": [2, 3], "keepdims": True}),
                                                  ("simaccel.sum", [(64, 512, 49)], {"axes": [1], "keepdims": False}),
                                                  ("simaccel.max_pool2d", [(8, 64, 112, 112)],
                                                   {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1],
@@ -142,6 +143,8 @@ def test_bandwidth_kernels_keep_their_loads_in_registers(name, shapes, attrs, dt
         assert kernel.ptx.count("shfl.sync") == (10 if grouped else 20), used
         # Layer norm's long-row kernel runs blocks of 256: 128 registers.
         assert used["registers"] <= (128 if kernel.kernel.__name__ == "_layer_norm_long_kernel" else 64), used
+    if kernel.kernel.__name__ == "_row_sum_rows_kernel":  # a global average pool's 7 x 7 rows
+        assert "shfl.sync" in kernel.ptx and "bar.sync" not in kernel.ptx and used["registers"] <= 64, used
     bound = {"simaccel.gelu": 85, "simaccel.permute_dims": 64}.get(name)
     if bound:
         assert used["registers"] <= bound, used

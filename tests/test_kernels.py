@@ -857,6 +857,26 @@ def test_reductions_of_nothing_and_of_nan_are_tvms():
     assert out[0] == 2.0 and out[1] == 0.5 and np.isnan(out[2])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean"])
+@pytest.mark.parametrize("shape,axes", [((3, 7), [1]), ((2, 3, 4, 5), [2, 3]), ((4, 1, 3), [1, 2]), ((5, 256), [1]),
+                                        ((3, 100), [1])], ids=str)
+def test_row_sums_on_groups_of_lanes(name, shape, axes, dtype, monkeypatch):
+    # Many short rows (a global average pool's 7 x 7) take a group of lanes each: forced here.
+    from simaccel.kernels import normalization
+
+    monkeypatch.setattr(normalization, "MIN_WARP_ROWS", 1)
+    x = _random(np.random.default_rng(8), shape, dtype)
+    target = PlanOnlyTarget()
+    out = np.empty(np.sum(x, axis=tuple(axes)).shape, dtype)
+    op = get_op(name)
+    op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), **op.all_attrs({"axes": axes, "keepdims": False}))
+    assert [fn for fn, *_ in target.launches] == [normalization._ROW_SUM_ROWS]
+    out, _ = check(name, [x], {"axes": axes, "keepdims": False})
+    numpy_fn = {"sum": np.sum, "mean": np.mean}[name.split(".")[1]]
+    np.testing.assert_allclose(out.astype(np.float64), numpy_fn(x.astype(np.float64), axis=tuple(axes)), **TOL[dtype])
+
+
 def test_max_keeps_tvms_nan_order_across_its_batches_of_loads():
     # 19 values a column, loaded 8 at a time: a NaN replaced by the next value (in a batch, at
     # a batch's end, in the tail), or kept when it is the last.
@@ -988,6 +1008,13 @@ def test_launch_shapes():
     assert [n.row_lanes(1024, d, 4) for d in (1, 5, 17, 64, 100, 256, 257)] == [1, 8, 8, 8, 16, 32, None]
     assert [n.row_lanes(1024, d, 2) for d in (5, 17, 64, 200)] == [8, 16, 16, 32]  # 16 halves: a sector
     assert n.row_lanes(1023, 64, 4) is None
+    # A global average pool (ResNet-50's last stage, batch 64): 7 x 7 rows on groups of 8 lanes.
+    target = PlanOnlyTarget()
+    x, out = np.empty((64, 2048, 7, 7), np.float32), np.empty((64, 2048, 1, 1), np.float32)
+    mean = get_op("simaccel.mean")
+    mean.kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), **mean.all_attrs({"axes": [2, 3], "keepdims": True}))
+    assert [(fn, grid, block, args[-1]) for fn, grid, block, args in target.launches] == [
+        (n._ROW_SUM_ROWS, 64 * 2048 // 16, 128, 3)]
 
 
 def test_shape_mismatch_is_refused_by_the_isa_before_any_launch():
