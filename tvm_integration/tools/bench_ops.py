@@ -80,12 +80,14 @@ CASES = [
     OpCase("permute (0,2,1,3) 64x512x16x64", "simaccel.permute_dims", ((64, 512, 16, 64),), {"axes": [0, 2, 1, 3]}, "bytes"),
     # Size classes of the bandwidth-bound kernels' other paths: short rows (a group of 8 lanes
     # a row), long rows (a block of 512 caching 8 values each), rows beyond the cache (a
-    # vocabulary), the tiled transpose (NCHW -> NHWC), a reduction across a middle axis.
+    # vocabulary), the tiled transpose (NCHW -> NHWC), a reduction across a middle axis, a
+    # global average pool (rows of 49 on groups of 8 lanes).
     OpCase("softmax 262144x64", "simaccel.softmax", ((262144, 64),), {}, "bytes"),
     OpCase("layer_norm 8192x4096", "simaccel.layer_norm", ((8192, 4096), (4096,), (4096,)), {"epsilon": 1e-5}, "bytes"),
     OpCase("softmax 1024x32000", "simaccel.softmax", ((1024, 32000),), {}, "bytes"),
     OpCase("permute (0,2,3,1) 8x64x112x112", "simaccel.permute_dims", ((8, 64, 112, 112),), {"axes": [0, 2, 3, 1]}, "bytes"),
     OpCase("sum axis 1 64x512x1024", "simaccel.sum", ((64, 512, 1024),), {"axes": [1], "keepdims": False}, "bytes"),
+    OpCase("mean spatial b64x2048x7x7", "simaccel.mean", ((64, 2048, 7, 7),), {"axes": [2, 3], "keepdims": True}, "bytes"),
 ]
 
 
