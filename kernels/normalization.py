@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 import numba
+import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
@@ -406,8 +407,6 @@ def _rows_view(target, out, data):
 
 
 def _itemsize(array) -> int:
-    import numpy as np
-
     return np.dtype(str(array.dtype)).itemsize
 
 
