@@ -2,31 +2,46 @@
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.softmax, simaccel.layer_norm; simaccel.sum and simaccel.mean over the innermost
-axes, through simaccel.kernels.reduction). One block per row; its threads stride over the
-row and combine partial results with a block reduction: warp shuffles, then the warps'
-results, on the GPU; a shared-memory tree on the simulator, which has no shuffles. Softmax and layer norm
-keep up to ROW_CACHE elements per thread in registers between their passes, so a row is
-read once. The block size is the smallest power of two >= the row length / ROW_CACHE
-(launches of fewer than MIN_CACHED_ROWS rows: >= the row length), capped at MAX_BLOCK, so
-short rows do not spawn idle threads (each one a Python thread on the simulator). Math is
-float32.
+axes, through simaccel.kernels.reduction: row sums, laid out as softmax). Math is float32; rows are indexed through flat
+views with unsigned offsets (no wrap-around of negative indices per access). Two layouts,
+chosen by the row length D:
 
-Many short rows (from MIN_WARP_ROWS rows of at most WARP * WARP_CACHE = 1024: a transformer's
-activations) take a warp per row instead: WARP_CACHE values per lane in registers and warp
-shuffle reductions, no block barriers. The simulator has no shuffles; its twin of those
-kernels reduces through shared memory (kernels/target.py, `with_simulator_twin`).
+* **Rows of up to WARP * WARP_CACHE = 256** (from MIN_WARP_ROWS rows: a transformer's heads,
+  attention scores of short sequences): a group of `lanes` threads per row, the smallest power
+  of two with lanes x WARP_CACHE >= D and at least a 32-byte sector of the row (8 lanes for
+  float32), so a warp holds 32 / lanes rows. Each lane keeps its WARP_CACHE values in
+  registers; the group combines them with xor shuffles over its lanes (log2(lanes) steps, no
+  block barriers). The simulator has no shuffles; its twin of those kernels reduces through
+  shared memory (kernels/target.py, `with_simulator_twin`).
+* **Longer rows**: a block per row, threads striding over it, partial results combined with a
+  block reduction (warp shuffles, then the warps' results, on the GPU; a shared-memory tree on
+  the simulator). From MIN_CACHED_ROWS rows the block has a thread per ROW_CACHE elements
+  (the smallest power of two, up to MAX_BLOCK), which keep them in registers between the
+  passes, so rows of up to ROW_CACHE * MAX_BLOCK = 8192 are read from memory once (a 1024-wide
+  layer norm: 128 threads of 8 values). Of longer rows the rest is read twice by softmax
+  (summed online while the max is found, then for the output) and three times by layer norm.
+  Launches of fewer rows have a thread per element (up to FEW_ROWS_BLOCK), so short rows do not spawn
+  idle threads (each one a Python thread on the simulator).
+
+Softmax subtracts the row max (`v > m`: NaN never wins it, but exp(NaN - max) makes the row NaN
+as numpy's does); layer norm takes the biased variance in a second pass over the cached values
+(no E[x^2] - E[x]^2 cancellation).
 """
 
 from __future__ import annotations
 
 import math
 
+import numba
+import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .target import with_simulator_twin
 
-MAX_BLOCK = 256  # power of two; also the size of the shared reduction buffer
+MAX_BLOCK = 1024  # power of two; also the size of the shared reduction buffer
+FEW_ROWS_BLOCK = 256  # the block cap of launches of fewer than MIN_CACHED_ROWS rows
+ROW_SUM_BLOCK = 256  # the block cap of row sums (nothing cached: more threads only add reduction)
 # Elements of its row each thread keeps in registers between the passes of softmax and
 # layer norm, so that a row up to ROW_CACHE * MAX_BLOCK long is read from memory once.
 ROW_CACHE = 8
@@ -34,16 +49,14 @@ ROW_CACHE = 8
 # per element (an H200 holds about 132 x 8 blocks at once).
 MIN_CACHED_ROWS = 1024
 _MAX_GRID = 1 << 20  # rows beyond that are walked by a loop in the kernels
-# Many short rows (a transformer's activations): a warp per row, WARP_CACHE elements per lane
-# in registers, warp reductions, no block barriers (from MIN_WARP_ROWS rows of at most
-# WARP * WARP_CACHE elements).
 WARP = 32
-# Rows per block of the warp-per-row kernels. They keep 32 values per lane in registers, and
-# take up to 164 registers (capped at 128 they spilled): blocks of 4 warps fit 3 to an SM.
-WARPS = 4
-WARP_CACHE = 32
+# The grouped kernels (a group of lanes per row): blocks of ROWS_BLOCK threads, WARP_CACHE
+# values per lane in registers, from MIN_WARP_ROWS rows of at most WARP * WARP_CACHE.
+ROWS_BLOCK = 128
+WARP_CACHE = 8
 MIN_WARP_ROWS = 1024
-_WARP_BUF = WARPS * WARP  # the simulator's reduction buffer
+SECTOR = 32  # bytes: the least a group reads of its row in one access
+_u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
 
 @register_jitable
@@ -72,29 +85,31 @@ def _block_reduce(buf, value, take_max):
 
 
 @register_jitable
-def _warp_reduce_shuffle(buf, value, take_max, lane, warp):
-    """Combine `value` over the 32 lanes of a warp (sum, or max if `take_max`) with register
-    shuffles; every lane gets the result, and every lane must call it."""
-    offset = WARP // 2
-    while offset > 0:
-        other = cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
-        if take_max:
-            value = max(value, other)
-        else:
-            value += other
-        offset //= 2
+def _lanes_reduce_shuffle(buf, value, take_max, lane, group, lanes):
+    """Combine `value` over each aligned group of `lanes` lanes (a power of two <= 32; sum, or
+    max if `take_max`) with xor shuffles, which stay within the group; every lane gets its
+    group's result, and every lane of the warp must call it. Unrolled: the steps a group
+    narrower than the warp skips are uniform branches."""
+    for s in range(5):
+        offset = 16 >> s
+        if offset < lanes:
+            other = cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
+            if take_max:
+                value = max(value, other)
+            else:
+                value += other
     return value
 
 
 @register_jitable
-def _warp_reduce_shared(buf, value, take_max, lane, warp):
-    """The simulator's `_warp_reduce_shuffle` (it has no shuffles): through the warp's slice of
-    `buf`, between block barriers, so every thread of the block must call it."""
-    base = warp * WARP
+def _lanes_reduce_shared(buf, value, take_max, lane, group, lanes):
+    """The simulator's `_lanes_reduce_shuffle` (it has no shuffles): through the group's slice
+    of `buf`, between block barriers, so every thread of the block must call it."""
+    base = group * lanes
     buf[base + lane] = value
     cuda.syncthreads()
     result = buf[base]
-    for k in range(1, WARP):
+    for k in range(1, lanes):
         other = buf[base + k]
         if take_max:
             result = max(result, other)
@@ -115,7 +130,7 @@ def _block_reduce_shuffle(buf, value, take_max):
     tid = cuda.threadIdx.x
     lane = tid % WARP
     warp = tid // WARP
-    value = _warp_reduce_shuffle(buf, value, take_max, lane, warp)
+    value = _lanes_reduce_shuffle(buf, value, take_max, lane, warp, WARP)
     if lane == 0:
         buf[warp] = value
     cuda.syncthreads()
@@ -125,13 +140,14 @@ def _block_reduce_shuffle(buf, value, take_max):
         value = float32(-math.inf)
     else:
         value = float32(0.0)
-    value = _warp_reduce_shuffle(buf, value, take_max, lane, warp)  # every warp, the same result
+    value = _lanes_reduce_shuffle(buf, value, take_max, lane, warp, WARP)  # every warp, the same result
     cuda.syncthreads()  # buf is free again once everyone has read it
     return value
 
 
-def _softmax_block_kernel(simulator):
-    """Softmax, a block per row (see above); block reductions with shuffles on the GPU."""
+def _softmax_block_kernel(long_rows, simulator):
+    """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
+    `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block)."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
 
     def kernel(out, x, rows, D):
@@ -143,21 +159,35 @@ def _softmax_block_kernel(simulator):
         # The row loop is uniform over the block, so every thread reaches every syncthreads.
         r = cuda.blockIdx.x
         while r < rows:
-            # 1. row max, the row read once into the cache (rows longer than it: the rest twice more)
+            base = r * D
+            # 1. row max, the row read once into the cache. The rest of a longer row (read once
+            # more, for the output) is summed online meanwhile: its own max tm and the sum ts of
+            # exp(v - tm), rescaled when tm grows. v == tm adds exp(0) = 1 without computing
+            # v - tm, which is NaN for two infinities of one sign: then the rescale below to
+            # the row max gives NaN exactly where the two-pass formula does.
             m = float32(-math.inf)
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
                 if i < D:
-                    v = float32(x[r, i])
+                    v = float32(x[_u(base + i)])
                     vals[j] = v
                     if v > m:
                         m = v
+            tm = float32(-math.inf)
+            ts = float32(0.0)
             i = tail
-            while i < D:
-                v = float32(x[r, i])
-                if v > m:
-                    m = v
+            while long_rows and i < D:
+                v = float32(x[_u(base + i)])
+                if v > tm:
+                    ts = ts * float32(math.exp(tm - v)) + float32(1.0)
+                    tm = v
+                elif v == tm:
+                    ts += float32(1.0)
+                else:
+                    ts += float32(math.exp(v - tm))
                 i += nthreads
+            if tm > m:
+                m = tm
             row_max = block_reduce(buf, m, True)
             # 2. sum of exp(x - max)
             acc = float32(0.0)
@@ -166,31 +196,30 @@ def _softmax_block_kernel(simulator):
                     e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
                     acc += e
-            i = tail
-            while i < D:
-                acc += float32(math.exp(float32(x[r, i]) - row_max))
-                i += nthreads
+            if long_rows:
+                acc += ts * float32(math.exp(tm - row_max))
             inv = float32(1.0) / block_reduce(buf, acc, False)
             # 3. normalize
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
                 if i < D:
-                    out[r, i] = vals[j] * inv
+                    out[_u(base + i)] = vals[j] * inv
             i = tail
-            while i < D:
-                out[r, i] = float32(math.exp(float32(x[r, i]) - row_max)) * inv
+            while long_rows and i < D:
+                out[_u(base + i)] = float32(math.exp(float32(x[_u(base + i)]) - row_max)) * inv
                 i += nthreads
             r += cuda.gridDim.x
 
-    kernel.__name__ = kernel.__qualname__ = "_softmax_kernel"
+    kernel.__name__ = kernel.__qualname__ = "_softmax_long_kernel" if long_rows else "_softmax_kernel"
     return kernel
 
 
-_softmax_kernel = with_simulator_twin(_softmax_block_kernel)
+_softmax_kernel = with_simulator_twin(_softmax_block_kernel, False)
+_softmax_long_kernel = with_simulator_twin(_softmax_block_kernel, True)
 
 
-def _layer_norm_block_kernel(simulator):
-    """Layer norm, a block per row (see above); block reductions with shuffles on the GPU."""
+def _layer_norm_block_kernel(long_rows, simulator):
+    """Layer norm, a block per row (see above), as `_softmax_block_kernel`."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
 
     def kernel(out, x, gamma, beta, rows, D, eps):
@@ -202,17 +231,18 @@ def _layer_norm_block_kernel(simulator):
         inv_d = float32(1.0) / float32(D)
         r = cuda.blockIdx.x
         while r < rows:
+            base = r * D
             # 1. mean, the row read once into the cache
             acc = float32(0.0)
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
                 if i < D:
-                    v = float32(x[r, i])
+                    v = float32(x[_u(base + i)])
                     vals[j] = v
                     acc += v
             i = tail
-            while i < D:
-                acc += float32(x[r, i])
+            while long_rows and i < D:
+                acc += float32(x[_u(base + i)])
                 i += nthreads
             mean = block_reduce(buf, acc, False) * inv_d
             # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
@@ -222,8 +252,8 @@ def _layer_norm_block_kernel(simulator):
                     d = vals[j] - mean
                     acc += d * d
             i = tail
-            while i < D:
-                d = float32(x[r, i]) - mean
+            while long_rows and i < D:
+                d = float32(x[_u(base + i)]) - mean
                 acc += d * d
                 i += nthreads
             rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
@@ -231,93 +261,100 @@ def _layer_norm_block_kernel(simulator):
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
                 if i < D:
-                    out[r, i] = (vals[j] - mean) * rstd * float32(gamma[i]) + float32(beta[i])
+                    out[_u(base + i)] = (vals[j] - mean) * rstd * float32(gamma[_u(i)]) + float32(beta[_u(i)])
             i = tail
-            while i < D:
-                y = (float32(x[r, i]) - mean) * rstd
-                out[r, i] = y * float32(gamma[i]) + float32(beta[i])
+            while long_rows and i < D:
+                y = (float32(x[_u(base + i)]) - mean) * rstd
+                out[_u(base + i)] = y * float32(gamma[_u(i)]) + float32(beta[_u(i)])
                 i += nthreads
             r += cuda.gridDim.x
 
-    kernel.__name__ = kernel.__qualname__ = "_layer_norm_kernel"
+    kernel.__name__ = kernel.__qualname__ = "_layer_norm_long_kernel" if long_rows else "_layer_norm_kernel"
     return kernel
 
 
-_layer_norm_kernel = with_simulator_twin(_layer_norm_block_kernel)
+_layer_norm_kernel = with_simulator_twin(_layer_norm_block_kernel, False)
+_layer_norm_long_kernel = with_simulator_twin(_layer_norm_block_kernel, True)
 
 
 def _softmax_rows_kernel(simulator):
-    """Softmax, a warp per row of D <= WARP * WARP_CACHE (see above); the row loop is uniform
-    over the block, a warp past the last row computes on nothing."""
-    reduce = _warp_reduce_shared if simulator else _warp_reduce_shuffle
+    """Softmax, a group of 2**shift lanes per row of D <= 2**shift * WARP_CACHE (see above);
+    the row loop is uniform over the block, a group past the last row computes on nothing."""
+    reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
 
-    def kernel(out, x, rows, D):
-        buf = cuda.shared.array(_WARP_BUF, float32)  # the simulator's reductions only
+    def kernel(out, x, rows, D, shift):
+        buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
         vals = cuda.local.array(WARP_CACHE, float32)
-        lane = cuda.threadIdx.x % WARP
-        warp = cuda.threadIdx.x // WARP
-        r0 = cuda.blockIdx.x * WARPS
+        lanes = 1 << shift
+        lane = cuda.threadIdx.x & (lanes - 1)
+        group = cuda.threadIdx.x >> shift
+        per_block = cuda.blockDim.x >> shift
+        r0 = cuda.blockIdx.x * per_block
         while r0 < rows:
-            r = r0 + warp
+            r = r0 + group
             live = r < rows
+            base = r * D
             m = float32(-math.inf)
             for j in range(WARP_CACHE):
-                i = lane + j * WARP
+                i = lane + j * lanes
                 if live and i < D:
-                    v = float32(x[r, i])
+                    v = float32(x[_u(base + i)])
                     vals[j] = v
                     m = max(m, v)
-            row_max = reduce(buf, m, True, lane, warp)
+            row_max = reduce(buf, m, True, lane, group, lanes)
             acc = float32(0.0)
             for j in range(WARP_CACHE):
-                if live and lane + j * WARP < D:
+                if live and lane + j * lanes < D:
                     e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
                     acc += e
-            inv = float32(1.0) / reduce(buf, acc, False, lane, warp)
+            inv = float32(1.0) / reduce(buf, acc, False, lane, group, lanes)
             for j in range(WARP_CACHE):
-                i = lane + j * WARP
+                i = lane + j * lanes
                 if live and i < D:
-                    out[r, i] = vals[j] * inv
-            r0 += cuda.gridDim.x * WARPS
+                    out[_u(base + i)] = vals[j] * inv
+            r0 += cuda.gridDim.x * per_block
 
     kernel.__name__ = kernel.__qualname__ = "_softmax_rows_kernel"
     return kernel
 
 
 def _layer_norm_rows_kernel(simulator):
-    """Layer norm, a warp per row of D <= WARP * WARP_CACHE (as `_softmax_rows_kernel`)."""
-    reduce = _warp_reduce_shared if simulator else _warp_reduce_shuffle
+    """Layer norm, a group of lanes per row (as `_softmax_rows_kernel`)."""
+    reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
 
-    def kernel(out, x, gamma, beta, rows, D, eps):
-        buf = cuda.shared.array(_WARP_BUF, float32)
+    def kernel(out, x, gamma, beta, rows, D, eps, shift):
+        buf = cuda.shared.array(ROWS_BLOCK, float32)
         vals = cuda.local.array(WARP_CACHE, float32)
-        lane = cuda.threadIdx.x % WARP
-        warp = cuda.threadIdx.x // WARP
+        lanes = 1 << shift
+        lane = cuda.threadIdx.x & (lanes - 1)
+        group = cuda.threadIdx.x >> shift
+        per_block = cuda.blockDim.x >> shift
         inv_d = float32(1.0) / float32(D)
-        r0 = cuda.blockIdx.x * WARPS
+        r0 = cuda.blockIdx.x * per_block
         while r0 < rows:
-            r = r0 + warp
+            r = r0 + group
             live = r < rows
+            base = r * D
             acc = float32(0.0)
             for j in range(WARP_CACHE):
-                i = lane + j * WARP
+                i = lane + j * lanes
                 if live and i < D:
-                    v = float32(x[r, i])
+                    v = float32(x[_u(base + i)])
                     vals[j] = v
                     acc += v
-            mean = reduce(buf, acc, False, lane, warp) * inv_d
+            mean = reduce(buf, acc, False, lane, group, lanes) * inv_d
             acc = float32(0.0)
             for j in range(WARP_CACHE):
-                if live and lane + j * WARP < D:
+                if live and lane + j * lanes < D:
                     d = vals[j] - mean
                     acc += d * d
-            rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, warp) * inv_d + float32(eps)))
+            rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, group, lanes) * inv_d + float32(eps)))
             for j in range(WARP_CACHE):
-                i = lane + j * WARP
+                i = lane + j * lanes
                 if live and i < D:
-                    out[r, i] = (vals[j] - mean) * rstd * float32(gamma[i]) + float32(beta[i])
-            r0 += cuda.gridDim.x * WARPS
+                    out[_u(base + i)] = (vals[j] - mean) * rstd * float32(gamma[_u(i)]) + float32(beta[_u(i)])
+            r0 += cuda.gridDim.x * per_block
 
     kernel.__name__ = kernel.__qualname__ = "_layer_norm_rows_kernel"
     return kernel
@@ -327,18 +364,33 @@ _SOFTMAX_ROWS = with_simulator_twin(_softmax_rows_kernel)
 _LAYER_NORM_ROWS = with_simulator_twin(_layer_norm_rows_kernel)
 
 
-def _warp_per_row(rows: int, D: int) -> bool:
-    return rows >= MIN_WARP_ROWS and D <= WARP * WARP_CACHE
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
 
 
-def _block_size(D: int, rows: int) -> int:
+def row_lanes(rows: int, D: int, itemsize: int):
+    """The lanes per row of the grouped kernels for `rows` rows of D elements (a power of two
+    <= 32), or None where a block per row serves them (fewer than MIN_WARP_ROWS rows, or rows
+    longer than WARP * WARP_CACHE)."""
+    if rows < MIN_WARP_ROWS or D > WARP * WARP_CACHE:
+        return None
+    sector = max(1, SECTOR // itemsize)  # lanes that read a whole sector of the row at once
+    return min(WARP, max(_pow2_at_least(-(-D // WARP_CACHE)), min(sector, _pow2_at_least(D))))
+
+
+def _block_size(D: int, rows: int, cap: int | None = None) -> int:
     """Threads for each of `rows` rows of D elements: the smallest power of two >= D /
-    ROW_CACHE (ROW_CACHE elements each), or >= D where there are fewer than MIN_CACHED_ROWS
-    rows (a launch that does not fill the GPU: as many threads as elements), capped at
-    MAX_BLOCK (longer rows are walked in a loop)."""
-    per_thread = ROW_CACHE if rows >= MIN_CACHED_ROWS else 1
+    ROW_CACHE (ROW_CACHE elements each, capped at MAX_BLOCK), or >= D where there are fewer
+    than MIN_CACHED_ROWS rows (a launch that does not fill the GPU: as many threads as
+    elements, capped at FEW_ROWS_BLOCK); longer rows are walked in a loop."""
+    cached = rows >= MIN_CACHED_ROWS
+    per_thread = ROW_CACHE if cached else 1
+    cap = cap or (MAX_BLOCK if cached else FEW_ROWS_BLOCK)
     b = 1
-    while b * per_thread < D and b < MAX_BLOCK:
+    while b * per_thread < D and b < cap:
         b *= 2
     return b
 
@@ -351,7 +403,16 @@ def _rows_view(target, out, data):
         rows *= d
     if rows == 0 or D == 0:
         return None
-    return rows, D, target.reshape(data, (rows, D)), target.reshape(out, (rows, D))
+    return rows, D, target.reshape(data, (rows * D,)), target.reshape(out, (rows * D,))
+
+
+def _itemsize(array) -> int:
+    return np.dtype(str(array.dtype)).itemsize
+
+
+def _rows_grid(rows: int, lanes: int) -> int:
+    per_block = ROWS_BLOCK // lanes
+    return min(-(-rows // per_block), _MAX_GRID)
 
 
 def launch_softmax(target, out, data) -> int:
@@ -359,11 +420,14 @@ def launch_softmax(target, out, data) -> int:
     view = _rows_view(target, out, data)
     if view is None:
         return 0
-    rows, D, x2, o2 = view
-    if _warp_per_row(rows, D):
-        target.launch(_SOFTMAX_ROWS, min(-(-rows // WARPS), _MAX_GRID), WARPS * WARP, o2, x2, rows, D)
+    rows, D, x1, o1 = view
+    lanes = row_lanes(rows, D, _itemsize(data))
+    if lanes:
+        target.launch(_SOFTMAX_ROWS, _rows_grid(rows, lanes), ROWS_BLOCK, o1, x1, rows, D, lanes.bit_length() - 1)
     else:
-        target.launch(_softmax_kernel, min(rows, _MAX_GRID), _block_size(D, rows), o2, x2, rows, D)
+        block = _block_size(D, rows)
+        kernel = _softmax_kernel if D <= ROW_CACHE * block else _softmax_long_kernel
+        target.launch(kernel, min(rows, _MAX_GRID), min(block, kernel.launch_bounds[0]), o1, x1, rows, D)
     return 1
 
 
@@ -372,20 +436,24 @@ def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
     view = _rows_view(target, out, data)
     if view is None:
         return 0
-    rows, D, x2, o2 = view
+    rows, D, x1, o1 = view
     g1 = target.reshape(gamma, (D,))
     b1 = target.reshape(beta, (D,))
-    if _warp_per_row(rows, D):
-        target.launch(_LAYER_NORM_ROWS, min(-(-rows // WARPS), _MAX_GRID), WARPS * WARP,
-                      o2, x2, g1, b1, rows, D, float(epsilon))
+    lanes = row_lanes(rows, D, _itemsize(data))
+    if lanes:
+        target.launch(_LAYER_NORM_ROWS, _rows_grid(rows, lanes), ROWS_BLOCK,
+                      o1, x1, g1, b1, rows, D, float(epsilon), lanes.bit_length() - 1)
     else:
-        target.launch(_layer_norm_kernel, min(rows, _MAX_GRID), _block_size(D, rows),
-                      o2, x2, g1, b1, rows, D, float(epsilon))
+        block = _block_size(D, rows)
+        kernel = _layer_norm_kernel if D <= ROW_CACHE * block else _layer_norm_long_kernel
+        target.launch(kernel, min(rows, _MAX_GRID), min(block, kernel.launch_bounds[0]),
+                      o1, x1, g1, b1, rows, D, float(epsilon))
     return 1
 
 
 def _row_sum_block_kernel(simulator):
-    """Row sums (or means), a block per row; ROW_CACHE loads in flight per thread."""
+    """Row sums (or means), a block per row; ROW_CACHE loads in flight per thread, with no
+    bounds checks while a whole pass of them lies in the row."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
 
     def kernel(out, x, rows, R, mean):
@@ -393,17 +461,24 @@ def _row_sum_block_kernel(simulator):
         vals = cuda.local.array(ROW_CACHE, float32)
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
+        span = ROW_CACHE * nthreads
         r = cuda.blockIdx.x
         while r < rows:
+            base = r * R
             acc = float32(0.0)
             i = tid
-            while i < R:  # ROW_CACHE loads issued before any is added (one at a time: 41% of HBM)
+            while i + span - nthreads < R:  # every load of the pass in the row
                 for j in range(ROW_CACHE):
-                    k = i + j * nthreads
-                    vals[j] = float32(x[r, k]) if k < R else float32(0.0)
+                    vals[j] = float32(x[_u(base + i + j * nthreads)])
                 for j in range(ROW_CACHE):
                     acc += vals[j]
-                i += ROW_CACHE * nthreads
+                i += span
+            if i < R:  # ROW_CACHE loads issued before any is added (one at a time: 41% of HBM)
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    vals[j] = float32(x[_u(base + k)]) if k < R else float32(0.0)
+                for j in range(ROW_CACHE):
+                    acc += vals[j]
             total = block_reduce(buf, acc, False)
             if tid == 0:
                 out[r] = total / float32(R) if mean else total
@@ -416,13 +491,64 @@ def _row_sum_block_kernel(simulator):
 _row_sum_kernel = with_simulator_twin(_row_sum_block_kernel)
 
 
+def _row_sum_rows_kernel(simulator):
+    """Row sums (or means) of many rows of R <= WARP * WARP_CACHE, a group of 2**shift lanes
+    per row (as `_softmax_rows_kernel`; a global average pool's 7 x 7 rows: 8 lanes)."""
+    reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
+
+    def kernel(out, x, rows, R, mean, shift):
+        buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
+        vals = cuda.local.array(WARP_CACHE, float32)
+        lanes = 1 << shift
+        lane = cuda.threadIdx.x & (lanes - 1)
+        group = cuda.threadIdx.x >> shift
+        per_block = cuda.blockDim.x >> shift
+        r0 = cuda.blockIdx.x * per_block
+        while r0 < rows:
+            r = r0 + group
+            live = r < rows
+            base = r * R
+            for j in range(WARP_CACHE):
+                i = lane + j * lanes
+                vals[j] = float32(x[_u(base + i)]) if live and i < R else float32(0.0)
+            acc = float32(0.0)
+            for j in range(WARP_CACHE):
+                acc += vals[j]
+            total = reduce(buf, acc, False, lane, group, lanes)
+            if live and lane == 0:
+                out[_u(r)] = total / float32(R) if mean else total
+            r0 += cuda.gridDim.x * per_block
+
+    kernel.__name__ = kernel.__qualname__ = "_row_sum_rows_kernel"
+    return kernel
+
+
+_ROW_SUM_ROWS = with_simulator_twin(_row_sum_rows_kernel)
+_ROW_SUM_ROWS.launch_bounds = (ROWS_BLOCK, 8)
+
+
 def launch_row_sums(target, out, x, *, mean: bool) -> int:
-    """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1."""
+    """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1: many short rows on groups of
+    lanes, others on a block per row."""
     rows, R = (int(d) for d in x.shape)
-    target.launch(_row_sum_kernel, min(rows, _MAX_GRID), _block_size(R, rows), out, x, rows, R, int(mean))
+    x1 = target.reshape(x, (rows * R,))
+    lanes = row_lanes(rows, R, _itemsize(x))
+    if lanes:
+        target.launch(_ROW_SUM_ROWS, _rows_grid(rows, lanes), ROWS_BLOCK, out, x1, rows, R, int(mean),
+                      lanes.bit_length() - 1)
+    else:
+        target.launch(_row_sum_kernel, min(rows, _MAX_GRID), _block_size(R, rows, ROW_SUM_BLOCK), out, x1,
+                      rows, R, int(mean))
     return 1
 
 
-# At most 128 registers (two full blocks per SM): left alone, layer norm took 152.
-# tests/test_aot.py checks that neither spills.
-_softmax_kernel.launch_bounds = _layer_norm_kernel.launch_bounds = (MAX_BLOCK, 2)
+# The launchers cap a block at its kernel's bounds. The cached kernels and softmax's long-row
+# one take blocks of up to MAX_BLOCK threads: at most 64 registers a thread, which their
+# ROW_CACHE values fit in. Layer norm's long-row kernel spilled at 64: blocks of at most
+# FEW_ROWS_BLOCK, 128 registers (two blocks per SM; left alone it took 152). The grouped
+# kernels: 64 (8 blocks of 128 per SM; layer norm took 94). tests/test_aot.py checks that
+# none spills.
+_softmax_kernel.launch_bounds = _layer_norm_kernel.launch_bounds = (MAX_BLOCK, 1)
+_softmax_long_kernel.launch_bounds = (MAX_BLOCK, 1)
+_layer_norm_long_kernel.launch_bounds = (FEW_ROWS_BLOCK, 2)
+_SOFTMAX_ROWS.launch_bounds = _LAYER_NORM_ROWS.launch_bounds = (ROWS_BLOCK, 8)

@@ -4,8 +4,10 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.sum, simaccel.mean, simaccel.max). The input is viewed as (outer, R, inner): one
 thread per output element (outer, inner), consecutive threads on consecutive inner indices
 (coalesced reads where inner > 1), looping over R in index order with a float32
-accumulator. max is TVM's running ``acc if acc > v else v`` from the dtype's lowest finite
-value, so NaN and empty reductions match TVM's CPU build. A sum or mean over the innermost
+accumulator, ILP values loaded before any is combined. max is TVM's running
+``acc if acc > v else v`` from the dtype's lowest finite value, so NaN and empty reductions
+match TVM's CPU build (a NaN survives only where no later element replaces it: an order
+a parallel reduction would not keep, so max stays on this kernel). A sum or mean over the innermost
 axes (inner = 1: a spatial mean) is one block per output instead, whose threads read the
 row together (coalesced) and add up their partial sums in shared memory
 (simaccel.kernels.normalization, beside the other row kernels).
@@ -15,32 +17,46 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 from numba import cuda, float32
 
-from .elementwise import _grid, divmod_fast
+from .elementwise import ILP, _grid, divmod_fast
 from .normalization import launch_row_sums
 
 REDUCTIONS = {"sum": 0, "mean": 1, "max": 2}
+_u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
 
 def _reduction_kernel(out, x, R, inner, inv_inner, code, lowest, total):
+    v = cuda.local.array(ILP, float32)
     idx = cuda.grid(1)
     step = cuda.gridsize(1)
     while idx < total:
         o, i = divmod_fast(idx, inner, inv_inner)
         base = o * R * inner + i
-        if code == 2:
-            acc = float32(lowest)
-            for r in range(R):
-                v = float32(x[base + r * inner])
-                acc = acc if acc > v else v
-        else:
-            acc = float32(0.0)
-            for r in range(R):
-                acc += float32(x[base + r * inner])
-            if code == 1:
-                acc = acc / float32(R)
+        acc = float32(lowest) if code == 2 else float32(0.0)
+        # ILP loads issued before any is combined, combined in index order (the same result
+        # as one at a time, which left each load's latency exposed), then the rest one by one.
+        r = 0
+        while r + ILP <= R:
+            for k in range(ILP):
+                v[k] = float32(x[_u(base + (r + k) * inner)])
+            for k in range(ILP):
+                if code == 2:
+                    acc = acc if acc > v[k] else v[k]
+                else:
+                    acc += v[k]
+            r += ILP
+        while r < R:
+            w = float32(x[_u(base + r * inner)])
+            if code == 2:
+                acc = acc if acc > w else w
+            else:
+                acc += w
+            r += 1
+        if code == 1:
+            acc = acc / float32(R)
         out[idx] = acc
         idx += step
 

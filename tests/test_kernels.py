@@ -452,6 +452,27 @@ def test_avg_pool2d(case, count_include_pad, dtype):
     check("simaccel.avg_pool2d", [data], attrs)
 
 
+@pytest.mark.parametrize("window", [((3, 3), (2, 2), (1, 1, 1, 1), (1, 1)), ((2, 2), (2, 2), (0, 0, 1, 1), (1, 1)),
+                                    ((3, 2), (1, 2), (2, 1, 0, 1), (2, 1))], ids=str)
+def test_pooling_inside_and_on_the_border_agree_with_tvm(window):
+    # Images large enough that most windows lie inside (the unchecked, unrolled taps) and the
+    # border's do not; NaNs inside and on the border, (5, 6) and (5, 7) the last tap of an
+    # inside window in each case (a NaN kept): max pooling keeps TVM's order exactly.
+    pool_size, strides, padding, dilation = window
+    rng = np.random.default_rng(11)
+    data = _random(rng, (2, 2, 11, 13), "float32")
+    data[0, 0, 4, 5] = data[0, 1, 0, 0] = data[1, 0, 10, 6] = data[1, 1, 5, 12] = np.nan
+    data[1, 0, 5, 6] = data[1, 0, 5, 7] = np.nan
+    attrs = dict(pool_size=pool_size, strides=strides, padding=padding, dilation=dilation)
+    out, ref = run_op("simaccel.max_pool2d", [data], attrs)
+    np.testing.assert_array_equal(out, ref)
+    assert np.isnan(ref).any() and not np.isnan(ref).all()
+    for include in (True, False):
+        out, ref = run_op("simaccel.avg_pool2d", [data], {**attrs, "count_include_pad": include})
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+        np.testing.assert_allclose(out, ref, rtol=1e-6, atol=1e-6)
+
+
 def test_avg_pool2d_count_include_pad_differs():
     # A corner window of a padded all-ones input: 1 (in-bounds only) vs 4/9 (window area).
     data = np.ones((1, 1, 3, 3), np.float32)
@@ -484,18 +505,19 @@ def test_elementwise_kernels_with_several_elements_per_thread(name, shapes, attr
 # ---------------------------------------------------------------------------------------
 # softmax / layer_norm
 
-# Row lengths 1, 5, 17, 300 (8 per thread in registers, some threads short of 8), 2100 (longer
-# than 8 x 256: the rest is read in a loop); 9 rows of 1024 (a warp per row: 32 per lane;
-# blocks of 4 rows, the last with 3 warps past the end).
-ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (1, 300), (7,), (2, 2100), (9, 1024)]
+# Row lengths 1, 5, 17, 100, 256 (grouped: 1, 8, 8, 16 (float32) or 32 lanes a row; blocks of
+# 128 / lanes rows, most past the end), 300 (8 per thread in registers, some threads short of
+# 8), 2100 (longer than 8 x 256: the rest read in a loop on a thread per element; a block of
+# 512 cached), 1024 (a block of 128 cached).
+ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (5, 100), (9, 256), (1, 300), (7,), (2, 2100), (9, 1024)]
 
 
 @pytest.fixture(params=["per-element", "cached", "warp-per-row"])
 def row_threads(request, monkeypatch):
     """The three ways the row kernels spread rows over threads: a block per row with one
     element per thread (launches of few rows, as here) or ROW_CACHE per thread (from
-    MIN_CACHED_ROWS rows, forced), and a warp per row (from MIN_WARP_ROWS rows of at most
-    1024, forced: rows longer than that stay on the cached block kernel)."""
+    MIN_CACHED_ROWS rows, forced), and a group of lanes per row (from MIN_WARP_ROWS rows of at
+    most 256, forced: rows longer than that stay on the cached block kernel)."""
     from simaccel.kernels import normalization
 
     if request.param == "cached":
@@ -525,6 +547,24 @@ def test_layer_norm(shape, dtype, row_threads):
     gamma = _random(rng, (d,), dtype)
     beta = _random(rng, (d,), dtype)
     check("simaccel.layer_norm", [data, gamma, beta], dict(epsilon=1e-5))
+
+
+@pytest.mark.parametrize("D", [17, 300, 2100])
+def test_row_kernels_keep_nan_and_inf_as_numpy(D, row_threads):
+    # NaNs, +infs, a row of -inf, -infs among finite values and a finite row, on each of the
+    # three layouts (and rows of 2100 on a thread per element: the rest past the cache, where
+    # softmax sums online): NaN exactly where numpy's formula gives it (whole rows: softmax's
+    # first three, layer norm's first four), the same values elsewhere.
+    x = _random(np.random.default_rng(9), (5, D), "float32") * 4
+    x[0, [3, D - 1]], x[1, [5, D - 2]], x[2, :], x[3, [1, D - 3]] = np.nan, np.inf, -np.inf, -np.inf
+    g, b = np.ones(D, np.float32), np.zeros(D, np.float32)
+    for name, arrays, attrs, nan_rows in (("simaccel.softmax", [x], {}, 3),
+                                          ("simaccel.layer_norm", [x, g, b], {"epsilon": 1e-5}, 4)):
+        with np.errstate(invalid="ignore"):
+            out, ref = run_op(name, arrays, attrs)
+        np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+        assert np.isnan(ref[:nan_rows]).all() and not np.isnan(ref[nan_rows:]).any(), name
+        np.testing.assert_allclose(out[nan_rows:], ref[nan_rows:], **TOL["float32"])
 
 
 def test_layer_norm_unit_affine_is_normalized():
@@ -677,8 +717,62 @@ def test_permute_merges_axes_that_stay_neighbours():
     assert merged_dims([2, 3, 4], [12, 4, 1]) == ([1, 1, 1, 1, 1, 24], [0, 0, 0, 0, 0, 1])
 
 
+# Each of the three layout kernels at sizes that leave partial tiles, chunks and lanes:
+# the row copy (innermost axis kept: rows of 9, 16, 300), the tiled transpose (innermost axis
+# moves: a batched 70x40 plane, NCHW -> NHWC, a 6-D one with batch dims on both sides) and the
+# gather (a 3-channel NHWC -> NCHW plane, too narrow to tile).
+LAYOUT_PATHS = [((3, 4, 5, 16), [0, 2, 1, 3], "_copy_rows_kernel"), ((4, 3, 9), [1, 0, 2], "_copy_rows_kernel"),
+                ((3, 2, 300), [1, 0, 2], "_copy_rows_kernel"), ((2, 40, 70), [0, 2, 1], "_transpose_kernel"),
+                ((2, 20, 5, 7), [0, 2, 3, 1], "_transpose_kernel"), ((2, 17, 3, 1, 2, 18), [4, 0, 3, 5, 2, 1], "_transpose_kernel"),
+                ((2, 5, 7, 3), [0, 3, 1, 2], "_gather_kernel")]
+
+
+@pytest.mark.parametrize("ilp", [1, 8])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,axes,kernel", LAYOUT_PATHS, ids=str)
+def test_permute_kernels(shape, axes, kernel, dtype, ilp, monkeypatch):
+    from simaccel.kernels import elementwise
+
+    monkeypatch.setattr(elementwise, "MIN_ILP_TOTAL", 0 if ilp == 8 else 1 << 40)
+    x = _random(np.random.default_rng(7), shape, dtype)
+    if dtype == "float16" and shape[-1] == 9:
+        kernel = "_gather_kernel"  # 9 halves are 18 bytes: less than a sector a row
+    target = RecordingTarget()
+    out = np.full(tuple(shape[a] for a in axes), np.nan, dtype)
+    get_op("simaccel.permute_dims").kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), axes=axes)
+    assert [fn.__name__ for fn, *_ in target.launches] == [kernel]
+    np.testing.assert_array_equal(out, np.transpose(x, axes))
+
+
+def test_layout_kernels_at_real_sizes():
+    # The bench's permutes, sliced rows and concatenated rows: which kernel, and its geometry.
+    from simaccel.kernels import layout
+
+    def plan(name, shapes, attrs):
+        target = PlanOnlyTarget()
+        op = get_op(name)
+        shape, _ = op.infer(shapes, ["float32"] * len(shapes), **op.all_attrs(attrs))
+        op.kernel(target, FakeCUDAArray(np.empty(shape, np.float32)),
+                  *[FakeCUDAArray(np.empty(s, np.float32)) for s in shapes], **op.all_attrs(attrs))
+        return target.launches
+
+    # (B, H, S, D) -> (B, S, H, D), D = 64: rows of 64, 8 lanes of 8 floats each, one chunk a row.
+    [(fn, grid, block, args)] = plan("simaccel.permute_dims", [(64, 512, 16, 64)], {"axes": [0, 2, 1, 3]})
+    assert fn is layout._copy_rows_kernel and block == 256 and args[2:8] == (64, 1, 1.0, 3, 8, 64 * 512 * 16)
+    assert layout.plan_copy_rows(10, 64, "float16", 1 << 30) == (16, 8, 1)  # 16 halves a sector: 4 a lane
+    # NCHW -> NHWC: a 12544 x 64 plane per image, in 32 x 64 tiles.
+    [(fn, grid, block, args)] = plan("simaccel.permute_dims", [(8, 64, 112, 112)], {"axes": [0, 2, 3, 1]})
+    assert fn is layout._transpose_kernel and block == (32, 8) and args[2:4] == (12544, 64)
+    assert grid == 392 * 1 * 8
+    [(fn, *_)] = plan("simaccel.strided_slice", [(8, 40)], {"begin": [1, 3], "end": [8, 40], "strides": [2, 1]})
+    assert fn is layout._copy_rows_kernel
+    assert [fn for fn, *_ in plan("simaccel.concat", [(4, 3), (4, 64)], {"axis": 1})] == [
+        layout._concat_kernel, layout._copy_rows_kernel]
+
+
 SLICE_CASES = [((5,), [1], [4], [1]), ((4, 6), [0, 1], [4, 6], [2, 3]), ((3, 4, 5), [1, 0, 2], [2, 4, 5], [1, 1, 2]),
-               ((2, 3, 4, 2), [0, 2, 1, 0], [2, 3, 3, 2], [1, 1, 1, 1]), ((4, 4), [2, 0], [2, 4], [1, 1])]
+               ((2, 3, 4, 2), [0, 2, 1, 0], [2, 3, 3, 2], [1, 1, 1, 1]), ((4, 4), [2, 0], [2, 4], [1, 1]),
+               ((3, 5, 20), [1, 1, 3], [3, 5, 19], [1, 2, 1])]  # rows of 16 from an offset: the row copy
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -697,7 +791,8 @@ def ref_size(shape, begin, end, strides):
 
 
 CONCAT_CASES = [([(2, 3), (2, 1), (2, 4)], 1), ([(3,), (0,), (2,)], 0), ([(2, 3, 4), (2, 3, 4)], 0),
-                ([(1, 2, 3, 1, 2, 2), (1, 2, 3, 2, 2, 2)], 3), ([(5, 7)], 1), ([(2, 0, 3), (2, 2, 3), (2, 1, 3)], 1)]
+                ([(1, 2, 3, 1, 2, 2), (1, 2, 3, 2, 2, 2)], 3), ([(5, 7)], 1), ([(2, 0, 3), (2, 2, 3), (2, 1, 3)], 1),
+                ([(3, 10), (3, 17), (3, 40)], 1)]  # rows of a sector or more: row copies
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -738,7 +833,8 @@ def test_a_slice_out_of_bounds_is_refused():
 # (300) than a block, and longer (2100) than the ROW_CACHE x 256 values a block loads per pass.
 REDUCTION_CASES = [((3, 7), [1], False), ((2, 3, 4, 5), [2, 3], True), ((2, 3, 4), [0], False),
                    ((2, 3, 4), [0, 1, 2], False), ((4, 1, 3), [1, 2], True), ((2, 3, 4, 2, 2), [1, 2, 3], False),
-                   ((2, 3, 300), [2], True), ((2, 2100), [1], False)]
+                   ((2, 3, 300), [2], True), ((2, 2100), [1], False),
+                   ((3, 19, 5), [1], False)]  # 8 loads at a time, then a tail of 3
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -763,6 +859,36 @@ def test_reductions_of_nothing_and_of_nan_are_tvms():
     # A running `acc if acc > v else v`: a NaN survives only if no later element replaces it.
     np.testing.assert_array_equal(out, ref)
     assert out[0] == 2.0 and out[1] == 0.5 and np.isnan(out[2])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean"])
+@pytest.mark.parametrize("shape,axes", [((3, 7), [1]), ((2, 3, 4, 5), [2, 3]), ((4, 1, 3), [1, 2]), ((5, 256), [1]),
+                                        ((3, 100), [1])], ids=str)
+def test_row_sums_on_groups_of_lanes(name, shape, axes, dtype, monkeypatch):
+    # Many short rows (a global average pool's 7 x 7) take a group of lanes each: forced here.
+    from simaccel.kernels import normalization
+
+    monkeypatch.setattr(normalization, "MIN_WARP_ROWS", 1)
+    x = _random(np.random.default_rng(8), shape, dtype)
+    target = PlanOnlyTarget()
+    out = np.empty(np.sum(x, axis=tuple(axes)).shape, dtype)
+    op = get_op(name)
+    op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), **op.all_attrs({"axes": axes, "keepdims": False}))
+    assert [fn for fn, *_ in target.launches] == [normalization._ROW_SUM_ROWS]
+    out, _ = check(name, [x], {"axes": axes, "keepdims": False})
+    numpy_fn = {"sum": np.sum, "mean": np.mean}[name.split(".")[1]]
+    np.testing.assert_allclose(out.astype(np.float64), numpy_fn(x.astype(np.float64), axis=tuple(axes)), **TOL[dtype])
+
+
+def test_max_keeps_tvms_nan_order_across_its_batches_of_loads():
+    # 19 values a column, loaded 8 at a time: a NaN replaced by the next value (in a batch, at
+    # a batch's end, in the tail), or kept when it is the last.
+    x = np.arange(2 * 19 * 4, dtype=np.float32).reshape(2, 19, 4)[:, ::-1].copy()
+    x[0, 3, 0] = x[0, 7, 1] = x[1, 15, 2] = x[1, 18, 3] = np.nan
+    out, ref = run_op("simaccel.max", [x], {"axes": [1], "keepdims": False})
+    np.testing.assert_array_equal(out, ref)
+    assert out[0, 0] == x[0, 4, 0] and out[0, 1] == x[0, 8, 1] and out[1, 2] == x[1, 16, 2] and np.isnan(out[1, 3])
 
 
 def test_a_reduction_over_axes_that_are_not_neighbours_is_refused():
@@ -855,22 +981,44 @@ def test_launch_shapes():
         # The launch beyond gridDim.y's cap starts at row tile 65535 (its tile0 argument).
         assert [args[10] for _, _, _, args in target.launches] == [65535 * k for k in range(len(want))]
     # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256);
-    # from 1024 rows on, >= D / 8, and rows of up to 1024 take a warp each (4 to a block)
-    from simaccel.kernels import normalization
+    # from 1024 rows on, >= D / 8 (capped at 1024), rows longer than 8 a thread on the long-row
+    # kernels; from 1024 rows of up to 256, a group of lanes per row (>= D / 8 and >= 8, a
+    # sector of float32), 128 / lanes rows to a block of 128
+    from simaccel.kernels import normalization as n
 
-    for rows, d, want in ((3, 1, (3, 1)), (3, 5, (3, 8)), (3, 17, (3, 32)), (3, 256, (3, 256)), (3, 300, (3, 256)),
-                          (1024, 5, (256, 128)), (1025, 1024, (257, 128)), (1024, 1025, (1024, 256)),
-                          (1024, 3000, (1024, 256))):
+    block, grouped, long = ((n._softmax_kernel, n._layer_norm_kernel), (n._SOFTMAX_ROWS, n._LAYER_NORM_ROWS),
+                            (n._softmax_long_kernel, n._layer_norm_long_kernel))
+    for rows, d, want, kernels in ((3, 1, (3, 1), block), (3, 5, (3, 8), block), (3, 17, (3, 32), block),
+                                   (3, 256, (3, 256), block), (3, 300, (3, 256), block), (3, 3000, (3, 256), long),
+                                   (1024, 5, (64, 128), grouped), (1024, 64, (64, 128), grouped),
+                                   (1024, 256, (256, 128), grouped), (1025, 1024, (1025, 128), block),
+                                   (1024, 1025, (1024, 256), block), (1024, 3000, (1024, 512), block),
+                                   (1024, 8192, (1024, 1024), block)):
         x = np.zeros((rows, d), np.float32)
         g = np.ones(d, np.float32)
         target = PlanOnlyTarget()
         get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
         get_op("simaccel.layer_norm").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x),
                                              FakeCUDAArray(g), FakeCUDAArray(g), epsilon=1e-5)
-        assert [(grid, block) for _, grid, block, _ in target.launches] == [want] * 2
-        kernels = [normalization._SOFTMAX_ROWS, normalization._LAYER_NORM_ROWS] if want[1] == 128 else \
-            [normalization._softmax_kernel, normalization._layer_norm_kernel]
-        assert [fn for fn, *_ in target.launches] == kernels
+        assert [(grid, block) for _, grid, block, _ in target.launches] == [want] * 2, (rows, d)
+        assert tuple(fn for fn, *_ in target.launches) == kernels, (rows, d)
+    # Rows longer than 8 x 1024: softmax keeps blocks of 1024, layer norm's long-row kernel 256.
+    target = PlanOnlyTarget()
+    x = np.zeros((1024, 8193), np.float32)
+    get_op("simaccel.softmax").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x))
+    get_op("simaccel.layer_norm").kernel(target, FakeCUDAArray(np.zeros_like(x)), FakeCUDAArray(x),
+                                         FakeCUDAArray(x[0]), FakeCUDAArray(x[0]), epsilon=1e-5)
+    assert [(fn, grid, block) for fn, grid, block, _ in target.launches] == [(long[0], 1024, 1024), (long[1], 1024, 256)]
+    assert [n.row_lanes(1024, d, 4) for d in (1, 5, 17, 64, 100, 256, 257)] == [1, 8, 8, 8, 16, 32, None]
+    assert [n.row_lanes(1024, d, 2) for d in (5, 17, 64, 200)] == [8, 16, 16, 32]  # 16 halves: a sector
+    assert n.row_lanes(1023, 64, 4) is None
+    # A global average pool (ResNet-50's last stage, batch 64): 7 x 7 rows on groups of 8 lanes.
+    target = PlanOnlyTarget()
+    x, out = np.empty((64, 2048, 7, 7), np.float32), np.empty((64, 2048, 1, 1), np.float32)
+    mean = get_op("simaccel.mean")
+    mean.kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), **mean.all_attrs({"axes": [2, 3], "keepdims": True}))
+    assert [(fn, grid, block, args[-1]) for fn, grid, block, args in target.launches] == [
+        (n._ROW_SUM_ROWS, 64 * 2048 // 16, 128, 3)]
 
 
 def test_shape_mismatch_is_refused_by_the_isa_before_any_launch():

@@ -165,7 +165,7 @@ def test_views_are_their_owners_memory_and_only_a_viewed_output_is_copied(fake):
     # (word 11: a 1-D array is 7 words, a 2-D one 9).
     h = relu["words"][4]
     assert relu["words"][11] == x.ctypes.data  # relu reads x itself through its view
-    assert softmax["words"][4] == y.ctypes.data and softmax["words"][13] == h  # softmax reads h as (2, 12)
+    assert softmax["words"][4] == y.ctypes.data and softmax["words"][11] == h  # softmax reads h's rows flat
     assert copy["words"][4] == h_flat.ctypes.data and copy["words"][11] == h  # the viewed output is a copy of h
 
 

@@ -90,6 +90,16 @@ CASES = [
            {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}, "bytes"),
     OpCase("mean spatial b64x512x56x56", "simaccel.mean", ((64, 512, 56, 56),), {"axes": [2, 3], "keepdims": True}, "bytes"),
     OpCase("permute (0,2,1,3) 64x512x16x64", "simaccel.permute_dims", ((64, 512, 16, 64),), {"axes": [0, 2, 1, 3]}, "bytes"),
+    # Size classes of the bandwidth-bound kernels' other paths: short rows (a group of 8 lanes
+    # a row), long rows (a block of 512 caching 8 values each), rows beyond the cache (a
+    # vocabulary), the tiled transpose (NCHW -> NHWC), a reduction across a middle axis, a
+    # global average pool (rows of 49 on groups of 8 lanes).
+    OpCase("softmax 262144x64", "simaccel.softmax", ((262144, 64),), {}, "bytes"),
+    OpCase("layer_norm 8192x4096", "simaccel.layer_norm", ((8192, 4096), (4096,), (4096,)), {"epsilon": 1e-5}, "bytes"),
+    OpCase("softmax 1024x32000", "simaccel.softmax", ((1024, 32000),), {}, "bytes"),
+    OpCase("permute (0,2,3,1) 8x64x112x112", "simaccel.permute_dims", ((8, 64, 112, 112),), {"axes": [0, 2, 3, 1]}, "bytes"),
+    OpCase("sum axis 1 64x512x1024", "simaccel.sum", ((64, 512, 1024),), {"axes": [1], "keepdims": False}, "bytes"),
+    OpCase("mean spatial b64x2048x7x7", "simaccel.mean", ((64, 2048, 7, 7),), {"axes": [2, 3], "keepdims": True}, "bytes"),
 ]
 
 
@@ -293,7 +303,8 @@ def _torch_peer(case: OpCase, arrays):
         "simaccel.softmax": lambda: torch.softmax(t[0], -1),
         "simaccel.layer_norm": lambda: F.layer_norm(t[0], t[0].shape[-1:], t[1], t[2], a.get("epsilon", 1e-5)),
         "simaccel.max_pool2d": lambda: F.max_pool2d(t[0], 3, 2, 1),
-        "simaccel.mean": lambda: t[0].mean((2, 3), keepdim=True),
+        "simaccel.mean": lambda: t[0].mean(tuple(a.get("axes", (2, 3))), keepdim=a.get("keepdims", True)),
+        "simaccel.sum": lambda: t[0].sum(tuple(a.get("axes", ())), keepdim=a.get("keepdims", False)),
         "simaccel.permute_dims": lambda: t[0].permute(*a.get("axes", ())).contiguous(),
     }
     return peers.get(case.op)
