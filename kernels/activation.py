@@ -10,6 +10,7 @@ code up by the activation's name, which the ISA has already validated.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -63,8 +64,9 @@ def _sigmoid(x):
     return numba.float32(e / (one + e))
 
 
-def _scalar(code: int):
-    """Activation `code` as a function of one value (what fused epilogues call)."""
+@functools.lru_cache(maxsize=None)
+def scalar_function(code: int):
+    """Activation `code` as a function of one value (what fused epilogues call), one per code."""
 
     @register_jitable
     def scalar(x):
@@ -76,4 +78,4 @@ def _scalar(code: int):
 # scalar_relu, scalar_gelu, ...: the declarations' `elementwise` (simaccel/ops/builtin/elementwise.py)
 for _name, _code in ACTIVATIONS.items():
     if _code:
-        globals()[f"scalar_{_name}"] = _scalar(_code)
+        globals()[f"scalar_{_name}"] = scalar_function(_code)

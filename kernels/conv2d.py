@@ -33,9 +33,9 @@ from numba.cuda.extending import register_jitable
 from . import conv2d_grouped
 from .activation import ACTIVATIONS, apply_activation
 from .elementwise import divmod_fast
-from .epilogue import IDENTITY, fused_kernel
+from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
-from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, tile_arrays, tile_steps
+from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, launch_gemm, tile_arrays, tile_steps
 from .target import shared_alignment, with_simulator_twin
 
 BLOCK = 256
@@ -288,6 +288,10 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
         b1 = target.reshape(weight, (O * CG * KH * KW,))
         has_bias = 0
     OG = O // groups
+    if is_pointwise(weight.shape, strides, padding, groups):
+        done = _launch_pointwise(target, out, data, weight, bias, ACTIVATIONS[activation], epilogue)
+        if done is not None:
+            return done
     if uses_implicit_gemm(OG, groups, OH * OW, CG * KH * KW):
         return _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation,
                                      ACTIVATIONS[activation], epilogue)
@@ -329,6 +333,34 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
                           has_bias, act, z0, tile0, *fused)
             launches += 1
     return launches
+
+
+def is_pointwise(weight_shape, strides, padding, groups) -> bool:
+    """A 1x1 convolution with stride 1, no padding and one group: per image a matrix product
+    over channels, out[n] (O x H*W) = W (O x C) @ x[n] (C x H*W), with no im2col at all."""
+    return (tuple(int(d) for d in weight_shape[2:]) == (1, 1) and tuple(strides) == (1, 1)
+            and tuple(padding) == (0, 0, 0, 0) and groups == 1)
+
+
+def _launch_pointwise(target, out, data, weight, bias, act, epilogue):
+    """A pointwise convolution on the matmul kernels (kernels/matmul.py `launch_gemm`: the
+    C++ main loops, tensor cores for float16): one matrix per image, the weight shared. Their
+    bias runs per column, here per row (output channel), so the bias and the activation go
+    into the epilogue (kernels/epilogue.py `with_bias`); None where that leaves too many
+    tensors for one epilogue (the caller then takes the implicit GEMM)."""
+    N, C, H, W = (int(d) for d in data.shape)
+    O, P = int(weight.shape[0]), H * W
+    channel_bias = target.reshape(bias, (O, 1, 1)) if bias is not None else None
+    fused = with_bias(epilogue, channel_bias, act, str(out.dtype))
+    if fused is None:
+        return None
+    a2 = target.reshape(weight, (O, C))
+    b2 = target.reshape(data, (N * C, P))
+    o2 = target.reshape(out, (N * O, P))
+    unused = target.reshape(weight, (O * C,))  # the kernels' own bias, never read (has_bias 0)
+    # Matrix z = image z: a's stride 0 (the one weight), b's 1 (d1 = 1: the batch index is i0).
+    return launch_gemm(target, o2, a2, b2, unused, 0, 0, O, P, C, N, 1, (0, 0), (1, 0), False, str(data.dtype),
+                       fused, out)
 
 
 def _f32_inverse(d: int) -> float:

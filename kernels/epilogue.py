@@ -25,10 +25,13 @@ import importlib
 import inspect
 import math
 import threading
+from dataclasses import dataclass
 
 from numba import types
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
+
+from .activation import scalar_function
 
 from .elementwise import _broadcast_strides, _grid, _size, divmod_fast, per_thread
 
@@ -96,10 +99,10 @@ def _generate(epilogue):
         lines.append("    i0, i1, i2, i3 = element_index(i, d1, d2, d3, inv1, inv2, inv3)")
     for j in range(len(epilogue.extras)):
         lines.append(f"    x{j} = float32(e{j}[i0 * s{j}0 + i1 * s{j}1 + i2 * s{j}2 + i3 * s{j}3])")
-    names = {}
-    if epilogue.producer_dtype is not None:
-        lines.append(f"    r0 = {_ROUNDING[epilogue.producer_dtype].format('float32(v)')}")
-        names[0] = "r0"
+    # The producer's value, rounded as its store would round it (not at all where a step of
+    # the producer's own, a bias, comes first: `with_bias`).
+    lines.append(f"    r0 = {_ROUNDING.get(epilogue.producer_dtype, '{}').format('float32(v)')}")
+    names = {0: "r0"}
     for k, step in enumerate(epilogue.steps, start=1):
         fn_name = f"f{k}"
         fn = _scalar_function(step.function)
@@ -147,6 +150,59 @@ def fused_kernel(kind: tuple, epilogue, make):
                     twin.__name__ = twin.__qualname__ = name
                 _FUSED_KERNELS[key] = kernel
     return kernel
+
+
+@dataclass(frozen=True)
+class _Step:  # a step of the kernels' own, with simaccel.fusion.Step's fields
+    function: object
+    operands: tuple
+    attrs: tuple
+    dtype: str
+
+
+@dataclass(frozen=True)
+class _Epilogue:  # simaccel.fusion.Epilogue's fields, for `with_bias`
+    name: str
+    steps: tuple
+    extras: tuple
+    producer_dtype: object
+
+    @property
+    def key(self) -> tuple:
+        return (self.steps, self.producer_dtype, len(self.extras))
+
+
+def _add(lhs, rhs):
+    return lhs + rhs
+
+
+def with_bias(epilogue, bias, act: int, dtype: str):
+    """An epilogue that first adds `bias` (an extra tensor, broadcast: e.g. one value per
+    output channel as (O, 1, 1)) and applies activation code `act` to the kernel's raw float32
+    value, rounds to `dtype` (the producer op's output dtype) and then runs `epilogue`'s
+    steps (None: none): for kernels whose own bias runs along the other axis (a pointwise
+    convolution on the matmul kernels, whose bias is per column)."""
+    head = []
+    extras = [bias] if bias is not None else []
+    if bias is not None:
+        head.append(_Step(_add, (("value", 0), ("extra", 0)), (), "float32"))
+    head.append(_Step(scalar_function(act), (("value", len(head)),), (), dtype))
+    shift = len(head)
+    steps = list(head)
+    name = "bias" if bias is not None else "act"
+    if epilogue is not None:
+        name += "+" + epilogue.name
+        offset = len(extras)
+        for step in epilogue.steps:
+            operands = tuple((kind, what + shift) if kind == "value" and what > 0 else
+                             (kind, shift) if kind == "value" else
+                             (kind, what + offset) if kind == "extra" else (kind, what)
+                             for kind, what in step.operands)
+            steps.append(_Step(step.function, operands, step.attrs, step.dtype))
+        extras += list(epilogue.extras)
+    if len(extras) > MAX_EXTRAS:
+        return None
+    return _Epilogue(name, tuple(steps), tuple(extras), None)
 
 
 def args(target, epilogue, out) -> tuple:

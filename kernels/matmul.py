@@ -266,15 +266,26 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
         # the same without allocating anything.
         b1 = target.reshape(weight, (math.prod(wshape),))
         has_bias = 0
+    return launch_gemm(target, o2, a2, w2, b1, has_bias, act, M, N, K, batches, d1, sa, sb, bool(transpose_b),
+                       str(data.dtype), epilogue, out)
+
+
+def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa, sb, transpose_b, dtype, epilogue,
+                out) -> int:
+    """Launch the tiled kernels on 2-D views: `batches` matrices out[z] (M x N, stacked by rows
+    in o2) = a[za] @ B[zb] (+ b1 per column when has_bias, activation `act`), the batch index
+    z = (i0, i1) over (., d1) and the matrices' strides `sa`, `sb` as the kernels take them;
+    float16 on tensor cores. `out` is the output as the op sees it (the epilogue's index space).
+    Also used by conv2d for pointwise convolutions (a shared weight, one matrix per image)."""
     if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
-    if str(data.dtype) == "float16":  # tensor cores (kernels/tensor_core.py)
-        kernel, block = tensor_core.kernel(bool(transpose_b), epilogue), (tensor_core.THREADS,)
+    if dtype == "float16":  # tensor cores (kernels/tensor_core.py)
+        kernel, block = tensor_core.kernel(transpose_b, epilogue), (tensor_core.THREADS,)
         BM, BN = tensor_core.BM, tensor_core.BN
     else:
         large = -(-M // LARGE[0]) * -(-N // LARGE[1]) * batches >= MIN_LARGE_TILES
-        kernel, block = _kernel(bool(transpose_b), large, epilogue), (THREADS_X, THREADS_Y)
+        kernel, block = _kernel(transpose_b, large, epilogue), (THREADS_X, THREADS_Y)
         BM, BN, _ = LARGE if large else SMALL
     fused = epilogue_args(target, epilogue, out)
     row_tiles = (M + BM - 1) // BM
@@ -282,7 +293,7 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
     for z0 in range(0, batches, _MAX_GRID_Z):
         for tile0 in range(0, row_tiles, _MAX_GRID_Y):
             grid = ((N + BN - 1) // BN, min(row_tiles - tile0, _MAX_GRID_Y), min(batches - z0, _MAX_GRID_Z))
-            target.launch(kernel, grid, block, o2, a2, w2, b1, M, N, K, has_bias, act, z0, tile0,
+            target.launch(kernel, grid, block, o2, a2, b2, b1, M, N, K, has_bias, act, z0, tile0,
                           d1, *sa, *sb, *fused)
             launches += 1
     return launches
