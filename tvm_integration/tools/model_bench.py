@@ -48,6 +48,13 @@ def kernels_from_trace(trace: dict) -> list[tuple[str, float]]:
             if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"]
 
 
+def gpu_activity_counts(trace: dict) -> dict[str, int]:
+    """How many events of each GPU category other than kernels (copies, memsets) a trace holds."""
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    counts = Counter(str(e.get("cat", "")).lower() for e in events if e.get("ph") == "X")
+    return {cat: n for cat, n in sorted(counts.items()) if cat.startswith("gpu_")}
+
+
 def kernel_summary(kernels: list[tuple[str, float]], calls: int, top: int = 10) -> dict:
     """Per call: total kernel µs, launches, and the `top` kernels by time (name, µs per call,
     launches per call, share of the total)."""
@@ -84,7 +91,10 @@ def kernel_profile(call: Callable[[], object], sync: Callable[[], object], calls
     trace_path = Path(trace_path)
     trace_path.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(trace_path))
-    return kernel_summary(kernels_from_trace(json.loads(trace_path.read_text())), calls, top)
+    trace = json.loads(trace_path.read_text())
+    summary = kernel_summary(kernels_from_trace(trace), calls, top)
+    summary["other_gpu_events_per_call"] = {cat: n / calls for cat, n in gpu_activity_counts(trace).items()}
+    return summary
 
 
 def partition_summary(report) -> dict:

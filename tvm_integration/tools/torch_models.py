@@ -127,9 +127,11 @@ def _build_untuned(name: str, size: str, torch, torchvision):
     if name == "efficientnet_b0":
         from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
 
-        # b0 is width 1.0, depth 1.0; the small copy is the same stages, narrower and shallower.
+        # b0 is width 1.0, depth 1.0; the small copy is its first five stages, narrower and
+        # shallower (one or two blocks each: residuals, SE, 3x3 and 5x5 depthwise all stay).
         setting, last = _efficientnet_conf("efficientnet_b0", width_mult=1.0 if full else 0.25,
-                                           depth_mult=1.0 if full else 0.25)
+                                           depth_mult=1.0 if full else 0.5)
+        setting = setting if full else setting[:5]
         model = EfficientNet(setting, dropout=0.2, last_channel=last, num_classes=1000 if full else 10)
         return model, (1, 3, 224, 224) if full else (1, 3, 32, 32), \
             "torchvision efficientnet_b0: MBConv blocks, SiLU, sigmoid squeeze-excite, depthwise 3x3 and 5x5"
@@ -157,6 +159,8 @@ def _build_untuned(name: str, size: str, torch, torchvision):
             "torchvision regnet_y_400mf: grouped 3x3 convolutions (group width 8), ReLU/sigmoid squeeze-excite, residuals"
     if name == "googlenet":
         model = models.googlenet(aux_logits=False, init_weights=True, num_classes=1000 if full else 10)
+        if not full:
+            _narrow_googlenet(model, nn)
         return model, (1, 3, 224, 224) if full else (1, 3, 32, 32), \
             "torchvision googlenet: inception blocks (four branches concatenated), ceil-mode max pools, batch norm"
     if name == "convnext_tiny":
@@ -165,8 +169,7 @@ def _build_untuned(name: str, size: str, torch, torchvision):
         else:
             from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 
-            stages = [CNBlockConfig(16, 32, 1), CNBlockConfig(32, 64, 1), CNBlockConfig(64, 128, 2),
-                      CNBlockConfig(128, None, 1)]
+            stages = [CNBlockConfig(16, 32, 1), CNBlockConfig(32, 64, 1), CNBlockConfig(64, None, 1)]
             model = ConvNeXt(stages, num_classes=10)
         _randomise_layer_scale(model, torch)
         return model, (1, 3, 224, 224) if full else (1, 3, 32, 32), \
@@ -182,6 +185,24 @@ def _build_untuned(name: str, size: str, torch, torchvision):
             "a post-norm encoder layer with a padding mask (arange(T) < lengths), masked softmax attention, " \
             "GELU MLP, mean pooling over the valid tokens"
     return None
+
+
+def _narrow_googlenet(model, nn) -> None:
+    """GoogLeNet's own forward (stem, ceil-mode pools, inception blocks, pooled classifier) over
+    narrow layers and four of its nine inception blocks (the others are identities), so the
+    small model exports and builds in seconds."""
+    from torchvision.models.googlenet import BasicConv2d, Inception
+
+    model.conv1 = BasicConv2d(3, 16, kernel_size=7, stride=2, padding=3)
+    model.conv2 = BasicConv2d(16, 16, kernel_size=1)
+    model.conv3 = BasicConv2d(16, 32, kernel_size=3, padding=1)
+    model.inception3a = Inception(32, 8, 8, 16, 4, 8, 8)  # 8 + 16 + 8 + 8 = 40 channels
+    model.inception3b = Inception(40, 16, 8, 16, 4, 8, 8)  # 48
+    model.inception4a = Inception(48, 16, 8, 16, 4, 8, 8)
+    for block in ("inception4b", "inception4c", "inception4d", "inception4e", "inception5a"):
+        setattr(model, block, nn.Identity())
+    model.inception5b = Inception(48, 16, 16, 32, 4, 8, 8)  # 64
+    model.fc = nn.Linear(64, model.fc.out_features)
 
 
 def _attention_heads(x, qkv, heads: int):
