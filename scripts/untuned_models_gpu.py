@@ -120,8 +120,11 @@ def measure(name: str, args, out: Path) -> dict:
         kernels = {}
         for mode, go in calls.items():
             trace = out / "traces" / f"{name}-{mode}.json"
-            kernels[mode] = model_bench.kernel_profile(go, sync, args.profile_calls, trace, top=args.top)
-            if not args.keep_traces:
+            try:
+                kernels[mode] = model_bench.kernel_profile(go, sync, args.profile_calls, trace, top=args.top)
+            except Exception as e:  # no CUPTI here, say: the timings stand without it
+                kernels[mode] = {"error": f"{type(e).__name__}: {e}"}
+            if not args.keep_traces and trace.exists():
                 trace.unlink()
     entry = {
         "input": list(model.input_shape),
