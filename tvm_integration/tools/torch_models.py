@@ -127,11 +127,11 @@ def _build_untuned(name: str, size: str, torch, torchvision):
     if name == "efficientnet_b0":
         from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
 
-        # b0 is width 1.0, depth 1.0; the small copy is its first five stages, narrower and
-        # shallower (one or two blocks each: residuals, SE, 3x3 and 5x5 depthwise all stay).
+        # b0 is width 1.0, depth 1.0; the small copy is its first four stages, narrower and
+        # shallower (one or two blocks each: a residual, SE, 3x3 and 5x5 depthwise all stay).
         setting, last = _efficientnet_conf("efficientnet_b0", width_mult=1.0 if full else 0.25,
                                            depth_mult=1.0 if full else 0.5)
-        setting = setting if full else setting[:5]
+        setting = setting if full else setting[:4]
         model = EfficientNet(setting, dropout=0.2, last_channel=last, num_classes=1000 if full else 10)
         return model, (1, 3, 224, 224) if full else (1, 3, 32, 32), \
             "torchvision efficientnet_b0: MBConv blocks, SiLU, sigmoid squeeze-excite, depthwise 3x3 and 5x5"
