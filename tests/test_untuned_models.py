@@ -69,14 +69,16 @@ def test_every_model_has_a_recorded_partition():
 @pytest.mark.parametrize("name", torch_models.UNTUNED_NAMES)
 def test_an_untuned_model_partitions_into_few_regions_and_says_why_it_keeps_ops(name):
     _, mod = exported(name)
-    _, report = partition_report(mod)
+    partitioned, report = partition_report(mod)
     max_regions, may_stay = RECORDED[name]
     assert 1 <= len(report.regions) <= max_regions, report.format()
     assert {op for _, op, _ in report.kept} <= may_stay, report.format()
     assert all(reason for _, _, reason in report.kept), report.format()
-    summary = model_bench.partition_summary(report)
-    assert summary["kept_total"] == len(report.kept)
-    assert summary["offloaded_total"] == sum(len(ops) for ops in report.regions.values()) > 0
+    summary = model_bench.partition_summary(report, partitioned)  # what the GPU script reports
+    assert summary["kept_total"] == len(report.kept) and summary["offloaded_counts"] == "calls"
+    distinct = {op for ops in report.regions.values() for op in ops}
+    assert set(summary["offloaded"]) == distinct  # every composite is called, and only those
+    assert summary["offloaded_total"] >= sum(len(ops) for ops in report.regions.values()) > 0
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(raises=CodegenError, strict=True,

@@ -97,10 +97,36 @@ def kernel_profile(call: Callable[[], object], sync: Callable[[], object], calls
     return summary
 
 
-def partition_summary(report) -> dict:
+def composite_calls(partitioned) -> Counter:
+    """How many times each simaccel op is called in the regions of a partitioned module. A
+    region defines each distinct composite function once (identical ones, such as the blocks of
+    one stage of a CNN, are shared), so `PartitionReport.regions` lists distinct composites;
+    this counts calls."""
+    from tvm import relax
+
+    from ..backend.patterns import op_name
+
+    calls: Counter = Counter()
+    for func in partitioned.functions.values():
+        if not isinstance(func, relax.Function) or not func.attrs or "Codegen" not in func.attrs:
+            continue
+        composites = {}
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                value = binding.value
+                if isinstance(value, relax.Function) and value.attrs and "Composite" in value.attrs:
+                    composites[binding.var] = op_name(str(value.attrs["Composite"]))
+                elif isinstance(value, relax.Call) and value.op in composites:
+                    calls[composites[value.op]] += 1
+    return calls
+
+
+def partition_summary(report, partitioned=None) -> dict:
     """What a `PartitionReport` says, as data: the regions with their op counts, and the ops
-    kept on TVM grouped by Relax op, each with how often and every distinct reason."""
-    offloaded = Counter(op for ops in report.regions.values() for op in ops)
+    kept on TVM grouped by Relax op, each with how often and every distinct reason. With the
+    partitioned module, "offloaded" counts op calls (`composite_calls`), else distinct composites."""
+    offloaded = Counter(op for ops in report.regions.values() for op in ops) if partitioned is None \
+        else composite_calls(partitioned)
     kept: dict[str, dict] = {}
     for _, op, reason in report.kept:
         entry = kept.setdefault(op, {"count": 0, "reasons": Counter()})
@@ -111,6 +137,7 @@ def partition_summary(report) -> dict:
         "ops_per_region": [len(ops) for ops in report.regions.values()],
         "offloaded": dict(sorted(offloaded.items())),
         "offloaded_total": sum(offloaded.values()),
+        "offloaded_counts": "distinct composites" if partitioned is None else "calls",
         "kept_total": len(report.kept),
         "kept": {op: {"count": e["count"], "reasons": dict(e["reasons"].most_common())}
                  for op, e in sorted(kept.items(), key=lambda kv: (-kv[1]["count"], kv[0]))},
