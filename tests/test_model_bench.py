@@ -80,12 +80,18 @@ def test_the_markdown_table_has_a_row_per_model_and_says_what_failed():
         "cpu_only": {"median_us": {"tvm_only": 10.0, "simaccel_native": 5.0}, "kernels": None,
                      "partition": {"regions": 1, "kept": {}}, "check": "ok"},
         "broken": {"error": "CodegenError: attribute max must be a finite number\nmore"},
+        "no_build": {"error": "simaccel build: CodegenError: region fused_relax_nn_conv2d_relax_add_relax_clip_relax_"
+                              "clip1_relax_multiply: op 2 (simaccel.clip) attribute max must be a finite number",
+                     "median_us": {"tvm_only": 812.4, "torch": 900.0}, "partition": {"regions": 1, "kept": {}}},
     }
     lines = model_bench.markdown_table(models).splitlines()
-    assert len(lines) == 5 and lines[1] == "|---" * 10 + "|"
+    assert len(lines) == 6 and lines[1] == "|---" * 10 + "|"
     assert all(line.count("|") == 11 for line in lines)
     row = lines[2]
     assert row.startswith("| squeezenet | 400 | 600 | 1.50x | 300 / 600 | 3 / 4 | 2 |")
     assert "nn.max_pool2d x3, zeros_like x1" in row and "conv_dw (500 µs)" in row and row.endswith("| ok |")
     assert lines[3].startswith("| cpu_only | 10 | 5 | 0.50x | - | - | 1 | none | - |")
     assert lines[4].startswith("| broken | -") and "failed: CodegenError: attribute max must be a finite number |" in lines[4]
+    # a model simaccel could not build still shows TVM alone's time, its regions and a short error
+    assert lines[5].startswith("| no_build | 812 | - | - | - | - | 1 | - | - | failed: simaccel build: CodegenError: "
+                               "region fused_relax_nn_...: op 2 (simaccel.clip) attribute max must be a finite number |")

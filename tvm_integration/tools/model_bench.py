@@ -15,6 +15,7 @@ its kernels are read from the Chrome trace torch writes (events of category "ker
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -180,10 +181,13 @@ def markdown_table(models: dict[str, dict]) -> str:
             "launches (TVM / simaccel) | regions | ops left on TVM | simaccel's top kernel | check |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for name, entry in models.items():
-        if "error" in entry:
-            lines.append(f"| {name} | - | - | - | - | - | - | - | - | failed: {entry['error'].splitlines()[0][:120]} |")
-            continue
         medians = entry.get("median_us", {})
+        if "error" in entry:
+            error = re.sub(r"(fused_[A-Za-z0-9]+_[A-Za-z0-9]+_)[A-Za-z0-9_]{20,}", r"\1...", entry["error"])
+            partition = entry.get("partition", {})
+            lines.append(f"| {name} | {_us(medians.get('tvm_only'))} | - | - | - | - | {partition.get('regions', '-')} "
+                         f"| - | - | failed: {error.splitlines()[0][:160]} |")
+            continue
         tvm, ours = medians.get("tvm_only"), medians.get("simaccel_native")
         ratio = f"{ours / tvm:.2f}x" if tvm and ours is not None else "-"
         partition = entry.get("partition", {})
