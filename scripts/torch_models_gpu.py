@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -22,21 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from simaccel.tvm_integration.tools import torch_models
-
-
-def timed(calls: dict, sync, repeat: int, warmup: int = 10) -> dict:
-    samples = {name: [] for name in calls}
-    for _ in range(warmup):
-        for go in calls.values():
-            go()
-            sync()
-    for _ in range(repeat):
-        for name, go in calls.items():
-            start = time.perf_counter()
-            go()
-            sync()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(s) * 1e6 for name, s in samples.items()}
+from simaccel.tvm_integration.tools.model_bench import timed
 
 
 def main(argv=None) -> int:
