@@ -60,34 +60,69 @@ def max_abs(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(a) else 0.0
 
 
-def measure(name: str, args, out: Path) -> dict:
+def build_model(name: str, args, out: Path) -> dict:
+    """Phase 1 (one process per model with --jobs): export, partition, build both ways and
+    export the libraries to OUT/libs, with the input and torch's result beside them."""
+    import tvm
+
+    from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
+
+    start = time.perf_counter()
+    model = torch_models.load(name, args.size)
+    x = np.random.default_rng(1).standard_normal(model.input_shape).astype(np.float32)
+    libs = out / "libs"
+    libs.mkdir(parents=True, exist_ok=True)
+    np.save(libs / f"{name}-input.npy", x)
+    np.save(libs / f"{name}-torch.npy", model.run(x))
+    mod = model.to_relax()
+    partitioned, report = partition_report(mod)
+    partition = model_bench.partition_summary(report, partitioned)
+    print(model_bench.format_partition(name, partition), flush=True)
+    target = default_target(args.device)
+    paths = {"tvm_only": str(libs / f"{name}-tvm.so"), "simaccel": str(libs / f"{name}-simaccel.so")}
+    build_tvm_only(mod, target).export_library(paths["tvm_only"])
+    build_error = None
+    try:
+        build(mod, target).export_library(paths["simaccel"])
+    except Exception as e:  # the row still shows TVM alone, torch and the partition
+        build_error = f"simaccel build: {type(e).__name__}: {e}"
+        print(f"{name}: {build_error}", file=sys.stderr, flush=True)
+        paths["simaccel"] = None
+    return {"paths": paths, "partition": partition, "build_s": time.perf_counter() - start, "error": build_error}
+
+
+def build_in_worker(name: str, args, out: Path) -> dict:
+    try:
+        return build_model(name, args, out)
+    except Exception as e:
+        return {"failed": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+
+
+def measure(name: str, args, out: Path, built: dict | None = None) -> dict:
     import torch
     import tvm
     from tvm import relax
 
     import simaccel
     from simaccel.compare import mismatch
-    from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
     from simaccel.tvm_integration.tools.deploy import outputs_as_list
 
     gpu = args.device == "cuda"
-    start = time.perf_counter()
+    if built is None:
+        built = build_model(name, args, out)
+    if "failed" in built:
+        raise RuntimeError(built["failed"])
     model = torch_models.load(name, args.size)
-    x = np.random.default_rng(1).standard_normal(model.input_shape).astype(np.float32)
-    want_torch = model.run(x)
-    mod = model.to_relax()
-    partitioned, report = partition_report(mod)
-    partition = model_bench.partition_summary(report, partitioned)
-    print(model_bench.format_partition(name, partition), flush=True)
-    target = default_target(args.device)
+    libs = out / "libs"
+    x = np.load(libs / f"{name}-input.npy")
+    want_torch = np.load(libs / f"{name}-torch.npy")
+    partition, build_error = built["partition"], built["error"]
     dev = tvm.cuda(0) if gpu else tvm.cpu()
-    theirs = relax.VirtualMachine(build_tvm_only(mod, target), dev)
-    try:
-        ours, build_error = relax.VirtualMachine(build(mod, target), dev), None
-    except Exception as e:  # the row still shows TVM alone, torch and the partition
-        ours, build_error = None, f"simaccel build: {type(e).__name__}: {e}"
-        print(f"{name}: {build_error}", file=sys.stderr, flush=True)
-    built = time.perf_counter() - start
+    theirs = relax.VirtualMachine(tvm.runtime.load_module(built["paths"]["tvm_only"]), dev)
+    ours = None
+    if built["paths"]["simaccel"]:
+        ours = relax.VirtualMachine(tvm.runtime.load_module(built["paths"]["simaccel"]), dev)
+    built = built["build_s"]
     data = tvm.runtime.tensor(x, dev)
     runtime = simaccel.get_runtime()
     engine = None if gpu else args.engine  # on the GPU: native regions, no Python engine
@@ -190,6 +225,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--engine", default="ref", help="simaccel's engine for --device cpu")
     parser.add_argument("--keep-traces", action="store_true", help="keep the profiler's Chrome traces in OUT/traces")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="build the models in this many processes first, then time them one at a time")
     args = parser.parse_args(argv)
     names = model_list(args.models)
     out = Path(args.out)
@@ -205,9 +242,19 @@ def main(argv=None) -> int:
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device, "size": args.size,
               "method": method, "models": {}}
     failed = 0
+    builds = {}
+    if args.jobs > 1:  # every build first, in parallel; the timings then run alone
+        import concurrent.futures
+        import multiprocessing
+
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {name: pool.submit(build_in_worker, name, args, out) for name in names}
+            for name, future in futures.items():
+                builds[name] = future.result()
+                print(f"{name}: built in {builds[name].get('build_s', 0):.0f} s", flush=True)
     for name in names:
         try:
-            entry = measure(name, args, out)
+            entry = measure(name, args, out, builds.get(name))
         except Exception as e:  # one model's failure is a row of the table, the run goes on
             entry = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
             print(f"{name} failed: {entry['error']}", file=sys.stderr, flush=True)

@@ -196,3 +196,50 @@ def test_a_depthwise_conv_takes_its_gate_and_residual(dtype):
     assert len(group.extras) == 2  # the bias is the conv's own; the gate and the residual (x) are extras
     _, _, snapshot = compare_with_tvm(mod, "sim")
     assert sum(snapshot["kernel_launches"].values()) == 1
+
+
+def _gpu_or_skip():
+    try:
+        from numba import cuda
+
+        if cuda.is_available():
+            return
+    except Exception:
+        pass
+    pytest.skip("no CUDA GPU here: fused kernels run on the simulator only")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", [conv_gated, dense_chain, hardswish_block, depthwise_se])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fused_groups_on_the_gpu_match_tvm_alone_natively_and_on_the_cuda_engine(model, dtype, clean_runtime):
+    """The generated epilogues compiled for the GPU: native regions (fused plan) and the cuda
+    engine, each against TVM alone on the GPU; native regions launch fewer kernels than ops."""
+    _gpu_or_skip()
+    from compare import assert_same
+    from simaccel.tvm_integration import build_tvm_only, default_target
+    from simaccel.tvm_integration.tools.deploy import outputs_as_list
+
+    mod = model(dtype)
+    target, dev = default_target("cuda"), tvm.cuda(0)
+    arrays = random_inputs(mod, 5)
+
+    def run(executable, engine=None):
+        vm = relax.VirtualMachine(executable, dev)
+        tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+        if engine is None:
+            out = vm["main"](*tensors)
+        else:
+            with clean_runtime.use_engine(engine):
+                out = vm["main"](*tensors)
+        return [t.numpy() for t in outputs_as_list(out)]
+
+    want = run(build_tvm_only(mod, target))
+    ours = build(mod, target)
+    clean_runtime.ledger.reset()
+    for got in (run(ours), run(ours, "cuda")):
+        for g, w in zip(got, want, strict=True):
+            assert_same(g, w, dtype)
+    (program, *_) = _programs(mod)
+    launches = clean_runtime.ledger.snapshot()["kernel_launches"]
+    assert 1 <= sum(launches.values()) < 2 * len(program.ops)  # two calls: each fused

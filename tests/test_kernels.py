@@ -333,7 +333,11 @@ def test_conv2d_as_implicit_gemm(case, dtype):
     out = np.empty(op.infer([a.shape for a in arrays], [dtype] * len(arrays), **op.all_attrs(attrs))[0], dtype)
     op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs(attrs))
     channels_inner = GEMM_CONV_CASES[case][1][1] % 16 == 0
-    assert [fn for fn, *_ in target.launches] == [conv_kernels._GEMM_KERNELS[channels_inner]]
+    (kernel,) = [fn for fn, *_ in target.launches]
+    if conv_kernels.is_pointwise(arrays[1].shape, attrs["strides"], attrs["padding"], attrs["groups"]):
+        assert kernel.__name__.startswith("_matmul_")  # a pointwise conv: the matmul kernels, bias in the epilogue
+    else:
+        assert kernel is conv_kernels._GEMM_KERNELS[channels_inner]
     check(name, arrays, attrs)
 
 
@@ -378,8 +382,9 @@ def test_conv2d_kernel_choice(out_channels, size, gemm):
     from simaccel.kernels import conv2d as conv_kernels
 
     op = get_op("simaccel.conv2d")
-    attrs = op.all_attrs(dict(strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1))
-    data, weight = np.zeros((2, 3, size, size), np.float32), np.zeros((out_channels, 3, 1, 1), np.float32)
+    # (3x3, padded: a 1x1 convolution would take the matmul kernels, `is_pointwise`)
+    attrs = op.all_attrs(dict(strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=1))
+    data, weight = np.zeros((2, 3, size, size), np.float32), np.zeros((out_channels, 3, 3, 3), np.float32)
     target = PlanOnlyTarget()
     out = np.zeros((2, out_channels, size, size), np.float32)
     op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **attrs)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 21's measurements on a GPU machine with the full TVM (shared GPU README, "The full TVM there"):
+#   models: the untuned and the tuned torch.export models, native regions against TVM alone
+#           (scripts/untuned_models_gpu.py: every model built first in parallel, then timed one at a time);
+#   ops:    `simaccel bench --ops`, every kernel beside its torch peer;
+#   fusion: the GPU tests of fused epilogues and of the grouped convolution kernel.
+# Usage: scripts/gpu_untuned_run.sh OUT_DIR models|ops|fusion
+set -uo pipefail
+out=${1:?usage: scripts/gpu_untuned_run.sh OUT_DIR models|ops|fusion}
+what=${2:?usage: scripts/gpu_untuned_run.sh OUT_DIR models|ops|fusion}
+mkdir -p "$out"
+nvidia-smi -L > "$out/devices.txt" 2>&1
+date -u +"%Y-%m-%d %H:%M:%S UTC" > "$out/date.txt"
+
+step() {  # step NAME COMMAND...: its output in OUT/NAME.log, its exit status at the end
+  local name=$1; shift
+  echo "== $name: $*"
+  "$@" > "$out/$name.log" 2>&1
+  local status=$?
+  echo "exit status: $status" >> "$out/$name.log"
+  tail -25 "$out/$name.log"
+}
+
+case $what in
+  models) step models python3 -P scripts/untuned_models_gpu.py "$out/models" --models "${MODELS:-all}" \
+            --jobs "${JOBS:-14}" --repeat "${REPEAT:-30}" --profile-calls "${PROFILE_CALLS:-10}"
+          rm -rf "$out/models/libs"
+          tar czf "$out/models.tgz" -C "$out" models && rm -rf "$out/models" ;;
+  ops) step ops python3 -P -m simaccel.tvm_integration.tools.cli bench --ops --out "$out/ops"
+       tar czf "$out/ops.tgz" -C "$out" ops && rm -rf "$out/ops" ;;
+  fusion) step fusion python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_fusion.py \
+            tests/test_conv2d_grouped.py tests/test_gpu.py -k "fused or grouped or real_sizes or matches_tvm" ;;
+esac
