@@ -1,7 +1,9 @@
 """Pooling families: ``simaccel.max_pool2d`` and ``simaccel.avg_pool2d`` (NCHW).
 
 Attributes pool_size (kh, kw), strides, padding (top, left, bottom, right), dilation; avg
-also count_include_pad (divide by the window area, or by its in-bounds elements).
+also count_include_pad (divide by the window area, or by its in-bounds elements). Max
+pooling with ceil_mode=True (squeezenet's) is the same op with more bottom and right
+padding; average pooling with it stays on TVM.
 """
 
 from __future__ import annotations
@@ -23,11 +25,17 @@ def _from_relax(average: bool):
 
 def pool2d_attrs(match, average: bool) -> dict:
     a = match.attrs
-    if a["ceil_mode"]:
-        raise Reject("pooling with ceil_mode=True is not supported")
+    if a["ceil_mode"] and average:
+        raise Reject("average pooling with ceil_mode=True is not supported")
     if (a["layout"], a["out_layout"]) != ("NCHW", "NCHW"):
         raise Reject(f"pooling layout {a['layout']}/{a['out_layout']} (only NCHW)")
-    attrs = {"pool_size": list(a["pool_size"]), "strides": list(a["strides"]), "padding": padding4(a["padding"]),
+    padding = padding4(a["padding"])
+    if a["ceil_mode"]:
+        # TVM's ceil mode (topi pool2d): the bottom and right padding grow by stride - 1, so the
+        # floor of the padded size is the ceiling; the extra taps are padding, which max
+        # pooling reads as the dtype's lowest value (Relax's output shape is checked against it).
+        padding = [padding[0], padding[1], padding[2] + a["strides"][0] - 1, padding[3] + a["strides"][1] - 1]
+    attrs = {"pool_size": list(a["pool_size"]), "strides": list(a["strides"]), "padding": padding,
              "dilation": list(a["dilation"])}
     if average:
         attrs["count_include_pad"] = bool(a["count_include_pad"])
