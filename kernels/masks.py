@@ -16,7 +16,7 @@ of a grid-stride loop: masks are small next to the activations they select from.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .elementwise import _broadcast_strides, _grid, _size, divmod_fast, launch_copy as launch_float_copy
@@ -50,6 +50,32 @@ def _compare_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, 
         i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
         x = a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3]
         y = b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3]
+        if op == 0:
+            r = x < y
+        elif op == 1:
+            r = x <= y
+        elif op == 2:
+            r = x > y
+        elif op == 3:
+            r = x >= y
+        elif op == 4:
+            r = x == y
+        else:
+            r = x != y
+        out[idx] = r
+        idx += step
+
+
+def _compare_float_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3,
+                    op, total):
+    idx = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while idx < total:
+        i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
+        # float16 compared as float32: exact (every float16 is a float32), and nvJitLink
+        # 13.0 failed (ERROR_INTERNAL) to link Numba's float16 comparisons for sm_90.
+        x = float32(a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3])
+        y = float32(b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3])
         if op == 0:
             r = x < y
         elif op == 1:
@@ -140,6 +166,16 @@ def _astype_kernel(out, x, total):
         idx += step
 
 
+def _astype_float_kernel(out, x, total):
+    # A float source through float32 (exact for float16): the same conversions, and no float16
+    # comparison (float16 -> bool), which nvJitLink 13.0 failed to link for sm_90.
+    idx = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while idx < total:
+        out[idx] = float32(x[idx])
+        idx += step
+
+
 def _fill_kernel(out, value, total):
     # `value`: one element (a 0-d tensor viewed as 1-D), converted by the store.
     idx = cuda.grid(1)
@@ -202,7 +238,8 @@ def _launch_pair(target, kernel, out, a, b, op) -> int:
 
 def launch_compare(target, out, lhs, rhs, *, operation) -> int:
     """out (bool) = lhs <operation> rhs (a key of COMPARE), numpy broadcasting, rank <= 4."""
-    return _launch_pair(target, _compare_kernel, out, lhs, rhs, COMPARE[operation])
+    kernel = _compare_float_kernel if np.dtype(str(lhs.dtype)).kind == "f" else _compare_kernel
+    return _launch_pair(target, kernel, out, lhs, rhs, COMPARE[operation])
 
 
 def launch_logical(target, out, *data, operation) -> int:
@@ -248,7 +285,8 @@ def launch_astype(target, out, data, *, dtype) -> int:
     if total == 0:
         return 0
     grid, block = _grid(total)
-    target.launch(_astype_kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)), total)
+    kernel = _astype_float_kernel if np.dtype(str(data.dtype)).kind == "f" else _astype_kernel
+    target.launch(kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)), total)
     return 1
 
 
