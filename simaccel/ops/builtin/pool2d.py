@@ -31,15 +31,29 @@ def pool2d_attrs(match, average: bool) -> dict:
         raise Reject(f"pooling layout {a['layout']}/{a['out_layout']} (only NCHW)")
     padding = padding4(a["padding"])
     if a["ceil_mode"]:
-        # TVM's ceil mode (topi pool2d): the bottom and right padding grow by stride - 1, so the
-        # floor of the padded size is the ceiling; the extra taps are padding, which max
-        # pooling reads as the dtype's lowest value (Relax's output shape is checked against it).
-        padding = [padding[0], padding[1], padding[2] + a["strides"][0] - 1, padding[3] + a["strides"][1] - 1]
+        padding = ceil_mode_padding(match.shapes["data"][2:], a["pool_size"], a["strides"], padding, a["dilation"])
     attrs = {"pool_size": list(a["pool_size"]), "strides": list(a["strides"]), "padding": padding,
              "dilation": list(a["dilation"])}
     if average:
         attrs["count_include_pad"] = bool(a["count_include_pad"])
     return attrs
+
+
+def ceil_mode_padding(hw, window, strides, padding, dilation) -> list[int]:
+    """The padding under which floor-mode pooling is Relax's ceil mode: the output size is
+    ceil((H + top + bottom - dilated window) / stride) + 1, less one where that last window would
+    start in the bottom (right) padding, as Relax's shape rule and PyTorch say; the bottom and
+    right padding are set to give exactly that size. The extra taps lie past the input, which
+    max pooling reads as the dtype's lowest value wherever the padding ends, so only the size
+    changes (the match's Relax shape is checked against it)."""
+    top_left, bottom_right = list(padding[:2]), []
+    for size, k, s, lo, hi, d in zip(hw, window, strides, padding[:2], padding[2:], dilation):
+        span = size + lo + hi - d * (k - 1) - 1
+        out = -(-span // s) + 1
+        if (out - 1) * s >= size + lo:
+            out -= 1
+        bottom_right.append(max(0, (out - 1) * s + d * (k - 1) + 1 - size - lo))
+    return top_left + bottom_right
 
 
 def infer_pool2d(shapes, *, pool_size, strides, padding, dilation, **_):
