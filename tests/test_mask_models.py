@@ -178,3 +178,25 @@ def test_a_masked_or_fire_module_model_offloads_whole_and_matches_tvm_and_torch(
     with torch.no_grad():
         want = module(*args).numpy()
     assert_same(got[0] if isinstance(got, list) else got, want, "float32")
+
+
+def test_a_float_mask_built_from_shapes_is_folded_and_matches_tvm():
+    """swin's shifted-window mask: zeros, slice_scatter of a broadcast scalar, then arithmetic on
+    it, all from shapes and scalars: computed at build time; a weight (x's own operand) is not."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((6, 6), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            zeros = bb.emit(relax.op.full((6, 6), relax.const(0.0, "float32"), "float32"))
+            ones = bb.emit(relax.op.broadcast_to(relax.const(1.0, "float32"), (2, 6)))
+            mask = bb.emit(relax.op.slice_scatter(zeros, ones, 0, 2, 1, axis=0))
+            scaled = bb.emit(relax.op.multiply(mask, relax.const(-100.0, "float32")))
+            weight = relax.const(np.arange(36, dtype="float32").reshape(6, 6))
+            out = bb.emit_output(relax.op.add(relax.op.add(x, scaled), relax.op.permute_dims(weight)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    _, report = partition_report(mod)
+    assert any(note.startswith("4 mask expression") for note in report.rewritten), report.format()
+    assert "simaccel.permute_dims" in [op for ops in report.regions.values() for op in ops]  # the weight's: not folded
+    assert not report.kept, report.format()
+    compare_with_tvm(mod, "ref")

@@ -11,7 +11,8 @@ replaced by its constant; what reads the mask then offloads (``where``, ``add``)
 
 Only mask arithmetic is folded: a call whose arguments are all constants (or shapes and
 numbers) and that creates a tensor (arange, full, zeros, ones, ..._like), is tril, triu or
-where, or has an integer or bool input or result. Float arithmetic on weights
+where, has an integer or bool input or result, or reads only tensors folded here and 0-d
+constants (swin's shifted-window mask: zeros, slice_scatter, reshapes, subtract, compare). Float arithmetic on weights
 (``permute_dims(W)``) stays as it is, as the patterns expect it.
 """
 
@@ -31,6 +32,7 @@ def fold_constant_masks(func: relax.Function) -> tuple[relax.Function, int]:
     if not isinstance(func.body, relax.SeqExpr):
         return func, 0
     known: dict = {}  # var -> the constant it is bound to
+    derived: set = set()  # vars folded here: computed from shapes and numbers, not weights
     count = 0
     blocks = []
     for block in func.body.blocks:
@@ -39,11 +41,12 @@ def fold_constant_masks(func: relax.Function) -> tuple[relax.Function, int]:
             value = binding.value
             if isinstance(binding, relax.VarBinding) and isinstance(value, tvm.ir.GenericConst):
                 known[binding.var] = value
-            elif isinstance(binding, relax.VarBinding) and _foldable(value, known):
+            elif isinstance(binding, relax.VarBinding) and _foldable(value, known, derived):
                 folded = _evaluate(relax.Call(value.op, [known.get(a, a) for a in value.args], value.attrs,
                                               value.ty_args))
                 if folded is not None:
                     known[binding.var] = folded
+                    derived.add(binding.var)
                     binding = relax.VarBinding(binding.var, folded)
                     count += 1
             bindings.append(binding)
@@ -64,16 +67,23 @@ def _constant_arg(arg, known) -> bool:
         isinstance(arg, relax.Tuple) and all(_constant_arg(f, known) for f in arg.fields))
 
 
-def _foldable(value, known) -> bool:
+def _foldable(value, known, derived) -> bool:
     if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
         return False
     if not value.op.name.startswith("relax.") or not all(_constant_arg(a, known) for a in value.args):
         return False
     if value.op.name in CREATION:
         return True
+    tensors = [a for a in value.args if isinstance(a, relax.Var) or isinstance(a, tvm.ir.GenericConst)]
+    if all((isinstance(a, relax.Var) and a in derived) or _is_scalar(known.get(a, a)) for a in tensors):
+        return True  # computed from folded masks and scalars only (swin's window mask: slice_scatter, ...)
     dtypes = [tensor_info(value)[1]] + [tensor_info(known[a])[1] for a in value.args if a in known]
     dtypes += [str(a.ty.dtype) for a in value.args if isinstance(a, tvm.ir.GenericConst)]
     return any(d is not None and not d.startswith(("float", "bfloat")) for d in dtypes)
+
+
+def _is_scalar(expr) -> bool:
+    return isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().ndim == 0
 
 
 def _evaluate(call: relax.Call):
