@@ -17,7 +17,11 @@ same function, once at build time; where constants are folded, only float roundi
   a 2-D weight. A broadcast that widens a matrix dim (M, K or N) stays;
 * ``relax.take`` of one constant index (torch's ``x[i]``) becomes strided_slice + squeeze of
   the element TVM's take reads in its mode (clip, wrap or fast), and every strided_slice gets
-  its steps written out.
+  its steps written out;
+* first of all, a field of a tuple written out is that field, each piece of a
+  ``relax.split`` a strided_slice (tuples.py), and mask expressions of constants only (a
+  causal mask's arange, full, tril, comparisons; what only they and scalars feed) are
+  computed by TVM's own legalization and FoldConstant, as TVM alone would (constants.py).
 
 Each rewrite checks the shapes (and values) under which it is the same function; what does
 not qualify (a training-mode batch_norm, statistics that are inputs or give a scale that is
