@@ -81,7 +81,8 @@ def test_comparisons_are_exact_for_large_integers_and_nan():
     x = np.array([np.nan, 1.0, np.inf], dtype="float32")
     assert list(exact("simaccel.not_equal", [x, x])) == [True, False, False]
     assert list(exact("simaccel.equal", [x, np.array(np.inf, dtype="float32")])) == [False, False, True]
-    assert list(exact("simaccel.equal", [bools((3,)), np.array([True, False, True])])) is not None
+    flags = np.array([True, False, True, False])
+    assert list(exact("simaccel.equal", [flags, np.array([True, True, False, False])])) == [True, False, False, True]
 
 
 @pytest.mark.parametrize("name", ["logical_and", "logical_or", "logical_not", "bitwise_not"])
