@@ -35,7 +35,8 @@ class DeviceProfile:
         Op names or family names this device runs (e.g. ``{"simaccel.conv2d",
         "simaccel.add"}``: conv2d with all its fused variants); None means every declared op.
     dtypes:
-        Element types the accelerator computes in (accumulation is always float32).
+        Element types the accelerator handles: float ones compute in float32; integer and
+        bool ones (masks, indices) exactly in their own type.
     max_rank:
         Largest tensor rank an op accepts.
     max_tensor_bytes:
@@ -52,7 +53,7 @@ class DeviceProfile:
 
     name: str = "simaccel-default"
     ops: frozenset[str] | None = field(default=None)
-    dtypes: tuple[str, ...] = ("float32", "float16")
+    dtypes: tuple[str, ...] = ("float32", "float16", "int64", "int32", "int8", "bool")
     max_rank: int = 6
     max_tensor_bytes: int | None = None
     max_region_bytes: int | None = None

@@ -251,10 +251,13 @@ FAMILY_CASES = [
 
 
 def test_the_family_cases_cover_every_op_family_with_kernels():
-    """Views (reshape, squeeze, ...) launch nothing; every other built-in family is in FAMILY_CASES."""
+    """Views (reshape, squeeze, ...) launch nothing; every other built-in family is in FAMILY_CASES
+    or, for the mask families (integer and bool dtypes), in test_mask_ops.MASK_FAMILY_CASES."""
     from simaccel.ops import families, get_op
 
-    named = {get_op(name).family.name for name, _, _ in FAMILY_CASES}
+    from test_mask_ops import mask_families  # integer and bool dtypes: tests/test_mask_ops.py compiles those
+
+    named = {get_op(name).family.name for name, _, _ in FAMILY_CASES} | mask_families()
     assert named == {f.name for f in families() if f.namespace == "simaccel" and not f.view}
 
 

@@ -97,8 +97,9 @@ def test_a_user_op_is_listed_with_the_built_in_ones(silu):
     assert get_op("testaccel.silu").family is silu
 
 
-BUILT_IN_OPS = 45  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 2 row-wise, 5 binary, 8 unary, clip,
-                   # broadcast_to, 4 views, permute_dims, strided_slice, concat, 3 reductions
+BUILT_IN_OPS = 65  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 2 row-wise, 5 binary, 8 unary, clip,
+                   # broadcast_to, 4 views, permute_dims, strided_slice, concat, 3 reductions; masks: 6
+                   # comparisons, 4 logical, where, astype, 4 fills, 3 integer binary, integer_max
 
 
 def test_declared_ops_are_forgotten_outside_the_isolated_test():
@@ -154,7 +155,8 @@ def family(**changes):
     ({"activations": ("swish",)}, "unknown activations \\['swish'\\]"),
     ({"attrs": {"alpha": 1.0}}, "attribute 'alpha' needs a kind"),
     ({"activations": ("relu",), "attrs": {"activation": attrs.flag}}, "'activation' is set by the variant"),
-    ({"dtypes": ("int8",)}, "dtypes must be"),
+    ({"dtypes": ("uint8",)}, "dtypes must be"),
+    ({"out_dtype": "complex64"}, "out_dtype 'complex64' is not one of"),
     ({"inputs": ("data", "w"), "pattern": relax_op("relax.add", relax_tuple("data"), "w")},
      "a tuple role \\(\\['data'\\]\\) must be the family's only input"),
     ({"pattern": relax_op("relax.nn.relu", relax_op("relax.concat", relax_tuple("data")))}, "an argument of the outermost call"),

@@ -68,7 +68,19 @@ def views_program() -> Program:
     return Program("views", t, (0,), (4, 5), ops).validate()
 
 
+def masks_program() -> Program:
+    """A causal mask from indices: int64 subtract, a bool comparison, where and logical_not:
+    int64 and bool tensors as inputs, intermediates and outputs."""
+    t = (TensorSpec("cols", (1, 8), "int64"), TensorSpec("rows", (8, 1), "int64"), TensorSpec("zero", (), "int64"),
+         TensorSpec("x", (8, 8), "float32"), TensorSpec("fill", (8, 8), "float32"), TensorSpec("d", (8, 8), "int64"),
+         TensorSpec("keep", (8, 8), "bool"), TensorSpec("y", (8, 8), "float32"), TensorSpec("drop", (8, 8), "bool"))
+    ops = (OpNode("simaccel.integer_subtract", (0, 1), 5), OpNode("simaccel.less_equal", (5, 2), 6),
+           OpNode("simaccel.where", (6, 3, 4), 7), OpNode("simaccel.logical_not", (6,), 8))
+    return Program("masks", t, (0, 1, 2, 3, 4), (7, 8), ops).validate()
+
+
 PROGRAMS = {region_symbol(n, d): one_op_program(n, s, d, a) for n, s, a in CASES for d in ("float32", "float16")}
+PROGRAMS["r_masks"] = masks_program()
 PROGRAMS["r_chain"] = chain_program()
 PROGRAMS["r_views"] = views_program()
 

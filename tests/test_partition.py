@@ -61,7 +61,9 @@ CASES = [
      [((1, 8, 8, 3), F32), ((4, 3, 3, 3), F32)], []),
     ("max_pool2d", lambda x: op.nn.max_pool2d(x, 3, strides=2, padding=1), [((1, 2, 7, 7), F32)], ["simaccel.max_pool2d"]),
     ("avg_pool2d", lambda x: op.nn.avg_pool2d(x, 2, count_include_pad=True), [((1, 2, 6, 6), F32)], ["simaccel.avg_pool2d"]),
-    ("pool_ceil_mode", lambda x: op.nn.max_pool2d(x, 2, strides=2, ceil_mode=True), [((1, 2, 7, 7), F32)], []),
+    ("pool_ceil_mode", lambda x: op.nn.max_pool2d(x, 2, strides=2, ceil_mode=True), [((1, 2, 7, 7), F32)],
+     ["simaccel.max_pool2d"]),
+    ("avg_pool_ceil_mode", lambda x: op.nn.avg_pool2d(x, 2, strides=2, ceil_mode=True), [((1, 2, 7, 7), F32)], []),
     ("softmax_last", lambda x: op.nn.softmax(x, axis=-1), [((3, 5), F32)], ["simaccel.softmax"]),
     ("softmax_axis0", lambda x: op.nn.softmax(x, axis=0), [((3, 5), F32)], []),
     ("layer_norm", lambda x, g, b: op.nn.layer_norm(x, g, b, axes=[-1]), [((2, 3, 8), F32), ((8,), F32), ((8,), F32)],
@@ -71,7 +73,8 @@ CASES = [
     ("add_broadcast", lambda x, y: op.add(x, y), [((2, 3, 4), F32), ((4,), F32)], ["simaccel.add"]),
     ("multiply_float16", lambda x, y: op.multiply(x, y), [((2, 3), "float16"), ((2, 3), "float16")], ["simaccel.multiply"]),
     ("add_rank5", lambda x, y: op.add(x, y), [((1, 2, 1, 2, 3), F32), ((3,), F32)], []),
-    ("add_int32", lambda x, y: op.add(x, y), [((4,), "int32"), ((4,), "int32")], []),
+    ("add_int32", lambda x, y: op.add(x, y), [((4,), "int32"), ((4,), "int32")], ["simaccel.integer_add"]),
+    ("add_float64", lambda x, y: op.add(x, y), [((4,), "float64"), ((4,), "float64")], []),
     ("gelu", lambda x: op.nn.gelu(x), [((3, 5), F32)], ["simaccel.gelu"]),
     ("tanh", lambda x: op.tanh(x), [((3, 5), F32)], ["simaccel.tanh"]),
     ("leakyrelu", lambda x: op.nn.leakyrelu(x, 0.1), [((3, 5), F32)], []),
@@ -84,7 +87,8 @@ CASES = [
     ("sum_apart_axes", lambda x: op.sum(x, axis=[0, 2]), [((2, 3, 4), F32)], []),
     ("broadcast_to", lambda x: op.broadcast_to(x, (2, 3, 5)), [((3, 1), F32)], ["simaccel.broadcast_to"]),
     ("concat_three", lambda x, y: op.concat([x, y, x], axis=0), [((2, 3), F32), ((4, 3), F32)], ["simaccel.concat"]),
-    ("concat_int32", lambda x, y: op.concat([x, y], axis=1), [((2, 3), "int32"), ((2, 1), "int32")], []),
+    ("concat_int32", lambda x, y: op.concat([x, y], axis=1), [((2, 3), "int32"), ((2, 1), "int32")], ["simaccel.concat"]),
+    ("concat_float64", lambda x, y: op.concat([x, y], axis=1), [((2, 3), "float64"), ((2, 1), "float64")], []),
 ]
 
 

@@ -127,6 +127,22 @@ CASES = [
     ("sum_over_empty", lambda x: op.sum(x, axis=[0]), [(0, 3)], empty_sum((3,))),
     ("max_over_empty", lambda x: op.max(x, axis=[0]), [(0, 3)], lambda arrays: np.full(3, LOWEST, F32)),
     # a mean over an empty axis: TVM alone cannot build it (its constant folding divides by zero)
+    # mask and index ops (masks.py, discrete.py): bool and integer results made float again
+    *[(f"{name}_no_rows", lambda x, y, name=name: op.astype(getattr(op, name)(x, y), "float32"), [(0, 3), (1, 3)])
+      for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal")],
+    *[(f"{name}_no_rows", lambda x, y, name=name: op.astype(getattr(op, name)(op.less(x, y), op.greater(x, y)), "float32"),
+       [(0, 3), (1, 3)]) for name in ("logical_and", "logical_or")],
+    *[(f"{name}_no_rows", lambda x, y, name=name: op.astype(getattr(op, name)(op.less(x, y)), "float32"), [(0, 3), (1, 3)])
+      for name in ("logical_not", "bitwise_not")],
+    ("where_no_rows", lambda x, y: op.where(op.less(x, y), x, y), [(0, 3), (1, 3)]),
+    *[(f"integer_{name}_no_rows", lambda x, y, name=name: op.astype(
+        getattr(op, name)(op.astype(x, "int64"), op.astype(y, "int64")), "float32"), [(0, 3), (1, 3)])
+      for name in ("add", "subtract", "multiply")],
+    ("integer_max_kept_empty", lambda x: op.astype(op.max(op.astype(x, "int32"), axis=[1]), "float32"), [(0, 3)]),
+    ("full_empty", lambda v: op.full((0, 3), op.sum(v), "float32"), [(2,)]),  # its fill: a 0-d tensor
+    ("full_like_empty", lambda x, v: op.full_like(x, op.sum(v)), [(0, 3), (2,)]),
+    ("zeros_like_empty", lambda x: op.zeros_like(x), [(2, 0)]),
+    ("ones_like_empty", lambda x: op.ones_like(x), [(0, 3)]),
 ]
 IDS = [c[0] for c in CASES]
 BY_ID = {c[0]: c for c in CASES}

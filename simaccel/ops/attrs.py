@@ -96,3 +96,12 @@ def axes(value) -> tuple[int, ...]:
     if len(set(found)) != len(found):
         raise ValueError(f"must be distinct, got {value!r}")
     return found
+
+
+def dtype(value) -> str:
+    """An element type of the ISA (simaccel.ops.rules.ISA_DTYPES), as its name."""
+    from .rules import ISA_DTYPES
+
+    if value not in ISA_DTYPES:
+        raise ValueError(f"must be one of {', '.join(ISA_DTYPES)}, got {value!r}")
+    return value

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import DtypeError, OpDeclarationError, ShapeError, SimAccelError
 from .activation import ACTIVATIONS, activate
-from .rules import FLOAT_DTYPES, is_bias_for
+from .rules import FLOAT_DTYPES, ISA_DTYPES, is_bias_for
 
 BIAS_KINDS = ("channel", "row")  # one value per NCHW channel (axis 1) / per column (last axis)
 _NAME = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
@@ -173,7 +173,16 @@ class OpFamily:
         Activations (simaccel.ops.activation) fused in ``*_<activation>`` variants; the
         kernel then gets ``activation=`` ("none" for the plain variant).
     dtypes:
-        The dtypes it computes in (all inputs and the output share one).
+        The dtypes it computes in: its inputs share one of them, and so does the output
+        unless `out_dtype` says otherwise. Float ones by default; integer and bool ones
+        (`simaccel.ops.rules.ISA_DTYPES`) for index and mask ops, which compute exactly.
+    role_dtypes:
+        Inputs with dtypes of their own, not shared with the others: role -> the dtypes it
+        takes (``where``'s ``{"condition": ("bool",)}``).
+    out_dtype:
+        The output's dtype where it is not the shared input dtype: a dtype (comparisons:
+        ``"bool"``) or ``out_dtype(dtypes, **attrs) -> dtype`` (the inputs' dtypes in call
+        order and the Program attributes: ``astype``'s ``dtype`` attribute).
     view:
         True for an op whose output is its one input's elements in the same order under
         another shape (reshape, squeeze, expand_dims, flatten). Such an op runs no kernel
@@ -214,6 +223,8 @@ class OpFamily:
     bias: str | None = None
     activations: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = FLOAT_DTYPES
+    role_dtypes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    out_dtype: str | Callable[..., str] | None = None
     view: bool = False
     elementwise: Callable | str | None = None
     epilogue: bool = False
@@ -269,8 +280,19 @@ class OpFamily:
         clash = set(self.attrs) & set(self.fixed)
         if clash:
             bad(f"attributes {sorted(clash)} are both declared and fixed")
-        if not self.dtypes or any(d not in FLOAT_DTYPES for d in self.dtypes):
-            bad(f"dtypes must be a non-empty subset of {FLOAT_DTYPES}")
+        if not self.dtypes or any(d not in ISA_DTYPES for d in self.dtypes):
+            bad(f"dtypes must be a non-empty subset of {ISA_DTYPES}")
+        for role, allowed in self.role_dtypes.items():
+            if role not in inputs or not allowed or any(d not in ISA_DTYPES for d in allowed):
+                bad(f"role_dtypes[{role!r}] must name an input and a non-empty subset of {ISA_DTYPES}")
+        if self.out_dtype is None and set(inputs) <= set(self.role_dtypes):
+            bad("every input has role_dtypes of its own: say the output's dtype with out_dtype")
+        if isinstance(self.out_dtype, str) and self.out_dtype not in ISA_DTYPES:
+            bad(f"out_dtype {self.out_dtype!r} is not one of {ISA_DTYPES}")
+        if self.out_dtype is not None and not isinstance(self.out_dtype, str) and not callable(self.out_dtype):
+            bad("out_dtype must be None, a dtype or a callable")
+        if (self.bias or self.activations) and any(d not in FLOAT_DTYPES for d in self.dtypes):
+            bad("a fused bias or activation computes in float: dtypes must be float ones")
         if self.elementwise is not None and not (callable(self.elementwise) or
                                                  (isinstance(self.elementwise, str) and ":" in self.elementwise)):
             bad("elementwise must be a callable or 'module:function'")
@@ -332,15 +354,18 @@ class OpDef:
 
     def infer(self, shapes, dtypes, **attrs) -> tuple[tuple[int, ...], str]:
         """(output shape, dtype); DtypeError / ShapeError naming the op and the input."""
-        first = dtypes[0]
         roles = self.roles(len(dtypes))
+        own = self.family.role_dtypes
+        shared = [d for r, d in zip(roles, dtypes) if r.split("[")[0] not in own]
+        first = shared[0] if shared else None
         for role, dtype in zip(roles, dtypes):
-            if dtype not in self.family.dtypes:
-                raise DtypeError(f"{self.name}: {role} has dtype {dtype}; it takes {' or '.join(self.family.dtypes)}")
-            if dtype != first:
+            allowed = own.get(role.split("[")[0], self.family.dtypes)
+            if dtype not in allowed:
+                raise DtypeError(f"{self.name}: {role} has dtype {dtype}; it takes {' or '.join(allowed)}")
+            if role.split("[")[0] not in own and dtype != first:
                 raise DtypeError(
                     f"{self.name}: inputs must share one dtype, got "
-                    + ", ".join(f"{r}={d}" for r, d in zip(roles, dtypes))
+                    + ", ".join(f"{r}={d}" for r, d in zip(roles, dtypes) if r.split("[")[0] not in own)
                 )
         core = self._core(len(shapes))
         try:
@@ -361,7 +386,20 @@ class OpDef:
             raise ShapeError(f"{self.name}: bias {tuple(shapes[core])} is not one value per "
                              f"{'output channel' if self.family.bias == 'channel' else 'output column'} "
                              f"of the {shape} result (numpy broadcasting would change the result)")
-        return shape, first
+        return shape, self.result_dtype(dtypes, attrs)
+
+    def result_dtype(self, dtypes, attrs) -> str:
+        """The output's dtype for inputs of `dtypes` (call order): the shared one, or `out_dtype`'s."""
+        rule = self.family.out_dtype
+        if rule is None:
+            own = self.family.role_dtypes
+            return next(d for r, d in zip(self.roles(len(dtypes)), dtypes) if r.split("[")[0] not in own)
+        if isinstance(rule, str):
+            return rule
+        dtype = str(rule(list(dtypes), **self._core_attrs(attrs)))
+        if dtype not in ISA_DTYPES:
+            raise OpDeclarationError(f"{self.name}: its out_dtype rule gave {dtype!r}, not one of {ISA_DTYPES}")
+        return dtype
 
     def reference(self, *arrays, **attrs) -> np.ndarray:
         """The numpy result: the family's reference, then the fused bias and activation, in float32."""
@@ -373,7 +411,8 @@ class OpDef:
                 b = np.asarray(arrays[core], dtype=np.float32).reshape(-1)
                 y = y + (b.reshape(1, -1, 1, 1) if self.family.bias == "channel" else b)
             y = activate(y, self.activation)
-        return np.asarray(y).astype(np.asarray(arrays[0]).dtype)
+        dtypes = [str(np.asarray(a).dtype) for a in arrays]
+        return np.asarray(y).astype(self.result_dtype(dtypes, attrs))
 
     def kernel(self, target, out, *arrays, **attrs) -> int:
         """Launch the family's kernel: `arrays` in role order (the bias last), every attribute."""

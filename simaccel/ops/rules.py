@@ -10,6 +10,11 @@ import numpy as np
 from ..errors import ShapeError
 
 FLOAT_DTYPES = ("float32", "float16")
+INT_DTYPES = ("int64", "int32", "int8")
+# Every dtype an op may declare (OpFamily.dtypes, role_dtypes, out_dtype): the float ones an
+# op computes in (float32 accumulation), and the integer and bool ones of index and mask
+# arithmetic (simaccel/ops/builtin/masks.py), which are computed exactly in their own type.
+ISA_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
 
 
 def check_rank(role: str, shape, low: int, high: int) -> None:

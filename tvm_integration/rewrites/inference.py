@@ -17,7 +17,11 @@ same function, once at build time; where constants are folded, only float roundi
   a 2-D weight. A broadcast that widens a matrix dim (M, K or N) stays;
 * ``relax.take`` of one constant index (torch's ``x[i]``) becomes strided_slice + squeeze of
   the element TVM's take reads in its mode (clip, wrap or fast), and every strided_slice gets
-  its steps written out.
+  its steps written out;
+* first of all, a field of a tuple written out is that field, each piece of a
+  ``relax.split`` a strided_slice (tuples.py), and mask expressions of constants only (a
+  causal mask's arange, full, tril, comparisons; what only they and scalars feed) are
+  computed by TVM's own legalization and FoldConstant, as TVM alone would (constants.py).
 
 Each rewrite checks the shapes (and values) under which it is the same function; what does
 not qualify (a training-mode batch_norm, statistics that are inputs or give a scale that is
@@ -33,6 +37,8 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from .constants import fold_constant_masks
+from .tuples import forward_tuple_fields, split_rewrites
 from .types import tensor_info
 
 BATCH_NORM = "relax.nn.batch_norm"
@@ -43,6 +49,8 @@ NOTES = {  # what each rewrite's count means, in the partition report
     "conv_scale": "multiply by a per-channel constant folded into the weights of the conv2d before it",
     "broadcast": "relax.broadcast_to dropped (to its own shape, or of batch dims into a matmul, which broadcasts them itself)",
     "take": "relax.take of one constant index rewritten as strided_slice + squeeze",
+    "split": "relax.split piece(s) rewritten as strided_slice (tuples.py)",
+    "masks": "mask expression(s) of constants computed at build time, as TVM alone does (constants.py)",
 }
 
 
@@ -50,10 +58,13 @@ def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind."""
     counts = dict.fromkeys(NOTES, 0)
     rewrites = [*_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts), *_broadcast_rewrites(counts),
-                *_slice_rewrites(counts)]
+                *split_rewrites(counts), *_slice_rewrites(counts)]
     out = tvm.IRModule({}, attrs=mod.attrs)
     for gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
+            func = forward_tuple_fields(func)
+            func, folded = fold_constant_masks(func)
+            counts["masks"] += folded
             for found, replace in rewrites:
                 func = rewrite_call(found, replace, func)
             func = relax.analysis.remove_all_unused(func)

@@ -5,7 +5,8 @@ A view op's result is its input's elements in the same order under another shape
 declared ``view=True``: where its output is an intermediate of a region, no kernel runs and
 nothing is copied (the runtime hands the next op the same memory, `Program.views`); where it
 is a region output, a copy kernel fills the caller's buffer. The four Relax ops become one
-kind of Program op each, all with the output `shape` as their attribute.
+kind of Program op each, all with the output `shape` as their attribute. Every family here
+moves elements as they are, so it takes every dtype of the ISA (int64 indices, bool masks).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from ...errors import ShapeError
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op, relax_tuple, relax_value
 from ..registry import declare
-from ..rules import check_rank
+from ..rules import ISA_DTYPES, check_rank
 
 MAX_RANK = 6
-COPY = "simaccel.kernels.elementwise:launch_copy"
+COPY = "simaccel.kernels.masks:launch_copy"  # exact for every dtype (floats: elementwise.launch_copy)
 
 
 def infer_view(shapes, *, shape):
@@ -84,6 +85,7 @@ for _op, _pattern, _from_relax in (
         reference=view,
         kernel=COPY,
         view=True,
+        dtypes=ISA_DTYPES,  # they move elements and compute nothing: any dtype
         doc=f"{_op}: a view of its input (no kernel, no copy), rank <= {MAX_RANK}",
     ))
 
@@ -111,6 +113,7 @@ declare(OpFamily(
     infer=infer_permute,
     reference=lambda data, *, axes: np.transpose(data, axes),
     kernel="simaccel.kernels.layout:launch_permute",
+    dtypes=ISA_DTYPES,
     doc=f"permute_dims (transpose) of up to {MAX_RANK} axes",
 ))
 
@@ -153,6 +156,7 @@ declare(OpFamily(
     infer=infer_strided_slice,
     reference=lambda data, *, begin, end, strides: np.asarray(data)[tuple(map(slice, begin, end, strides))],
     kernel="simaccel.kernels.layout:launch_strided_slice",
+    dtypes=ISA_DTYPES,
     doc=f"strided_slice (steps >= 1) of up to {MAX_RANK} axes",
 ))
 
@@ -187,5 +191,6 @@ declare(OpFamily(
     infer=infer_concat,
     reference=lambda *data, axis: np.concatenate(data, axis=axis),
     kernel="simaccel.kernels.layout:launch_concat",
+    dtypes=ISA_DTYPES,
     doc=f"concat of one or more tensors along one axis, rank <= {MAX_RANK}",
 ))

@@ -1,7 +1,9 @@
 """Pooling families: ``simaccel.max_pool2d`` and ``simaccel.avg_pool2d`` (NCHW).
 
 Attributes pool_size (kh, kw), strides, padding (top, left, bottom, right), dilation; avg
-also count_include_pad (divide by the window area, or by its in-bounds elements).
+also count_include_pad (divide by the window area, or by its in-bounds elements). Max
+pooling with ceil_mode=True (squeezenet's) is the same op with more bottom and right
+padding; average pooling with it stays on TVM.
 """
 
 from __future__ import annotations
@@ -23,15 +25,35 @@ def _from_relax(average: bool):
 
 def pool2d_attrs(match, average: bool) -> dict:
     a = match.attrs
-    if a["ceil_mode"]:
-        raise Reject("pooling with ceil_mode=True is not supported")
+    if a["ceil_mode"] and average:
+        raise Reject("average pooling with ceil_mode=True is not supported")
     if (a["layout"], a["out_layout"]) != ("NCHW", "NCHW"):
         raise Reject(f"pooling layout {a['layout']}/{a['out_layout']} (only NCHW)")
-    attrs = {"pool_size": list(a["pool_size"]), "strides": list(a["strides"]), "padding": padding4(a["padding"]),
+    padding = padding4(a["padding"])
+    if a["ceil_mode"]:
+        padding = ceil_mode_padding(match.shapes["data"][2:], a["pool_size"], a["strides"], padding, a["dilation"])
+    attrs = {"pool_size": list(a["pool_size"]), "strides": list(a["strides"]), "padding": padding,
              "dilation": list(a["dilation"])}
     if average:
         attrs["count_include_pad"] = bool(a["count_include_pad"])
     return attrs
+
+
+def ceil_mode_padding(hw, window, strides, padding, dilation) -> list[int]:
+    """The padding under which floor-mode pooling is Relax's ceil mode: the output size is
+    ceil((H + top + bottom - dilated window) / stride) + 1, less one where that last window would
+    start in the bottom (right) padding, as Relax's shape rule and PyTorch say; the bottom and
+    right padding are set to give exactly that size. The extra taps lie past the input, which
+    max pooling reads as the dtype's lowest value wherever the padding ends, so only the size
+    changes (the match's Relax shape is checked against it)."""
+    top_left, bottom_right = list(padding[:2]), []
+    for size, k, s, lo, hi, d in zip(hw, window, strides, padding[:2], padding[2:], dilation):
+        span = size + lo + hi - d * (k - 1) - 1
+        out = -(-span // s) + 1
+        if (out - 1) * s >= size + lo:
+            out -= 1
+        bottom_right.append(max(0, (out - 1) * s + d * (k - 1) + 1 - size - lo))
+    return top_left + bottom_right
 
 
 def infer_pool2d(shapes, *, pool_size, strides, padding, dilation, **_):
