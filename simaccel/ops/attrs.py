@@ -74,12 +74,6 @@ def bound(value) -> float:
     return number(value)
 
 
-def bound_value(value: float):
-    """What a Program holds for bound `value`: the number, or "inf" / "-inf"."""
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return float(value)
-
 
 def shape(value) -> tuple[int, ...]:
     """A tensor shape: a list of integers >= 0 (rank 0 to 6)."""

@@ -73,7 +73,14 @@ def clip_from_relax(match):
     low, high = float(match.values["min"]), float(match.values["max"])
     if math.isnan(low) or math.isnan(high):
         raise Reject(f"clip bounds ({low}, {high}) include NaN")
-    return {"min": kinds.bound_value(low), "max": kinds.bound_value(high)}
+    return {"min": _bound_value(low), "max": _bound_value(high)}
+
+
+def _bound_value(value: float):
+    """What a Program holds for a clip bound (`attrs.bound`): the number, or "inf" / "-inf"."""
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
 
 
 def clip_scalar(data, min, max):
