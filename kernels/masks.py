@@ -42,6 +42,22 @@ def _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3):
     return i0, i1, i2, i3
 
 
+@register_jitable
+def _compare(x, y, op):
+    """Comparison `op` (0 <, 1 <=, 2 >, 3 >=, 4 ==, 5 !=) of two scalars."""
+    if op == 0:
+        return x < y
+    if op == 1:
+        return x <= y
+    if op == 2:
+        return x > y
+    if op == 3:
+        return x >= y
+    if op == 4:
+        return x == y
+    return x != y
+
+
 def _compare_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3,
                     op, total):
     idx = cuda.grid(1)
@@ -50,19 +66,7 @@ def _compare_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, 
         i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
         x = a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3]
         y = b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3]
-        if op == 0:
-            r = x < y
-        elif op == 1:
-            r = x <= y
-        elif op == 2:
-            r = x > y
-        elif op == 3:
-            r = x >= y
-        elif op == 4:
-            r = x == y
-        else:
-            r = x != y
-        out[idx] = r
+        out[idx] = _compare(x, y, op)
         idx += step
 
 
@@ -76,19 +80,7 @@ def _compare_float_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1,
         # 13.0 failed (ERROR_INTERNAL) to link Numba's float16 comparisons for sm_90.
         x = float32(a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3])
         y = float32(b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3])
-        if op == 0:
-            r = x < y
-        elif op == 1:
-            r = x <= y
-        elif op == 2:
-            r = x > y
-        elif op == 3:
-            r = x >= y
-        elif op == 4:
-            r = x == y
-        else:
-            r = x != y
-        out[idx] = r
+        out[idx] = _compare(x, y, op)
         idx += step
 
 
