@@ -92,7 +92,10 @@ _ROUNDING = {"float32": "{}", "float16": "float32(float16({}))"}
 
 def _generate(epilogue):
     """Write and compile the Python source of `epilogue`'s device function."""
-    namespace = {"float32": float32, "float16": types.float16, "math": math, "element_index": element_index}
+    # `__name__` names the module the generated code's warnings come from (the simulator's
+    # float math warns; simaccel.engines.sim silences this module's warnings).
+    namespace = {"__name__": __name__, "float32": float32, "float16": types.float16, "math": math,
+                 "element_index": element_index}
     lines = ["def epilogue(v, i, e0, e1, e2, d1, d2, d3, inv1, inv2, inv3,",
              "             s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23):"]
     if epilogue.extras:
@@ -126,6 +129,7 @@ def _generate(epilogue):
     exec(compile(source, f"<simaccel epilogue {epilogue.name}>", "exec"), namespace)
     fn = namespace["epilogue"]
     fn.source = source
+    fn.modules = tuple(sorted({_scalar_function(step.function).__module__ for step in epilogue.steps}))
     return register_jitable(fn)
 
 
@@ -143,6 +147,8 @@ def fused_kernel(kind: tuple, epilogue, make):
             kernel = _FUSED_KERNELS.get(key)
             if kernel is None:
                 kernel = make(fn)
+                # The modules whose code the kernel runs besides its own: the steps' functions.
+                kernel.step_modules = getattr(getattr(fn, "py_func", fn), "modules", ())
                 name = f"{kernel.__name__}_fused_{len(_FUSED_KERNELS)}"
                 kernel.__name__ = kernel.__qualname__ = name
                 twin = getattr(kernel, "simulated_by", None)

@@ -25,8 +25,9 @@ _ONE_AT_A_TIME = threading.Lock()
 
 def silence_float_warnings(launches) -> None:
     """Ignore numpy's RuntimeWarnings from the modules of the kernels `launches` run, from
-    simaccel's kernels (their device helpers) and from the simulator's arrays (a store into a
-    float16 array casts there).
+    simaccel's kernels (their device helpers, fused epilogues' generated code), from the
+    modules of a fused kernel's elementwise steps (users' too), and from the simulator's arrays
+    and numba's scalar types (a store into a float16 array, or float16(x), casts there).
 
     The simulator does a kernel's float math on numpy scalars, in threads of its own, so NaN
     and inf results (and float16 overflow) raise RuntimeWarnings there; on a GPU they are plain
@@ -36,7 +37,12 @@ def silence_float_warnings(launches) -> None:
     """
     from ..kernels.target import simulated
 
-    modules = {r"simaccel\.kernels\.", r"numba\.cuda\.simulator\."} | {re.escape(simulated(launch.kernel).__module__) + r"\Z" for launch in launches}
+    ran = set()
+    for launch in launches:
+        ran.add(simulated(launch.kernel).__module__)
+        ran.update(getattr(launch.kernel, "step_modules", ()))  # a fused kernel's elementwise steps
+    # numba.core.types: a cast such as float16(x) in simulated code is numpy's cast, run there.
+    modules = {r"simaccel\.kernels\.", r"numba\.cuda\.simulator\.", r"numba\.core\.types\."} | {re.escape(m) + r"\Z" for m in ran}
     for module in sorted(modules):
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=module)
 
