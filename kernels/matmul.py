@@ -2,8 +2,9 @@
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.matmul*, simaccel.dense*). One register-tiled kernel source covers all of them,
-batched too, in two tilings (128x128 output tiles with 8x8 outputs per thread, or 64x64 with
-4x4 where large tiles would leave the GPU idle), 16x16 threads per block, operands staged
+batched too, in three tilings (128x128 output tiles with 8x8 outputs per thread, 64x64 with
+4x4 where large tiles would leave the GPU idle, and 32x32 with K split four ways inside the
+block where even those would: `tiling`), 16x16 threads per block, operands staged
 through shared memory in K slices, float32 accumulation, bias and activation fused into the
 epilogue, bounds checks everywhere so any M, N, K works. The K loop is CUDA C++
 (matmul_f32.cu, see kernels/main_loop.py); the epilogue, and the steps conv2d's implicit GEMM
@@ -47,6 +48,14 @@ LARGE = (128, 128, 8)  # BM, BN, BK
 SMALL = (64, 64, 16)
 # A launch with fewer LARGE tiles than this uses SMALL ones (an H200 has 132 SMs).
 MIN_LARGE_TILES = 128
+# - SLICED: 32 x 32 tiles, the block's 256 threads in 4 groups that each take a quarter of
+#   the K slices (matmul_f32.cu `SlicedLoop`), for launches of fewer SMALL tiles than
+#   MIN_SMALL_TILES with K of at least MIN_SLICED_K: four times the blocks, each a quarter of
+#   the chain (a 7 x 7 stage's pointwise convolution was 3..20 SMALL tiles of K up to 960).
+SLICED = 32
+SLICED_LD = SLICED + 1  # the shared result tile's row stride
+MIN_SMALL_TILES = 128
+MIN_SLICED_K = 64
 
 # CUDA caps gridDim.y and gridDim.z at 65535; row tiles and matrices beyond that get launches
 # of their own (the kernel takes the first tile and matrix of its launch). Loops over them
@@ -205,9 +214,58 @@ def _tiled_kernel(BM, BN, BK, transpose_b, epilogue, simulator):
     return kernel
 
 
+def _sliced_kernel(transpose_b, epilogue, simulator):
+    """The sliced-K float32 kernel for one form of B (see SLICED), with `epilogue` fused: the
+    C++ main loop leaves the block's 32 x 32 tile in shared memory, from which each thread
+    stores 4 elements (consecutive threads, consecutive columns) through the epilogue."""
+    source = "matmul_f32.cu"
+    if simulator:
+        def positions():  # the elements this thread stores: on the simulator it computes them
+            tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
+            return [((e // SLICED) * SLICED_LD + e % SLICED, e // SLICED, e % SLICED)
+                    for e in range(tid, SLICED * SLICED, NTHREADS)]
+
+        main_loop, pointer = simulated_main_loop(transpose_b, positions), same
+    else:
+        main_loop = declare(f"simaccel_f32_sliced_{SLICED}_{'nk' if transpose_b else 'kn'}", float32, source)
+        pointer = data_pointer
+
+    def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
+               e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
+        """As the tiled kernels (same arguments), on SLICED x SLICED tiles."""
+        result = cuda.shared.array((SLICED, SLICED_LD), float32)
+        z, row0, col0, m_left, n_left, a_off, b_off, ldb = tile_operands(
+            cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, SLICED, SLICED, M, N, K, transpose_b, z0, tile0, d1,
+            sa0, sa1, sb0, sb1)
+        main_loop(pointer(result), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
+        cuda.syncthreads()
+        tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
+        for q in range(SLICED * SLICED // NTHREADS):
+            e = tid + q * NTHREADS
+            r = e // SLICED
+            c = e - r * SLICED
+            if r < m_left and c < n_left:
+                v = result[r, c]
+                col = col0 + c
+                if has_bias:
+                    v += float32(bias[col])
+                row = z * M + row0 + r
+                out[row, col] = epilogue(apply_activation(v, act), row * N + col, e0, e1, e2, ed1, ed2, ed3, einv1,
+                                         einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22,
+                                         es23)
+
+    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_sliced_kernel_{SLICED}x{SLICED}"
+    if not simulator:
+        kernel.link = (str(HERE / source),)
+    return kernel
+
+
 # (transpose_b, large tiles) -> kernel, without a fused group
 _KERNELS = {(t, large): with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), t, IDENTITY)
             for t in (False, True) for large in (False, True)}
+
+
+_SLICED_KERNELS = {t: with_simulator_twin(_sliced_kernel, t, IDENTITY) for t in (False, True)}
 
 
 def _kernel(transpose_b: bool, large: bool, epilogue):
@@ -218,6 +276,24 @@ def _kernel(transpose_b: bool, large: bool, epilogue):
                         lambda fn: with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), transpose_b, fn))
 
 
+def _sliced(transpose_b: bool, epilogue):
+    """The sliced-K float32 kernel for one form of B, with `epilogue`'s group fused (None: none)."""
+    if epilogue is None:
+        return _SLICED_KERNELS[transpose_b]
+    return fused_kernel(("matmul_sliced", transpose_b), epilogue,
+                        lambda fn: with_simulator_twin(_sliced_kernel, transpose_b, fn))
+
+
+def tiling(M: int, N: int, K: int, batches: int) -> str:
+    """Which float32 kernel a GEMM of `batches` M x N x K matrices runs on: "large", "small"
+    or "sliced" (see LARGE, SMALL, SLICED)."""
+    if -(-M // LARGE[0]) * -(-N // LARGE[1]) * batches >= MIN_LARGE_TILES:
+        return "large"
+    if -(-M // SMALL[0]) * -(-N // SMALL[1]) * batches < MIN_SMALL_TILES and K >= MIN_SLICED_K:
+        return "sliced"
+    return "small"
+
+
 def _batch_strides(batch, out_batch):
     """Matrix strides of a C-contiguous stack of matrices with batch dims `batch`, broadcast to
     `out_batch` (rank 2, left-padded): 0 on broadcast dims."""
@@ -225,7 +301,8 @@ def _batch_strides(batch, out_batch):
     return (batch[1] if batch[0] != 1 else 0, 1 if batch[1] != 1 else 0)
 
 
-def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str, epilogue=None) -> int:
+def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str, epilogue=None,
+                  tiling_override=None) -> int:
     """Launch the register-tiled matmul on `target`; returns the number of kernel launches.
 
     With `epilogue` (simaccel.fusion), the group of elementwise ops after it runs in the
@@ -267,24 +344,29 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
         b1 = target.reshape(weight, (math.prod(wshape),))
         has_bias = 0
     return launch_gemm(target, o2, a2, w2, b1, has_bias, act, M, N, K, batches, d1, sa, sb, bool(transpose_b),
-                       str(data.dtype), epilogue, out)
+                       str(data.dtype), epilogue, out, tiling_override)
 
 
 def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa, sb, transpose_b, dtype, epilogue,
-                out) -> int:
+                out, tiling_override=None) -> int:
     """Launch the tiled kernels on 2-D views: `batches` matrices out[z] (M x N, stacked by rows
     in o2) = a[za] @ B[zb] (+ b1 per column when has_bias, activation `act`), the batch index
     z = (i0, i1) over (., d1) and the matrices' strides `sa`, `sb` as the kernels take them;
     float16 on tensor cores. `out` is the output as the op sees it (the epilogue's index space).
-    Also used by conv2d for pointwise convolutions (a shared weight, one matrix per image)."""
+    Also used by conv2d for pointwise convolutions (a shared weight, one matrix per image).
+    `tiling_override` ("large", "small", "sliced") replaces `tiling`'s float32 choice, for
+    benchmarks that compare the tilings on one problem."""
     if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
     if dtype == "float16":  # tensor cores (kernels/tensor_core.py)
         kernel, block = tensor_core.kernel(transpose_b, epilogue), (tensor_core.THREADS,)
         BM, BN = tensor_core.BM, tensor_core.BN
+    elif (choice := tiling_override or tiling(M, N, K, batches)) == "sliced":
+        kernel, block = _sliced(transpose_b, epilogue), (THREADS_X, THREADS_Y)
+        BM = BN = SLICED
     else:
-        large = -(-M // LARGE[0]) * -(-N // LARGE[1]) * batches >= MIN_LARGE_TILES
+        large = choice == "large"
         kernel, block = _kernel(transpose_b, large, epilogue), (THREADS_X, THREADS_Y)
         BM, BN, _ = LARGE if large else SMALL
     fused = epilogue_args(target, epilogue, out)

@@ -247,6 +247,12 @@ def test_second_gpu_runs_its_own_regions(artifacts, clean_runtime):
 KERNEL_CASES = [
     ("simaccel.dense_bias_gelu", [(300, 257), (129, 257), (129,)], {}),
     ("simaccel.matmul_relu", [(2, 100, 64), (64, 200)], {}),
+    # The sliced-K tiling (kernels/matmul.py `tiling`): few 64x64 tiles, long K; batched; a
+    # pointwise convolution of a 7x7 stage on it.
+    ("simaccel.dense_bias_gelu", [(256, 3072), (768, 3072), (768,)], {}),
+    ("simaccel.matmul", [(2, 3, 77, 64), (2, 3, 64, 77)], {}),
+    ("simaccel.conv2d_bias_relu", [(2, 320, 7, 7), (1280, 320, 1, 1), (1, 1280, 1, 1)],
+     {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}),
     ("simaccel.conv2d_bias_relu", [(2, 16, 33, 31), (24, 16, 3, 3), (1, 24, 1, 1)],
      {"strides": [2, 1], "padding": [1, 1, 2, 0], "dilation": [1, 2], "groups": 1}),
     ("simaccel.max_pool2d", [(2, 8, 65, 63)], {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}),

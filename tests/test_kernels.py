@@ -194,6 +194,52 @@ def test_matmul_large_tiles(name, data_shape, n, dtype, monkeypatch):
     check(name, arrays)
 
 
+# The sliced-K tiling: 32x32 tiles, K split over four groups of the block's threads. Tails in
+# M and N (1..31 valid rows / columns of the last tile), K not a multiple of the 16-deep slice
+# nor of 4 (the element-by-element loads), K past 4 slices (every group has a second round),
+# M = 1 and N = 1, both forms of B, batched weights, bias and activation.
+SLICED_CASES = [("simaccel.matmul", (33, 64), 35, None), ("simaccel.dense_bias_relu", (2, 20, 130), 33, None),
+                ("simaccel.matmul_bias_gelu", (1, 97), 65, None), ("simaccel.dense", (40, 66), 1, None),
+                ("simaccel.matmul_relu", (2, 3, 5, 70), 7, (2, 3, 70, 7))]
+
+
+@pytest.mark.parametrize("name,data_shape,n,weight_shape", SLICED_CASES, ids=str)
+def test_matmul_sliced_k(name, data_shape, n, weight_shape):
+    from simaccel.kernels import matmul as matmul_kernels
+
+    rng = np.random.default_rng(17)
+    arrays = _matmul_inputs(name, data_shape, n, "float32", rng)
+    if weight_shape is not None:
+        arrays[1] = _random(rng, weight_shape, "float32")
+    op = get_op(name)
+    target = PlanOnlyTarget()
+    out = np.empty(op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **op.all_attrs({}))[0], np.float32)
+    op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
+    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SLICED_KERNELS["dense" in name]]
+    check(name, arrays)
+
+
+def test_the_sliced_tiling_crosses_grid_y(monkeypatch):
+    from simaccel.kernels import matmul as matmul_kernels
+
+    monkeypatch.setattr(matmul_kernels, "_MAX_GRID_Y", 2)
+    rng = np.random.default_rng(18)
+    check("simaccel.dense_bias", _matmul_inputs("simaccel.dense_bias", (70, 64), 5, "float32", rng),
+          expected_launches=2)  # 3 row tiles of 32: tiles 0-1, then 2
+
+
+def test_the_tiling_follows_the_tiles_a_launch_fills():
+    from simaccel.kernels.matmul import MIN_SLICED_K, tiling
+
+    assert tiling(4096, 4096, 4096, 1) == "large"
+    assert tiling(1024, 1024, 1024, 1) == "small"  # 64 large tiles, 256 small ones
+    assert tiling(1280, 49, 320, 1) == "sliced"  # a 7x7 stage's pointwise convolution: 20 small tiles
+    assert tiling(256, 768, 3072, 1) == "sliced"  # 48 small tiles
+    assert tiling(256, 3072, 768, 1) == "small"  # 192
+    assert tiling(1280, 49, MIN_SLICED_K - 1, 1) == "small"  # short K: nothing to split
+    assert tiling(64, 64, 512, 200) == "large"  # batches count as tiles
+
+
 def test_batched_matmul_large_tiles_beyond_grid_z(monkeypatch):
     from simaccel.kernels import matmul as matmul_kernels
 
