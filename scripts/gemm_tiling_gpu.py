@@ -6,7 +6,9 @@ pointwise convolutions of small stages (M = output channels, N = pixels, K = inp
 channels), gpt_decoder's linear layers, classifier heads. Every tiling ("large", "small",
 "sliced") runs each problem on the cuda engine's KernelTarget; CUDA events give the median
 of warm launches, each result is checked against numpy, and torch (cuBLAS, TF32 off) runs the
-same problem in the same process. Writes gemm-tiling.json and gemm-tiling.md to OUT.
+same problem in the same process. Times are GPU kernel time from CUPTI (torch.profiler):
+these kernels take less time than the Python launch around them, so wall-clock events would
+time the launch. Writes gemm-tiling.json and gemm-tiling.md to OUT.
 
     python scripts/gemm_tiling_gpu.py OUT [--repeat N]
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,25 +41,18 @@ PROBLEMS = [
 TILINGS = ("large", "small", "sliced")
 
 
-def _time(fn, repeat: int) -> float:
-    """Median microseconds of `fn()` (launches on the default stream), CUDA events."""
-    from numba import cuda
+def _kernel_us(fn, sync, repeat: int, trace: Path) -> float:
+    """GPU kernel µs per call of `fn` (CUPTI through torch.profiler: the kernels' own time, not
+    the Python launch around them, which is longer than these kernels), after 3 warm calls."""
+    from simaccel.tvm_integration.tools import model_bench
 
     for _ in range(3):
         fn()
-    cuda.synchronize()
-    samples = []
-    for _ in range(repeat):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(cuda.event_elapsed_time(start, end) * 1e3)
-    return statistics.median(samples)
+    sync()
+    return model_bench.kernel_profile(fn, sync, repeat, trace)["kernel_us_per_call"]
 
 
-def _torch_us(a, b, transpose_b: bool, repeat: int):
+def _torch_us(a, b, transpose_b: bool, repeat: int, trace: Path):
     try:
         import torch
     except ImportError:
@@ -66,21 +60,10 @@ def _torch_us(a, b, transpose_b: bool, repeat: int):
     torch.backends.cuda.matmul.allow_tf32 = False
     ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
     run = (lambda: ta @ tb.T) if transpose_b else (lambda: ta @ tb)
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(samples)
+    return _kernel_us(run, torch.cuda.synchronize, repeat, trace)
 
 
-def measure(repeat: int) -> list[dict]:
+def measure(repeat: int, traces: Path) -> list[dict]:
     from numba import cuda
 
     from simaccel.kernels import KernelTarget, matmul
@@ -100,10 +83,10 @@ def measure(repeat: int) -> list[dict]:
                 matmul.launch_matmul(target, dout, da, db, transpose_b=transpose_b, activation="none",
                                      tiling_override=tiling)
 
-            row["us"][tiling] = _time(run, repeat)
+            row["us"][tiling] = _kernel_us(run, cuda.synchronize, repeat, traces / f"{len(rows)}-{tiling}.json")
             got = dout.copy_to_host()
             row["max_rel_error"][tiling] = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
-        row["us"]["torch"] = _torch_us(a, b, transpose_b, repeat)
+        row["us"]["torch"] = _torch_us(a, b, transpose_b, repeat, traces / f"{len(rows)}-torch.json")
         rows.append(row)
         print(label, {k: round(v, 1) if v else v for k, v in row["us"].items()}, "chosen:", row["chosen"],
               flush=True)
@@ -119,13 +102,13 @@ def main(argv=None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     device = cuda.get_current_device()
-    rows = measure(args.repeat)
+    rows = measure(args.repeat, args.out / "traces")
     report = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
               "device": device.name.decode() if isinstance(device.name, bytes) else str(device.name),
               "sms": device.MULTIPROCESSOR_COUNT, "repeat": args.repeat, "problems": rows}
     (args.out / "gemm-tiling.json").write_text(json.dumps(report, indent=1))
     lines = [f"# float32 tilings, {report['device']}, {report['date']}", "",
-             f"Median µs of {args.repeat} warm launches (CUDA events); torch = cuBLAS, TF32 off.", "",
+             f"GPU kernel µs per call over {args.repeat} warm calls (CUPTI); torch = cuBLAS, TF32 off.", "",
              "| problem | M x N x K | large | small | sliced | torch | chosen | chosen / best tiling |",
              "|---|---|---|---|---|---|---|---|"]
     worst = 0.0

@@ -232,10 +232,10 @@ def test_the_tiling_follows_the_tiles_a_launch_fills():
     from simaccel.kernels.matmul import MIN_SLICED_K, tiling
 
     assert tiling(4096, 4096, 4096, 1) == "large"
-    assert tiling(1024, 1024, 1024, 1) == "small"  # 64 large tiles, 256 small ones
     assert tiling(1280, 49, 320, 1) == "sliced"  # a 7x7 stage's pointwise convolution: 20 small tiles
     assert tiling(256, 768, 3072, 1) == "sliced"  # 48 small tiles
-    assert tiling(256, 3072, 768, 1) == "small"  # 192
+    assert tiling(256, 2304, 768, 1) == "sliced"  # 144
+    assert tiling(1024, 1024, 1024, 1) == "small"  # 256
     assert tiling(1280, 49, MIN_SLICED_K - 1, 1) == "small"  # short K: nothing to split
     assert tiling(64, 64, 512, 200) == "large"  # batches count as tiles
 
