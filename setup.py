@@ -44,7 +44,8 @@ setup(
     extras_require={
         # The test extra brings the AOT toolchain too, so CI compiles every kernel (simaccel.aot).
         # matplotlib: tests/test_trace.py draws a trace's PNG (`simaccel trace --png`).
-        "test": ["pytest>=8", "matplotlib>=3.8", *AOT],
+        # pytest-xdist: the README's test command runs the suite on every core (`-n auto`).
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "matplotlib>=3.8", *AOT],
         # NVVM, NVRTC and nvJitLink from pip: kernels compiled for a GPU on a machine without one.
         "aot": AOT,
         "bench": ["matplotlib>=3.8"],

@@ -17,16 +17,19 @@ import numba
 from numba.cuda.extending import register_jitable
 
 # The kernels' code for each activation of the ISA (simaccel.ops.activation names the same ones).
-ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "sqrt": 7, "rsqrt": 8}
+ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "sqrt": 7, "rsqrt": 8,
+               "gelu_tanh": 9}
 
 _INV_SQRT2 = 0.7071067811865476
+_SQRT_2_OVER_PI = 0.7978845608028654
 
 
 @register_jitable
 def apply_activation(v, code):
     """Apply activation `code` (see ACTIVATIONS) to scalar `v`; returns float32.
 
-    gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))); silu is x * sigmoid(x).
+    gelu is the exact erf form 0.5 * x * (1 + erf(x / sqrt(2))); gelu_tanh GPT-2's
+    0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))); silu is x * sigmoid(x).
     """
     x = numba.float32(v)
     if code == 1:
@@ -42,6 +45,9 @@ def apply_activation(v, code):
         return s if code == 3 else numba.float32(x * s)
     if code == 4:
         return numba.float32(math.tanh(x))
+    if code == 9:
+        inner = numba.float32(_SQRT_2_OVER_PI) * (x + numba.float32(0.044715) * x * x * x)
+        return numba.float32(numba.float32(0.5) * x * (numba.float32(1.0) + numba.float32(math.tanh(inner))))
     # exp and sqrt outside their float32 range are written out: the simulator runs Python's
     # math, which raises there, where the GPU gives inf and NaN.
     if code == 6:

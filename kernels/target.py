@@ -105,6 +105,9 @@ def compile_kernel(fn, target: str):
                 if target == "sim":
                     from numba.cuda import simulator
 
+                    from . import simulator as blocks
+
+                    blocks.install()  # its blocks wait at barriers instead of polling
                     kernel = simulator.jit(simulated(fn))
                 elif target == "cuda":
                     from numba import cuda

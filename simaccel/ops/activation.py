@@ -31,6 +31,14 @@ def _gelu(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
+def _gelu_tanh(x):
+    # GPT-2's approximation (torch's approximate="tanh", TVM's nn.gelu_tanh).
+    x = np.asarray(x, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        inner = np.float32(math.sqrt(2.0 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
+        return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+
+
 def _sigmoid(x):
     x = np.asarray(x, dtype=np.float32)
     e = np.exp(-np.abs(x))  # never overflows; sigmoid(-|x|) = e / (1 + e)
@@ -41,6 +49,7 @@ def _sigmoid(x):
 ACTIVATIONS = {
     "relu": ("relax.nn.relu", _relu),
     "gelu": ("relax.nn.gelu", _gelu),
+    "gelu_tanh": ("relax.nn.gelu_tanh", _gelu_tanh),
     "sigmoid": ("relax.sigmoid", _sigmoid),
     "tanh": ("relax.tanh", np.tanh),
     "silu": ("relax.nn.silu", lambda x: x * _sigmoid(x)),

@@ -96,7 +96,10 @@ def _build(name: str, size: str, torch, torchvision):
     nn = torch.nn
     full = size == "full"
     if name == "resnet18":
-        return torchvision.models.resnet18(), (1, 3, 224, 224) if full else (1, 3, 16, 16), \
+        model = torchvision.models.resnet18(num_classes=1000 if full else 10)
+        if not full:
+            _narrow_resnet18(model, nn)
+        return model, (1, 3, 224, 224) if full else (1, 3, 16, 16), \
             "torchvision resnet18: conv + batch_norm + relu, residual adds, max pool, global average pool, linear"
     if name == "mobilenet_v2":
         model = torchvision.models.mobilenet_v2(width_mult=1.0 if full else 0.25)
@@ -185,6 +188,23 @@ def _build_untuned(name: str, size: str, torch, torchvision):
             "a post-norm encoder layer with a padding mask (arange(T) < lengths), masked softmax attention, " \
             "GELU MLP, mean pooling over the valid tokens"
     return None
+
+
+def _narrow_resnet18(model, nn) -> None:
+    """ResNet-18's own layers (stem, max pool, four stages of two basic blocks with strided 1x1
+    downsampling, pooled classifier) at an eighth of its width, 8..64 channels, built by
+    torchvision's own `_make_layer`: at full width its 512-channel convolutions took over 15
+    minutes on the simulator."""
+    from torchvision.models.resnet import BasicBlock
+
+    model.inplanes = 8
+    model.conv1 = nn.Conv2d(3, 8, kernel_size=7, stride=2, padding=3, bias=False)
+    model.bn1 = nn.BatchNorm2d(8)
+    model.layer1 = model._make_layer(BasicBlock, 8, 2)
+    model.layer2 = model._make_layer(BasicBlock, 16, 2, stride=2)
+    model.layer3 = model._make_layer(BasicBlock, 32, 2, stride=2)
+    model.layer4 = model._make_layer(BasicBlock, 64, 2, stride=2)
+    model.fc = nn.Linear(64, model.fc.out_features)
 
 
 def _narrow_googlenet(model, nn) -> None:

@@ -1,6 +1,6 @@
 """Elementwise families: ``simaccel.add``, ``subtract``, ``multiply``, ``divide`` and ``power`` (numpy
 broadcasting, rank <= 4), ``simaccel.clip``, ``simaccel.broadcast_to``, and one op per ISA
-activation (``simaccel.relu``, ``gelu``, ``sigmoid``, ``tanh``, ``silu``, ``exp``, ``sqrt``,
+activation (``simaccel.relu``, ``gelu``, ``gelu_tanh``, ``sigmoid``, ``tanh``, ``silu``, ``exp``, ``sqrt``,
 ``rsqrt``). Computed in float32, stored in the input dtype."""
 
 from __future__ import annotations
