@@ -283,6 +283,7 @@ KERNEL_CASES = [
     ("simaccel.divide", [(300, 257), (257,)], {}),
     ("simaccel.power", [(300, 257), (257,)], {}),
     ("simaccel.silu", [(1000, 513)], {}),
+    ("simaccel.gelu_tanh", [(1000, 513)], {}),
     ("simaccel.rsqrt", [(1000, 513)], {}),
     ("simaccel.broadcast_to", [(1, 30, 1)], {"shape": [4, 7, 30, 50]}),
     ("simaccel.permute_dims", [(2, 77, 12, 64)], {"axes": [0, 2, 1, 3]}),
