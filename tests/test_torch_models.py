@@ -43,12 +43,12 @@ def test_a_whole_model_is_at_most_its_target_of_regions(name):
 @pytest.mark.parametrize("engine", ["ref", "sim"])
 @pytest.mark.parametrize("name", torch_models.MODEL_NAMES)
 def test_a_model_matches_tvm_alone_and_torch(name, engine):
-    # resnet18 on sim takes about 5 minutes here (512-channel convolutions, one Python thread
-    # per CUDA thread); these tests run only where the torch extra is installed.
+    # These run only where the torch extra is installed. A whole model's float32 outputs
+    # differ from TVM alone's by its sums' order: errors are judged against the output's scale.
     model = torch_models.load(name, "small")
     mod = model.to_relax()
     arrays = random_inputs(mod, seed=1)
-    got, _, ledger = compare_with_tvm(mod, engine, arrays=arrays)
+    got, _, ledger = compare_with_tvm(mod, engine, arrays=arrays, atol_scale=1e-4)
     assert ledger["offloaded_calls"] >= 1
     assert ledger["bytes"]["host_to_device"] == ledger["bytes"]["device_to_host"] == 0
     first = got[0] if isinstance(got, list) else got
@@ -92,4 +92,4 @@ def test_reference_outputs_are_not_trivial():
     # The checks above compare real numbers: outputs vary across the batch of classes.
     model = torch_models.load("resnet18", "small")
     out = model.run(np.random.default_rng(0).standard_normal(model.input_shape).astype(np.float32))
-    assert out.shape == (1, 1000) and float(out.std()) > 1e-3
+    assert out.shape == (1, 10) and float(out.std()) > 1e-3  # the small resnet18 has 10 classes
