@@ -129,7 +129,6 @@ def _generate(epilogue):
     exec(compile(source, f"<simaccel epilogue {epilogue.name}>", "exec"), namespace)
     fn = namespace["epilogue"]
     fn.source = source
-    fn.modules = tuple(sorted({_scalar_function(step.function).__module__ for step in epilogue.steps}))
     return register_jitable(fn)
 
 
@@ -148,7 +147,8 @@ def fused_kernel(kind: tuple, epilogue, make):
             if kernel is None:
                 kernel = make(fn)
                 # The modules whose code the kernel runs besides its own: the steps' functions.
-                kernel.step_modules = getattr(getattr(fn, "py_func", fn), "modules", ())
+                kernel.step_modules = tuple(sorted({_scalar_function(step.function).__module__
+                                                    for step in epilogue.steps}))
                 name = f"{kernel.__name__}_fused_{len(_FUSED_KERNELS)}"
                 kernel.__name__ = kernel.__qualname__ = name
                 twin = getattr(kernel, "simulated_by", None)

@@ -52,7 +52,7 @@ MIN_LARGE_TILES = 128
 #   the K slices (matmul_f32.cu `SlicedLoop`), for launches of fewer SMALL tiles than
 #   MIN_SMALL_TILES with K of at least MIN_SLICED_K: four times the blocks, each a quarter of
 #   the chain (a 7 x 7 stage's pointwise convolution was 3..20 SMALL tiles of K up to 960).
-#   On the H200 (results/gpu/2026-12-02-h200-gemm-tiling/) it was 1.5-3.6x faster than SMALL
+#   On the H200 (results/gpu/2026-12-02-h200-gemm-tiling/) it was 1.8-3.6x faster than SMALL
 #   from 3 to 48 SMALL tiles, 1.25x at 144 (256x2304x768), and 1.18x slower at 256 (1024^3).
 SLICED = 32
 SLICED_LD = SLICED + 1  # the shared result tile's row stride
