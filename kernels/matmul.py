@@ -358,6 +358,8 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
     Also used by conv2d for pointwise convolutions (a shared weight, one matrix per image).
     `tiling_override` ("large", "small", "sliced") replaces `tiling`'s float32 choice, for
     benchmarks that compare the tilings on one problem."""
+    if tiling_override not in (None, "large", "small", "sliced"):
+        raise ValueError(f"matmul: tiling_override {tiling_override!r}; expected 'large', 'small' or 'sliced'")
     if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
