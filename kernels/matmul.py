@@ -2,9 +2,10 @@
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.matmul*, simaccel.dense*). One register-tiled kernel source covers all of them,
-batched too, in three tilings (128x128 output tiles with 8x8 outputs per thread, 64x64 with
-4x4 where large tiles would leave the GPU idle, and 32x32 with K split four ways inside the
-block where even those would: `tiling`), 16x16 threads per block, operands staged
+batched too, in four tilings (128x128 output tiles with 8x8 outputs per thread, 64x64 with
+4x4 where large tiles would leave the GPU idle, 32x32 with K split four ways inside the
+block where even those would, and 4x8 GEMV tiles for matrices of at most 4 rows: `tiling`),
+16x16 threads per block, operands staged
 through shared memory in K slices, float32 accumulation, bias and activation fused into the
 epilogue, bounds checks everywhere so any M, N, K works. The K loop is CUDA C++
 (matmul_f32.cu, see kernels/main_loop.py); the epilogue, and the steps conv2d's implicit GEMM
@@ -58,6 +59,9 @@ SLICED = 32
 SLICED_LD = SLICED + 1  # the shared result tile's row stride
 MIN_SMALL_TILES = 200
 MIN_SLICED_K = 64
+# - GEMV: 4 x 8 tiles for matrices of at most 4 rows (matmul_f32.cu `gemv`): B streamed once
+#   with 16-byte loads, no shared staging, reductions in a fixed order.
+GEMV = (4, 8)
 
 # CUDA caps gridDim.y and gridDim.z at 65535; row tiles and matrices beyond that get launches
 # of their own (the kernel takes the first tile and matrix of its launch). Loops over them
@@ -216,37 +220,39 @@ def _tiled_kernel(BM, BN, BK, transpose_b, epilogue, simulator):
     return kernel
 
 
-def _sliced_kernel(transpose_b, epilogue, simulator):
-    """The sliced-K float32 kernel for one form of B (see SLICED), with `epilogue` fused: the
-    C++ main loop leaves the block's 32 x 32 tile in shared memory, from which each thread
-    stores 4 elements (consecutive threads, consecutive columns) through the epilogue."""
+def _shared_tile_kernel(name, rows, cols, ld, transpose_b, epilogue, simulator):
+    """A float32 kernel whose C++ main loop (`simaccel_f32_{name}_{nk|kn}`) leaves the block's
+    rows x cols result tile in shared memory (row stride `ld`), for one form of B, with
+    `epilogue` fused: the sliced-K kernel (SLICED) and the GEMV (GEMV). From the tile each
+    thread stores elements tid, tid + 256, ... (consecutive threads, consecutive columns)
+    through the epilogue."""
     source = "matmul_f32.cu"
+    size = rows * cols
     if simulator:
         def positions():  # the elements this thread stores: on the simulator it computes them
             tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
-            return [((e // SLICED) * SLICED_LD + e % SLICED, e // SLICED, e % SLICED)
-                    for e in range(tid, SLICED * SLICED, NTHREADS)]
+            return [((e // cols) * ld + e % cols, e // cols, e % cols) for e in range(tid, size, NTHREADS)]
 
         main_loop, pointer = simulated_main_loop(transpose_b, positions), same
     else:
-        main_loop = declare(f"simaccel_f32_sliced_{SLICED}_{'nk' if transpose_b else 'kn'}", float32, source)
+        main_loop = declare(f"simaccel_f32_{name}_{'nk' if transpose_b else 'kn'}", float32, source)
         pointer = data_pointer
 
     def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
                e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
-        """As the tiled kernels (same arguments), on SLICED x SLICED tiles."""
-        result = cuda.shared.array((SLICED, SLICED_LD), float32)
+        """As the tiled kernels (same arguments), on rows x cols tiles."""
+        result = cuda.shared.array((rows, ld), float32)
         z, row0, col0, m_left, n_left, a_off, b_off, ldb = tile_operands(
-            cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, SLICED, SLICED, M, N, K, transpose_b, z0, tile0, d1,
+            cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z, rows, cols, M, N, K, transpose_b, z0, tile0, d1,
             sa0, sa1, sb0, sb1)
         main_loop(pointer(result), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
         cuda.syncthreads()
         tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
-        for q in range(SLICED * SLICED // NTHREADS):
+        for q in range((size + NTHREADS - 1) // NTHREADS):
             e = tid + q * NTHREADS
-            r = e // SLICED
-            c = e - r * SLICED
-            if r < m_left and c < n_left:
+            r = e // cols
+            c = e - r * cols
+            if e < size and r < m_left and c < n_left:
                 v = result[r, c]
                 col = col0 + c
                 if has_bias:
@@ -256,10 +262,14 @@ def _sliced_kernel(transpose_b, epilogue, simulator):
                                          einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22,
                                          es23)
 
-    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_sliced_kernel_{SLICED}x{SLICED}"
+    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_{name}_kernel_{rows}x{cols}"
     if not simulator:
         kernel.link = (str(HERE / source),)
     return kernel
+
+
+# tiling -> (the C++ main loop's name, rows, cols, row stride of the shared result tile)
+_SHARED_TILES = {"sliced": (f"sliced_{SLICED}", SLICED, SLICED, SLICED_LD), "gemv": ("gemv", *GEMV, GEMV[1])}
 
 
 # (transpose_b, large tiles) -> kernel, without a fused group
@@ -267,7 +277,9 @@ _KERNELS = {(t, large): with_simulator_twin(_tiled_kernel, *(LARGE if large else
             for t in (False, True) for large in (False, True)}
 
 
-_SLICED_KERNELS = {t: with_simulator_twin(_sliced_kernel, t, IDENTITY) for t in (False, True)}
+# (tiling, transpose_b) -> kernel, without a fused group
+_SHARED_TILE_KERNELS = {(tiling, t): with_simulator_twin(_shared_tile_kernel, *_SHARED_TILES[tiling], t, IDENTITY)
+                        for tiling in _SHARED_TILES for t in (False, True)}
 
 
 def _kernel(transpose_b: bool, large: bool, epilogue):
@@ -278,17 +290,20 @@ def _kernel(transpose_b: bool, large: bool, epilogue):
                         lambda fn: with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), transpose_b, fn))
 
 
-def _sliced(transpose_b: bool, epilogue):
-    """The sliced-K float32 kernel for one form of B, with `epilogue`'s group fused (None: none)."""
+def _shared_tile(tiling: str, transpose_b: bool, epilogue):
+    """The sliced-K or GEMV float32 kernel (`tiling`) for one form of B, with `epilogue`'s group
+    fused (None: none)."""
     if epilogue is None:
-        return _SLICED_KERNELS[transpose_b]
-    return fused_kernel(("matmul_sliced", transpose_b), epilogue,
-                        lambda fn: with_simulator_twin(_sliced_kernel, transpose_b, fn))
+        return _SHARED_TILE_KERNELS[tiling, transpose_b]
+    return fused_kernel(("matmul_" + tiling, transpose_b), epilogue,
+                        lambda fn: with_simulator_twin(_shared_tile_kernel, *_SHARED_TILES[tiling], transpose_b, fn))
 
 
 def tiling(M: int, N: int, K: int, batches: int) -> str:
-    """Which float32 kernel a GEMM of `batches` M x N x K matrices runs on: "large", "small"
-    or "sliced" (see LARGE, SMALL, SLICED)."""
+    """Which float32 kernel a GEMM of `batches` M x N x K matrices runs on: "gemv", "large",
+    "small" or "sliced" (see GEMV, LARGE, SMALL, SLICED)."""
+    if M <= GEMV[0]:
+        return "gemv"
     if -(-M // LARGE[0]) * -(-N // LARGE[1]) * batches >= MIN_LARGE_TILES:
         return "large"
     if -(-M // SMALL[0]) * -(-N // SMALL[1]) * batches < MIN_SMALL_TILES and K >= MIN_SLICED_K:
@@ -356,19 +371,21 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
     z = (i0, i1) over (., d1) and the matrices' strides `sa`, `sb` as the kernels take them;
     float16 on tensor cores. `out` is the output as the op sees it (the epilogue's index space).
     Also used by conv2d for pointwise convolutions (a shared weight, one matrix per image).
-    `tiling_override` ("large", "small", "sliced") replaces `tiling`'s float32 choice, for
-    benchmarks that compare the tilings on one problem."""
-    if tiling_override not in (None, "large", "small", "sliced"):
-        raise ValueError(f"matmul: tiling_override {tiling_override!r}; expected 'large', 'small' or 'sliced'")
+    `tiling_override` ("gemv", "large", "small", "sliced") replaces `tiling`'s float32 choice,
+    for benchmarks that compare the tilings on one problem ("gemv" only where M <= GEMV[0])."""
+    if tiling_override not in (None, "gemv", "large", "small", "sliced"):
+        raise ValueError(f"matmul: tiling_override {tiling_override!r}; expected 'gemv', 'large', 'small' or 'sliced'")
+    if tiling_override == "gemv" and M > GEMV[0]:
+        raise ValueError(f"matmul: tiling_override 'gemv' takes at most {GEMV[0]} rows; M = {M}")
     if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
     if dtype == "float16":  # tensor cores (kernels/tensor_core.py)
         kernel, block = tensor_core.kernel(transpose_b, epilogue), (tensor_core.THREADS,)
         BM, BN = tensor_core.BM, tensor_core.BN
-    elif (choice := tiling_override or tiling(M, N, K, batches)) == "sliced":
-        kernel, block = _sliced(transpose_b, epilogue), (THREADS_X, THREADS_Y)
-        BM = BN = SLICED
+    elif (choice := tiling_override or tiling(M, N, K, batches)) in _SHARED_TILES:
+        kernel, block = _shared_tile(choice, transpose_b, epilogue), (THREADS_X, THREADS_Y)
+        _, BM, BN, _ = _SHARED_TILES[choice]
     else:
         large = choice == "large"
         kernel, block = _kernel(transpose_b, large, epilogue), (THREADS_X, THREADS_Y)

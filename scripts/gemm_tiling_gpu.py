@@ -4,7 +4,8 @@ Each problem is a GEMM as kernels/matmul.py's `launch_gemm` sees it (M x N x K, 
 B), taken from the launch shapes of results/gpu/2026-12-01-h200-untuned/launch-shapes/: the
 pointwise convolutions of small stages (M = output channels, N = pixels, K = input
 channels), gpt_decoder's linear layers, classifier heads. Every tiling ("large", "small",
-"sliced") runs each problem on the cuda engine's KernelTarget; CUDA events give the median
+"sliced", and "gemv" where M <= 4) runs each problem on the cuda engine's KernelTarget; CUDA events
+give the median
 of warm launches, each result is checked against numpy, and torch (cuBLAS, TF32 off) runs the
 same problem in the same process. Times are GPU kernel time from CUPTI (torch.profiler):
 these kernels take less time than the Python launch around them, so wall-clock events would
@@ -36,9 +37,21 @@ PROBLEMS = [
     ("dense 256x768x768 (gpt attention out)", 256, 768, 768, True),
     ("dense 256x2304x768 (gpt qkv)", 256, 2304, 768, True),
     ("dense 1x1000x1280 (classifier)", 1, 1000, 1280, True),
+    ("matmul 1x1000x1280 (classifier, B as K x N)", 1, 1000, 1280, False),
+    ("dense 1x1000x1283 (unaligned K)", 1, 1000, 1283, True),
+    ("matmul 3x1000x1283 (unaligned K, B as K x N)", 3, 1000, 1283, False),
+    ("dense 4x4096x4096 (batch-4 linear)", 4, 4096, 4096, True),
+    ("dense 1x3072x768 (gpt mlp up, one token)", 1, 3072, 768, True),
     ("matmul 1024^3", 1024, 1024, 1024, False),
 ]
-TILINGS = ("large", "small", "sliced")
+TILINGS = ("large", "small", "sliced", "gemv")
+
+
+def tilings(M: int) -> tuple:
+    """The tilings that take an M-row problem (the GEMV takes at most 4 rows)."""
+    from simaccel.kernels import matmul
+
+    return TILINGS if M <= matmul.GEMV[0] else TILINGS[:-1]
 
 
 def _kernel_us(fn, sync, repeat: int, trace: Path) -> float:
@@ -78,7 +91,7 @@ def measure(repeat: int, traces: Path) -> list[dict]:
         da, db, dout = cuda.to_device(a), cuda.to_device(b), cuda.device_array((M, N), np.float32)
         row = {"problem": label, "M": M, "N": N, "K": K, "transpose_b": transpose_b,
                "chosen": matmul.tiling(M, N, K, 1), "us": {}, "max_rel_error": {}}
-        for tiling in TILINGS:
+        for tiling in tilings(M):
             def run(tiling=tiling):
                 matmul.launch_matmul(target, dout, da, db, transpose_b=transpose_b, activation="none",
                                      tiling_override=tiling)
@@ -109,17 +122,18 @@ def main(argv=None) -> int:
     (args.out / "gemm-tiling.json").write_text(json.dumps(report, indent=1))
     lines = [f"# float32 tilings, {report['device']}, {report['date']}", "",
              f"GPU kernel µs per call over {args.repeat} warm calls (CUPTI); torch = cuBLAS, TF32 off.", "",
-             "| problem | M x N x K | large | small | sliced | torch | chosen | chosen / best tiling |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| problem | M x N x K | large | small | sliced | gemv | torch | chosen | chosen / best tiling |",
+             "|---|---|---|---|---|---|---|---|---|"]
     worst = 0.0
     for r in rows:
         us = r["us"]
-        best = min(us[t] for t in TILINGS)
+        best = min(us[t] for t in tilings(r["M"]))
         ratio = us[r["chosen"]] / best
         worst = max(worst, max(r["max_rel_error"].values()))
         torch_us = f"{us['torch']:.1f}" if us["torch"] else "-"
+        gemv_us = f"{us['gemv']:.1f}" if "gemv" in us else "-"
         lines.append(f"| {r['problem']} | {r['M']}x{r['N']}x{r['K']} | {us['large']:.1f} | {us['small']:.1f} | "
-                     f"{us['sliced']:.1f} | {torch_us} | {r['chosen']} | {ratio:.2f} |")
+                     f"{us['sliced']:.1f} | {gemv_us} | {torch_us} | {r['chosen']} | {ratio:.2f} |")
     lines += ["", f"Largest relative error against numpy (float64), any tiling: {worst:.1e}"]
     (args.out / "gemm-tiling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -48,14 +48,14 @@ def conv_gated(dtype="float32"):
     return Module
 
 
-def dense_chain(dtype="float32", k=24):
+def dense_chain(dtype="float32", k=24, rows=5):
     """dense + bias, then a scalar scale, tanh, a column-broadcast add whose result is also a
     model output (so it is stored, and the ops after it form a group of their own)."""
     @tvm.script.ir_module
     class Module:
         @R.function
-        def main(x: R.Tensor((5, k), dtype), w: R.Tensor((20, k), dtype), b: R.Tensor((20,), dtype),
-                 v: R.Tensor((5, 1), dtype)):
+        def main(x: R.Tensor((rows, k), dtype), w: R.Tensor((20, k), dtype), b: R.Tensor((20,), dtype),
+                 v: R.Tensor((rows, 1), dtype)):
             with R.dataflow():
                 h = R.matmul(x, R.permute_dims(w))
                 hb = R.add(h, b)
@@ -74,6 +74,11 @@ def dense_chain(dtype="float32", k=24):
 def dense_chain_long_k(dtype="float32"):
     """dense_chain with K = 96: in float32 the group runs on the sliced-K kernel's epilogue."""
     return dense_chain(dtype, k=96)
+
+
+def dense_chain_gemv(dtype="float32"):
+    """dense_chain on 3 rows: in float32 the group runs on the GEMV kernel's epilogue."""
+    return dense_chain(dtype, k=40, rows=3)
 
 
 def test_a_conv_group_takes_every_elementwise_op_after_it():
@@ -102,7 +107,7 @@ def test_a_value_read_outside_the_group_ends_it():
     assert program.ops[first.last].output not in first.fused_values(program)
 
 
-@pytest.mark.parametrize("model", [conv_gated, dense_chain, dense_chain_long_k])
+@pytest.mark.parametrize("model", [conv_gated, dense_chain, dense_chain_long_k, dense_chain_gemv])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_fused_groups_match_tvm_alone_on_the_simulator(model, dtype):
     mod = model(dtype)
@@ -215,7 +220,8 @@ def _gpu_or_skip():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("model", [conv_gated, dense_chain, dense_chain_long_k, hardswish_block, depthwise_se])
+@pytest.mark.parametrize("model", [conv_gated, dense_chain, dense_chain_long_k, dense_chain_gemv, hardswish_block,
+                                   depthwise_se])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_fused_groups_on_the_gpu_match_tvm_alone_natively_and_on_the_cuda_engine(model, dtype, clean_runtime):
     """The generated epilogues compiled for the GPU: native regions (fused plan) and the cuda

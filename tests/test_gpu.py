@@ -251,6 +251,13 @@ KERNEL_CASES = [
     # pointwise convolution of a 7x7 stage on it.
     ("simaccel.dense_bias_gelu", [(256, 3072), (768, 3072), (768,)], {}),
     ("simaccel.matmul", [(2, 3, 77, 64), (2, 3, 64, 77)], {}),
+    # The GEMV (at most 4 rows): a classifier, both forms of B, K not a multiple of 4 (element
+    # by element loads), column tails, a decoder step's batched attention.
+    ("simaccel.dense_bias_gelu", [(1, 1280), (1000, 1280), (1000,)], {}),
+    ("simaccel.matmul_relu", [(3, 1283), (1283, 70)], {}),
+    ("simaccel.dense", [(2, 1283), (37, 1283)], {}),
+    ("simaccel.matmul_bias", [(4, 768), (768, 3075), (3075,)], {}),
+    ("simaccel.matmul", [(2, 4, 1, 64), (2, 4, 64, 77)], {}),
     ("simaccel.conv2d_bias_relu", [(2, 320, 7, 7), (1280, 320, 1, 1), (1, 1280, 1, 1)],
      {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}),
     ("simaccel.conv2d_bias_relu", [(2, 16, 33, 31), (24, 16, 3, 3), (1, 24, 1, 1)],

@@ -175,7 +175,7 @@ def test_matmul_with_a_batched_weight(name, data_shape, weight_shape, dtype):
 
 
 LARGE_TILE_CASES = [("simaccel.matmul_bias_relu", (130, 9), 131, "float32"), ("simaccel.dense_gelu", (2, 70, 17), 129, "float32"),
-                    ("simaccel.matmul", (3, 1), 1, "float32")]
+                    ("simaccel.matmul", (5, 1), 1, "float32")]
 
 
 @pytest.mark.parametrize("name,data_shape,n,dtype", LARGE_TILE_CASES, ids=str)
@@ -197,9 +197,9 @@ def test_matmul_large_tiles(name, data_shape, n, dtype, monkeypatch):
 # The sliced-K tiling: 32x32 tiles, K split over four groups of the block's threads. Tails in
 # M and N (1..31 valid rows / columns of the last tile), K not a multiple of the 16-deep slice
 # nor of 4 (the element-by-element loads), K past 4 slices (every group has a second round),
-# M = 1 and N = 1, both forms of B, batched weights, bias and activation.
+# M = 5 (the fewest rows past the GEMV) and N = 1, both forms of B, batched weights, bias and activation.
 SLICED_CASES = [("simaccel.matmul", (33, 64), 35, None), ("simaccel.dense_bias_relu", (2, 20, 130), 33, None),
-                ("simaccel.matmul_bias_gelu", (1, 97), 65, None), ("simaccel.dense", (40, 66), 1, None),
+                ("simaccel.matmul_bias_gelu", (5, 97), 65, None), ("simaccel.dense", (40, 66), 1, None),
                 ("simaccel.matmul_relu", (2, 3, 5, 70), 7, (2, 3, 70, 7))]
 
 
@@ -215,7 +215,32 @@ def test_matmul_sliced_k(name, data_shape, n, weight_shape):
     target = PlanOnlyTarget()
     out = np.empty(op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **op.all_attrs({}))[0], np.float32)
     op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
-    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SLICED_KERNELS["dense" in name]]
+    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SHARED_TILE_KERNELS["sliced", "dense" in name]]
+    check(name, arrays)
+
+
+# The GEMV tiling: 4 x 8 tiles for matrices of 1..4 rows. Column tails (1..7 valid columns, and
+# a tail inside a run of 4), K below one warp's stride, K not a multiple of 4, K past several
+# strides, both forms of B, a row count folded from batch dims, batched weights (a decoder
+# step's attention), bias and activations.
+GEMV_CASES = [("simaccel.dense", (1, 1280), 37, None), ("simaccel.matmul_bias_relu", (3, 5), 13, None),
+              ("simaccel.dense_bias_gelu", (2, 2, 301), 8, None), ("simaccel.matmul", (4, 515), 70, None),
+              ("simaccel.matmul_relu", (2, 3, 1, 70), 7, (2, 3, 70, 7)), ("simaccel.dense_bias", (1, 64), 1, None)]
+
+
+@pytest.mark.parametrize("name,data_shape,n,weight_shape", GEMV_CASES, ids=str)
+def test_matmul_gemv(name, data_shape, n, weight_shape):
+    from simaccel.kernels import matmul as matmul_kernels
+
+    rng = np.random.default_rng(19)
+    arrays = _matmul_inputs(name, data_shape, n, "float32", rng)
+    if weight_shape is not None:
+        arrays[1] = _random(rng, weight_shape, "float32")
+    op = get_op(name)
+    target = PlanOnlyTarget()
+    out = np.empty(op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **op.all_attrs({}))[0], np.float32)
+    op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
+    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SHARED_TILE_KERNELS["gemv", "dense" in name]]
     check(name, arrays)
 
 
@@ -238,6 +263,9 @@ def test_the_tiling_follows_the_tiles_a_launch_fills():
     assert tiling(1024, 1024, 1024, 1) == "small"  # 256
     assert tiling(1280, 49, MIN_SLICED_K - 1, 1) == "small"  # short K: nothing to split
     assert tiling(64, 64, 512, 200) == "large"  # batches count as tiles
+    assert tiling(1, 1000, 1280, 1) == "gemv"  # a classifier
+    assert tiling(4, 4096, 4096, 1) == "gemv" and tiling(5, 4096, 4096, 1) != "gemv"
+    assert tiling(1, 64, 64, 100000) == "gemv"  # a decoder step's attention, many heads
 
 
 def test_batched_matmul_large_tiles_beyond_grid_z(monkeypatch):
