@@ -189,8 +189,8 @@ def _time_limit(seconds: float, index: int):
     if not seconds:
         yield
         return
-    timer = threading.Timer(seconds, _end_worker, ({"index": index, "stage": HANG,
-                                                    "reason": f"the case ran past the per-case limit of {seconds:g} s"},))
+    event = {"index": index, "stage": HANG, "reason": f"the case ran past the per-case limit of {seconds:g} s"}
+    timer = threading.Timer(seconds, _end_worker, (event, _this_worker()))
     timer.daemon = True
     timer.start()
     try:
@@ -199,15 +199,25 @@ def _time_limit(seconds: float, index: int):
         timer.cancel()
 
 
-def _end_worker(event: dict) -> None:
-    """Tell the campaign why (a worker event), then end this worker process at once."""
+def _this_worker():
+    """The Dask worker running this task (known in the task's own thread only), or None."""
     try:
         from distributed import get_worker
 
-        get_worker().log_event(EVENTS, event)
-        time.sleep(1)  # the event travels before the process goes
-    except Exception:  # noqa: BLE001 - not on a worker: the death alone says it
-        pass
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def _end_worker(event: dict, worker=None) -> None:
+    """Tell the campaign why (a worker event), then end this worker process at once."""
+    worker = worker or _this_worker()
+    if worker is not None:
+        try:
+            worker.log_event(EVENTS, event)
+            time.sleep(1)  # the event travels before the process goes
+        except Exception:  # noqa: BLE001 - the death alone still says it
+            pass
     os._exit(70)
 
 
