@@ -12,6 +12,7 @@ from setuptools import setup
 # cuda-toolkit 13.0 leaves at ">=13.0.88" (pip picked 13.5, whose LTO output is PTX 9.5). PTX
 # 9.0 JITs on every driver from 580 (CUDA 13.0) on: the minimum the README states.
 AOT = ["numba-cuda[cu13]==0.30.*", "cuda-toolkit==13.0.*", "nvidia-nvjitlink==13.0.*"]
+DASK = ["dask[distributed]>=2026.8,<2027"]
 
 setup(
     name="simaccel",
@@ -22,7 +23,8 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=["simaccel", "simaccel.debug", "simaccel.ops", "simaccel.ops.builtin", "simaccel.engines", "simaccel.native", "simaccel.kernels", "simaccel.tvm_integration",
-              "simaccel.tvm_integration.rewrites", "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools"],
+              "simaccel.tvm_integration.rewrites", "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools",
+              "simaccel.tvm_integration.tools.fuzz"],
     # The C++ half of native regions, compiled into every CUDA build's library, and the
     # CUDA C++ main loops the matmul kernels link in.
     package_data={"simaccel.native": ["region.h"], "simaccel.kernels": ["*.cu"]},
@@ -38,14 +40,15 @@ setup(
         "numba-cuda==0.30.*",
         # numba-cuda 0.30.4 fails to import with numpy 2.5 (np.row_stack was removed).
         "numpy>=2,<2.5",
-        # `simaccel fuzz` draws its models through hypothesis, which also shrinks failures.
-        "hypothesis>=6.100,<7",
     ],
     extras_require={
         # The test extra brings the AOT toolchain too, so CI compiles every kernel (simaccel.aot).
         # matplotlib: tests/test_trace.py draws a trace's PNG (`simaccel trace --png`).
         # pytest-xdist: the README's test command runs the suite on every core (`-n auto`).
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "matplotlib>=3.8", *AOT],
+        # dask: tests/test_fuzz_cluster.py starts a real scheduler and worker processes.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "matplotlib>=3.8", *DASK, *AOT],
+        # `simaccel fuzz --jobs N / --cluster`: campaigns on Dask distributed (checked with 2026.8).
+        "dask": DASK,
         # NVVM, NVRTC and nvJitLink from pip: kernels compiled for a GPU on a machine without one.
         "aot": AOT,
         "bench": ["matplotlib>=3.8"],

@@ -172,7 +172,7 @@ def test_a_profile_naming_only_isa_ops_and_families_is_used(names, offloaded):
 def test_split_regions_of_drawn_models_equal_tvm(seed):
     """Drawn models cut to a 1 KiB scratchpad (seeds 90, 200 and 209 have regions that end in
     `gv = lv`, which the first split code did not follow) still compute what TVM alone does."""
-    from simaccel.tvm_integration.tools.fuzz_models import Config, Draw, draw_case
+    from simaccel.tvm_integration.tools.fuzz.models import Config, Draw, draw_case
 
     case = draw_case(Draw.seeded(seed), Config(specials_percent=0, zero_dim_percent=0))
     profile = DeviceProfile(name="scratch1k", max_region_bytes=1024)

@@ -27,7 +27,7 @@ from simaccel.profile import DeviceProfile
 from simaccel.testing import assert_matches_tvm, assert_offloads
 from simaccel.tvm_integration import partition_report
 from simaccel.tvm_integration.tools.fuzz import run_fuzz
-from simaccel.tvm_integration.tools.fuzz_models import Config, Draw, UserFuzzOp, draw_case, drawable_user_families
+from simaccel.tvm_integration.tools.fuzz.models import Config, Draw, UserFuzzOp, draw_case, drawable_user_families
 
 USER_OPS = Path(__file__).resolve().parent / "user_ops"
 HARD_SWISH_OP, LEAKY_OP = str(USER_OPS / "hard_swish_op.py"), str(USER_OPS / "leaky_op.py")

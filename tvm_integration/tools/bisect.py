@@ -45,7 +45,8 @@ import numpy as np
 from ...engines import ENGINE_NAMES
 from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
 from ...profile import PROFILE_ENV, DeviceProfile, active_profile
-from .fuzz import TOLERANCE, _close, _run, saved_settings, user_op_modules
+from .fuzz.check import TOLERANCE, _close, _run
+from .fuzz.settings import saved_settings, user_op_modules
 
 REPORT_FILE = "bisect.json"
 REPRO = '''"""Check a simaccel bisect culprit again: python repro.py (exit 1 while simaccel and TVM alone differ)."""

@@ -157,8 +157,10 @@ def _parser() -> argparse.ArgumentParser:
         "fuzz",
         help="differential fuzzing: random Relax models, simaccel vs TVM alone",
         description="Draw seeded random Relax models, build each with simaccel and with TVM alone, run both on "
-        "the same inputs and compare; a sample also after export and load in a fresh process. The first failure "
-        "is shrunk and saved as a runnable reproduction. Exits 1 when a case fails.",
+        "the same inputs and compare; a sample also after export and load in a fresh process. Cases run in "
+        "batches, in this process or on a Dask cluster (--jobs, --cluster); failures are grouped by signature "
+        "(stage, error, op kinds), one of each is shrunk and saved as a runnable reproduction under OUT/failures/, "
+        "and OUT/fuzz-report.md sums the campaign up. Exits 1 when a case fails.",
     )
     fuzz.add_argument("--cases", type=int, default=100, help="how many models (default 100)")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the run (default 0): same seed, same models")
@@ -170,10 +172,18 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--export-every", type=int, default=25,
                       help="export every Nth case and run it in a fresh process (0: never; default 25)")
     fuzz.add_argument("--shrink-seconds", type=float, default=300, help="time allowed to shrink a failure (default 300)")
-    fuzz.add_argument("--jobs", type=int, default=1, help="worker processes sharing the cases (default 1)")
+    fuzz.add_argument("--jobs", type=int, default=1,
+                      help="worker processes: more than 1 runs on a local Dask cluster (--cluster local:N; default 1)")
+    fuzz.add_argument("--cluster", metavar="SPEC", help="where the cases run: local[:N] (a Dask cluster of N worker "
+                      "processes here; one per GPU with dask-cuda) or tcp://HOST:PORT (a running Dask scheduler); "
+                      "needs the dask extra (default: this process)")
+    fuzz.add_argument("--batch-size", type=int, help="cases per task (default: about four tasks per worker, at most 10)")
+    fuzz.add_argument("--case-seconds", type=float, default=600,
+                      help="on a cluster, a case running longer ends its worker and is reported as a hang (default 600)")
+    fuzz.add_argument("--resume", action="store_true",
+                      help="continue the campaign saved in --out (its settings; only the batches not done run)")
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
     fuzz.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
-    fuzz.add_argument("--shared", help=argparse.SUPPRESS)  # set by --jobs for its workers: models already checked
 
     bisect = commands.add_parser(
         "bisect",
@@ -272,7 +282,8 @@ def check_args(args) -> None:
     if args.command == "fuzz":
         for flag, value, low in (("--cases", args.cases, 1), ("--seed", args.seed, 0), ("--max-ops", args.max_ops, 1),
                                  ("--export-every", args.export_every, 0), ("--shrink-seconds", args.shrink_seconds, 0),
-                                 ("--jobs", args.jobs, 1)):
+                                 ("--jobs", args.jobs, 1), ("--batch-size", args.batch_size or 1, 1),
+                                 ("--case-seconds", args.case_seconds, 1)):
             if not value >= low:
                 raise SimAccelError(f"{flag} {value}: must be >= {low}")
         for flag, value, known in (("--engine", args.engine, ("ref", "sim", "cuda", "native")), ("--dtype", args.dtype, ("float32", "float16"))):
@@ -330,7 +341,8 @@ def _run_command(args) -> int:
         if args.replay:
             return replay(args.replay)
         return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
-                        args.out, args.export_every, args.shrink_seconds, args.jobs, shared=args.shared)
+                        args.out, args.export_every, args.shrink_seconds, args.jobs, cluster=args.cluster,
+                        batch_size=args.batch_size, case_seconds=args.case_seconds, resume=args.resume)
     if args.command == "bisect":
         from .bisect import bisect_command
 

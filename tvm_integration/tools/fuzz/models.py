@@ -20,8 +20,8 @@ reference is the family's numpy reference. A family the fuzzer cannot draw is an
 names it (`drawable_user_families`), never a silent redraw. Without user
 families nothing changes: the same seed draws the same models.
 
-Every choice goes through a `Draw`, so the fuzzer can hand the drawing to hypothesis, which
-then shrinks a failing model by shrinking its choices. `Case.reference()` evaluates the model
+Every choice goes through a `Draw`, which records it: a failing model is shrunk by shrinking
+its choices (fuzz/shrink.py). `Case.reference()` evaluates the model
 in float64 with numpy (rounding each result to the model's dtype, as TVM and simaccel store
 them); for built-in ops it is written independently of simaccel's own op references. For a
 user op it is that op's own reference (what simaccel's `ref` engine runs too), so it cannot
@@ -30,6 +30,7 @@ settle a disagreement with TVM (`Case.independent_reference`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
@@ -43,13 +44,38 @@ TINY_DIMS = (1, 2, 3, 4, 5, 7)  # for the simulator: one Python thread per CUDA 
 
 
 class Draw:
-    """The random choices of one model: `integer(lo, hi)` gives an int in [lo, hi]."""
+    """The random choices of one model: `integer(lo, hi)` gives an int in [lo, hi].
+
+    Every choice with more than one answer is recorded in `choices`, as its offset from `lo`:
+    `Draw.replay(choices)` makes the same model again, and a shorter or smaller sequence makes a
+    simpler one (what the campaign's shrinker, fuzz/shrink.py, searches). `spans` records where
+    the choices of each drawn item (an op node) are, with the index of the choice that counted
+    the items: the shrinker drops an item by deleting its span and lowering that count."""
 
     def __init__(self, integer: Callable[[int, int], int]):
         self.integer = integer
+        self.choices: list[int] = []
+        self.spans: list[tuple[int, int, int | None]] = []  # (start, end, index of the count choice)
+
+    def count(self, lo: int, hi: int) -> tuple[int, int | None]:
+        """A number of items to draw, and the index of its choice (None where there was no choice)."""
+        at = len(self.choices)
+        n = self.int(lo, hi)
+        return n, at if len(self.choices) > at else None
+
+    @contextlib.contextmanager
+    def item(self, counter: int | None):
+        """The choices made in the block are one item of the count at `counter`."""
+        start = len(self.choices)
+        yield
+        self.spans.append((start, len(self.choices), counter))
 
     def int(self, lo: int, hi: int) -> int:
-        return self.integer(lo, hi) if hi > lo else lo
+        if hi <= lo:
+            return lo
+        value = self.integer(lo, hi)
+        self.choices.append(value - lo)
+        return value
 
     def choice(self, options):
         return options[self.int(0, len(options) - 1)]
@@ -59,9 +85,17 @@ class Draw:
         return self.int(0, 99) >= 100 - percent
 
     @classmethod
-    def seeded(cls, seed: int) -> "Draw":
+    def seeded(cls, seed) -> "Draw":
+        """Choices from numpy's generator seeded with `seed` (an int or a sequence of ints)."""
         rng = np.random.default_rng(seed)
         return cls(lambda lo, hi: int(rng.integers(lo, hi + 1)))
+
+    @classmethod
+    def replay(cls, choices) -> "Draw":
+        """The recorded `choices` again, each capped at its range; past their end, every choice
+        is its range's low end."""
+        it = iter(choices)
+        return cls(lambda lo, hi: lo + min(max(next(it, 0), 0), hi - lo))
 
 
 @dataclass
@@ -203,8 +237,10 @@ def draw_case(draw: Draw, config: Config = Config()) -> Case:
     first = builder.param(builder.input_shape(), "x")
     if draw.chance(30):
         builder.param(builder.values[first].shape, "y")  # a second input of the same shape
-    for _ in range(draw.int(1, config.max_ops)):
-        builder.node()
+    count, counter = draw.count(1, config.max_ops)
+    for _ in range(count):
+        with draw.item(counter):
+            builder.node()
     nodes = [i for i, v in enumerate(builder.values) if v.op is not None]
     outputs = [nodes[-1]]
     if not draw.chance(30):  # mostly, every result nothing else reads is an output too (up to 3)
@@ -277,7 +313,7 @@ class _Builder:
         elementwise op instead where the hook does not take this shape). A hook that fails, or
         gives a call Relax refuses, is an OpDeclarationError naming the family: the op would
         never be drawn otherwise."""
-        from ...errors import OpDeclarationError, SimAccelError
+        from ....errors import OpDeclarationError, SimAccelError
 
         family = self.draw.choice(self.user)
         try:
@@ -727,7 +763,7 @@ def is_user_op(name: str) -> bool:
 def user_families() -> list:
     """Declared families outside the ``simaccel`` namespace that have a fuzz hook (the
     modules named in $SIMACCEL_OPS are imported first)."""
-    from ...ops import families
+    from ....ops import families
 
     return [f for f in families() if f.namespace != "simaccel" and f.fuzz is not None]
 
@@ -740,8 +776,8 @@ def drawable_user_families(config: Config = Config()) -> list:
     in one of the run's dtypes, its hook applies to some of the fuzzer's input shapes (tried on
     `PROBES` seeded draws), Relax takes the call it gives, and simaccel offloads some of those
     calls (its `from_relax` takes them). Otherwise an OpDeclarationError naming the family and why."""
-    from ...errors import OpDeclarationError, SimAccelError
-    from ...ops import Reject
+    from ....errors import OpDeclarationError, SimAccelError
+    from ....ops import Reject
 
     found = user_families()
     for family in found:
@@ -788,7 +824,7 @@ def _hook_answer(family, answer) -> tuple[dict, dict]:
     """The fuzz hook's (shapes by role, values and Relax kwargs), checked: every other input role
     has a shape, every `relax_value` a value, and a named inner call's kwargs are a dict. A
     value given as a 0-d numpy array (a scalar ``R.const``) is kept as ``{"const": number}``."""
-    from ...errors import OpDeclarationError
+    from ....errors import OpDeclarationError
 
     def bad(problem):
         return OpDeclarationError(f"op family {family.name!r}: its fuzz hook {problem}")
@@ -827,7 +863,7 @@ def _relax_function(op: str):
     """The Relax builder a pattern node names: ``relax.nn.rms_norm`` -> tvm.relax.op.nn.rms_norm."""
     from tvm import relax
 
-    from ...errors import OpDeclarationError
+    from ....errors import OpDeclarationError
 
     if not op.startswith("relax."):
         raise OpDeclarationError(f"pattern op {op!r}: the fuzzer builds only Relax ops (relax.*)")
@@ -844,7 +880,7 @@ def _call(family, node, args, kwargs, dtype, root: bool):
     key of `kwargs`; an inner named call's: ``kwargs[name]``)."""
     from tvm import relax
 
-    from ...ops import RelaxValue
+    from ....ops import RelaxValue
 
     values = family.pattern.values()
     args = [args[i] if not isinstance(a, RelaxValue) else
@@ -861,7 +897,7 @@ def relax_call(family, exprs, kwargs, dtype) -> tuple:
     """The family's pattern applied to `exprs` (one per input role, in order), with the values
     and Relax kwargs a fuzz hook gave (`_hook_answer`). Returns (root call, annotations): the
     named nodes' calls ("root" the outermost) and each value's Relax expression, by name."""
-    from ...ops import RelaxPattern, RelaxValue
+    from ....ops import RelaxPattern, RelaxValue
 
     by_role = dict(zip(family.inputs, exprs))
     nodes = {}
@@ -891,7 +927,7 @@ def relax_shape(family, shapes, kwargs, dtype) -> tuple[int, ...]:
     inference; an exception where Relax refuses them or the result is no static-shape tensor."""
     from tvm import relax
 
-    from ...ops import RelaxPattern, RelaxValue
+    from ....ops import RelaxPattern, RelaxValue
 
     builder = relax.BlockBuilder()
     by_role = dict(zip(family.inputs, _placeholders(family, shapes, dtype)))
@@ -913,7 +949,7 @@ class UserFuzzOp:
     family's own reference on the Program attributes its `from_relax` reads from the call."""
 
     def __init__(self, name: str):
-        from ...ops import get_op
+        from ....ops import get_op
 
         self.name = name
         self.family = get_op(name).family  # UnsupportedOpError (naming $SIMACCEL_OPS) if undeclared
@@ -927,7 +963,7 @@ class UserFuzzOp:
     def program_attrs(self, shapes, attrs, dtype) -> dict:
         """What simaccel's op gets from this call: what partitioning reads from it (the family's
         `from_relax`, through the backend's `program_attrs`); Reject where it stays on TVM."""
-        from ..backend.patterns import composite_name, program_attrs, sync_patterns
+        from ...backend.patterns import composite_name, program_attrs, sync_patterns
 
         params = _placeholders(self.family, shapes, dtype)
         _, nodes = relax_call(self.family, params, attrs, dtype)
@@ -937,8 +973,8 @@ class UserFuzzOp:
 
     def exact_for(self, shapes, attrs, dtype) -> bool:
         """Whether the family's reference states this call's semantics: its `from_relax` takes it."""
-        from ...errors import OpDeclarationError, SimAccelError
-        from ...ops import Reject
+        from ....errors import OpDeclarationError, SimAccelError
+        from ....ops import Reject
 
         try:
             self.program_attrs(shapes, attrs, dtype)
@@ -949,8 +985,24 @@ class UserFuzzOp:
         return True
 
     def numpy(self, xs, attrs, dtype):
-        from ...ops import get_op
+        from ....ops import get_op
 
         op = get_op(self.name)  # looked up each time: a test may plant a fault in the reference
         program = self.program_attrs([x.shape for x in xs], attrs, dtype)
         return op.reference(*xs, **op.all_attrs(program))
+
+
+# -- cases as JSON (reproductions, Dask tasks) -----------------------------------------------
+def case_to_json(case: Case) -> dict:
+    return {**dataclasses.asdict(case), "values": [dataclasses.asdict(v) for v in case.values]}
+
+
+def case_from_json(data: dict) -> Case:
+    """The case saved by `case_to_json`; UnsupportedOpError (naming $SIMACCEL_OPS) for a user op
+    this process has not declared."""
+    values = [Value(**{**v, "shape": tuple(v["shape"]), "args": tuple(v["args"])}) for v in data["values"]]
+    case = Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]))
+    for op in case.user_ops:
+        fuzz_op(op)
+    return case
+

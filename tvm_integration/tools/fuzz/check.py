@@ -1,0 +1,286 @@
+"""Checking one fuzz case: built with simaccel and with TVM alone, run, compared.
+
+Where it sits: `simaccel fuzz` (fuzz/campaign.py) draws cases (fuzz/models.py) and hands each
+to a `Checker`, in its own process or on a Dask worker (fuzz/cluster.py). A case is built for
+each device its engines need, with simaccel and with TVM alone, and run on the same inputs on
+every engine asked for (`ref` and `sim` on the CPU; on a GPU `native`, the build's native
+regions, and `cuda`, the same regions routed to the Python engine). A sample is exported and
+run again in a fresh process that imports only TVM. A case that TVM alone cannot build or run
+is skipped (TVM's fault, not simaccel's); a result that differs from TVM's is checked against
+the case's float64 reference before it counts as simaccel's failure: where TVM's own result is
+the further from it (float16 overflow, accumulation order), the case is counted as "TVM
+numerically off". A user op's float64 reference is its own numpy reference, the one the `ref`
+engine runs, so it never excuses a difference from TVM alone.
+
+Each failing `Outcome` names its stage (build, run, output, reload) and error (the exception's
+class, or "mismatch"): with the op kinds of the model, the signature failures are told apart by.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ....errors import SimAccelError
+from ....runtime import get_runtime
+from ..deploy import error_line
+from .models import Case, case_to_json
+from .settings import user_ops_environ
+
+ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda", "native": "cuda"}
+# "native": the CUDA build's native regions (simaccel.native), run with no Python engine chosen.
+RUNTIME_ENGINE = {"native": "auto"}
+TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol relative to the output's scale)
+PASS, SKIP, TVM_OFF, FAIL = "passed", "skipped (TVM alone cannot build or run it)", "TVM numerically off", "failed"
+# Where a failure happened (Outcome.stage): simaccel's build, an engine's run, an engine's
+# output, the exported library in a fresh process; and, found by the campaign, a case that
+# killed its process or ran past the per-case time limit.
+BUILD, RUN, OUTPUT, RELOAD, CRASH, HANG = "build", "run", "output", "reload", "crash", "hang"
+
+
+@dataclass
+class Outcome:
+    verdict: str
+    reason: str = ""
+    stage: str = ""  # failures: BUILD, RUN, OUTPUT, RELOAD, CRASH or HANG
+    error: str = ""  # failures: the exception's class name, or "mismatch"
+
+    def to_json(self) -> dict:
+        return {"verdict": self.verdict, "reason": self.reason, "stage": self.stage, "error": self.error}
+
+
+def _failed(stage: str, error: BaseException | str, reason: str) -> Outcome:
+    return Outcome(FAIL, reason, stage, error if isinstance(error, str) else type(error).__name__)
+
+
+# -- one case ---------------------------------------------------------------------------------
+class Checker:
+    """Builds and runs cases on `engines`, and keeps the exported sample for the fresh-process
+    check; counts what the cases it was asked to `count` ran."""
+
+    def __init__(self, engines, workdir: str | None = None):
+        self.engines = list(engines)
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="simaccel-fuzz-"))
+        self.exported: list[tuple[object, Case, Path, list]] = []  # (key, case, library, TVM's outputs)
+        self.with_regions = 0  # counted cases where simaccel ran at least one region
+        self.ops: Counter = Counter()  # simaccel ops run, over every counted case
+        self.user_ops: Counter = Counter()  # users' ops: how many counted models held each
+
+    def check(self, case: Case, count: bool = True, export=None) -> Outcome:
+        """The verdict on `case`. `count`: add what it ran to the counters (a shrinking step is
+        no new case). `export`: a key; the CPU build is then exported for `check_exported`."""
+        import tvm
+
+        from ...backend.pipeline import build, build_tvm_only, default_target
+
+        if count:
+            self.user_ops.update(case.user_ops)
+        try:
+            mod = case.bound_module()
+        except SimAccelError:
+            raise  # a user op this process does not know (or declares wrongly): no skip hides it
+        except Exception as e:  # noqa: BLE001 - a model Relax refuses is not a case
+            return Outcome(SKIP, f"Relax refuses the model: {error_line(e)}")
+        arrays = case.runtime_arrays()
+        verdict = Outcome(PASS)
+        for device in dict.fromkeys(ENGINE_DEVICE[e] for e in self.engines):
+            target = default_target(device)
+            dev = tvm.device(device, 0)
+            try:
+                want = _run(build_tvm_only(mod, target), arrays, dev)
+            except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
+                _stop_if_context_lost(e, "TVM alone", case)
+                return Outcome(SKIP, f"TVM alone: {error_line(e)}")
+            try:
+                executable = build(mod, target)
+            except Exception as e:  # noqa: BLE001 - anything TVM builds, simaccel must build
+                return _failed(BUILD, e, f"simaccel build failed where TVM alone builds: {error_line(e)}")
+            for engine in (e for e in self.engines if ENGINE_DEVICE[e] == device):
+                runtime = get_runtime()
+                runtime.ledger.reset()
+                try:
+                    with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)):
+                        got = _run(executable, arrays, dev)
+                except Exception as e:  # noqa: BLE001 - simaccel failed to run what TVM runs
+                    _stop_if_context_lost(e, f"simaccel on engine {engine}", case)
+                    return _failed(f"{RUN} ({engine})", e, f"engine {engine}: run failed: {error_line(e)}")
+                ran = runtime.ledger.snapshot()["ops"]
+                if count:
+                    self.ops.update(ran)
+                    self.with_regions += bool(ran) and engine == self.engines[0]
+                where, stage = f"engine {engine}", f"{OUTPUT} ({engine})"
+                outcome = compare(case, got, want, where, stage=stage)
+                if outcome.verdict == FAIL and device != "cpu" and not case.independent_reference:
+                    outcome = compare(case, got, want, where, witness=self._tvm_on_cpu(mod, arrays), stage=stage)
+                if outcome.verdict == FAIL:
+                    return outcome
+                if outcome.verdict == TVM_OFF:
+                    verdict = outcome
+            if export is not None and device == "cpu":
+                path = self.workdir / f"case{len(self.exported)}.so"
+                executable.export_library(str(path))
+                self.exported.append((export, case, path, want))
+        return verdict
+
+    @staticmethod
+    def _tvm_on_cpu(mod, arrays) -> list | None:
+        """TVM alone built for the CPU: the second witness where the reference is a user op's own."""
+        import tvm
+
+        from ...backend.pipeline import build_tvm_only, default_target
+
+        try:
+            return _run(build_tvm_only(mod, default_target("cpu")), arrays, tvm.cpu())
+        except Exception:  # noqa: BLE001 - no witness, then
+            return None
+
+    def check_exported(self) -> list[tuple[object, Case, Outcome]]:
+        """Run every exported library in one fresh process (TVM only imported); the failures,
+        with the keys they were exported with."""
+        if not self.exported:
+            return []
+        jobs = []
+        for i, (_, case, path, _) in enumerate(self.exported):
+            inputs = self.workdir / f"in{i}.npz"
+            np.savez(inputs, *case.runtime_arrays())
+            (self.workdir / f"out{i}.npz").unlink(missing_ok=True)  # none left from an earlier call
+            jobs.append([str(path), str(inputs), str(self.workdir / f"out{i}.npz")])
+        (self.workdir / "jobs.json").write_text(json.dumps(jobs))
+        env = {**user_ops_environ(), "SIMACCEL_ENGINE": "ref"}  # the libraries' user ops, found from workdir
+        result = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(self.workdir / "jobs.json")],
+                                capture_output=True, text=True, env=env, timeout=1800, cwd=self.workdir)
+        failures = []
+        for i, (key, case, _, want) in enumerate(self.exported):
+            out = self.workdir / f"out{i}.npz"
+            if not out.exists():
+                failures.append((key, case, _failed(RELOAD, "no result", "after export and load in a fresh process: "
+                                                                         f"no result ({_tail(result)})")))
+                continue
+            with np.load(out) as data:
+                got = [data[f"arr_{k}"] for k in range(len(data.files))]
+            outcome = compare(case, got, want, "after export and load in a fresh process", stage=RELOAD)
+            if outcome.verdict == FAIL:
+                failures.append((key, case, outcome))
+        self.exported.clear()
+        return failures
+
+
+
+_FRESH_PROCESS = """
+import json, sys
+import numpy as np
+import tvm
+for lib, inputs, out in json.load(open(sys.argv[1])):
+    try:
+        vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())
+        with np.load(inputs) as data:
+            args = [tvm.runtime.tensor(data[f"arr_{i}"]) for i in range(len(data.files))]
+        result = vm["main"](*args)
+        results = [result] if hasattr(result, "numpy") else list(result)
+        np.savez(out, *[r.numpy() for r in results])
+    except Exception as e:
+        print(lib, type(e).__name__, str(e).strip().splitlines()[-1:], file=sys.stderr)
+"""
+
+
+class ContextLost(SimAccelError):
+    """A CUDA error that leaves the process's GPU context unusable: no later case could run."""
+
+
+_STICKY_CUDA_ERRORS = ("cudaErrorIllegalAddress", "illegal memory access", "cudaErrorLaunchFailure",
+                       "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED")
+
+
+def _stop_if_context_lost(error: BaseException, phase: str, case: Case) -> None:
+    """End the run, naming the phase and the case, after an error no later CUDA call survives."""
+    if any(marker in str(error) for marker in _STICKY_CUDA_ERRORS):
+        raise ContextLost(
+            f"the GPU context was lost while running {phase} ({error_line(error)}); every later case would "
+            f"fail. The case: {case.describe()}; its model: {json.dumps(case_to_json(case))}"
+        ) from error
+
+
+def _run(executable, arrays, dev) -> list[np.ndarray]:
+    import tvm
+    from tvm import relax
+
+    from ..deploy import outputs_as_list
+
+    vm = relax.VirtualMachine(executable, dev)
+    return [t.numpy() for t in outputs_as_list(vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))]
+
+
+def compare(case: Case, got: list, want: list, where: str, witness: list | None = None, stage: str = OUTPUT) -> Outcome:
+    """PASS when `got` equals TVM's `want` (NaN and inf where TVM has them, close elsewhere).
+
+    Otherwise the float64 reference decides: TVM_OFF where simaccel is no further from it
+    than twice TVM's error (or within tolerance of it), FAIL where simaccel is the one off.
+    Where that reference is a user op's own (not independent of what simaccel runs), only a
+    `witness` can settle it: TVM alone built for the CPU. When simaccel's GPU result equals
+    it and TVM's GPU build does not, TVM's two builds disagree and TVM is the one off. A
+    failure's stage is `stage`, its error "mismatch".
+    """
+    def failed(reason):
+        return _failed(stage, "mismatch", reason)
+
+    if len(got) != len(want):
+        return failed(f"{where}: {len(got)} outputs, TVM alone gives {len(want)}")
+    rtol, atol = TOLERANCE[case.dtype]
+    for i, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return failed(f"{where}: output {i} is {g.shape} {g.dtype}, TVM alone gives {w.shape} {w.dtype}")
+    close = [_close(g, w, rtol, atol) for g, w in zip(got, want)]
+    if all(close):
+        return Outcome(PASS)
+    first = close.index(False)
+    difference = _error(got[first], want[first])
+    message = f"{where}: output {first} differs from TVM alone (max error {difference:.3g} of its scale)"
+    if case.specials or not case.exact_reference:
+        return failed(message + "; no float64 reference to settle it")
+    errors = [(_error(g, r), _error(w, r)) for g, w, r in zip(got, want, case.reference())]
+    against = ", ".join(f"simaccel {ours:.3g} / TVM alone {theirs:.3g}" for ours, theirs in errors)
+    if not case.independent_reference:  # the user op's own reference: what simaccel's ref engine runs
+        if witness is not None and len(witness) == len(got) and all(
+                g.shape == c.shape and _close(g, c, rtol, atol) for g, c in zip(got, witness)):
+            return Outcome(TVM_OFF, f"{message} ({case.dtype}); TVM's CPU build gives simaccel's result, its "
+                                    f"GPU build does not (errors against the op's reference: {against})")
+        return failed(f"{message}; the float64 reference uses {', '.join(case.user_ops)}'s own "
+                             f"reference, so it cannot settle it (errors against it: {against})")
+    if any(ours > max(rtol + atol, 2 * theirs) for ours, theirs in errors):
+        return failed(f"{message}; errors against float64: {against}")
+    return Outcome(TVM_OFF, f"{message} ({case.dtype}); errors against float64: {against}")
+
+
+def _close(got, want, rtol, atol) -> bool:
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if not np.array_equal(np.isnan(g), np.isnan(w)) or not np.array_equal(np.isinf(g), np.isinf(w)):
+        return False
+    finite = np.isfinite(w)
+    if not np.array_equal(g[~finite & ~np.isnan(w)], w[~finite & ~np.isnan(w)]):
+        return False
+    scale = 1.0 + (np.abs(w[finite]).max() if finite.any() else 0.0)
+    return bool(np.all(np.abs(g[finite] - w[finite]) <= rtol * np.abs(w[finite]) + atol * scale))
+
+
+def _error(got, reference) -> float:
+    """Largest difference from `reference`, relative to its scale (inf where NaN/inf disagree)."""
+    g, r = got.astype(np.float64), reference.astype(np.float64)
+    both_nan = np.isnan(g) & np.isnan(r)
+    same_inf = np.isinf(r) & (g == r)
+    diff = np.where(both_nan | same_inf, 0.0, np.abs(g - r))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    finite = np.isfinite(r)
+    scale = 1.0 + (np.abs(r[finite]).max() if finite.any() else 0.0)
+    return float(diff.max() / scale) if diff.size else 0.0
+
+
+def _tail(result) -> str:
+    return (result.stderr.strip().splitlines() or ["no error output"])[-1][:300]
+
