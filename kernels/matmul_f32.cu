@@ -422,25 +422,16 @@ SIMACCEL_F32_TILE(simaccel_f32_tile_128_kn, 128, 8, false)
 SIMACCEL_F32_TILE(simaccel_f32_tile_64_nk, 64, 16, true)
 SIMACCEL_F32_TILE(simaccel_f32_tile_64_kn, 64, 16, false)
 
-// The sliced-K kernels': `acc` is the block's shared 32 x 33 result tile (every thread of the
-// block calls this, and the tile is complete when it returns).
-#define SIMACCEL_F32_SLICED(NAME, TRANS)                                                                              \
+// The sliced-K and GEMV kernels': `acc` is the block's shared result tile (32 x 33 and 4 x 8;
+// every thread of the block calls this, and the tile is complete when it returns).
+#define SIMACCEL_F32_SHARED_TILE(NAME, LOOP, TRANS)                                                                   \
     extern "C" __device__ int NAME(float* acc, const float* a, long long a_off, long long lda, const float* b,        \
                                    long long b_off, long long ldb, long long m_left, long long n_left, long long K) { \
-        sliced<TRANS>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);                                        \
+        LOOP<TRANS>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);                                          \
         return 0;                                                                                                     \
     }
 
-SIMACCEL_F32_SLICED(simaccel_f32_sliced_32_nk, true)
-SIMACCEL_F32_SLICED(simaccel_f32_sliced_32_kn, false)
-
-// The GEMV kernels': `acc` is the block's shared 4 x 8 result tile (as for the sliced ones).
-#define SIMACCEL_F32_GEMV(NAME, TRANS)                                                                                \
-    extern "C" __device__ int NAME(float* acc, const float* a, long long a_off, long long lda, const float* b,        \
-                                   long long b_off, long long ldb, long long m_left, long long n_left, long long K) { \
-        gemv<TRANS>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);                                          \
-        return 0;                                                                                                     \
-    }
-
-SIMACCEL_F32_GEMV(simaccel_f32_gemv_nk, true)
-SIMACCEL_F32_GEMV(simaccel_f32_gemv_kn, false)
+SIMACCEL_F32_SHARED_TILE(simaccel_f32_sliced_32_nk, sliced, true)
+SIMACCEL_F32_SHARED_TILE(simaccel_f32_sliced_32_kn, sliced, false)
+SIMACCEL_F32_SHARED_TILE(simaccel_f32_gemv_nk, gemv, true)
+SIMACCEL_F32_SHARED_TILE(simaccel_f32_gemv_kn, gemv, false)

@@ -203,8 +203,18 @@ SLICED_CASES = [("simaccel.matmul", (33, 64), 35, None), ("simaccel.dense_bias_r
                 ("simaccel.matmul_relu", (2, 3, 5, 70), 7, (2, 3, 70, 7))]
 
 
-@pytest.mark.parametrize("name,data_shape,n,weight_shape", SLICED_CASES, ids=str)
-def test_matmul_sliced_k(name, data_shape, n, weight_shape):
+# The GEMV tiling: 4 x 8 tiles for matrices of 1..4 rows. Column tails (1..7 valid columns, and
+# a tail inside a run of 4), K below one warp's stride, K not a multiple of 4, K past several
+# strides, both forms of B, a row count folded from batch dims, batched weights (a decoder
+# step's attention), bias and activations.
+GEMV_CASES = [("simaccel.dense", (1, 1280), 37, None), ("simaccel.matmul_bias_relu", (3, 5), 13, None),
+              ("simaccel.dense_bias_gelu", (2, 2, 301), 8, None), ("simaccel.matmul", (4, 515), 70, None),
+              ("simaccel.matmul_relu", (2, 3, 1, 70), 7, (2, 3, 70, 7)), ("simaccel.dense_bias", (1, 64), 1, None)]
+
+
+@pytest.mark.parametrize("tiling,name,data_shape,n,weight_shape",
+                         [("sliced", *c) for c in SLICED_CASES] + [("gemv", *c) for c in GEMV_CASES], ids=str)
+def test_matmul_shared_tile_tilings(tiling, name, data_shape, n, weight_shape):
     from simaccel.kernels import matmul as matmul_kernels
 
     rng = np.random.default_rng(17)
@@ -215,32 +225,7 @@ def test_matmul_sliced_k(name, data_shape, n, weight_shape):
     target = PlanOnlyTarget()
     out = np.empty(op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **op.all_attrs({}))[0], np.float32)
     op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
-    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SHARED_TILE_KERNELS["sliced", "dense" in name]]
-    check(name, arrays)
-
-
-# The GEMV tiling: 4 x 8 tiles for matrices of 1..4 rows. Column tails (1..7 valid columns, and
-# a tail inside a run of 4), K below one warp's stride, K not a multiple of 4, K past several
-# strides, both forms of B, a row count folded from batch dims, batched weights (a decoder
-# step's attention), bias and activations.
-GEMV_CASES = [("simaccel.dense", (1, 1280), 37, None), ("simaccel.matmul_bias_relu", (3, 5), 13, None),
-              ("simaccel.dense_bias_gelu", (2, 2, 301), 8, None), ("simaccel.matmul", (4, 515), 70, None),
-              ("simaccel.matmul_relu", (2, 3, 1, 70), 7, (2, 3, 70, 7)), ("simaccel.dense_bias", (1, 64), 1, None)]
-
-
-@pytest.mark.parametrize("name,data_shape,n,weight_shape", GEMV_CASES, ids=str)
-def test_matmul_gemv(name, data_shape, n, weight_shape):
-    from simaccel.kernels import matmul as matmul_kernels
-
-    rng = np.random.default_rng(19)
-    arrays = _matmul_inputs(name, data_shape, n, "float32", rng)
-    if weight_shape is not None:
-        arrays[1] = _random(rng, weight_shape, "float32")
-    op = get_op(name)
-    target = PlanOnlyTarget()
-    out = np.empty(op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **op.all_attrs({}))[0], np.float32)
-    op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
-    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SHARED_TILE_KERNELS["gemv", "dense" in name]]
+    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SHARED_TILE_KERNELS[tiling, "dense" in name]]
     check(name, arrays)
 
 

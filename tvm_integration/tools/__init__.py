@@ -1,4 +1,4 @@
 """simaccel's tools, built on the backend: the `simaccel` command line (cli), the demo, the
 GPU benchmark (bench, artifacts), deployment helpers (deploy), example models (models),
-the differential fuzzer (fuzz, fuzz_models) and the pytest plugin for users' tests (testing,
+the differential fuzzer (the fuzz package) and the pytest plugin for users' tests (testing,
 pytest_plugin: `simaccel.testing`)."""

@@ -127,6 +127,8 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
                     raise
             if left is not None:
                 shutil.rmtree(left, ignore_errors=True)
+                if not any(left.parent.iterdir()):
+                    left.parent.rmdir()  # no case left running: no empty folder left behind
             counts[outcome.verdict] += 1
             if outcome.verdict != PASS:
                 found[index] = _result(index, case, made, outcome)
