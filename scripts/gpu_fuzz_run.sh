@@ -2,12 +2,15 @@
 # GPU run with the full TVM on the GPU machine (TVM compiles in place; see README, "On a GPU"):
 #   part "tests": `simaccel demo --device cuda` (float32, float16), the examples on the GPU
 #                 and every test marked `gpu`;
-#   part "fuzz":  `simaccel fuzz` on the cuda engine, in worker processes.
+#   part "fuzz":  `simaccel fuzz` on the cuda engine, on a local Dask cluster of JOBS workers;
+#   part "campaign": one campaign (native and cuda engines) in one process and on a local Dask
+#                 cluster of JOBS workers (the same seed: the same cases, so the same verdicts),
+#                 then a longer one on the cluster; cases/s of each (needs the dask wheels).
 # Python runs with -P so that the installed package, not the source folder, is imported.
-# Usage: scripts/gpu_fuzz_run.sh tests|fuzz OUT_DIR [FUZZ_CASES] [JOBS]
+# Usage: scripts/gpu_fuzz_run.sh tests|fuzz|campaign OUT_DIR [FUZZ_CASES] [JOBS]
 set -uo pipefail
-part=${1:?usage: scripts/gpu_fuzz_run.sh tests|fuzz OUT_DIR [FUZZ_CASES] [JOBS]}
-out=${2:?usage: scripts/gpu_fuzz_run.sh tests|fuzz OUT_DIR [FUZZ_CASES] [JOBS]}
+part=${1:?usage: scripts/gpu_fuzz_run.sh tests|fuzz|campaign OUT_DIR [FUZZ_CASES] [JOBS]}
+out=${2:?usage: scripts/gpu_fuzz_run.sh tests|fuzz|campaign OUT_DIR [FUZZ_CASES] [JOBS]}
 mkdir -p "$out"
 nvidia-smi -L > "$out/devices.txt" 2>&1
 case "$part" in
@@ -32,5 +35,37 @@ fuzz)
   cp "$out/fuzz/fuzz-summary.json" "$out/" 2>/dev/null
   tar czf "$out/fuzz-cases.tgz" -C "$out" fuzz
   rm -rf "$out/fuzz"
+  ;;
+campaign)
+  fuzz() {  # fuzz NAME TIMEOUT ARGS...: a campaign into OUT/NAME, its log and summary kept
+    local name=$1 limit=$2; shift 2
+    timeout "$limit" python3 -P -m simaccel.tvm_integration.tools.cli fuzz --engine native,cuda --seed 7 \
+      --export-every 20 --shrink-seconds 60 --out "$out/$name" "$@" 2>&1 | grep -v "dead codes\|Fast mode" | tee "$out/$name.log" | tail -4
+    echo "exit status: ${PIPESTATUS[0]}" | tee -a "$out/$name.log"
+  }
+  fuzz one-process 240 --cases "${3:-40}"
+  fuzz cluster 120 --cases "${3:-40}" --jobs "${4:-12}"
+  fuzz cluster-long 200 --cases "$(( ${3:-40} * 5 ))" --jobs "${4:-12}"
+  python3 - "$out" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+rows = {}
+for name in ("one-process", "cluster", "cluster-long"):
+    try:
+        s = json.loads((out / name / "fuzz-summary.json").read_text())
+    except OSError:
+        continue
+    rows[name] = {k: s[k] for k in ("cases", "seconds", "cases_per_second", "workers", "executor", "counts",
+                                     "retried_batches", "reloaded_in_fresh_process", "device")}
+    rows[name]["failures"] = [f["signature"] for f in s["failures"]]
+if "one-process" in rows and "cluster" in rows:
+    rows["same_verdicts"] = rows["one-process"]["counts"] == rows["cluster"]["counts"]
+    rows["speedup"] = round(rows["cluster"]["cases_per_second"] / rows["one-process"]["cases_per_second"], 2)
+(out / "campaign.json").write_text(json.dumps(rows, indent=1))
+print(json.dumps(rows, indent=1))
+PY
+  tar czf "$out/campaigns.tgz" -C "$out" one-process cluster cluster-long 2>/dev/null
+  rm -rf "$out/one-process" "$out/cluster" "$out/cluster-long"
   ;;
 esac
