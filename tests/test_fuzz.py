@@ -247,6 +247,27 @@ def test_tvm_s_cpu_build_settles_what_a_user_op_s_own_reference_cannot(rms_norm_
     assert compare(case, ours, theirs, "engine cuda", witness=theirs).verdict == FAIL
 
 
+def test_an_op_no_output_reads_leaves_the_reference_exact_and_the_cpu_build_settles_the_rest():
+    """H200, seed 7 case 28 (results/gpu/2026-12-02-h200-fuzz-campaign/): a ceil-mode pooling
+    that no output read made the whole reference inexact, so a GPU difference went unsettled."""
+    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, compare
+    from simaccel.tvm_integration.tools.fuzz.models import Case, Value
+
+    pool = {"pool_size": (1, 1), "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1),
+            "ceil_mode": True, "count_include_pad": False}
+    values = [Value((1, 1, 2, 3), name="x"), Value((1, 1, 2, 3), "avg_pool2d", (0,), pool), Value((1, 1, 2, 3), "relu", (0,))]
+    dead = Case("float32", values, [2], data_seed=1)
+    assert dead.read_by_outputs() == [0, 2] and dead.exact_reference
+    live = Case("float32", values, [1, 2], data_seed=1)
+    assert not live.exact_reference
+    ours = [r.astype("float32") for r in live.reference()]
+    theirs = [r + 1 for r in ours]  # TVM's GPU build, off
+    assert compare(live, ours, theirs, "engine native").verdict == FAIL  # nothing to settle it
+    settled = compare(live, ours, theirs, "engine native", witness=ours)
+    assert settled.verdict == TVM_OFF and "TVM's CPU build gives simaccel's result" in settled.reason
+    assert compare(live, ours, theirs, "engine native", witness=theirs).verdict == FAIL
+
+
 def test_cli_fuzz_partitions_for_a_device_profile(tmp_path):
     """--profile reaches every worker: the summary names it, and cut regions still match TVM alone."""
     profile = tmp_path / "scratch.json"

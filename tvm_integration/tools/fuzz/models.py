@@ -200,8 +200,19 @@ class Case:
     # -- float64 reference --------------------------------------------------------------------
     @property
     def exact_reference(self) -> bool:
-        """Whether `reference()` knows every op's semantics (ceil-mode pooling it does not)."""
-        return all(self._exact(v) for v in self.values if v.op is not None)
+        """Whether `reference()` knows the semantics of every op the outputs depend on
+        (ceil-mode pooling it does not; an op no output reads does not count)."""
+        return all(self._exact(self.values[i]) for i in self.read_by_outputs() if self.values[i].op is not None)
+
+    def read_by_outputs(self) -> list[int]:
+        """The values the outputs depend on (themselves included), in creation order."""
+        needed, stack = set(), list(self.outputs)
+        while stack:
+            i = stack.pop()
+            if i not in needed:
+                needed.add(i)
+                stack.extend(self.values[i].args)
+        return sorted(needed)
 
     @property
     def independent_reference(self) -> bool:
