@@ -9,7 +9,7 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
 from simaccel import EngineError
 from simaccel.kernels import KernelTarget
-from simaccel.kernels.matmul import _KERNELS as MATMUL_KERNELS
+from simaccel.kernels.matmul import _SHARED_TILE_KERNELS as SHARED_TILE_KERNELS
 from simaccel.launch_plan import View, plan_launches, replay
 from simaccel.ops import OpFamily, declare, get_op, relax_op
 from simaccel.program import OpNode, Program, TensorSpec
@@ -77,7 +77,7 @@ def test_a_plan_names_tensors_and_views():
     plan = plan_launches(mlp_program())
     assert [launch.op for launch in plan] == [0, 1]
     matmul = plan[0]
-    assert matmul.kernel is MATMUL_KERNELS[True, False]  # the dense form; a 4x6 result: one small tile
+    assert matmul.kernel is SHARED_TILE_KERNELS["gemv", True]  # the dense form; a 4x6 result: one GEMV tile of 4 rows
     views = [a for a in matmul.args if isinstance(a, View)]
     # out (4, 6) and data (4, 8) as 2-D views, the weight as it is, the bias flattened; then the
     # epilogue's three tensors (kernels/epilogue.py), here none: out flat, never read

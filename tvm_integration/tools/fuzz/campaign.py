@@ -6,8 +6,9 @@ with numpy's generator seeded with (seed, i) (fuzz/models.py), so a campaign is 
 wherever and in whatever order its cases run. The cases go out in batches, tasks of
 `check_batch`, to an executor: this process, or a Dask cluster (fuzz/cluster.py), whose
 workers keep TVM and the compiled kernels warm between tasks. A batch whose worker dies or
-hangs is retried once; lost again, its cases run one by one, and the one that kills its worker
-is reported as a crash (or a hang past the per-case time limit) with its index. Every finished
+hangs is retried once; lost again, its cases run one by one (each retried once), and the one
+that kills its worker is reported as a crash (or a hang past the per-case time limit) with its
+index. Every finished
 batch is saved in OUT/batches/, so an interrupted campaign resumes (`--resume`).
 
 Failures are told apart by signature: stage (build, run, output, reload, crash, hang), error
@@ -366,12 +367,13 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
     for key, result in executor.completed():
         kind, first, count = key
         if isinstance(result, Lost):
-            if kind == "batch" and attempts[key] == 0:
+            if attempts.get(key, 0) == 0:  # lost once: retried as it was
                 attempts[key] = 1
                 retried += 1
-                log(f"fuzz: the worker checking cases {first}..{first + count - 1} was lost ({result}); retrying the batch")
+                log(f"fuzz: the worker checking cases {first}..{first + count - 1} was lost ({result}); retrying the "
+                    + ("batch" if kind == "batch" else "case"))
                 executor.submit(key, check_batch, campaign.to_json(), first, count, *where)
-            elif count > 1:  # lost twice: one case at a time finds the one at fault
+            elif count > 1:  # lost twice: one case at a time (each retried once too) finds the one at fault
                 for index in range(first, first + count):
                     executor.submit(("case", index, 1), check_batch, campaign.to_json(), index, 1, *where)
             else:

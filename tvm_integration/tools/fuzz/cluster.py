@@ -38,8 +38,11 @@ def parse_cluster(spec: str) -> tuple[str, object]:
 
 
 def _no_retries(dask_scheduler=None) -> int:
-    """On the scheduler: a task whose worker dies errs at once (KilledWorker); the campaign retries."""
+    """On the scheduler: a task whose worker dies errs at once (KilledWorker), the campaign
+    retries; and a worker holds one task per thread, none queued behind it (a task queued on a
+    worker that dies is lost with it, and would be taken for the one that killed it)."""
     dask_scheduler.allowed_failures = 0
+    dask_scheduler.WORKER_SATURATION = 1.0
     return 0
 
 
@@ -59,7 +62,8 @@ class DaskExecutor:
         self.cluster = None
         if kind == "local":
             gpu = any(ENGINE_DEVICE[e] == "cuda" for e in campaign.engines)
-            with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                                  "distributed.scheduler.worker-saturation": 1.0}):
                 if gpu and value is None and _has_dask_cuda():
                     from dask_cuda import LocalCUDACluster
 
