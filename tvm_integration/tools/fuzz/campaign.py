@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ....errors import EngineError, SimAccelError
@@ -304,9 +304,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
         executor = DaskExecutor(cluster, campaign, case_seconds, log)
     try:
         if not resume and batch_size is None and executor.workers > 1:  # about four tasks per worker
-            campaign = Campaign(**{**campaign.to_json(), "engines": campaign.engines, "dtypes": campaign.dtypes,
-                                   "user_op_modules": campaign.user_op_modules,
-                                   "batch_size": max(1, min(BATCH_SIZE, -(-campaign.cases // (4 * executor.workers))))})
+            campaign = replace(campaign, batch_size=max(1, min(BATCH_SIZE, -(-campaign.cases // (4 * executor.workers)))))
         return _run(campaign, executor, out, shrink_seconds, resume, log)
     finally:
         executor.close()
