@@ -137,17 +137,20 @@ def load_user_ops() -> None:
 
 def _import(entry: str) -> None:
     try:
-        if entry.endswith(".py"):
-            _import_file(os.path.abspath(entry))
-        else:
-            importlib.import_module(entry)
+        import_entry(entry)
     except OpDeclarationError:
         raise
     except Exception as e:
         raise OpDeclarationError(f"${USER_OPS_ENV}: cannot load {entry!r}: {type(e).__name__}: {e}") from e
 
 
-def _import_file(path: str) -> None:
+def import_entry(entry: str):
+    """The module `entry` names: a module name, or a .py file's path (also the form
+    `--partition` takes before its ':function')."""
+    return _import_file(os.path.abspath(entry)) if entry.endswith(".py") else importlib.import_module(entry)
+
+
+def _import_file(path: str):
     """Import a .py file as the module its name says (as `import name` beside it would), so
     that a script importing it too does not declare its ops a second time."""
     if not os.path.isfile(path):
@@ -156,10 +159,10 @@ def _import_file(path: str) -> None:
     loaded = sys.modules.get(name)
     if loaded is not None:
         if os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
-            return
+            return loaded
         name = "simaccel_user_ops_" + "".join(c if c.isalnum() else "_" for c in path)  # another module's name
         if name in sys.modules:
-            return
+            return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -168,3 +171,4 @@ def _import_file(path: str) -> None:
     except BaseException:
         del sys.modules[name]
         raise
+    return module

@@ -36,9 +36,11 @@ class PartitionReport:
     profile: str = DEFAULT_PROFILE.name
     splits: list[str] = field(default_factory=list)  # regions cut to fit the profile's scratchpad
     rewritten: list[str] = field(default_factory=list)  # inference rewrites made before matching (prepare.py)
+    backend: str = "simaccel"  # or the partition function of another BYOC backend (tools/backends.py)
 
     def format(self) -> str:
-        lines = [f"offloaded to simaccel: {len(self.regions)} region(s) (profile {self.profile})"]
+        lines = [f"offloaded to {self.backend}: {len(self.regions)} region(s)"
+                 + (f" (profile {self.profile})" if self.backend == "simaccel" else "")]
         for note in self.rewritten:
             lines.append(f"  rewritten first: {note}")
         for name, ops in self.regions.items():
@@ -78,7 +80,7 @@ def partition_report(mod: tvm.IRModule, profile: DeviceProfile | None = None) ->
     rewritten: list[str] = []
     profile = profile or active_profile()
     partitioned = _partition(mod, profile, rejections, splits, rewritten)
-    report = _report(partitioned, rejections)
+    report = region_report(partitioned, rejections)
     report.profile, report.splits, report.rewritten = profile.name, splits, rewritten
     return partitioned, report
 
@@ -271,10 +273,13 @@ def _calls(func, gvars) -> bool:
     return any(isinstance(e, tvm.ir.GlobalVar) and e in gvars for e in relax.analysis.all_global_vars(func))
 
 
-def _report(mod, rejections) -> PartitionReport:
+def region_report(mod, rejections, codegen: str | None = "simaccel",
+            unmatched: str = "simaccel has no pattern for {op}") -> PartitionReport:
+    """The report on a partitioned module: its regions (functions whose Codegen is `codegen`;
+    None: any) and every op left out, with the reason its rejection gave, else `unmatched`."""
     report = PartitionReport()
     for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function) and _attr(func, "Codegen") == "simaccel":
+        if isinstance(func, relax.Function) and _attr(func, "Codegen") and codegen in (None, _attr(func, "Codegen")):
             report.regions[gvar.name_hint] = _composites(func)
     reasons: dict[str, str] = {}
     for r in rejections:  # the most fused pattern is checked first; keep its reason
@@ -292,7 +297,7 @@ def _report(mod, rejections) -> PartitionReport:
                     elif not isinstance(block, relax.DataflowBlock):
                         reason = "outside a dataflow block (TVM fuses patterns only inside R.dataflow())"
                     else:
-                        reason = reasons.get(name, f"simaccel has no pattern for {value.op.name}")
+                        reason = reasons.get(name, unmatched.format(op=value.op.name))
                     report.kept.append((prefix + name, value.op.name, reason))
     return report
 
@@ -301,6 +306,6 @@ def _composites(region: relax.Function) -> list[str]:
     names = []
     for block in region.body.blocks:
         for binding in block.bindings:
-            if isinstance(binding.value, relax.Function) and binding.value.attrs:
+            if isinstance(binding.value, relax.Function) and binding.value.attrs and "Composite" in binding.value.attrs:
                 names.append(op_name(str(binding.value.attrs["Composite"])))
     return names

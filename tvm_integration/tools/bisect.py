@@ -45,7 +45,7 @@ import numpy as np
 from ...engines import ENGINE_NAMES
 from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
 from ...profile import PROFILE_ENV, DeviceProfile, active_profile
-from .fuzz.check import TOLERANCE, _close, _run
+from .fuzz.check import TOLERANCE, _close, run_vm
 from .fuzz.settings import saved_settings, user_op_modules
 
 REPORT_FILE = "bisect.json"
@@ -196,11 +196,11 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
     partitioned, partition = partition_report(mod, profile)
     say(f"bisect: {len(partition.regions)} region(s) offloaded; building with simaccel and with TVM alone ({target.kind.name})")
     executable = build(mod, target, profile=profile)
-    want = _run(build_tvm_only(mod, target), arrays, dev)
+    want = run_vm(build_tvm_only(mod, target), arrays, dev)
     runtime = get_runtime()
     capture = Capture(max_bytes)
     with (runtime.use_engine(engine) if engine and engine != "auto" else contextlib.nullcontext()), watching(capture):
-        got = _run(executable, arrays, dev)
+        got = run_vm(executable, arrays, dev)
     calls = capture.calls
     engine_name = calls[0].engine if calls else (engine or runtime.engine_name(dev_type(dev)))
     say(f"bisect: ran once on engine {engine_name}: {len(calls)} region call(s) captured ({capture.nbytes} bytes); checking")
@@ -373,7 +373,7 @@ class _Checker:
         key = module.script()  # equal ops (same shapes, same attributes) build once
         if key not in self.built:
             self.built[key] = build_tvm_only(module, self.target)
-        return _run(self.built[key], arrays, self.dev)
+        return run_vm(self.built[key], arrays, self.dev)
 
 
 # -- modules of one op or one region ------------------------------------------------------------
@@ -598,11 +598,11 @@ def replay(folder, log=print) -> int:
         arrays = read_arrays(folder / "inputs.npz", "inputs")
         target = _target(target)
         dev = tvm.device("cuda" if target.kind.name == "cuda" else "cpu", 0)
-        want = _run(build_tvm_only(mod, target), arrays, dev)
+        want = run_vm(build_tvm_only(mod, target), arrays, dev)
         runtime = get_runtime()
         runtime.ledger.reset()
         with runtime.use_engine(engine) if engine and engine != "auto" else contextlib.nullcontext():
-            got = _run(build(mod, target), arrays, dev)
+            got = run_vm(build(mod, target), arrays, dev)
         ran = sum(runtime.ledger.snapshot()["ops"].values())
     if not ran:
         log("bisect repro: simaccel ran no op: the module no longer offloads here")

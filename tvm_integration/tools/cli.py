@@ -1,4 +1,4 @@
-"""The `simaccel` command line: demo, build, run, bench, fuzz, bisect, trace, sanitize, ops.
+"""The `simaccel` command line: demo, build, run, bench, fuzz, conformance, bisect, trace, sanitize, ops.
 
 Exit status: 0 success, 1 results mismatch, 2 user error (argparse's usage errors, or a
 SimAccelError as one line on stderr), 3 internal error (a bug in simaccel: one line, the
@@ -14,11 +14,14 @@ import sys
 import traceback
 
 from ...errors import SimAccelError
+from .backends import SIMACCEL
 from .torch_models import MODEL_NAMES as TORCH_MODELS
 
 OK, MISMATCH, USER_ERROR, INTERNAL_ERROR, INTERRUPTED = 0, 1, 2, 3, 130
 TRACE_HELP = ("write a timeline trace (Chrome trace-event JSON, for ui.perfetto.dev) of the run to PATH, TVM's VM "
               "calls included (default: $SIMACCEL_TRACE)")
+PARTITION_HELP = ("check another BYOC backend instead of simaccel: its partition function (TVM's partition_for_<x> "
+                  "convention; MODULE is a module name or a .py path), built with RunCodegen() and tvm.compile")
 PROFILE_HELP = ("device profile to partition for and enforce: a JSON file of simaccel.DeviceProfile fields "
                 "(default: $SIMACCEL_PROFILE, else every op, float32/float16, no size limits)")
 
@@ -164,8 +167,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     fuzz.add_argument("--cases", type=int, default=100, help="how many models (default 100)")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the run (default 0): same seed, same models")
-    fuzz.add_argument("--engine", default="ref", help="engines, comma-separated: ref, sim (small models), cuda (the Python "
-                      "engine on the GPU), native (native regions on the GPU) (default ref)")
+    fuzz.add_argument("--engine", help="engines, comma-separated: ref, sim (small models), cuda (the Python "
+                      "engine on the GPU), native (native regions on the GPU) (default ref); with --partition: cpu, "
+                      "cuda (default cpu)")
     fuzz.add_argument("--dtype", default="float32,float16", help="model dtypes, comma-separated (default both)")
     fuzz.add_argument("--max-ops", type=int, default=8, help="most op groups drawn per model (default 8)")
     fuzz.add_argument("--out", default="fuzz-out", help="folder for fuzz-summary.json and reproductions")
@@ -183,7 +187,49 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--resume", action="store_true",
                       help="continue the campaign saved in --out (its settings; only the batches not done run)")
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
+    fuzz.add_argument("--partition", metavar="MODULE:FUNCTION", help=PARTITION_HELP)
     fuzz.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
+
+    conformance = commands.add_parser(
+        "conformance",
+        help="a model zoo through the whole BYOC flow, against TVM alone (simaccel or any backend)",
+        description="For every model of the zoo (the project's Relax models; torch.export models of torchvision's "
+        "and transformer families when the torch extra is installed; users' models with --models): the partition "
+        "report, the backend's build, a run on each engine compared with TVM alone (and torch), a sample exported "
+        "and run again in a fresh process, and on a GPU the time against TVM alone. Models run one per task, here "
+        "or on a Dask cluster (--jobs, --cluster). Writes OUT/conformance.json, .md and .html; exits 1 when a model "
+        "fails or, with --compare, something regressed.",
+    )
+    conformance.add_argument("--zoo", default="relax,torch", help="built-in models, comma-separated: relax, torch "
+                             "(default both; torch is left out where it is not installed)")
+    conformance.add_argument("--models", action="append", default=[], metavar="PATH|MODULE:FUNCTION",
+                             help="users' models too: a folder of model files (each defines `mod`, as simaccel build "
+                             "reads it), a MODEL.py, or an entry point returning an IRModule or a dict of them "
+                             "(repeatable); --zoo '' for only these")
+    conformance.add_argument("--only", metavar="NAMES", help="only models whose name matches, comma-separated "
+                             "names or shell patterns (e.g. 'resnet*,demo_cnn')")
+    conformance.add_argument("--engine", help="engines, comma-separated, as fuzz takes them (default: native on a "
+                             "GPU, else ref; with --partition: cuda on a GPU, else cpu)")
+    conformance.add_argument("--size", choices=["small", "full"], default="small",
+                             help="torch models' size: small inputs and widths (the default) or the real ones")
+    conformance.add_argument("--partition", metavar="MODULE:FUNCTION", help=PARTITION_HELP)
+    conformance.add_argument("--out", default="conformance-out", help="folder for the results (default conformance-out)")
+    conformance.add_argument("--reload-every", type=int, default=3,
+                             help="export every Nth model and run it in a fresh process (0: never; default 3)")
+    conformance.add_argument("--repeat", type=int, default=20, help="timed warm calls per model on a GPU, medians "
+                             "against TVM alone interleaved (0: no timing; default 20)")
+    conformance.add_argument("--seed", type=int, default=0, help="seed of weights and inputs (default 0)")
+    conformance.add_argument("--jobs", type=int, default=1,
+                             help="worker processes: more than 1 runs on a local Dask cluster (default 1)")
+    conformance.add_argument("--cluster", metavar="SPEC", help="where the models run: local[:N] or tcp://HOST:PORT "
+                             "(a running Dask scheduler); needs the dask extra (default: this process)")
+    conformance.add_argument("--model-seconds", type=float, default=1800,
+                             help="on a cluster, a model running longer ends its worker and is reported as a hang "
+                             "(default 1800)")
+    conformance.add_argument("--compare", metavar="OLD.json",
+                             help="an earlier run's conformance.json: flag models that passed there and fail now, and "
+                             "times against TVM alone more than 10%% worse")
+    conformance.add_argument("--profile", metavar="FILE", help=PROFILE_HELP)
 
     bisect = commands.add_parser(
         "bisect",
@@ -286,10 +332,31 @@ def check_args(args) -> None:
                                  ("--case-seconds", args.case_seconds, 1)):
             if not value >= low:
                 raise SimAccelError(f"{flag} {value}: must be >= {low}")
-        for flag, value, known in (("--engine", args.engine, ("ref", "sim", "cuda", "native")), ("--dtype", args.dtype, ("float32", "float16"))):
-            items = value.split(",")
+        for flag, value, known in (("--engine", args.engine, _engines(args)), ("--dtype", args.dtype, ("float32", "float16"))):
+            items = (value or ",".join(known)).split(",")
             if not items or any(item not in known for item in items):
                 raise SimAccelError(f"{flag} {value}: choose from {', '.join(known)} (comma-separated)")
+    if args.command == "conformance":
+        for flag, value, low in (("--reload-every", args.reload_every, 0), ("--repeat", args.repeat, 0),
+                                 ("--seed", args.seed, 0), ("--jobs", args.jobs, 1),
+                                 ("--model-seconds", args.model_seconds, 1)):
+            if not value >= low:
+                raise SimAccelError(f"{flag} {value}: must be >= {low}")
+        if args.engine is not None:
+            known = _engines(args)
+            if any(item not in known for item in args.engine.split(",")):
+                raise SimAccelError(f"--engine {args.engine}: choose from {', '.join(known)} (comma-separated)")
+    if getattr(args, "partition", None):
+        from .backends import parse_partition
+
+        args.partition = parse_partition(args.partition)
+
+
+def _engines(args) -> tuple:
+    """The engines `--engine` may name: simaccel's, or another backend's devices (--partition)."""
+    from .backends import BACKEND_ENGINES, ENGINE_DEVICE
+
+    return tuple(BACKEND_ENGINES if getattr(args, "partition", None) else ENGINE_DEVICE)
 
 
 def _dispatch(args) -> int:
@@ -340,9 +407,18 @@ def _run_command(args) -> int:
 
         if args.replay:
             return replay(args.replay)
-        return run_fuzz(args.cases, args.seed, args.engine.split(","), args.dtype.split(","), args.max_ops,
+        engine = args.engine or ("cpu" if args.partition else "ref")
+        return run_fuzz(args.cases, args.seed, engine.split(","), args.dtype.split(","), args.max_ops,
                         args.out, args.export_every, args.shrink_seconds, args.jobs, cluster=args.cluster,
-                        batch_size=args.batch_size, case_seconds=args.case_seconds, resume=args.resume)
+                        batch_size=args.batch_size, case_seconds=args.case_seconds, resume=args.resume,
+                        partition=args.partition or SIMACCEL)
+    if args.command == "conformance":
+        from .conformance import run_conformance
+
+        return run_conformance([s for s in args.zoo.split(",") if s], args.models,
+                               args.engine.split(",") if args.engine else None, args.partition or SIMACCEL, args.size,
+                               args.only, args.out, args.reload_every, args.repeat, args.seed, args.cluster, args.jobs,
+                               args.model_seconds, args.compare)
     if args.command == "bisect":
         from .bisect import bisect_command
 

@@ -4,7 +4,7 @@ apart by signature, shrunk and saved.
 Where it sits: the CLI's `fuzz` calls `run_fuzz`. Case i of a campaign is the model drawn
 with numpy's generator seeded with (seed, i) (fuzz/models.py), so a campaign is the same
 wherever and in whatever order its cases run. The cases go out in batches, tasks of
-`check_batch`, to an executor: this process, or a Dask cluster (fuzz/cluster.py), whose
+`check_batch`, to an executor: this process, or a Dask cluster (tools/executors.py), whose
 workers keep TVM and the compiled kernels warm between tasks. A batch whose worker dies or
 hangs is retried once; lost again, its cases run one by one (each retried once), and the one
 that kills its worker is reported as a crash (or a hang past the per-case time limit) with its
@@ -21,14 +21,12 @@ OUT/fuzz-report.md sum it up. Exit status: 0 when no case failed, 1 otherwise.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
@@ -38,7 +36,9 @@ from ....errors import EngineError, SimAccelError
 from ....ops import USER_OPS_ENV
 from ....profile import PROFILE_ENV, active_profile
 from ....runtime import AUTO, ENGINE_ENV
-from .check import CRASH, ENGINE_DEVICE, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, Checker, ContextLost, Outcome
+from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, time_limit
+from ..backends import SIMACCEL, Backend, check_engines, engine_device
+from .check import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, Checker, ContextLost, Outcome
 from .models import Case, Config, Draw, draw_case, drawable_user_families, user_families
 from .repro import save_reproduction
 from .settings import saved_settings, user_op_modules
@@ -61,12 +61,13 @@ class Campaign:
     batch_size: int = BATCH_SIZE
     user_op_modules: tuple = ()
     profile: dict | None = None  # the device profile, where $SIMACCEL_PROFILE set one
+    partition: str = SIMACCEL  # the backend checked: simaccel, or another's partition function (backends.py)
 
     def config(self) -> Config:
         # On the GPU: no NaN/inf inputs (TVM's CUDA build takes max() as fmaxf, which drops NaN,
         # where its CPU build, and simaccel on every engine, keeps it: docs/design.md) and no
         # zero-size dims (TVM's CUDA build refuses most of them: "Divide by zero").
-        gpu = any(ENGINE_DEVICE[e] == "cuda" for e in self.engines)
+        gpu = any(engine_device(e) == "cuda" for e in self.engines)
         return Config(dtypes=tuple(self.dtypes), max_ops=self.max_ops, tiny="sim" in self.engines,
                       specials_percent=0 if gpu else Config.specials_percent,
                       zero_dim_percent=0 if gpu else Config.zero_dim_percent)
@@ -92,9 +93,6 @@ def draw(campaign: Campaign, index: int, choices=None) -> tuple[Case, Draw]:
 
 
 # -- tasks: what a worker (or this process) runs -------------------------------------------------
-_ONE_AT_A_TIME = threading.Lock()  # a worker with several threads still checks one case at a time
-
-
 def _result(index: int, case: Case, made: Draw, outcome: Outcome) -> dict:
     return {"index": index, **outcome.to_json(), "ops": sorted(set(case.ops)), "case": case.describe(),
             "choices": list(made.choices), "spans": [list(span) for span in made.spans]}
@@ -109,22 +107,22 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
     checked is saved first and removed after, so a case that kills this process is left there."""
     campaign = Campaign.from_json(campaign_json)
     start = time.monotonic()
-    with _ONE_AT_A_TIME, saved_settings(list(campaign.user_op_modules), campaign.profile, "fuzz worker", log=_quiet), \
+    with ONE_AT_A_TIME, saved_settings(list(campaign.user_op_modules), campaign.profile, "fuzz worker", log=_quiet), \
             tempfile.TemporaryDirectory(prefix="simaccel-fuzz-") as workdir:
-        checker = Checker(campaign.engines, workdir)
+        checker = Checker(campaign.engines, workdir, Backend(campaign.partition))
         counts: Counter = Counter()
         found: dict[int, dict] = {}
         for index in range(first, first + count):
             case, made = draw(campaign, index)
             export = index if campaign.export_every and index % campaign.export_every == 0 else None
             left = save_reproduction(case, Outcome("crashed", "the process died while checking this case"),
-                                     campaign.engines, running) if running else None
-            with _time_limit(case_seconds, index):
+                                     campaign.engines, running, partition=campaign.partition) if running else None
+            with time_limit(case_seconds, _hang(index, case_seconds)):
                 try:
                     outcome = checker.check(case, export=export)
                 except ContextLost as e:
                     if case_seconds:  # on a cluster: a new worker process gets a new GPU context
-                        _end_worker({"index": index, "stage": CRASH, "reason": str(e)})
+                        end_worker({"index": index, "stage": CRASH, "reason": str(e)})
                     raise
             if left is not None:
                 shutil.rmtree(left, ignore_errors=True)
@@ -154,13 +152,13 @@ def shrink_failure(campaign_json: dict, failure: dict, seconds: float, case_seco
     campaign = Campaign.from_json(campaign_json)
     stage, error = failure["stage"], failure["error"]
     outcomes: dict[tuple, Outcome] = {}
-    with _ONE_AT_A_TIME, saved_settings(list(campaign.user_op_modules), campaign.profile, "fuzz worker", log=_quiet), \
+    with ONE_AT_A_TIME, saved_settings(list(campaign.user_op_modules), campaign.profile, "fuzz worker", log=_quiet), \
             tempfile.TemporaryDirectory(prefix="simaccel-shrink-") as workdir:
-        checker = Checker(campaign.engines, workdir)
+        checker = Checker(campaign.engines, workdir, Backend(campaign.partition))
 
         def fails(candidate):
             case, made = draw(campaign, failure["index"], candidate)
-            with _time_limit(case_seconds, failure["index"]):
+            with time_limit(case_seconds, _hang(failure["index"], case_seconds)):
                 outcome = checker.check(case, count=False, export=0 if stage == RELOAD else None)
                 if stage == RELOAD and outcome.verdict != FAIL:
                     outcome = next((o for _, _, o in checker.check_exported()), outcome)
@@ -182,78 +180,9 @@ def _quiet(_line) -> None:
     pass
 
 
-# Worker events (a cluster's workers log them where the campaign reads them: fuzz/cluster.py).
-EVENTS = "simaccel-fuzz"
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float, index: int):
-    """End this process when the block runs past `seconds` (0: no limit): a hung case."""
-    if not seconds:
-        yield
-        return
-    event = {"index": index, "stage": HANG, "reason": f"the case ran past the per-case limit of {seconds:g} s"}
-    timer = threading.Timer(seconds, _end_worker, (event, _this_worker()))
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-
-
-def _this_worker():
-    """The Dask worker running this task (known in the task's own thread only), or None."""
-    try:
-        from distributed import get_worker
-
-        return get_worker()
-    except (ImportError, ValueError):
-        return None
-
-
-def _end_worker(event: dict, worker=None) -> None:
-    """Tell the campaign why (a worker event), then end this worker process at once."""
-    worker = worker or _this_worker()
-    if worker is not None:
-        try:
-            worker.log_event(EVENTS, event)
-            time.sleep(1)  # the event travels before the process goes
-        except Exception:  # noqa: BLE001 - the death alone still says it
-            pass
-    os._exit(70)
-
-
-# -- executors -------------------------------------------------------------------------------------
-class Lost(Exception):
-    """A task whose worker died (or ended itself on a hung case)."""
-
-
-class InProcess:
-    """Runs the tasks one after the other in this process (no cluster, no per-case time limit)."""
-
-    name = "this process"
-    workers = 1
-    case_seconds = 0
-
-    def __init__(self, running: Path | None = None):
-        self.queue: list = []
-        self.running = str(running) if running else None  # where the case being checked is saved first
-
-    def submit(self, key, fn, *args) -> None:
-        self.queue.append((key, fn, args))
-
-    def completed(self):
-        """(key, result or a Lost) for every task submitted, also those submitted meanwhile."""
-        while self.queue:
-            key, fn, args = self.queue.pop(0)
-            yield key, fn(*args)
-
-    def events(self) -> list[dict]:
-        return []
-
-    def close(self) -> None:
-        pass
+def _hang(index: int, seconds: float) -> dict:
+    """The worker event of case `index` past the per-case time limit."""
+    return {"index": index, "stage": HANG, "reason": f"the case ran past the per-case limit of {seconds:g} s"}
 
 
 # -- the campaign ----------------------------------------------------------------------------------
@@ -272,8 +201,11 @@ class Tally:
 def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32", "float16"), max_ops: int = 8,
              out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, jobs: int = 1, log=print,
              cluster: str | None = None, batch_size: int | None = None, case_seconds: float = CASE_SECONDS,
-             resume: bool = False) -> int:
+             resume: bool = False, partition: str = SIMACCEL) -> int:
     """Fuzz `cases` models on `engines`; returns the exit status (0 clean, 1 a failure).
+
+    `partition`: the backend checked against TVM alone, simaccel or another backend's
+    partition function (MODULE:FUNCTION, tools/backends.py; its engines are cpu and cuda).
 
     `cluster`: None (this process; "local:JOBS" when `jobs` > 1), "local[:N]" (a Dask cluster
     of N worker processes on this machine) or a Dask scheduler's address (tcp://HOST:PORT).
@@ -288,7 +220,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     out = Path(out_dir)
     campaign = _load(out) if resume else Campaign(
         seed, cases, tuple(engines), tuple(dtypes), max_ops, export_every, batch_size or BATCH_SIZE,
-        tuple(user_op_modules()), active_profile().to_dict() if os.environ.get(PROFILE_ENV) else None)
+        tuple(user_op_modules()), active_profile().to_dict() if os.environ.get(PROFILE_ENV) else None, partition)
     _check_settings(campaign)
     if cluster is None and jobs > 1:
         cluster = f"local:{jobs}"
@@ -299,9 +231,10 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     if cluster is None:
         executor = InProcess(out / "running")
     else:
-        from .cluster import DaskExecutor
+        from ..executors import DaskExecutor
 
-        executor = DaskExecutor(cluster, campaign, case_seconds, log)
+        gpu = any(engine_device(e) == "cuda" for e in campaign.engines)
+        executor = DaskExecutor(cluster, gpu, case_seconds, log)
     try:
         if not resume and batch_size is None and executor.workers > 1:  # about four tasks per worker
             campaign = replace(campaign, batch_size=max(1, min(BATCH_SIZE, -(-campaign.cases // (4 * executor.workers)))))
@@ -311,18 +244,14 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
 
 
 def _check_settings(campaign: Campaign) -> None:
-    from ....engines import ENGINE_NAMES, get_engine
+    from ....engines import ENGINE_NAMES
 
     # fuzz's engines are its `engines`; $SIMACCEL_ENGINE chooses none of them, but a value no
     # engine has is a mistake to say, as demo and run say it (the "native" engine reads it)
     named = os.environ.get(ENGINE_ENV)
     if named and named not in (AUTO, *ENGINE_NAMES):
         raise EngineError(f"unknown {ENGINE_ENV} value {named!r}; choose one of {AUTO}, {', '.join(ENGINE_NAMES)}")
-    for engine in campaign.engines:
-        if engine not in ENGINE_DEVICE:
-            raise SimAccelError(f"unknown engine {engine!r} for fuzz; choose from {', '.join(ENGINE_DEVICE)}")
-        # EngineError here, not every case skipped, where it cannot run (cuda without a GPU)
-        get_engine("cuda" if ENGINE_DEVICE[engine] == "cuda" else engine)
+    check_engines(campaign.engines, Backend(campaign.partition), "fuzz")
     drawable_user_families(campaign.config())  # each user op it cannot draw: say why, before any case
 
 
@@ -345,7 +274,8 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
     for path in sorted(batches_dir.glob("batch-*.json")):
         result = json.loads(path.read_text())
         done[result["first"]] = result
-    log(f"fuzz: {campaign.cases} cases, seed {campaign.seed}, engines {', '.join(campaign.engines)}, "
+    log(f"fuzz: {campaign.cases} cases, seed {campaign.seed}, backend {Backend(campaign.partition).name}, "
+        f"engines {', '.join(campaign.engines)}, "
         f"dtypes {', '.join(campaign.dtypes)}, on {executor.name}"
         + (f" ({executor.workers} workers, batches of {campaign.batch_size})" if executor.workers > 1 else ""))
     drawn = _log_settings(campaign, log)
@@ -452,12 +382,14 @@ def _save(campaign: Campaign, failures: list[dict], tvm_off: list[dict], out: Pa
         case, _ = draw(campaign, failure["index"], failure["choices"])
         outcome = Outcome(FAIL, failure["reason"], failure["stage"], failure["error"])
         slug = re.sub(r"[^a-z0-9]+", "-", f"{failure['stage']} {failure['error']} {' '.join(failure['ops'])}".lower())
-        folder = save_reproduction(case, outcome, campaign.engines, out / "failures", name=f"{n}-{slug.strip('-')[:60]}")
+        folder = save_reproduction(case, outcome, campaign.engines, out / "failures", name=f"{n}-{slug.strip('-')[:60]}",
+                                   partition=campaign.partition)
         saved.append({key: failure[key] for key in ("signature", "stage", "error", "reason", "case", "cases", "tried")}
                      | {"index": failure["index"], "reproduction": str(folder)})
     for failure in sorted(tvm_off, key=lambda f: f["index"])[:TVM_OFF_SAVED]:
         case, _ = draw(campaign, failure["index"])
-        save_reproduction(case, Outcome(TVM_OFF, failure["reason"]), campaign.engines, out / "tvm-off")
+        save_reproduction(case, Outcome(TVM_OFF, failure["reason"]), campaign.engines, out / "tvm-off",
+                          partition=campaign.partition)
     return saved
 
 
@@ -562,7 +494,7 @@ class _Progress:
 
 
 def _device_name(engines) -> str:
-    if any(ENGINE_DEVICE[e] == "cuda" for e in engines):
+    if any(engine_device(e) == "cuda" for e in engines):
         from ..deploy import gpu_name
 
         return gpu_name()

@@ -1,7 +1,7 @@
 """Checking one fuzz case: built with simaccel and with TVM alone, run, compared.
 
 Where it sits: `simaccel fuzz` (fuzz/campaign.py) draws cases (fuzz/models.py) and hands each
-to a `Checker`, in its own process or on a Dask worker (fuzz/cluster.py). A case is built for
+to a `Checker`, in its own process or on a Dask worker (tools/executors.py). A case is built for
 each device its engines need, with simaccel and with TVM alone, and run on the same inputs on
 every engine asked for (`ref` and `sim` on the CPU; on a GPU `native`, the build's native
 regions, and `cuda`, the same regions routed to the Python engine). A sample is exported and
@@ -18,6 +18,7 @@ class, or "mismatch"): with the op kinds of the model, the signature failures ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -30,11 +31,11 @@ import numpy as np
 
 from ....errors import SimAccelError
 from ....runtime import get_runtime
+from ..backends import Backend, engine_device
 from ..deploy import error_line
 from .models import Case, case_to_json
 from .settings import user_ops_environ
 
-ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda", "native": "cuda"}
 # "native": the CUDA build's native regions (simaccel.native), run with no Python engine chosen.
 RUNTIME_ENGINE = {"native": "auto"}
 TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol relative to the output's scale)
@@ -65,8 +66,9 @@ class Checker:
     """Builds and runs cases on `engines`, and keeps the exported sample for the fresh-process
     check; counts what the cases it was asked to `count` ran."""
 
-    def __init__(self, engines, workdir: str | None = None):
+    def __init__(self, engines, workdir: str | None = None, backend: Backend = Backend()):
         self.engines = list(engines)
+        self.backend = backend
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="simaccel-fuzz-"))
         self.exported: list[tuple[object, Case, Path, list]] = []  # (key, case, library, TVM's outputs)
         self.with_regions = 0  # counted cases where simaccel ran at least one region
@@ -78,7 +80,7 @@ class Checker:
         no new case). `export`: a key; the CPU build is then exported for `check_exported`."""
         import tvm
 
-        from ...backend.pipeline import build, build_tvm_only, default_target
+        from ...backend.pipeline import build_tvm_only, default_target
 
         if count:
             self.user_ops.update(case.user_ops)
@@ -90,28 +92,32 @@ class Checker:
             return Outcome(SKIP, f"Relax refuses the model: {error_line(e)}")
         arrays = case.runtime_arrays()
         verdict = Outcome(PASS)
-        for device in dict.fromkeys(ENGINE_DEVICE[e] for e in self.engines):
+        for device in dict.fromkeys(engine_device(e) for e in self.engines):
             target = default_target(device)
             dev = tvm.device(device, 0)
             try:
-                want = _run(build_tvm_only(mod, target), arrays, dev)
+                want = run_vm(build_tvm_only(mod, target), arrays, dev)
             except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
-                _stop_if_context_lost(e, "TVM alone", case)
+                stop_if_context_lost(e, "TVM alone", _case_text(case))
                 return Outcome(SKIP, f"TVM alone: {error_line(e)}")
+            name = self.backend.name
             try:
-                executable = build(mod, target)
-            except Exception as e:  # noqa: BLE001 - anything TVM builds, simaccel must build
-                return _failed(BUILD, e, f"simaccel build failed where TVM alone builds: {error_line(e)}")
-            for engine in (e for e in self.engines if ENGINE_DEVICE[e] == device):
+                partitioned, report = self.backend.partition(mod)
+                executable = self.backend.build(mod, target, partitioned=partitioned)
+            except Exception as e:  # noqa: BLE001 - anything TVM builds, the backend must build
+                return _failed(BUILD, e, f"{name} build failed where TVM alone builds: {error_line(e)}")
+            for engine in (e for e in self.engines if engine_device(e) == device):
                 runtime = get_runtime()
                 runtime.ledger.reset()
                 try:
-                    with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)):
-                        got = _run(executable, arrays, dev)
-                except Exception as e:  # noqa: BLE001 - simaccel failed to run what TVM runs
-                    _stop_if_context_lost(e, f"simaccel on engine {engine}", case)
+                    with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)) if self.backend.is_simaccel \
+                            else contextlib.nullcontext():
+                        got = run_vm(executable, arrays, dev)
+                except Exception as e:  # noqa: BLE001 - the backend failed to run what TVM runs
+                    stop_if_context_lost(e, f"{name} on engine {engine}", _case_text(case))
                     return _failed(f"{RUN} ({engine})", e, f"engine {engine}: run failed: {error_line(e)}")
-                ran = runtime.ledger.snapshot()["ops"]
+                ran = runtime.ledger.snapshot()["ops"] if self.backend.is_simaccel else \
+                    Counter(op for ops in report.regions.values() for op in ops)
                 if count:
                     self.ops.update(ran)
                     self.with_regions += bool(ran) and engine == self.engines[0]
@@ -138,7 +144,7 @@ class Checker:
         from ...backend.pipeline import build_tvm_only, default_target
 
         try:
-            return _run(build_tvm_only(mod, default_target("cpu")), arrays, tvm.cpu())
+            return run_vm(build_tvm_only(mod, default_target("cpu")), arrays, tvm.cpu())
         except Exception:  # noqa: BLE001 - no witness, then
             return None
 
@@ -153,16 +159,13 @@ class Checker:
             np.savez(inputs, *case.runtime_arrays())
             (self.workdir / f"out{i}.npz").unlink(missing_ok=True)  # none left from an earlier call
             jobs.append([str(path), str(inputs), str(self.workdir / f"out{i}.npz")])
-        (self.workdir / "jobs.json").write_text(json.dumps(jobs))
-        env = {**user_ops_environ(), "SIMACCEL_ENGINE": "ref"}  # the libraries' user ops, found from workdir
-        result = subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(self.workdir / "jobs.json")],
-                                capture_output=True, text=True, env=env, timeout=1800, cwd=self.workdir)
+        result = run_fresh(jobs, self.workdir)
         failures = []
         for i, (key, case, _, want) in enumerate(self.exported):
             out = self.workdir / f"out{i}.npz"
             if not out.exists():
                 failures.append((key, case, _failed(RELOAD, "no result", "after export and load in a fresh process: "
-                                                                         f"no result ({_tail(result)})")))
+                                                                         f"no result ({tail(result)})")))
                 continue
             with np.load(out) as data:
                 got = [data[f"arr_{k}"] for k in range(len(data.files))]
@@ -174,15 +177,29 @@ class Checker:
 
 
 
+def run_fresh(jobs: list, workdir: Path, device: str = "cpu"):
+    """Run exported libraries in one fresh process that imports TVM only: each job is (library,
+    inputs .npz, outputs .npz to write), on `device` ("cpu": simaccel's regions on the ref
+    engine; "cuda": native regions). A job whose library fails writes no outputs and says why
+    on stderr (the completed process is returned)."""
+    (Path(workdir) / "jobs.json").write_text(json.dumps(jobs))
+    env = user_ops_environ()  # the libraries' user ops, found from workdir
+    if device == "cpu":
+        env["SIMACCEL_ENGINE"] = "ref"
+    return subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(Path(workdir) / "jobs.json"), device],
+                          capture_output=True, text=True, env=env, timeout=1800, cwd=workdir)
+
+
 _FRESH_PROCESS = """
 import json, sys
 import numpy as np
 import tvm
+device = tvm.device(sys.argv[2], 0)
 for lib, inputs, out in json.load(open(sys.argv[1])):
     try:
-        vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(lib), tvm.cpu())
+        vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(lib), device)
         with np.load(inputs) as data:
-            args = [tvm.runtime.tensor(data[f"arr_{i}"]) for i in range(len(data.files))]
+            args = [tvm.runtime.tensor(data[f"arr_{i}"], device) for i in range(len(data.files))]
         result = vm["main"](*args)
         results = [result] if hasattr(result, "numpy") else list(result)
         np.savez(out, *[r.numpy() for r in results])
@@ -199,16 +216,20 @@ _STICKY_CUDA_ERRORS = ("cudaErrorIllegalAddress", "illegal memory access", "cuda
                        "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED")
 
 
-def _stop_if_context_lost(error: BaseException, phase: str, case: Case) -> None:
-    """End the run, naming the phase and the case, after an error no later CUDA call survives."""
+def stop_if_context_lost(error: BaseException, phase: str, what: str) -> None:
+    """End the run, naming the phase and `what` ran (the case, the model), after an error no
+    later CUDA call survives."""
     if any(marker in str(error) for marker in _STICKY_CUDA_ERRORS):
-        raise ContextLost(
-            f"the GPU context was lost while running {phase} ({error_line(error)}); every later case would "
-            f"fail. The case: {case.describe()}; its model: {json.dumps(case_to_json(case))}"
-        ) from error
+        raise ContextLost(f"the GPU context was lost while running {phase} ({error_line(error)}); every later "
+                          f"case would fail. {what}") from error
 
 
-def _run(executable, arrays, dev) -> list[np.ndarray]:
+def _case_text(case: Case) -> str:
+    return f"The case: {case.describe()}; its model: {json.dumps(case_to_json(case))}"
+
+
+def run_vm(executable, arrays, dev) -> list[np.ndarray]:
+    """main's outputs as numpy arrays, run on `dev` with `arrays` as its arguments."""
     import tvm
     from tvm import relax
 
@@ -284,6 +305,7 @@ def _error(got, reference) -> float:
     return float(diff.max() / scale) if diff.size else 0.0
 
 
-def _tail(result) -> str:
+def tail(result) -> str:
+    """The last line a process wrote on stderr."""
     return (result.stderr.strip().splitlines() or ["no error output"])[-1][:300]
 

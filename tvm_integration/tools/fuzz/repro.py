@@ -17,7 +17,8 @@ import numpy as np
 from ....errors import SimAccelError, UnsupportedOpError
 from ....ops import USER_OPS_ENV
 from ....profile import PROFILE_ENV, active_profile
-from .check import ENGINE_DEVICE, FAIL, Checker, Outcome
+from ..backends import SIMACCEL, Backend, check_engines
+from .check import FAIL, Checker, Outcome
 from .models import Case, case_from_json, case_to_json
 from .settings import saved_settings, user_op_modules
 
@@ -31,9 +32,10 @@ sys.exit(replay(pathlib.Path(__file__).resolve().parent))
 '''
 
 
-def save_reproduction(case: Case, outcome: Outcome, engines, out_dir, name: str | None = None) -> Path:
+def save_reproduction(case: Case, outcome: Outcome, engines, out_dir, name: str | None = None,
+                      partition: str = SIMACCEL) -> Path:
     """Write model.py (TVMScript), inputs.npz, case.json and repro.py into out_dir/`name`
-    (default: case-<hash of the case>); return the folder."""
+    (default: case-<hash of the case>); return the folder. `partition`: the backend checked."""
     from .... import __version__
 
     data = case_to_json(case)
@@ -49,7 +51,7 @@ def save_reproduction(case: Case, outcome: Outcome, engines, out_dir, name: str 
     )
     np.savez(folder / "inputs.npz", **{v.name: a for v, a in zip(case.params, case.arrays())})
     (folder / "case.json").write_text(json.dumps(
-        {"engines": list(engines), "verdict": outcome.verdict, "reason": outcome.reason,
+        {"engines": list(engines), "partition": partition, "verdict": outcome.verdict, "reason": outcome.reason,
          "simaccel": __version__, "user_op_modules": modules,
          "profile": active_profile().to_dict() if os.environ.get(PROFILE_ENV) else None, "case": data}, indent=1, default=list))
     (folder / "repro.py").write_text(REPRO)
@@ -67,13 +69,11 @@ def replay(folder, log=print) -> int:
         data, engines, modules = saved["case"], saved["engines"], list(saved.get("user_op_modules") or [])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
-    from ....engines import get_engine
-
-    for engine in engines:  # a case found on a GPU: say so here, not "skipped" for want of one
-        try:
-            get_engine("cuda" if ENGINE_DEVICE.get(engine) == "cuda" else engine)
-        except SimAccelError as e:
-            raise SimAccelError(f"{folder}: the case was found on engine {engine}, which cannot run here: {e}") from e
+    backend = Backend(saved.get("partition") or SIMACCEL)
+    try:  # a case found on a GPU: say so here, not "skipped" for want of one
+        check_engines(engines, backend, "replay")
+    except SimAccelError as e:
+        raise SimAccelError(f"{folder}: the case was found on engines {', '.join(engines)}: {e}") from e
     with saved_settings(modules, saved.get("profile"), "replay", log):
         try:
             case = case_from_json(data)
@@ -83,7 +83,7 @@ def replay(folder, log=print) -> int:
                                 f"it was saved with ${USER_OPS_ENV}={','.join(modules) or '(unset)'}") from e
         except (ValueError, KeyError, TypeError) as e:
             raise SimAccelError(f"{folder}: not a simaccel fuzz reproduction (case.json: {e})") from e
-        checker = Checker(engines)
+        checker = Checker(engines, backend=backend)
         outcome = checker.check(case, export=0)  # and exported and reloaded, as a sampled case is
         if outcome.verdict != FAIL:
             outcome = next((o for _, _, o in checker.check_exported()), outcome)

@@ -1,7 +1,7 @@
 """What travels with a fuzz case to another process: the modules users' ops are declared in
 ($SIMACCEL_OPS) and the device profile ($SIMACCEL_PROFILE).
 
-Where it sits: the fresh-process check (fuzz/check.py), Dask workers (fuzz/cluster.py) and
+Where it sits: the fresh-process check (fuzz/check.py), Dask workers (tools/executors.py) and
 saved reproductions (fuzz/repro.py) each need the same declarations as the process that drew
 the case; these helpers hand them over, .py paths made absolute.
 """

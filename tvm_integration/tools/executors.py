@@ -1,28 +1,103 @@
-"""The fuzz campaign's tasks on a Dask cluster (the optional extra `simaccel[dask]`).
+"""Where a campaign's tasks run: this process, or a Dask cluster (the optional extra `simaccel[dask]`).
 
-Where it sits: fuzz/campaign.py hands its tasks (`check_batch`, `shrink_failure`) to an
-executor; this one submits them to Dask distributed. `--cluster local[:N]` starts a cluster of
-N worker processes on this machine (one per GPU through dask-cuda's LocalCUDACluster where it
-is installed and a GPU engine is asked for, without N); `--cluster tcp://HOST:PORT` connects
-to a running scheduler (started by `dask scheduler`, dask-jobqueue, dask-kubernetes, ...).
+Where it sits: under `simaccel fuzz` (fuzz/campaign.py: tasks of a batch of cases, and of
+shrinking a failure) and `simaccel conformance` (conformance/run.py: a task per model). Both
+hand tasks to an executor, `InProcess` or `DaskExecutor`, and read back (key, result) pairs as
+tasks finish. `--cluster local[:N]` starts a cluster of N worker processes on this machine (one
+per GPU through dask-cuda's LocalCUDACluster where it is installed and a GPU is asked for,
+without N); `--cluster tcp://HOST:PORT` connects to a running scheduler (started by `dask
+scheduler`, dask-jobqueue, dask-kubernetes, ...).
 
 Workers keep their process between tasks, so TVM, the compiled kernels and users' ops stay
-loaded. A task whose worker dies (a crash in a kernel or in TVM, a hung case that ended its
-worker: `campaign._time_limit`) is not retried by Dask (the scheduler's allowed-failures is set
-to 0) but comes back as `Lost`, so the campaign decides: retry once, then case by case. Start
-workers with one thread each (`dask worker --nthreads 1`); a worker with more still checks one
-case at a time.
+loaded. A task whose worker dies (a crash in a kernel or in TVM, or a task past its time limit
+that ended its worker: `time_limit`) is not retried by Dask (the scheduler's allowed-failures
+is set to 0) but comes back as `Lost`, so the campaign decides what to retry. Start workers
+with one thread each (`dask worker --nthreads 1`); a worker with more still runs one task at a
+time (`ONE_AT_A_TIME`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import threading
+import time
 import uuid
 
-from ....errors import SimAccelError
-from .campaign import EVENTS, Lost
-from .check import ENGINE_DEVICE
+from ...errors import SimAccelError
+
+EVENTS = "simaccel-campaign"  # the topic of worker events: why a worker ended itself
+ONE_AT_A_TIME = threading.Lock()  # a worker with several threads still runs one task at a time
+
+
+class Lost(Exception):
+    """A task whose worker died (or ended itself on a task past its time limit)."""
+
+
+class InProcess:
+    """Runs the tasks one after the other in this process (no cluster, no time limit)."""
+
+    name = "this process"
+    workers = 1
+    case_seconds = 0
+
+    def __init__(self, running=None):
+        self.queue: list = []
+        self.running = str(running) if running else None  # where the case being checked is saved first
+
+    def submit(self, key, fn, *args) -> None:
+        self.queue.append((key, fn, args))
+
+    def completed(self):
+        """(key, result or a Lost) for every task submitted, also those submitted meanwhile."""
+        while self.queue:
+            key, fn, args = self.queue.pop(0)
+            yield key, fn(*args)
+
+    def events(self) -> list[dict]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, event: dict):
+    """End this process when the block runs past `seconds` (0: no limit), after sending `event`
+    (what the campaign is told: the case or model, and why)."""
+    if not seconds:
+        yield
+        return
+    timer = threading.Timer(seconds, end_worker, (event, this_worker()))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def this_worker():
+    """The Dask worker running this task (known in the task's own thread only), or None."""
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
+def end_worker(event: dict, worker=None) -> None:
+    """Tell the campaign why (a worker event), then end this worker process at once."""
+    worker = worker or this_worker()
+    if worker is not None:
+        try:
+            worker.log_event(EVENTS, event)
+            time.sleep(1)  # the event travels before the process goes
+        except Exception:  # noqa: BLE001 - the death alone still says it
+            pass
+    os._exit(70)
 
 
 def parse_cluster(spec: str) -> tuple[str, object]:
@@ -49,19 +124,19 @@ def _no_retries(dask_scheduler=None) -> int:
 class DaskExecutor:
     """Runs the campaign's tasks on a Dask cluster; `completed()` yields them as they finish."""
 
-    def __init__(self, spec: str, campaign, case_seconds: float, log):
+    def __init__(self, spec: str, gpu: bool, case_seconds: float, log, command: str = "fuzz"):
         kind, value = parse_cluster(spec)
         try:
             import dask
             from distributed import Client, LocalCluster
         except ImportError as e:
-            raise SimAccelError(f"simaccel fuzz --cluster {spec} runs on Dask, which is not installed here ({e}); "
+            raise SimAccelError(f"simaccel {command} --cluster {spec} runs on Dask, which is not installed here ({e}); "
                                 "install it with: pip install 'simaccel[dask]'") from e
         self.case_seconds = case_seconds
         self.running = None  # no folder shared with the workers: their events say what ended them
         self.cluster = None
+        self.command = command
         if kind == "local":
-            gpu = any(ENGINE_DEVICE[e] == "cuda" for e in campaign.engines)
             with dask.config.set({"distributed.scheduler.allowed-failures": 0,
                                   "distributed.scheduler.worker-saturation": 1.0}):
                 if gpu and value is None and _has_dask_cuda():
@@ -93,10 +168,10 @@ class DaskExecutor:
         self.keys: dict[str, tuple] = {}
         self.pending: list = []
         self.iterating = None
-        log(f"fuzz: Dask scheduler {self.client.scheduler.address}, {self.workers} worker(s)")
+        log(f"{command}: Dask scheduler {self.client.scheduler.address}, {self.workers} worker(s)")
 
     def submit(self, key, fn, *args) -> None:
-        future = self.client.submit(fn, *args, key=f"simaccel-fuzz-{self.run_id}-{next(self.serial)}", pure=False)
+        future = self.client.submit(fn, *args, key=f"simaccel-{self.command}-{self.run_id}-{next(self.serial)}", pure=False)
         self.keys[future.key] = key
         if self.iterating is not None:
             self.iterating.add(future)

@@ -1,0 +1,195 @@
+"""One model of a conformance run: partitioned, built with the backend and with TVM alone, run, compared.
+
+Where it sits: conformance/run.py hands `check_model` to an executor (tools/executors.py) once
+per model of the zoo (conformance/zoo.py), in this process or on a Dask worker. The verdicts,
+stages and the fresh-process reload are those of the fuzzer (fuzz/check.py), so a model
+fails as a fuzz case does: at the backend's build, an engine's run, an engine's output, or the
+exported library run again in a fresh process. A model TVM alone cannot build or run is
+skipped. Where a torch model's result differs from TVM alone's and equals torch's while TVM
+alone's does not, TVM is the one off ("TVM numerically off"). On a GPU the backend is also
+timed against TVM alone: interleaved medians of warm calls (tools/model_bench.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from ....compare import mismatch, tolerance
+from ....runtime import get_runtime
+from ..backends import Backend, engine_device
+from ..deploy import error_line
+from ..fuzz.check import (BUILD, FAIL, ContextLost, OUTPUT, PASS, RELOAD, RUN, RUNTIME_ENGINE, SKIP, TVM_OFF, run_fresh, run_vm,
+                          stop_if_context_lost, tail)
+from ..fuzz.settings import saved_settings
+from .zoo import load
+
+LOAD = "load"  # a failure stage of its own: the model could not be loaded or exported from torch
+ATOL_SCALE = {"float32": 1e-4, "float16": 2e-2}  # absolute tolerance: this fraction of the output's largest magnitude
+TORCH_ATOL_SCALE = 1e-3  # against torch (another framework's kernels): a fraction of the output's scale
+
+
+def differences(got: list, want: list, atol_scale: float | None = None) -> str | None:
+    """None when every output matches (simaccel.compare's rules; the absolute tolerance scaled
+    by each output's largest magnitude), else the first difference, naming the output."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, TVM alone gives {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        dtype = str(w.dtype)
+        rtol, atol = tolerance(dtype)
+        if dtype in ATOL_SCALE:
+            finite = np.abs(w[np.isfinite(w)].astype(np.float64))
+            atol = max(atol, (ATOL_SCALE[dtype] if atol_scale is None else atol_scale) * (finite.max() if finite.size else 0))
+        problem = mismatch(g, w, rtol, atol)
+        if problem is not None:
+            return f"output {i} {w.shape} {dtype}: {problem}"
+    return None
+
+
+def _torch_difference(got: list, torch_outputs: list) -> str | None:
+    return differences(got[:len(torch_outputs)], [t.astype(g.dtype) for g, t in zip(got, torch_outputs)],
+                       TORCH_ATOL_SCALE) \
+        if len(got) >= len(torch_outputs) else f"{len(got)} outputs, torch gives {len(torch_outputs)}"
+
+
+def verdict(verdict: str, stage: str = "", error: str | BaseException = "", reason: str = "", **more) -> dict:
+    """A result entry: the verdict and, for a failure, its stage, error (class name or "mismatch") and reason."""
+    error = error if isinstance(error, str) else type(error).__name__
+    return {"verdict": verdict, "stage": stage, "error": error, "reason": reason, **more}
+
+
+def check_model(job: dict) -> dict:
+    """Check one model (a task): job holds the model's spec, the engines, the backend's
+    `partition`, `seed`, `reload` (export and run again in a fresh process), `repeat` (timed
+    calls on a GPU, 0: none), the users' op modules and the device profile."""
+    start = time.monotonic()
+    result = {"model": job["model"], "backend": Backend(job["partition"]).name, "engines": {}}
+    with saved_settings(job.get("user_op_modules") or [], job.get("profile"), "conformance worker", log=lambda _: None):
+        try:
+            _check(job, result)
+        except Exception as e:  # noqa: BLE001 - a model that breaks the check is that model's failure
+            if isinstance(e, ContextLost):
+                raise  # the task's executor ends the worker: no later model could run in it
+            result["error"] = f"{type(e).__name__}: {e}"
+            result["traceback"] = traceback.format_exc()[-4000:]
+    result["seconds"] = round(time.monotonic() - start, 2)
+    return result
+
+
+def _check(job: dict, result: dict) -> None:
+    import tvm
+
+    from ...backend.pipeline import build_tvm_only, default_target
+    from ..model_bench import partition_summary
+
+    name = job["model"]["name"]
+    backend = Backend(job["partition"])
+    try:
+        loaded = load(job["model"]["spec"], job.get("seed", 0))
+    except Exception as e:  # noqa: BLE001 - the model's fault, said as such
+        result["failure"] = verdict(FAIL, LOAD, e, f"the model could not be loaded: {error_line(e)}")
+        return
+    mod, arrays = loaded.mod, loaded.inputs
+    partitioned, report = backend.partition(mod)
+    result["partition"] = partition_summary(report, partitioned)
+    result["partition_text"] = report.format()
+    engines = job["engines"]
+    for device in dict.fromkeys(engine_device(e) for e in engines):
+        dev = tvm.device(device, 0)
+        target = default_target(device)
+        mine = [e for e in engines if engine_device(e) == device]
+        try:
+            tvm_alone = build_tvm_only(mod, target)
+            want = run_vm(tvm_alone, arrays, dev)
+        except Exception as e:  # noqa: BLE001 - TVM's own failure: skipped
+            stop_if_context_lost(e, "TVM alone", f"The model: {name}")
+            for engine in mine:
+                result["engines"][engine] = verdict(SKIP, reason=f"TVM alone: {error_line(e)}")
+            continue
+        if device == "cpu" and loaded.torch_outputs is not None:
+            result["tvm_vs_torch"] = _torch_difference(want, loaded.torch_outputs)
+        try:
+            executable = backend.build(mod, target, partitioned=partitioned)
+        except Exception as e:  # noqa: BLE001 - anything TVM builds, the backend must build
+            for engine in mine:
+                result["engines"][engine] = verdict(FAIL, BUILD, e, f"{backend.name} build failed where TVM alone "
+                                                                    f"builds: {error_line(e)}")
+            continue
+        for engine in mine:
+            result["engines"][engine] = _run_engine(job, backend, engine, executable, tvm_alone, arrays, want, dev,
+                                                    loaded.torch_outputs, name)
+        if job.get("reload") and all(result["engines"][e]["verdict"] == PASS for e in mine):
+            result["engines"][mine[0]]["reload"] = _reload(executable, arrays, want, device)
+
+
+def _use(backend: Backend, engine: str):
+    return get_runtime().use_engine(RUNTIME_ENGINE.get(engine, engine)) if backend.is_simaccel \
+        else contextlib.nullcontext()
+
+
+def _run_engine(job, backend, engine, executable, tvm_alone, arrays, want, dev, torch_outputs, name) -> dict:
+    import tvm
+    from tvm import relax
+
+    gpu = engine_device(engine) == "cuda"
+    runtime = get_runtime()
+    runtime.ledger.reset()
+    try:
+        with _use(backend, engine):
+            got = run_vm(executable, arrays, dev)
+    except Exception as e:  # noqa: BLE001 - the backend failed to run what TVM runs
+        stop_if_context_lost(e, f"{backend.name} on engine {engine}", f"The model: {name}")
+        return verdict(FAIL, f"{RUN} ({engine})", e, f"engine {engine}: run failed: {error_line(e)}")
+    entry = verdict(PASS)
+    if backend.is_simaccel:
+        entry["offloaded_calls"] = runtime.ledger.snapshot()["offloaded_calls"]
+    problem = differences(got, want)
+    if problem is not None:
+        entry = verdict(FAIL, f"{OUTPUT} ({engine})", "mismatch", f"engine {engine}: differs from TVM alone: {problem}")
+        if torch_outputs is not None and _torch_difference(got, torch_outputs) is None \
+                and _torch_difference(want, torch_outputs) is not None:
+            entry = verdict(TVM_OFF, reason=f"engine {engine}: differs from TVM alone ({problem}), but matches torch, "
+                                             "which TVM alone does not")
+    elif torch_outputs is not None and gpu:
+        entry["vs_torch"] = _torch_difference(got, torch_outputs)
+    if job.get("repeat") and gpu and entry["verdict"] != FAIL:
+        from ..model_bench import timed
+
+        theirs = relax.VirtualMachine(tvm_alone, dev)
+        ours = relax.VirtualMachine(executable, dev)
+        inputs = [tvm.runtime.tensor(a, dev) for a in arrays]
+
+        def backend_call():
+            with _use(backend, engine):
+                ours["main"](*inputs)
+
+        medians = timed({"tvm_only": lambda: theirs["main"](*inputs), "backend": backend_call}, dev.sync,
+                        job["repeat"], warmup=min(10, job["repeat"]))
+        entry["median_us"] = {k: round(v, 1) for k, v in medians.items()}
+        entry["ratio"] = round(medians["backend"] / medians["tvm_only"], 3)
+    return entry
+
+
+def _reload(executable, arrays, want, device: str) -> dict:
+    """The backend's library exported, then run in a fresh process that imports TVM only."""
+    with tempfile.TemporaryDirectory(prefix="simaccel-conformance-") as workdir:
+        folder = Path(workdir)
+        executable.export_library(str(folder / "model.so"))
+        np.savez(folder / "inputs.npz", *arrays)
+        process = run_fresh([[str(folder / "model.so"), str(folder / "inputs.npz"), str(folder / "out.npz")]], folder,
+                            device)
+        if not (folder / "out.npz").exists():
+            return verdict(FAIL, RELOAD, "no result", f"after export and load in a fresh process: no result "
+                                                       f"({tail(process)})")
+        with np.load(folder / "out.npz") as data:
+            got = [data[f"arr_{k}"] for k in range(len(data.files))]
+    problem = differences(got, want)
+    if problem is not None:
+        return verdict(FAIL, RELOAD, "mismatch", f"after export and load in a fresh process: differs from TVM alone: "
+                                                  f"{problem}")
+    return verdict(PASS)

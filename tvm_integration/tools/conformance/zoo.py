@@ -1,0 +1,179 @@
+"""The model zoo of `simaccel conformance`: what models a run checks, and how a worker loads one.
+
+Where it sits: conformance/run.py picks the models (`zoo`), each named by a `ZooModel` whose
+`spec` is a short string a Dask worker can load it from again (`load`): nothing but the spec
+travels. Three sources:
+
+- "relax": the Relax models the project builds (tools/models.py), at sizes the simulator runs;
+- "torch": the torch.export models of tools/torch_models.py (torchvision's classification
+  CNNs, the transformer, mixer and decoder families; random weights, batch-norm statistics
+  calibrated), at "small" or "full" size, when the torch extra is installed; torch's own
+  result is the second witness;
+- "user": users' models, from model files (a folder of MODEL.py files, each defining `mod` as
+  `simaccel build` reads it) or an entry point ``module:function`` (a module name or a .py
+  path) returning an IRModule, or a dict of them by name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....errors import SimAccelError
+from .. import models
+
+SOURCES = ("relax", "torch", "user")
+
+# The Relax models, small enough for the simulator: name -> (factory, what it holds).
+RELAX_MODELS = {
+    "demo_cnn": (lambda: models.demo_cnn(), "the demo's CNN: two regions around a TVM-only leaky_relu"),
+    "demo_cnn_fp16": (lambda: models.demo_cnn("float16"), "the demo's CNN in float16"),
+    "hetero_chain": (lambda: models.hetero_chain(rows=8, features=32, hidden=48),
+                     "TVM -> simaccel -> TVM, every stage an output"),
+    "long_upstream": (lambda: models.long_upstream(channels=4, size=32),
+                      "an NHWC depthwise convolution on TVM before a region"),
+    "matmul_relu": (lambda: models.matmul_relu(48), "relu(x @ w)"),
+    "conv_bias_relu": (lambda: models.conv_bias_relu(1, 8, 12), "a 3x3 convolution, bias and relu"),
+    "depthwise_conv": (lambda: models.conv_bias_relu(1, 8, 12, groups=8), "a 3x3 depthwise convolution"),
+}
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """One model of a run: its `name`, where it comes from, and the `spec` it is loaded from."""
+
+    name: str
+    source: str
+    spec: str  # "relax:NAME", "torch:NAME:SIZE", "file:PATH" or "entry:MODULE:FUNCTION:NAME"
+    doc: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "source": self.source, "spec": self.spec, "doc": self.doc}
+
+
+@dataclass
+class Loaded:
+    """A model ready to check: its Relax module, its inputs and, for a torch model, torch's outputs."""
+
+    mod: object
+    inputs: list
+    torch_outputs: list | None = None
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def zoo(sources=("relax", "torch"), user_models=(), size: str = "small", only: str | None = None) -> list[ZooModel]:
+    """The models of a run: the built-in `sources` ("torch" left out, with no error, where torch is
+    not installed and it was not asked for alone), then each of `user_models`; `only`: names or
+    shell patterns, comma-separated, that a model's name must match."""
+    from ..torch_models import ALL_NAMES, SIZES
+
+    unknown = [s for s in sources if s not in ("relax", "torch")]
+    if unknown:
+        raise SimAccelError(f"--zoo {','.join(sources)}: unknown source(s) {', '.join(unknown)}; choose from relax, torch")
+    if size not in SIZES:
+        raise SimAccelError(f"--size {size}: choose from {', '.join(SIZES)}")
+    found: list[ZooModel] = []
+    if "relax" in sources:
+        found += [ZooModel(name, "relax", f"relax:{name}", doc) for name, (_, doc) in RELAX_MODELS.items()]
+    if "torch" in sources:
+        if torch_available():
+            found += [ZooModel(name, "torch", f"torch:{name}:{size}") for name in ALL_NAMES]
+        elif tuple(sources) == ("torch",):
+            raise SimAccelError("--zoo torch: torch and torchvision are not installed here; pip install '.[torch]'")
+    for entry in user_models:
+        found += _user_models(entry)
+    names = [m.name for m in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SimAccelError(f"conformance: two models are named {', '.join(twice)}; give users' models other names")
+    if only:
+        patterns = [p.strip() for p in only.split(",") if p.strip()]
+        found = [m for m in found if any(fnmatch.fnmatchcase(m.name, p) for p in patterns)]
+        if not found:
+            raise SimAccelError(f"--only {only}: no model of the zoo matches; the zoo: {', '.join(names)}")
+    if not found:
+        raise SimAccelError("conformance: no models to check (give --zoo or --models)")
+    return found
+
+
+def _user_models(entry: str) -> list[ZooModel]:
+    """The models `--models ENTRY` names: a folder of model files, one model file, or MODULE:FUNCTION."""
+    if os.path.isdir(entry):
+        files = sorted(f for f in os.listdir(entry) if f.endswith(".py") and not f.startswith("_"))
+        if not files:
+            raise SimAccelError(f"--models {entry}: the folder holds no model files (*.py defining `mod`)")
+        return [_file_model(os.path.join(entry, f)) for f in files]
+    if entry.endswith(".py"):
+        if not os.path.isfile(entry):
+            raise SimAccelError(f"--models {entry}: no such file")
+        return [_file_model(entry)]
+    module, sep, function = entry.rpartition(":")
+    if not sep or not module or not function.isidentifier():
+        raise SimAccelError(f"--models {entry}: expected a folder of model files, a MODEL.py or MODULE:FUNCTION")
+    module = os.path.abspath(module) if module.endswith(".py") else module
+    built = _entry_point(module, function)
+    return [ZooModel(name, "user", f"entry:{module}:{function}:{name}", f"{entry} -> {name}") for name in built]
+
+
+def _file_model(path: str) -> ZooModel:
+    name = os.path.splitext(os.path.basename(path))[0]
+    return ZooModel(name, "user", f"file:{os.path.abspath(path)}", path)
+
+
+def _entry_point(module: str, function: str) -> dict:
+    """What the entry point returns, as {name: IRModule}."""
+    import tvm
+
+    from ....ops.registry import import_entry
+
+    where = f"--models {module}:{function}"
+    try:
+        found = getattr(import_entry(module), function)
+    except AttributeError:
+        raise SimAccelError(f"{where}: {module} has no function {function}") from None
+    except Exception as e:  # the user's module: its error is the message
+        raise SimAccelError(f"{where}: cannot import {module}: {type(e).__name__}: {e}") from e
+    try:
+        built = found()
+    except Exception as e:
+        raise SimAccelError(f"{where}: calling it raised {type(e).__name__}: {e}") from e
+    if isinstance(built, tvm.IRModule):
+        return {function: built}
+    if isinstance(built, dict) and built and all(isinstance(m, tvm.IRModule) for m in built.values()):
+        return {str(name): m for name, m in built.items()}
+    raise SimAccelError(f"{where}: returned a {type(built).__name__}; return a tvm.IRModule or a dict of them by name")
+
+
+def load(spec: str, seed: int = 0) -> Loaded:
+    """The model `spec` names, with seeded inputs (a torch model's: standard normal, as its
+    calibration saw); torch models also with torch's result on the CPU."""
+    from .. import torch_models
+    from ..build_library import load_model
+
+    kind, _, rest = spec.partition(":")
+    if kind == "relax":
+        mod = RELAX_MODELS[rest][0]()
+    elif kind == "torch":
+        name, _, size = rest.partition(":")
+        model = torch_models.load(name, size, seed)
+        x = np.random.default_rng(seed + 1).standard_normal(model.input_shape).astype(np.float32)
+        return Loaded(model.to_relax(), [x], [model.run(x)])
+    elif kind == "file":
+        mod = load_model(rest)
+    elif kind == "entry":
+        module, function, name = rest.rsplit(":", 2)
+        mod = _entry_point(module, function)[name]
+    else:
+        raise SimAccelError(f"conformance: unknown model spec {spec!r}")
+    return Loaded(mod, models.random_inputs(mod, seed))
