@@ -1,0 +1,178 @@
+"""`simaccel conformance`: the model zoo through the whole flow against TVM alone, for simaccel
+and for a second BYOC backend built in the tests (tests/backends/toy_backend.py), and
+`--partition` on `simaccel fuzz`.
+
+The toy backend shares nothing with simaccel (its own patterns, its own codegen lowering each
+region with TVM's TOPI); $TOY_FAULT=add plants a defect in it, which both commands must find.
+The Dask runs are in tests/test_fuzz_cluster.py (a real scheduler and workers).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simaccel.errors import SimAccelError
+from simaccel.tvm_integration.tools.backends import Backend, parse_partition
+from simaccel.tvm_integration.tools.conformance import RELAX_MODELS, compare, model_verdict, run_conformance, zoo
+
+HERE = Path(__file__).resolve().parent
+TOY = f"{HERE / 'backends' / 'toy_backend.py'}:partition_for_toy"
+USER_MODELS = HERE / "user_models"
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, cwd="/")
+
+
+def _results(out: Path) -> dict:
+    return json.loads((out / "conformance.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def relax_run(tmp_path_factory):
+    """The Relax zoo on `ref`, every model reloaded in a fresh process."""
+    out = tmp_path_factory.mktemp("relax")
+    lines = []
+    status = run_conformance(["relax"], engines=["ref"], out_dir=out, reload_every=1, log=lines.append)
+    return status, _results(out), out, lines
+
+
+def test_the_relax_zoo_passes_on_ref_with_partitions_reloads_and_tables(relax_run):
+    status, results, out, lines = relax_run
+    assert status == 0, lines
+    assert [r["model"]["name"] for r in results["models"]] == list(RELAX_MODELS)
+    assert results["counts"]["passed"] == len(RELAX_MODELS) and results["counts"]["failed"] == 0
+    for result in results["models"]:
+        assert model_verdict(result) == "passed"
+        ref = result["engines"]["ref"]
+        assert ref["verdict"] == "passed" and ref["offloaded_calls"] >= 1  # it ran on simaccel, not only TVM
+        assert ref["reload"]["verdict"] == "passed"
+        assert result["partition"]["regions"] >= 1
+    demo = next(r for r in results["models"] if r["model"]["name"] == "demo_cnn")
+    assert demo["partition"]["kept"]["relax.nn.leakyrelu"]["count"] == 1  # a kept op, with its reason
+    assert "simaccel has no pattern for relax.nn.leakyrelu" in demo["partition_text"]
+    table = (out / "conformance.md").read_text()
+    assert "| demo_cnn | relax | passed | 2 |" in table and "## Failures: 0" in table
+    assert "<table>" in (out / "conformance.html").read_text()
+    assert any(line.startswith(f"[{len(RELAX_MODELS)}/{len(RELAX_MODELS)}]") for line in lines)
+
+
+def test_a_second_backend_passes_and_its_report_names_it(tmp_path):
+    status = run_conformance(["relax"], engines=["cpu"], partition=parse_partition(TOY), out_dir=tmp_path,
+                             only="hetero_chain,demo_cnn", reload_every=1, log=lambda _: None)
+    results = _results(tmp_path)
+    assert status == 0 and results["backend"] == "partition_for_toy"
+    hetero = next(r for r in results["models"] if r["model"]["name"] == "hetero_chain")
+    assert hetero["engines"]["cpu"]["verdict"] == "passed" and hetero["engines"]["cpu"]["reload"]["verdict"] == "passed"
+    assert hetero["partition"]["offloaded"] == {"toy.add": 1, "toy.matmul": 1, "toy.relu": 1}
+    assert "offloaded to partition_for_toy: 3 region(s)" in hetero["partition_text"]
+    assert "partition_for_toy does not offload relax.nn.log_softmax" in hetero["partition_text"]
+
+
+def test_a_planted_fault_in_the_second_backend_fails_its_models_and_compare_flags_them(tmp_path):
+    clean, faulty = tmp_path / "clean", tmp_path / "faulty"
+    args = ["conformance", "--zoo", "relax", "--partition", TOY, "--only", "matmul_relu,hetero_chain",
+            "--reload-every", "0"]
+    assert _cli(*args, "--out", str(clean)).returncode == 0
+    run = _cli(*args, "--out", str(faulty), "--compare", str(clean / "conformance.json"), env={"TOY_FAULT": "add"})
+    assert run.returncode == 1, run.stdout + run.stderr
+    results = _results(faulty)
+    verdicts = {r["model"]["name"]: model_verdict(r) for r in results["models"]}
+    assert verdicts == {"matmul_relu": "passed", "hetero_chain": "failed"}  # only the model with an add
+    hetero = next(r for r in results["models"] if r["model"]["name"] == "hetero_chain")
+    assert hetero["engines"]["cpu"]["stage"] == "output (cpu)" and "differs from TVM alone" in hetero["engines"]["cpu"]["reason"]
+    assert "REGRESSION: hetero_chain: passed, now fails" in run.stdout
+    assert results["compared_with"]["regressions"][0].startswith("hetero_chain: passed, now fails")
+
+
+def test_users_models_from_a_folder_and_an_entry_point(tmp_path):
+    entry = tmp_path / "my_models.py"
+    entry.write_text("from simaccel.tvm_integration.tools import models\n"
+                     "def zoo():\n    return {'tiny_mm': models.matmul_relu(8), 'tiny_conv': models.conv_bias_relu(1, 4, 6)}\n")
+    chosen = zoo((), [str(USER_MODELS), f"{entry}:zoo"], only="two_layer_mlp,tiny_*")
+    assert [m.name for m in chosen] == ["two_layer_mlp", "tiny_mm", "tiny_conv"]
+    assert {m.source for m in chosen} == {"user"}
+    status = run_conformance((), [str(USER_MODELS), f"{entry}:zoo"], engines=["ref"], only="two_layer_mlp,tiny_*",
+                             out_dir=tmp_path / "out", log=lambda _: None)
+    assert status == 0
+    assert [model_verdict(r) for r in _results(tmp_path / "out")["models"]] == ["passed"] * 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--partition", "no_colon"], "expected MODULE:FUNCTION"),
+    (["--partition", "no_such_module_xyz:partition_for_x"], "cannot import no_such_module_xyz"),
+    (["--partition", f"{TOY.rpartition(':')[0]}:partition_for_nothing"], "has no function partition_for_nothing"),
+    (["--partition", TOY, "--engine", "ref"], "--engine ref: choose from cpu, cuda"),
+    (["--engine", "cpu"], "--engine cpu: choose from ref, sim, cuda, native"),
+    (["--only", "nothing_like_it*"], "--only nothing_like_it*: no model of the zoo matches"),
+    (["--models", "/no/such/folder.py"], "--models /no/such/folder.py: no such file"),
+    (["--models", "os:getcwd"], "returned a str; return a tvm.IRModule or a dict of them by name"),
+    (["--compare", "/no/such.json"], "--compare /no/such.json: no such file"),
+    (["--reload-every", "-1"], "--reload-every -1: must be >= 0"),
+    (["--zoo", "onnx"], "unknown source(s) onnx"),
+])
+def test_cli_conformance_refuses_bad_arguments(args, message, tmp_path):
+    run = _cli("conformance", "--zoo", "relax", *args, "--out", str(tmp_path))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert message in run.stderr, run.stderr
+
+
+def test_a_partition_function_that_returns_no_module_is_named():
+    from simaccel.tvm_integration.tools import models
+
+    with pytest.raises(SimAccelError, match="builtins:id: returned a int, not a tvm.IRModule"):
+        Backend("builtins:id").partition(models.matmul_relu(4))
+
+
+def test_compare_flags_a_slower_ratio_and_notes_a_fix():
+    def run(verdict, ratio):
+        entry = {"verdict": verdict, "stage": "", "reason": "", "ratio": ratio,
+                 "median_us": {"tvm_only": 100.0, "backend": 100.0 * ratio}}
+        return {"models": [{"model": {"name": "m", "source": "relax"}, "engines": {"native": entry}}]}
+
+    regressions, notes = compare(run("passed", 1.3), run("passed", 1.0))
+    assert regressions == ["m native: 1.00x -> 1.30x of TVM alone (+30%)"] and notes == []
+    assert compare(run("passed", 1.05), run("passed", 1.0)) == ([], [])  # within noise
+    regressions, notes = compare(run("passed", 1.0), run("failed", 1.0))
+    assert regressions == [] and notes == ["m: failed, now passes"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("torchvision") is None,
+                    reason="the torch zoo needs torch and torchvision: pip install '.[torch]'")
+def test_a_torch_model_matches_tvm_alone_and_torch(tmp_path):
+    status = run_conformance(["torch"], engines=["ref"], only="resnet18", out_dir=tmp_path, reload_every=0,
+                             log=lambda _: None)
+    (result,) = _results(tmp_path)["models"]
+    assert status == 0 and result["model"]["source"] == "torch"
+    assert result["tvm_vs_torch"] is None  # TVM alone matches torch; simaccel matches TVM alone
+    assert result["engines"]["ref"]["verdict"] == "passed" and result["partition"]["kept_total"] == 0
+
+
+def test_fuzz_checks_a_second_backend_and_finds_its_planted_fault(tmp_path):
+    args = ["fuzz", "--partition", TOY, "--cases", "12", "--seed", "1", "--dtype", "float32", "--export-every", "6",
+            "--shrink-seconds", "60"]
+    clean = _cli(*args, "--out", str(tmp_path / "clean"))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    summary = json.loads((tmp_path / "clean" / "fuzz-summary.json").read_text())
+    assert summary["cases_with_simaccel_regions"] >= 3 and summary["reloaded_in_fresh_process"] == 2
+    assert set(summary["simaccel_ops_run"]) <= {"toy.relu", "toy.add", "toy.multiply", "toy.matmul", "toy.sigmoid"}
+    faulty = _cli(*args, "--out", str(tmp_path / "faulty"), env={"TOY_FAULT": "add"})
+    assert faulty.returncode == 1, faulty.stdout + faulty.stderr
+    (failure, *_) = json.loads((tmp_path / "faulty" / "fuzz-summary.json").read_text())["failures"]
+    assert (failure["stage"], failure["error"]) == ("output (cpu)", "mismatch"), failure
+    repro = Path(failure["reproduction"]) / "repro.py"
+    assert _cli_script(repro, {"TOY_FAULT": "add"}).returncode == 1  # replayed with the toy backend: still fails
+    assert _cli_script(repro, {}).returncode == 0  # and passes once the fault is gone
+
+
+def _cli_script(path: Path, env: dict):
+    environ = {k: v for k, v in os.environ.items() if k != "TOY_FAULT"}
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env={**environ, **env}, cwd="/")
