@@ -157,12 +157,12 @@ def test_a_torch_model_matches_tvm_alone_and_torch(tmp_path):
 
 
 def test_fuzz_checks_a_second_backend_and_finds_its_planted_fault(tmp_path):
-    args = ["fuzz", "--partition", TOY, "--cases", "12", "--seed", "1", "--dtype", "float32", "--export-every", "6",
-            "--shrink-seconds", "60"]
+    args = ["fuzz", "--partition", TOY, "--cases", "6", "--max-ops", "4", "--seed", "1", "--dtype", "float32",
+            "--export-every", "3", "--shrink-seconds", "15"]
     clean = _cli(*args, "--out", str(tmp_path / "clean"))
     assert clean.returncode == 0, clean.stdout + clean.stderr
     summary = json.loads((tmp_path / "clean" / "fuzz-summary.json").read_text())
-    assert summary["cases_with_simaccel_regions"] >= 3 and summary["reloaded_in_fresh_process"] == 2
+    assert summary["cases_with_simaccel_regions"] >= 2 and summary["reloaded_in_fresh_process"] == 2
     assert set(summary["simaccel_ops_run"]) <= {"toy.relu", "toy.add", "toy.multiply", "toy.matmul", "toy.sigmoid"}
     faulty = _cli(*args, "--out", str(tmp_path / "faulty"), env={"TOY_FAULT": "add"})
     assert faulty.returncode == 1, faulty.stdout + faulty.stderr

@@ -135,3 +135,25 @@ def test_planted_faults_are_found_shrunk_and_reproduced_through_the_cluster(clus
     assert summary["counts"]["failed"] == 5 and summary["cases"] == 10, summary["counts"]
     report = (out / "fuzz-report.md").read_text()
     assert "## Distinct failures: 3" in report and "faults.trunc" in report
+
+
+def test_a_conformance_run_on_the_cluster_reports_a_hung_model_and_checks_the_rest(cluster, tmp_path):
+    """tests/user_models/sleeper.py hangs where the workers load it; the run retries it once,
+    reports it as a hang past --model-seconds, and the other models pass on the workers."""
+    out = tmp_path / "out"
+    sleeper = Path(__file__).resolve().parent / "user_models" / "sleeper.py"
+    run = _cli("conformance", "--cluster", cluster, "--zoo", "relax", "--only", "matmul_relu,hetero_chain,sleeper",
+               "--models", str(sleeper), "--model-seconds", "8", "--reload-every", "2", "--out", str(out))
+    output, _ = run.communicate(timeout=600)
+    assert run.returncode == 1, output
+    results = json.loads((out / "conformance.json").read_text())
+    assert results["executor"].startswith("the Dask cluster at tcp://127.0.0.1") and results["workers"] == 2
+    models = {r["model"]["name"]: r for r in results["models"]}
+    assert list(models) == ["hetero_chain", "matmul_relu", "sleeper"]  # the zoo's order, not the finishing order
+    for name in ("hetero_chain", "matmul_relu"):
+        assert models[name]["engines"]["ref"]["verdict"] == "passed", models[name]
+    assert models["hetero_chain"]["engines"]["ref"]["reload"]["verdict"] == "passed"  # model 0, on a worker
+    hang = models["sleeper"]["failure"]
+    assert hang["stage"] == "hang" and "limit of 8 s" in hang["reason"], hang
+    assert results["retried"] == 1 and "retrying it" in output
+    assert "sleeper" in (out / "conformance.md").read_text().split("## Failures: 1")[1]
