@@ -258,6 +258,11 @@ KERNEL_CASES = [
     ("simaccel.dense", [(2, 1283), (37, 1283)], {}),
     ("simaccel.matmul_bias", [(4, 768), (768, 3075), (3075,)], {}),
     ("simaccel.matmul", [(2, 4, 1, 64), (2, 4, 64, 77)], {}),
+    # The GEMV at K = 1..3 (fewer elements than a lane's load; the H200 fuzz campaign's case 28
+    # had a 1x1 @ 1x2 dense), in both forms of B.
+    ("simaccel.dense_bias", [(1, 1), (2, 1), (2,)], {}),
+    ("simaccel.matmul", [(3, 2), (2, 33)], {}),
+    ("simaccel.dense", [(4, 3), (70, 3)], {}),
     ("simaccel.conv2d_bias_relu", [(2, 320, 7, 7), (1280, 320, 1, 1), (1, 1280, 1, 1)],
      {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}),
     ("simaccel.conv2d_bias_relu", [(2, 16, 33, 31), (24, 16, 3, 3), (1, 24, 1, 1)],

@@ -209,7 +209,10 @@ SLICED_CASES = [("simaccel.matmul", (33, 64), 35, None), ("simaccel.dense_bias_r
 # step's attention), bias and activations.
 GEMV_CASES = [("simaccel.dense", (1, 1280), 37, None), ("simaccel.matmul_bias_relu", (3, 5), 13, None),
               ("simaccel.dense_bias_gelu", (2, 2, 301), 8, None), ("simaccel.matmul", (4, 515), 70, None),
-              ("simaccel.matmul_relu", (2, 3, 1, 70), 7, (2, 3, 70, 7)), ("simaccel.dense_bias", (1, 64), 1, None)]
+              ("simaccel.matmul_relu", (2, 3, 1, 70), 7, (2, 3, 70, 7)), ("simaccel.dense_bias", (1, 64), 1, None),
+              # K = 1..3: fewer elements than one lane's load (the H200 campaign's 1x1 @ 1x2 dense)
+              ("simaccel.dense_bias", (1, 1), 2, None), ("simaccel.matmul", (3, 2), 33, None),
+              ("simaccel.dense", (4, 3), 70, None)]
 
 
 @pytest.mark.parametrize("tiling,name,data_shape,n,weight_shape",

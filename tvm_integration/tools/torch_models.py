@@ -62,6 +62,16 @@ class TorchModel:
             out = self.module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
         return out.numpy()
 
+    def run_all(self, x: np.ndarray) -> list[np.ndarray]:
+        """torch's outputs for input `x`, flattened as torch.export flattens them (a dict's
+        values in order, tuples element by element)."""
+        import torch
+
+        with torch.no_grad():
+            out = self.module(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)))
+        leaves, _ = torch.utils._pytree.tree_flatten(out)
+        return [leaf.numpy() for leaf in leaves]
+
 
 def _torch():
     try:
@@ -114,10 +124,51 @@ def _build(name: str, size: str, torch, torchvision):
         tokens, channels, hidden, batch = (64, 128, 256, 8) if full else (8, 16, 32, 1)
         return _mixer_block(nn, tokens, channels, hidden), (batch, tokens, channels), \
             "an MLP-mixer block: layer norms, transposes, token and channel MLPs with GELU, residuals"
-    built = _build_untuned(name, size, torch, torchvision)
+    built = _build_untuned(name, size, torch, torchvision) or _build_zoo(name, size, torch, torchvision)
     if built is None:
-        raise SimAccelError(f"no torch model named {name!r}; the models are {', '.join(ALL_NAMES)}")
+        raise SimAccelError(f"no torch model named {name!r}; the models are {', '.join(ALL_NAMES + ZOO_NAMES)}")
     return built
+
+
+def _build_zoo(name: str, size: str, torch, torchvision):
+    """The conformance zoo's other families (ZOO_NAMES): a vision transformer, dense
+    connectivity, a NAS-found CNN, grouped bottlenecks, a detection backbone with its FPN."""
+    nn, models = torch.nn, torchvision.models
+    full = size == "full"
+    image = (1, 3, 224, 224) if full else (1, 3, 32, 32)
+    if name == "vit":
+        from torchvision.models.vision_transformer import VisionTransformer
+
+        model = models.vit_b_16() if full else VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                                                  num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
+        return model, image, "torchvision vit_b_16: patch embedding (strided conv), class token, encoder blocks, GELU MLP"
+    if name == "densenet":
+        from torchvision.models.densenet import DenseNet
+
+        model = models.densenet121() if full else DenseNet(growth_rate=8, block_config=(2, 2, 2), num_init_features=16,
+                                                           num_classes=10)
+        return model, image, "torchvision densenet121: dense blocks (every layer's input concatenates all before it), " \
+                             "transitions with average pooling"
+    if name == "mnasnet0_5":
+        model = models.mnasnet0_5() if full else models.MNASNet(0.25, num_classes=10)
+        return model, image, "torchvision mnasnet0_5: NAS-found inverted residuals, 3x3 and 5x5 depthwise convolutions"
+    if name == "resnext":
+        from torchvision.models.resnet import Bottleneck, ResNet
+
+        model = models.resnext50_32x4d() if full else ResNet(Bottleneck, [1, 1, 1, 1], groups=4, width_per_group=4,
+                                                             num_classes=10)
+        return model, image, "torchvision resnext50_32x4d: bottlenecks with grouped 3x3 convolutions (32 groups of 4)"
+    if name == "resnet_fpn":
+        from torchvision.models.detection.backbone_utils import BackboneWithFPN
+
+        body = models.resnet18() if full else models.resnet18(num_classes=10)
+        if not full:
+            _narrow_resnet18(body, nn)
+        widths = [128, 256, 512] if full else [16, 32, 64]
+        model = BackboneWithFPN(body, {"layer2": "0", "layer3": "1", "layer4": "2"}, widths, 256 if full else 16)
+        return model, image, "a detection backbone: resnet18 with a feature pyramid (1x1 laterals, nearest upsampling, " \
+                             "3x3 outputs), four feature maps out"
+    return None
 
 
 def _build_untuned(name: str, size: str, torch, torchvision):
@@ -298,10 +349,12 @@ MODEL_NAMES = ("resnet18", "mobilenet_v2", "transformer_encoder", "mlp_mixer")
 UNTUNED_NAMES = ("mobilenet_v3_small", "efficientnet_b0", "squeezenet1_1", "shufflenet_v2_x0_5", "regnet_y_400mf",
                  "googlenet", "convnext_tiny", "gpt_decoder", "padded_encoder")
 ALL_NAMES = MODEL_NAMES + UNTUNED_NAMES
+# The conformance zoo's other families (`simaccel conformance`, tools/conformance/zoo.py).
+ZOO_NAMES = ("vit", "densenet", "mnasnet0_5", "resnext", "resnet_fpn")
 
 
 def load(name: str, size: str = "full", seed: int = 0) -> TorchModel:
-    """Model `name` (one of ALL_NAMES) at `size` ("full" or "small"), weights drawn with `seed`."""
+    """Model `name` (one of ALL_NAMES or ZOO_NAMES) at `size` ("full" or "small"), weights drawn with `seed`."""
     if size not in SIZES:
         raise SimAccelError(f"model size must be one of {SIZES}, got {size!r}")
     torch, torchvision = _torch()

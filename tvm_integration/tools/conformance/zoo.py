@@ -76,7 +76,7 @@ def zoo(sources=("relax", "torch"), user_models=(), size: str = "small", only: s
     """The models of a run: the built-in `sources` ("torch" left out, with no error, where torch is
     not installed and it was not asked for alone), then each of `user_models`; `only`: names or
     shell patterns, comma-separated, that a model's name must match."""
-    from ..torch_models import ALL_NAMES, SIZES
+    from ..torch_models import ALL_NAMES, SIZES, ZOO_NAMES
 
     unknown = [s for s in sources if s not in ("relax", "torch")]
     if unknown:
@@ -88,7 +88,7 @@ def zoo(sources=("relax", "torch"), user_models=(), size: str = "small", only: s
         found += [ZooModel(name, "relax", f"relax:{name}", doc) for name, (_, doc) in RELAX_MODELS.items()]
     if "torch" in sources:
         if torch_available():
-            found += [ZooModel(name, "torch", f"torch:{name}:{size}") for name in ALL_NAMES]
+            found += [ZooModel(name, "torch", f"torch:{name}:{size}") for name in ALL_NAMES + ZOO_NAMES]
         elif tuple(sources) == ("torch",):
             raise SimAccelError("--zoo torch: torch and torchvision are not installed here; pip install '.[torch]'")
     for entry in user_models:
@@ -168,7 +168,7 @@ def load(spec: str, seed: int = 0) -> Loaded:
         name, _, size = rest.partition(":")
         model = torch_models.load(name, size, seed)
         x = np.random.default_rng(seed + 1).standard_normal(model.input_shape).astype(np.float32)
-        return Loaded(model.to_relax(), [x], [model.run(x)])
+        return Loaded(model.to_relax(), [x], model.run_all(x))
     elif kind == "file":
         mod = load_model(rest)
     elif kind == "entry":

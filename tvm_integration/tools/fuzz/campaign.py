@@ -21,6 +21,7 @@ OUT/fuzz-report.md sum it up. Exit status: 0 when no case failed, 1 otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -107,9 +108,7 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
     checked is saved first and removed after, so a case that kills this process is left there."""
     campaign = Campaign.from_json(campaign_json)
     start = time.monotonic()
-    with ONE_AT_A_TIME, saved_settings(list(campaign.user_op_modules), campaign.profile, "fuzz worker", log=_quiet), \
-            tempfile.TemporaryDirectory(prefix="simaccel-fuzz-") as workdir:
-        checker = Checker(campaign.engines, workdir, Backend(campaign.partition))
+    with _worker_checker(campaign, "simaccel-fuzz-") as checker:
         counts: Counter = Counter()
         found: dict[int, dict] = {}
         for index in range(first, first + count):
@@ -152,9 +151,7 @@ def shrink_failure(campaign_json: dict, failure: dict, seconds: float, case_seco
     campaign = Campaign.from_json(campaign_json)
     stage, error = failure["stage"], failure["error"]
     outcomes: dict[tuple, Outcome] = {}
-    with ONE_AT_A_TIME, saved_settings(list(campaign.user_op_modules), campaign.profile, "fuzz worker", log=_quiet), \
-            tempfile.TemporaryDirectory(prefix="simaccel-shrink-") as workdir:
-        checker = Checker(campaign.engines, workdir, Backend(campaign.partition))
+    with _worker_checker(campaign, "simaccel-shrink-") as checker:
 
         def fails(candidate):
             case, made = draw(campaign, failure["index"], candidate)
@@ -174,6 +171,15 @@ def shrink_failure(campaign_json: dict, failure: dict, seconds: float, case_seco
     outcome = outcomes.get(tuple(made.choices))
     shrunk = _result(failure["index"], case, made, outcome) if outcome else dict(failure)
     return {**shrunk, "tried": tried}
+
+
+@contextlib.contextmanager
+def _worker_checker(campaign: Campaign, prefix: str):
+    """A task's `Checker`: one task at a time in this process, the campaign's users' ops and
+    device profile set, a temporary folder for its exported libraries."""
+    with ONE_AT_A_TIME, saved_settings(list(campaign.user_op_modules), campaign.profile, "fuzz worker", log=_quiet), \
+            tempfile.TemporaryDirectory(prefix=prefix) as workdir:
+        yield Checker(campaign.engines, workdir, Backend(campaign.partition))
 
 
 def _quiet(_line) -> None:
