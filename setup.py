@@ -5,7 +5,24 @@ The folders `kernels/` and `tvm_integration/` are installed as `simaccel.kernels
 PyPI project of that name.
 """
 
+from pathlib import Path
+
 from setuptools import setup
+
+# Where each installed top-level package's files live in this checkout.
+PACKAGE_DIRS = {"simaccel": "simaccel", "simaccel.kernels": "kernels", "simaccel.tvm_integration": "tvm_integration"}
+
+
+def packages():
+    """Every folder with an __init__.py under PACKAGE_DIRS, as a dotted package name."""
+    found = []
+    for name, folder in PACKAGE_DIRS.items():
+        root = Path(__file__).parent / folder
+        for init in sorted(root.rglob("__init__.py")):
+            parts = init.parent.relative_to(root).parts
+            found.append(".".join((name, *parts)))
+    return found
+
 
 # The whole toolchain that writes embedded GPU code from one CUDA line, 13.0: NVVM and NVRTC
 # (the versions torch 2.14 pins, so `.[test,torch]` resolves) and nvJitLink, which
@@ -22,17 +39,11 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["simaccel", "simaccel.debug", "simaccel.ops", "simaccel.ops.builtin", "simaccel.engines", "simaccel.native", "simaccel.kernels", "simaccel.tvm_integration",
-              "simaccel.tvm_integration.rewrites", "simaccel.tvm_integration.backend", "simaccel.tvm_integration.tools",
-              "simaccel.tvm_integration.tools.fuzz"],
+    packages=packages(),
     # The C++ half of native regions, compiled into every CUDA build's library, and the
     # CUDA C++ main loops the matmul kernels link in.
     package_data={"simaccel.native": ["region.h"], "simaccel.kernels": ["*.cu"]},
-    package_dir={
-        "simaccel": "simaccel",
-        "simaccel.kernels": "kernels",
-        "simaccel.tvm_integration": "tvm_integration",
-    },
+    package_dir=PACKAGE_DIRS,
     install_requires=[
         # Checked together on 2026-11-30 (docs/design.md, "Facts checked").
         "apache-tvm==0.27.*",
@@ -45,8 +56,9 @@ setup(
         # The test extra brings the AOT toolchain too, so CI compiles every kernel (simaccel.aot).
         # matplotlib: tests/test_trace.py draws a trace's PNG (`simaccel trace --png`).
         # pytest-xdist: the README's test command runs the suite on every core (`-n auto`).
+        # setuptools: tests/test_packaging.py lists what an install holds (setup.py build_py).
         # dask: tests/test_fuzz_cluster.py starts a real scheduler and worker processes.
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "matplotlib>=3.8", *DASK, *AOT],
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "setuptools>=65", "matplotlib>=3.8", *DASK, *AOT],
         # `simaccel fuzz --jobs N / --cluster`: campaigns on Dask distributed (checked with 2026.8).
         "dask": DASK,
         # NVVM, NVRTC and nvJitLink from pip: kernels compiled for a GPU on a machine without one.

@@ -157,3 +157,24 @@ def test_region_functions_pass_the_hint_of_their_build(monkeypatch, model, bare)
     assert seen and set(seen) == {gpu_hint({}) if bare else ""}
     assert gpu_warnings(record) == []
     np.testing.assert_allclose(got, run_vm(build_tvm_only(mod), arrays), rtol=1e-4, atol=1e-5)
+
+
+def test_an_install_holds_every_module_and_kernel_source_of_the_checkout(tmp_path):
+    """`pip install .` (not editable, as CI and users do) must carry every subpackage."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    built = tmp_path / "lib"
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(built)],
+                   cwd=root, check=True, capture_output=True)
+    installed = {str(p.relative_to(built)) for p in built.rglob("*") if p.suffix in (".py", ".cu", ".h")}
+    wanted = set()
+    for folder, package in (("simaccel", "simaccel"), ("kernels", "simaccel/kernels"),
+                            ("tvm_integration", "simaccel/tvm_integration")):
+        base = os.path.join(root, folder)
+        for directory, _, files in os.walk(base):
+            if "__pycache__" in directory:
+                continue
+            for name in files:
+                if name.endswith((".py", ".cu", ".h")):
+                    wanted.add(os.path.join(package, os.path.relpath(os.path.join(directory, name), base)))
+    wanted = {os.path.normpath(p) for p in wanted}
+    assert not wanted - installed, f"left out of an install: {sorted(wanted - installed)}"
