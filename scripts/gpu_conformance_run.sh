@@ -16,7 +16,7 @@ jobs=${3:-8}
 mkdir -p "$out"
 nvidia-smi -L > "$out/devices.txt" 2>&1
 date -u +"%Y-%m-%d %H:%M:%S UTC" > "$out/date.txt"
-cli() { python3 -P -m simaccel.tvm_integration.tools.cli "$@"; }
+cli=(python3 -P -m simaccel.tvm_integration.tools.cli)  # an array: `timeout` runs no shell function
 step() {  # step NAME LIMIT COMMAND...: its output in OUT/NAME.log, its exit status at the end
   local name=$1 limit=$2; shift 2
   echo "== $name: $*" | tee "$out/$name.log"
@@ -30,19 +30,19 @@ case "$part" in
 one)
   step gemv-tests 100 python3 -P -m pytest tests/test_gpu.py -m gpu -p no:cacheprovider -q \
     -k "kernels_at_real_sizes and (dense or matmul)"
-  step conformance-one-process 450 cli "${zoo[@]}" --out "$out/conformance-one-process"
+  step conformance-one-process 450 "${cli[@]}" "${zoo[@]}" --out "$out/conformance-one-process"
   ;;
 cluster)
-  step conformance-cluster 220 cli "${zoo[@]}" --jobs "$jobs" --out "$out/conformance-cluster"
-  step fuzz-one-process 80 cli fuzz --engine native,cuda --seed 7 --cases 6 --export-every 3 --shrink-seconds 20 \
+  step conformance-cluster 220 "${cli[@]}" "${zoo[@]}" --jobs "$jobs" --out "$out/conformance-cluster"
+  step fuzz-one-process 80 "${cli[@]}" fuzz --engine native,cuda --seed 7 --cases 6 --export-every 3 --shrink-seconds 20 \
     --out "$out/fuzz-one-process"
-  step fuzz-cluster 140 cli fuzz --engine native,cuda --seed 7 --cases 36 --jobs 12 --export-every 3 \
+  step fuzz-cluster 140 "${cli[@]}" fuzz --engine native,cuda --seed 7 --cases 36 --jobs 12 --export-every 3 \
     --shrink-seconds 20 --out "$out/fuzz-cluster"
-  step case28-replay 50 cli fuzz --replay "$case28"
-  step case28-bisect 80 cli bisect "$case28/model.py" --inputs "$case28/args.npz" --target cuda -o "$out/case28-bisect"
+  step case28-replay 50 "${cli[@]}" fuzz --replay "$case28"
+  step case28-bisect 80 "${cli[@]}" bisect "$case28/model.py" --inputs "$case28/args.npz" --target cuda -o "$out/case28-bisect"
   ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac
-tar czf "$out/results.tgz" -C "$out" --exclude results.tgz .
+tar czf /tmp/results.tgz -C "$out" . && mv /tmp/results.tgz "$out/results.tgz"
 find "$out" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +  # in results.tgz: few files come back
 ls "$out"
