@@ -33,13 +33,13 @@ one)
   step conformance-one-process 450 "${cli[@]}" "${zoo[@]}" --out "$out/conformance-one-process"
   ;;
 cluster)
-  step conformance-cluster 220 "${cli[@]}" "${zoo[@]}" --jobs "$jobs" --out "$out/conformance-cluster"
-  step fuzz-one-process 80 "${cli[@]}" fuzz --engine native,cuda --seed 7 --cases 6 --export-every 3 --shrink-seconds 20 \
+  step conformance-cluster 280 "${cli[@]}" "${zoo[@]}" --jobs "$jobs" --out "$out/conformance-cluster"
+  step fuzz-one-process 70 "${cli[@]}" fuzz --engine native,cuda --seed 7 --cases 6 --export-every 3 --shrink-seconds 20 \
     --out "$out/fuzz-one-process"
-  step fuzz-cluster 140 "${cli[@]}" fuzz --engine native,cuda --seed 7 --cases 36 --jobs 12 --export-every 3 \
+  step fuzz-cluster 120 "${cli[@]}" fuzz --engine native,cuda --seed 7 --cases 36 --jobs 12 --export-every 3 \
     --shrink-seconds 20 --out "$out/fuzz-cluster"
-  step case28-replay 50 "${cli[@]}" fuzz --replay "$case28"
-  step case28-bisect 80 "${cli[@]}" bisect "$case28/model.py" --inputs "$case28/args.npz" --target cuda -o "$out/case28-bisect"
+  step case28-replay 40 "${cli[@]}" fuzz --replay "$case28"
+  step case28-bisect 60 "${cli[@]}" bisect "$case28/model.py" --inputs "$case28/args.npz" --target cuda -o "$out/case28-bisect"
   ;;
 *) echo "unknown part $part" >&2; exit 2 ;;
 esac

@@ -18,6 +18,9 @@ from harness import plant_reference, run_vm
 from simaccel.tvm_integration import build_tvm_only
 from simaccel.tvm_integration.tools.fuzz import PASS, case_from_json, case_to_json, replay, run_fuzz
 from simaccel.tvm_integration.tools.fuzz.models import Config, Draw, draw_case
+from simaccel.tvm_integration.tools.bisect import bisect
+from simaccel.tvm_integration.tools.build_library import load_model
+from simaccel.tvm_integration.tools.deploy import read_arrays
 
 
 def test_seeded_run_on_ref_is_clean_and_reloads_a_sample(tmp_path):
@@ -80,6 +83,9 @@ def test_a_planted_fault_is_found_shrunk_and_reproduced(tmp_path, wrong_relu):
     assert "differs from TVM alone" in saved["reason"]
     assert "R.nn.relu" in (folder / "model.py").read_text()
     assert replay(folder, log=lines.append) == 1  # still failing while relu is wrong
+    # The folder is what `simaccel bisect model.py --inputs inputs.npz` reads; it finds the op.
+    report = bisect(load_model(str(folder / "model.py")), read_arrays(folder / "inputs.npz"), engine="ref")
+    assert report.culprit is not None and "relu" in str(report.culprit), report
     simaccel.get_runtime().clear()
 
 

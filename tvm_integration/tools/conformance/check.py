@@ -111,7 +111,7 @@ def _check(job: dict, result: dict) -> None:
             for engine in mine:
                 result["engines"][engine] = verdict(SKIP, reason=f"TVM alone: {error_line(e)}")
             continue
-        if device == "cpu" and loaded.torch_outputs is not None:
+        if loaded.torch_outputs is not None and "tvm_vs_torch" not in result:  # torch ran on the CPU
             result["tvm_vs_torch"] = _torch_difference(want, loaded.torch_outputs)
         try:
             executable = backend.build(mod, target, partitioned=partitioned)
@@ -155,7 +155,7 @@ def _run_engine(job, backend, engine, executable, tvm_alone, arrays, want, dev, 
                 and _torch_difference(want, torch_outputs) is not None:
             entry = verdict(TVM_OFF, reason=f"engine {engine}: differs from TVM alone ({problem}), but matches torch, "
                                              "which TVM alone does not")
-    elif torch_outputs is not None and gpu:
+    elif torch_outputs is not None:
         entry["vs_torch"] = _torch_difference(got, torch_outputs)
     if job.get("repeat") and gpu and entry["verdict"] != FAIL:
         from ..model_bench import timed

@@ -56,6 +56,8 @@ def _engine_cell(entry: dict | None) -> str:
         text += f", {entry['ratio']:.2f}x"
     if "reload" in entry:
         text += ", reloaded" if entry["reload"]["verdict"] == PASS else ", reload FAILED"
+    if "vs_torch" in entry:
+        text += ", = torch" if entry["vs_torch"] is None else ", differs from torch"
     return text
 
 

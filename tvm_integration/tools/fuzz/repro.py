@@ -32,6 +32,9 @@ sys.exit(replay(pathlib.Path(__file__).resolve().parent))
 '''
 
 
+MODEL_IMPORTS = "from tvm.script import ir as I\nfrom tvm.script import relax as R\n\n"
+
+
 def save_reproduction(case: Case, outcome: Outcome, engines, out_dir, name: str | None = None,
                       partition: str = SIMACCEL) -> Path:
     """Write model.py (TVMScript), inputs.npz, case.json and repro.py into out_dir/`name`
@@ -45,11 +48,14 @@ def save_reproduction(case: Case, outcome: Outcome, engines, out_dir, name: str 
     modules = user_op_modules()
     user = (f"# users' ops {case.user_ops}: declared in ${USER_OPS_ENV}={','.join(modules)} (replay sets it)\n"
             if case.user_ops else "")
+    # model.py and inputs.npz are what `simaccel bisect / build / run` read: a model file with its
+    # imports, and main's arguments in order (arg0, arg1, ...), constants among them.
     (folder / "model.py").write_text(
-        f"# simaccel fuzz: {outcome.reason}\n# parameters bound as constants: "
-        f"{[v.name for v in case.params if v.constant]} (their values are in inputs.npz)\n" + user + case.module().script()
+        f"# simaccel fuzz: {outcome.reason}\n# parameters the fuzzer bound as constants: "
+        f"{[v.name for v in case.params if v.constant]} (here main's arguments, in inputs.npz)\n" + user
+        + MODEL_IMPORTS + case.module().script()
     )
-    np.savez(folder / "inputs.npz", **{v.name: a for v, a in zip(case.params, case.arrays())})
+    np.savez(folder / "inputs.npz", **{f"arg{i}": a for i, a in enumerate(case.arrays())})
     (folder / "case.json").write_text(json.dumps(
         {"engines": list(engines), "partition": partition, "verdict": outcome.verdict, "reason": outcome.reason,
          "simaccel": __version__, "user_op_modules": modules,

@@ -1,7 +1,7 @@
 # simaccel fuzz: H200 2026-12-02 campaign seed 7 case 28: output (native) mismatch 0.267
 # parameters bound as constants: [] (their values are in inputs.npz)
-# from tvm.script import ir as I
-# from tvm.script import relax as R
+from tvm.script import ir as I
+from tvm.script import relax as R
 
 @I.ir_module
 class Module:
