@@ -3,8 +3,8 @@
 Every launch of a Program's plan (simaccel.launch_plan) names a module-level Numba kernel and
 its arguments: tensor views (whose shapes and dtypes the Program fixes) and numbers. That gives
 each kernel a static Numba signature, so it can be compiled for a target architecture with
-NVVM (`numba.cuda.compile_ptx`) and linked into a cubin with nvJitLink, with no GPU and no
-driver. A kernel that calls CUDA C++ (its `link` files: the matmul main loops) is compiled
+NVVM (numba-cuda's front end once, NVVM per architecture: `_frontend`) and linked into a
+cubin with nvJitLink, with no GPU and no driver. A kernel that calls CUDA C++ (its `link` files: the matmul main loops) is compiled
 to LTO-IR instead, its C++ by NVRTC to LTO-IR too, and nvJitLink links both with `-lto`, so
 the C++ is inlined as it is when numba-cuda links at run time. This is the build side of
 native regions: the region launcher loads the cubins and launches them with the plan's
@@ -225,24 +225,46 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
 
 @functools.lru_cache(maxsize=1024)
 def _compile(kernel, sig: tuple, arch: tuple[int, int], lineinfo: bool = False) -> CompiledKernel:
-    from numba import cuda
+    from numba.cuda.core.compiler_lock import global_compiler_lock
 
     from .kernels.target import launch_bounds, link_sources
 
     sources = link_sources(kernel)
-    lines = {"lineinfo": True} if lineinfo else {}  # unset: the very same compile as without the option
-    with compile_for(arch):
-        if not sources:
-            ptx, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel, arch), **lines)
-            return _without_spills(CompiledKernel(kernel, sig, arch, ptx, b""), [(ptx.encode(), "PTX")], lineinfo)
-        # Calls into CUDA C++: both sides as LTO-IR, linked (and inlined) by nvJitLink. No line
-        # information: NVVM's fails that link ("linking module flags 'Debug Info Version': IDs
-        # have conflicting behaviors", NVVM and NVRTC 13.0), and NVRTC's alone reaches no cubin.
-        ltoir, _ = cuda.compile(kernel, sig, device=False, abi="numba", cc=arch, output="ltoir",
-                                launch_bounds=launch_bounds(kernel, arch))
+    library = _frontend(kernel, sig, launch_bounds(kernel, arch), lineinfo, bool(sources), arch)
+    if not sources:
+        with global_compiler_lock:
+            [ptx] = library.get_asm_strs(cc=arch)  # NVVM, for this architecture
+        return _without_spills(CompiledKernel(kernel, sig, arch, ptx, b""), [(ptx.encode(), "PTX")], lineinfo)
+    # Calls into CUDA C++: both sides as LTO-IR, linked (and inlined) by nvJitLink. No line
+    # information: NVVM's fails that link ("linking module flags 'Debug Info Version': IDs
+    # have conflicting behaviors", NVVM and NVRTC 13.0), and NVRTC's alone reaches no cubin.
+    with global_compiler_lock:
+        ltoir = library.get_ltoir(cc=arch)
     inputs = [(bytes(ltoir), "LTOIR")] + [(_nvrtc_ltoir(path, arch), "LTOIR") for path in sources]
     ptx, _ = _link(inputs, arch, kernel.__name__, ptx=True)
     return _without_spills(CompiledKernel(kernel, sig, arch, ptx.decode(), b""), inputs)
+
+
+def _frontend(kernel, sig: tuple, bounds, lineinfo: bool, lto: bool, arch: tuple[int, int]):
+    """numba-cuda's front end for `kernel` at `sig` (typing, lowering to NVVM IR, the launch
+    bounds set): a code library that NVVM then compiles for any architecture, as numba-cuda's
+    own dispatcher does (`library.get_asm_strs(cc=...)`). It is run once per kernel, signature
+    and launch bounds, not once per architecture: it is four fifths of a compile, and numba's
+    lowering asks the architecture only below sm_75 (f64 atomics, fast-math tanh), which CUDA
+    13 no longer builds for."""
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
+
+    key = (kernel, sig, bounds, lineinfo, lto)
+    with _FRONTEND_LOCK:
+        if key not in _FRONTENDS:
+            with compile_for(arch):
+                _FRONTENDS[key], _ = _compile_pyfunc_with_fixup(kernel, sig, device=False, abi="numba", cc=arch,
+                                                                lineinfo=lineinfo, launch_bounds=bounds, lto=lto)
+        return _FRONTENDS[key]
+
+
+_FRONTENDS: dict[tuple, object] = {}  # (kernel, signature, launch bounds, lineinfo, lto) -> code library
+_FRONTEND_LOCK = threading.Lock()
 
 
 # ptxas's register heuristics differ by architecture: at the same launch bounds a kernel that
@@ -271,10 +293,15 @@ def _without_spills(kernel: CompiledKernel, inputs: list, lineinfo: bool = False
 
 def _nvrtc_ltoir(path: str, arch: tuple[int, int]) -> bytes:
     """CUDA C++ file `path` compiled by NVRTC to LTO-IR for `arch` (numba-cuda's include paths)."""
+    with open(path) as f:
+        return _nvrtc_compile(path, f.read(), tuple(arch))
+
+
+@functools.lru_cache(maxsize=256)
+def _nvrtc_compile(path: str, source: str, arch: tuple[int, int]) -> bytes:
+    """One NVRTC compile per file text and architecture, shared by the kernels that link it."""
     from numba.cuda.cudadrv import nvrtc
 
-    with open(path) as f:
-        source = f.read()
     try:
         ltoir, _ = nvrtc.compile(source, path, arch, ltoir=True)
     except Exception as e:  # NVRTC's log, as numba-cuda raises it

@@ -338,3 +338,36 @@ def test_architecture_lists_are_read_in_every_spelling(text, archs, monkeypatch)
     assert list(parse_archs(None, default=(8, 0))) == archs
     monkeypatch.delenv("SIMACCEL_CUDA_ARCHS")
     assert parse_archs(None, default=(8, 0)) == ((8, 0),)
+
+
+@pytest.mark.parametrize("name, shapes, attrs", [("simaccel.softmax", [(3, 33)], {}),
+                                                 ("simaccel.matmul_relu", [(64, 32), (32, 48)], {})])  # one links C++
+def test_numbas_front_end_runs_once_for_all_architectures_and_gives_numbas_own_code(name, shapes, attrs):
+    """`aot._frontend`: numba-cuda's typing and lowering, four fifths of a compile, is run once per
+    kernel, signature and launch bounds; NVVM then compiles that library per architecture. The
+    PTX equals numba-cuda's own compile for each architecture, but for symbol names (numba
+    mangles the target's flags and a counter into them)."""
+    import re
+
+    from numba import cuda
+
+    from simaccel import aot
+    from simaccel.kernels.target import launch_bounds, link_sources
+
+    program = one_op_program(name, shapes, "float32", attrs)
+    [launch] = plan_launches(program)
+    kernel, sig = launch.kernel, signature(launch, program)
+    names = lambda ptx: re.sub(r"_ZN\w+|\$\d+|_cudapy_smem_\d+", "S", ptx)  # noqa: E731
+    before = len(aot._FRONTENDS)
+    for arch in [(7, 5), (12, 0)]:  # same launch bounds off sm_90: one front end
+        ours = aot.compile_kernel(kernel, sig, arch).ptx
+        with aot.compile_for(arch):
+            if link_sources(kernel):
+                ltoir, _ = cuda.compile(kernel, sig, device=False, abi="numba", cc=arch, output="ltoir",
+                                        launch_bounds=launch_bounds(kernel, arch))
+                inputs = [(bytes(ltoir), "LTOIR")] + [(aot._nvrtc_ltoir(p, arch), "LTOIR") for p in link_sources(kernel)]
+                numbas = aot._link(inputs, arch, kernel.__name__, ptx=True)[0].decode()
+            else:
+                numbas, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel, arch))
+        assert f".target sm_{arch[0]}{arch[1]}" in ours and names(ours) == names(numbas), arch
+    assert len(aot._FRONTENDS) <= before + 1
