@@ -11,11 +11,11 @@ import re
 import subprocess
 import sys
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
+from cli_forks import run_commands
 from simaccel.tvm_integration.tools import cli
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.bench import CASES as BENCH_CASES
@@ -362,10 +362,11 @@ FAULTS = [
 
 @pytest.fixture(scope="module")
 def fault_results(files):
-    """Every invocation of the catalogue, run concurrently (each is its own process), by id."""
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {p.id: pool.submit(simaccel, *(a.format(d=files) for a in p.values[0]), env=p.values[2]) for p in FAULTS}
-    return {id_: future.result() for id_, future in futures.items()}
+    """Every invocation of the catalogue, by id: each a fork of one process that imported the CLI
+    (tests/cli_forks.py), or a process of its own where the environment acts at import."""
+    commands = [{"argv": [a.format(d=files) for a in p.values[0]], "env": p.values[2],
+                 "fresh": "TVM_USE_RUNTIME_LIB" in p.values[2]} for p in FAULTS]
+    return {p.id: result for p, result in zip(FAULTS, run_commands(commands), strict=True)}
 
 
 @pytest.mark.parametrize("args, names, env", FAULTS)

@@ -112,7 +112,7 @@ def _build(name: str, size: str, torch, torchvision):
         return model, (1, 3, 224, 224) if full else (1, 3, 16, 16), \
             "torchvision resnet18: conv + batch_norm + relu, residual adds, max pool, global average pool, linear"
     if name == "mobilenet_v2":
-        model = torchvision.models.mobilenet_v2(width_mult=1.0 if full else 0.25)
+        model = torchvision.models.mobilenet_v2(width_mult=1.0 if full else 0.25, num_classes=1000 if full else 10)
         return model, (1, 3, 224, 224) if full else (1, 3, 16, 16), \
             "torchvision mobilenet_v2: inverted residuals, depthwise convolutions, ReLU6, global average pool"
     if name == "transformer_encoder":
