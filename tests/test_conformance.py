@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_forks import run_commands
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.backends import Backend, parse_partition
 from simaccel.tvm_integration.tools.deploy import error_line
@@ -107,7 +108,7 @@ def test_users_models_from_a_folder_and_an_entry_point(tmp_path):
     assert [model_verdict(r) for r in _results(tmp_path / "out")["models"]] == ["passed"] * 3
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_ARGUMENTS = [
     (["--partition", "no_colon"], "expected MODULE:FUNCTION"),
     (["--partition", "no_such_module_xyz:partition_for_x"], "cannot import no_such_module_xyz"),
     (["--partition", f"{TOY.rpartition(':')[0]}:partition_for_nothing"], "has no function partition_for_nothing"),
@@ -119,9 +120,20 @@ def test_users_models_from_a_folder_and_an_entry_point(tmp_path):
     (["--compare", "/no/such.json"], "--compare /no/such.json: no such file"),
     (["--reload-every", "-1"], "--reload-every -1: must be >= 0"),
     (["--zoo", "onnx"], "unknown source(s) onnx"),
-])
-def test_cli_conformance_refuses_bad_arguments(args, message, tmp_path):
-    run = _cli("conformance", "--zoo", "relax", *args, "--out", str(tmp_path))
+]
+
+
+@pytest.fixture(scope="module")
+def bad_argument_runs(tmp_path_factory):
+    """Every bad command line, each a fork of one process that imported the CLI (tests/cli_forks.py)."""
+    out = tmp_path_factory.mktemp("bad")
+    return run_commands([{"argv": ["conformance", "--zoo", "relax", *args, "--out", str(out / str(i))]}
+                         for i, (args, _) in enumerate(BAD_ARGUMENTS)])
+
+
+@pytest.mark.parametrize("case", range(len(BAD_ARGUMENTS)), ids=[m.split(":")[0][:40] for _, m in BAD_ARGUMENTS])
+def test_cli_conformance_refuses_bad_arguments(case, bad_argument_runs):
+    run, (_, message) = bad_argument_runs[case], BAD_ARGUMENTS[case]
     assert run.returncode == 2, run.stdout + run.stderr
     assert message in run.stderr, run.stderr
 
