@@ -1,6 +1,9 @@
-"""Shared fixtures: a fresh runtime state per test and the GPU marker's skip rule."""
+"""Shared fixtures: a fresh runtime state per test and the GPU marker's skip rule; a run that
+leaves files in the folder it ran from fails."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -17,6 +20,24 @@ def _has_gpu() -> bool:
 
 
 HAS_GPU = _has_gpu()
+
+
+# What a test run may leave in the folder it runs from (caches, an editable install's metadata).
+_LEFT_BY_TOOLS = {".pytest_cache", "__pycache__", "build", "simaccel.egg-info"}
+
+
+def pytest_sessionstart(session):
+    session.config._files_before = set(os.listdir(session.config.invocation_params.dir))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Tests write under tmp_path: anything new in the invocation folder is a test's leak."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks once
+        return
+    left = set(os.listdir(session.config.invocation_params.dir)) - session.config._files_before - _LEFT_BY_TOOLS
+    if left:
+        print(f"\ntests left files in {session.config.invocation_params.dir}: {sorted(left)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):

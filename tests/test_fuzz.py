@@ -84,7 +84,8 @@ def test_a_planted_fault_is_found_shrunk_and_reproduced(tmp_path, wrong_relu):
     assert "R.nn.relu" in (folder / "model.py").read_text()
     assert replay(folder, log=lines.append) == 1  # still failing while relu is wrong
     # The folder is what `simaccel bisect model.py --inputs inputs.npz` reads; it finds the op.
-    report = bisect(load_model(str(folder / "model.py")), read_arrays(folder / "inputs.npz"), engine="ref")
+    report = bisect(load_model(str(folder / "model.py")), read_arrays(folder / "inputs.npz"), engine="ref",
+                    out_dir=tmp_path / "bisect")
     assert report.culprit is not None and "relu" in str(report.culprit), report
     simaccel.get_runtime().clear()
 
