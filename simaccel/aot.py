@@ -39,6 +39,7 @@ import functools
 import os
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -256,14 +257,20 @@ def _frontend(kernel, sig: tuple, bounds, lineinfo: bool, lto: bool, arch: tuple
 
     key = (kernel, sig, bounds, lineinfo, lto)
     with _FRONTEND_LOCK:
-        if key not in _FRONTENDS:
+        if key in _FRONTENDS:
+            _FRONTENDS.move_to_end(key)
+        else:
             with compile_for(arch):
                 _FRONTENDS[key], _ = _compile_pyfunc_with_fixup(kernel, sig, device=False, abi="numba", cc=arch,
                                                                 lineinfo=lineinfo, launch_bounds=bounds, lto=lto)
+            if len(_FRONTENDS) > _FRONTENDS_KEPT:  # a long fuzz campaign draws many signatures
+                _FRONTENDS.popitem(last=False)
         return _FRONTENDS[key]
 
 
-_FRONTENDS: dict[tuple, object] = {}  # (kernel, signature, launch bounds, lineinfo, lto) -> code library
+# (kernel, signature, launch bounds, lineinfo, lto) -> code library, the most recently used kept.
+_FRONTENDS: OrderedDict = OrderedDict()
+_FRONTENDS_KEPT = 256
 _FRONTEND_LOCK = threading.Lock()
 
 
