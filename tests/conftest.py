@@ -4,6 +4,7 @@ leaves files in the folder it ran from fails."""
 from __future__ import annotations
 
 import os
+import random
 
 import pytest
 
@@ -40,7 +41,21 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+ORDER_ENV = "SIMACCEL_TEST_ORDER"  # "reverse" or "shuffle:SEED": tests are isolated, any order passes
+
+
+def _reorder(items) -> None:
+    order = os.environ.get(ORDER_ENV, "").strip()
+    if order == "reverse":
+        items.reverse()
+    elif order.startswith("shuffle:"):
+        random.Random(int(order.partition(":")[2])).shuffle(items)  # seeded: every xdist worker agrees
+    elif order:
+        raise pytest.UsageError(f"${ORDER_ENV}={order!r}: expected reverse or shuffle:SEED")
+
+
 def pytest_collection_modifyitems(config, items):
+    _reorder(items)
     if HAS_GPU:
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with a working CUDA driver (none found by numba.cuda)")
