@@ -4,11 +4,11 @@ Every launch of a Program's plan (simaccel.launch_plan) names a module-level Num
 its arguments: tensor views (whose shapes and dtypes the Program fixes) and numbers. That gives
 each kernel a static Numba signature, so it can be compiled for a target architecture with
 NVVM (numba-cuda's front end once, NVVM per architecture: `_frontend`) and linked into a
-cubin with nvJitLink, with no GPU and no driver. A kernel that calls CUDA C++ (its `link` files: the matmul main loops) is compiled
-to LTO-IR instead, its C++ by NVRTC to LTO-IR too, and nvJitLink links both with `-lto`, so
-the C++ is inlined as it is when numba-cuda links at run time. This is the build side of
-native regions: the region launcher loads the cubins and launches them with the plan's
-grids, blocks and argument layout.
+cubin with nvJitLink, with no GPU and no driver. A kernel that calls CUDA C++ (its `link`
+files: the matmul main loops) is compiled to LTO-IR instead, its C++ by NVRTC to LTO-IR too,
+and nvJitLink links both with `-lto`, so the C++ is inlined as it is when numba-cuda links
+at run time. This is the build side of native regions: the region launcher loads the cubins
+and launches them with the plan's grids, blocks and argument layout.
 
 Any NVIDIA GPU: a build names the architectures its library carries cubins for
 (`cuda_archs`, e.g. ``["sm_75", "sm_80", "sm_90"]``; default the target's), and the PTX of

@@ -7,7 +7,7 @@ child per command line: each child gets the command's environment, working folde
 own stdout and stderr files, runs `cli.main(argv)` and exits with its status, as a fresh
 `python -m simaccel.tvm_integration.tools.cli ...` would. What it cannot show is a warning
 printed while importing (the helper imports before forking): tests/test_imports.py checks
-those in fresh processes, as do the commands run with `fresh=True` here.
+those in fresh processes, and a command whose environment may act at import gets one here.
 """
 
 from __future__ import annotations
@@ -22,22 +22,28 @@ from pathlib import Path
 CLI = "simaccel.tvm_integration.tools.cli"
 
 
-def run_commands(commands: list[dict], jobs: int | None = None) -> list[subprocess.CompletedProcess]:
-    """Run each {"argv": [...], "env": {...}, "cwd": "/", "fresh": False} and return its result
-    (returncode, stdout, stderr), in order. `env` is added to this process's environment;
-    `fresh`: the command needs a process of its own (its environment is read at import)."""
+# What the CLI reads from the environment when it runs, not when it is imported: a forked child
+# sees these as a fresh process would. A command that sets anything else gets a process of its own.
+READ_AT_RUN = {"SIMACCEL_DEBUG"}
+
+
+def run_commands(commands: list[dict], parallel: int | None = None) -> list[subprocess.CompletedProcess]:
+    """Run each {"argv": [...], "env": {...}, "cwd": "/"} and return its result (returncode,
+    stdout, stderr), in order. `env` is added to this process's environment; a command whose
+    `env` sets a variable outside READ_AT_RUN (one that may act at import) runs in a process
+    of its own, the others as forks of the helper, `parallel` at a time."""
+    envs = [{**os.environ, **(c.get("env") or {})} for c in commands]
+    own = [i for i, c in enumerate(commands) if set(c.get("env") or {}) - READ_AT_RUN]
+    forked = [i for i in range(len(commands)) if i not in own]
     results: list = [None] * len(commands)
-    forked = [i for i, c in enumerate(commands) if not c.get("fresh")]
     with tempfile.TemporaryDirectory() as folder:
         jobs_file = Path(folder) / "jobs.json"
-        jobs_file.write_text(json.dumps([{**commands[i], "env": {**os.environ, **(commands[i].get("env") or {})},
-                                          "out": f"{folder}/{i}"} for i in forked]))
-        helper = subprocess.Popen([sys.executable, __file__, str(jobs_file), str(jobs or os.cpu_count() or 2)],
+        jobs_file.write_text(json.dumps([{**commands[i], "env": envs[i], "out": f"{folder}/{i}"} for i in forked]))
+        helper = subprocess.Popen([sys.executable, __file__, str(jobs_file), str(parallel or os.cpu_count() or 2)],
                                   cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        fresh = {i: subprocess.run([sys.executable, "-m", CLI, *commands[i]["argv"]], capture_output=True, text=True,
-                                   timeout=600, env={**os.environ, **(commands[i].get("env") or {})},
-                                   cwd=commands[i].get("cwd", "/"))
-                 for i in range(len(commands)) if commands[i].get("fresh")}
+        for i in own:
+            results[i] = subprocess.run([sys.executable, "-m", CLI, *commands[i]["argv"]], capture_output=True,
+                                        text=True, timeout=600, env=envs[i], cwd=commands[i].get("cwd", "/"))
         out, err = helper.communicate(timeout=900)
         if helper.returncode != 0:
             raise RuntimeError(f"the command helper failed (status {helper.returncode}): {out}{err}")
@@ -46,8 +52,6 @@ def run_commands(commands: list[dict], jobs: int | None = None) -> list[subproce
             results[i] = subprocess.CompletedProcess(commands[i]["argv"], statuses[str(i)],
                                                      Path(f"{folder}/{i}.out").read_text(),
                                                      Path(f"{folder}/{i}.err").read_text())
-        for i, result in fresh.items():
-            results[i] = result
     return results
 
 

@@ -364,8 +364,7 @@ FAULTS = [
 def fault_results(files):
     """Every invocation of the catalogue, by id: each a fork of one process that imported the CLI
     (tests/cli_forks.py), or a process of its own where the environment acts at import."""
-    commands = [{"argv": [a.format(d=files) for a in p.values[0]], "env": p.values[2],
-                 "fresh": "TVM_USE_RUNTIME_LIB" in p.values[2]} for p in FAULTS]
+    commands = [{"argv": [a.format(d=files) for a in p.values[0]], "env": p.values[2]} for p in FAULTS]
     return {p.id: result for p, result in zip(FAULTS, run_commands(commands), strict=True)}
 
 

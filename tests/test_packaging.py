@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,20 +162,14 @@ def test_region_functions_pass_the_hint_of_their_build(monkeypatch, model, bare)
 
 def test_an_install_holds_every_module_and_kernel_source_of_the_checkout(tmp_path):
     """`pip install .` (not editable, as CI and users do) must carry every subpackage."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = Path(__file__).resolve().parent.parent
     built = tmp_path / "lib"
     subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(built)],
                    cwd=root, check=True, capture_output=True)
-    installed = {str(p.relative_to(built)) for p in built.rglob("*") if p.suffix in (".py", ".cu", ".h")}
-    wanted = set()
-    for folder, package in (("simaccel", "simaccel"), ("kernels", "simaccel/kernels"),
-                            ("tvm_integration", "simaccel/tvm_integration")):
-        base = os.path.join(root, folder)
-        for directory, _, files in os.walk(base):
-            if "__pycache__" in directory:
-                continue
-            for name in files:
-                if name.endswith((".py", ".cu", ".h")):
-                    wanted.add(os.path.join(package, os.path.relpath(os.path.join(directory, name), base)))
-    wanted = {os.path.normpath(p) for p in wanted}
-    assert not wanted - installed, f"left out of an install: {sorted(wanted - installed)}"
+    sources = (".py", ".cu", ".h")
+    installed = {p.relative_to(built) for p in built.rglob("*") if p.suffix in sources}
+    wanted = {Path(package, p.relative_to(root / folder))
+              for folder, package in (("simaccel", "simaccel"), ("kernels", "simaccel/kernels"),
+                                      ("tvm_integration", "simaccel/tvm_integration"))
+              for p in (root / folder).rglob("*") if p.suffix in sources and "__pycache__" not in p.parts}
+    assert not wanted - installed, f"left out of an install: {sorted(map(str, wanted - installed))}"

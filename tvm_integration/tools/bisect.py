@@ -46,6 +46,7 @@ from ...engines import ENGINE_NAMES
 from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
 from ...profile import PROFILE_ENV, DeviceProfile, active_profile
 from .fuzz.check import TOLERANCE, _close, run_vm
+from .build_library import module_source
 from .fuzz.settings import saved_settings, user_op_modules
 
 REPORT_FILE = "bisect.json"
@@ -567,13 +568,6 @@ def write_reproducer(module, inputs, report: BisectReport, families, out_dir, en
     (folder / REPORT_FILE).write_text(json.dumps(info, indent=1, default=str))
     (folder / "repro.py").write_text(REPRO)
     return folder
-
-
-def module_source(module) -> str:
-    """`module` as a runnable Python file: its TVMScript (whose imports TVM prints as comments), then
-    ``mod = Module``, as `simaccel build` and `load_model` read model files."""
-    lines = [line[2:] if line.startswith("# from tvm.script import ") else line for line in module.script().splitlines()]
-    return "\n".join(lines) + "\n\nmod = Module\n"
 
 
 def replay(folder, log=print) -> int:

@@ -74,6 +74,13 @@ def load_model(path: str):
     return mod
 
 
+def module_source(module) -> str:
+    """`module` as a runnable Python file: its TVMScript (whose imports TVM prints as comments), then
+    ``mod = Module``, as `simaccel build` and `load_model` read model files."""
+    lines = [line[2:] if line.startswith("# from tvm.script import ") else line for line in module.script().splitlines()]
+    return "\n".join(lines) + "\n\nmod = Module\n"
+
+
 def build_library(model: str | None, output: str, target: str = "llvm", seed: int = 0, out=print) -> int:
     """`simaccel build`: `model` is a model file's path, or None for the demo model."""
     from .deploy import check_writable, runtime_only

@@ -12,12 +12,12 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
-
 from ....errors import SimAccelError, UnsupportedOpError
 from ....ops import USER_OPS_ENV
 from ....profile import PROFILE_ENV, active_profile
 from ..backends import SIMACCEL, Backend, check_engines
+from ..build_library import module_source
+from ..deploy import write_arrays
 from .check import FAIL, Checker, Outcome
 from .models import Case, case_from_json, case_to_json
 from .settings import saved_settings, user_op_modules
@@ -30,9 +30,6 @@ from simaccel.tvm_integration.tools.fuzz import replay
 
 sys.exit(replay(pathlib.Path(__file__).resolve().parent))
 '''
-
-
-MODEL_IMPORTS = "from tvm.script import ir as I\nfrom tvm.script import relax as R\n\n"
 
 
 def save_reproduction(case: Case, outcome: Outcome, engines, out_dir, name: str | None = None,
@@ -48,14 +45,14 @@ def save_reproduction(case: Case, outcome: Outcome, engines, out_dir, name: str 
     modules = user_op_modules()
     user = (f"# users' ops {case.user_ops}: declared in ${USER_OPS_ENV}={','.join(modules)} (replay sets it)\n"
             if case.user_ops else "")
-    # model.py and inputs.npz are what `simaccel bisect / build / run` read: a model file with its
-    # imports, and main's arguments in order (arg0, arg1, ...), constants among them.
+    # model.py and inputs.npz are what `simaccel bisect / build / run` read: a model file, and
+    # main's arguments in order (arg0, arg1, ...), constants among them.
     (folder / "model.py").write_text(
         f"# simaccel fuzz: {outcome.reason}\n# parameters the fuzzer bound as constants: "
         f"{[v.name for v in case.params if v.constant]} (here main's arguments, in inputs.npz)\n" + user
-        + MODEL_IMPORTS + case.module().script()
+        + module_source(case.module())
     )
-    np.savez(folder / "inputs.npz", **{f"arg{i}": a for i, a in enumerate(case.arrays())})
+    write_arrays(folder / "inputs.npz", case.arrays(), "reproduction inputs")
     (folder / "case.json").write_text(json.dumps(
         {"engines": list(engines), "partition": partition, "verdict": outcome.verdict, "reason": outcome.reason,
          "simaccel": __version__, "user_op_modules": modules,
