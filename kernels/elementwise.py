@@ -11,7 +11,9 @@ thread handles one (`per_thread`). Grid-stride loop over chunks of `ilp` blocks.
 broadcast numpy-style up to rank 4: shapes are padded to rank 4 on the left and the kernel
 gets the output dims and each input's element strides as scalar arguments (stride 0 on
 broadcast dims), so a launch copies nothing from the host. Dims are collapsed first (same
-shapes become one flat dim, a bias add two), so common cases skip most index divisions. Inputs may be float32 or
+shapes become one flat dim, a bias add two), so common cases skip most index divisions; of
+a thread's ILP elements only the first is divided into its indices, the next ones (a block
+apart) add the block's step while they stay in the innermost dim's row. Inputs may be float32 or
 float16 (also mixed); math is float32 and the result is stored in the out dtype.
 """
 
@@ -60,18 +62,17 @@ def divmod_fast(n, d, inv_d):
 
 @register_jitable
 def _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3):
-    """The offsets in a and b of output element `idx`. nd: how many of the (collapsed,
-    right-aligned) dims are used; the branch is uniform over the launch and spares the common
-    cases most of the index math."""
+    """The offsets in a and b of output element `idx`, and its index i3 along the innermost
+    (collapsed, right-aligned) dim. nd: how many of the dims are used; the branch is uniform
+    over the launch and spares the common cases most of the index math."""
     if nd <= 1:
-        return idx * sa3, idx * sb3
-    if nd == 2:
-        t, i3 = divmod_fast(idx, d3, inv3)
-        return t * sa2 + i3 * sa3, t * sb2 + i3 * sb3
+        return idx * sa3, idx * sb3, idx
     t, i3 = divmod_fast(idx, d3, inv3)
+    if nd == 2:
+        return t * sa2 + i3 * sa3, t * sb2 + i3 * sb3, i3
     t, i2 = divmod_fast(t, d2, inv2)
     i0, i1 = divmod_fast(t, d1, inv1)
-    return i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3, i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3
+    return i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3, i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3, i3
 
 
 def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
@@ -82,10 +83,20 @@ def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
     start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
     step = cuda.gridDim.x * block * ilp
     while start < total:
+        # The first element's offsets by division, each next one (a block further) by adding
+        # the block's step along the innermost dim while it stays in that dim's row.
+        ia, ib, i3 = _binary_offsets(start, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
         for k in range(ILP):
             idx = start + k * block
             if k < ilp and idx < total:
-                ia, ib = _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
+                if k > 0:
+                    i3 += block
+                    if i3 < d3:
+                        ia += block * sa3
+                        ib += block * sb3
+                    else:
+                        ia, ib, i3 = _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3,
+                                                     sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
                 va[k] = float32(a[ia])
                 vb[k] = float32(b[ib])
         for k in range(ILP):

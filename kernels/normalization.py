@@ -20,7 +20,11 @@ chosen by the row length D:
   passes, so rows of up to ROW_CACHE * MAX_BLOCK = 8192 (layer norm: half that, its block
   is capped at 512 threads) are read from memory once (a 1024-wide layer norm: 128 threads
   of 8 values). Of longer rows the rest is read twice by softmax
-  (summed online while the max is found, then for the output) and three times by layer norm.
+  (summed online while the max is found, then for the output) and three times by layer norm,
+  ROW_CACHE loads issued before any is used (one load in flight per thread left the long-row
+  softmax at 31% of HBM). A thread whose whole cache lies in the row loads it unguarded; layer
+  norm loads gamma and beta before the stores that use them (the compiler keeps a load after
+  a store to `out`, which may alias it: one round trip to L2 per value stored).
   Launches of fewer rows have a thread per element (up to FEW_ROWS_BLOCK), so short rows do not spawn
   idle threads (each one a Python thread on the simulator).
 
@@ -46,6 +50,9 @@ ROW_SUM_BLOCK = 256  # the block cap of row sums (nothing cached: more threads o
 # Elements of its row each thread keeps in registers between the passes of softmax and
 # layer norm, so that a row up to ROW_CACHE * MAX_BLOCK long is read from memory once.
 ROW_CACHE = 8
+# Layer norm's cached kernel loads gamma and beta for this many of its ROW_CACHE values at a
+# time before it stores them: more spill at 64 registers (float16 from 4 on, float32 from 8).
+STORE_CHUNK = 2
 # From this many rows on, a block has a thread per ROW_CACHE elements of its row, else one
 # per element (an H200 holds about 132 x 8 blocks at once).
 MIN_CACHED_ROWS = 1024
@@ -148,15 +155,18 @@ def _block_reduce_shuffle(buf, value, take_max):
 
 def _softmax_block_kernel(long_rows, simulator):
     """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
-    `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block)."""
+    `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
+    ROW_CACHE loads of it issued before any is used."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
 
     def kernel(out, x, rows, D):
         buf = cuda.shared.array(MAX_BLOCK, float32)
         vals = cuda.local.array(ROW_CACHE, float32)
+        chunk = cuda.local.array(ROW_CACHE, float32)  # the long rows' tail, a pass at a time
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
-        tail = tid + ROW_CACHE * nthreads  # this thread's first element past the cache
+        span = ROW_CACHE * nthreads
+        whole = tid + span - nthreads < D  # this thread's whole cache lies in the row
         # The row loop is uniform over the block, so every thread reaches every syncthreads.
         r = cuda.blockIdx.x
         while r < rows:
@@ -169,31 +179,36 @@ def _softmax_block_kernel(long_rows, simulator):
             m = float32(-math.inf)
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
-                if i < D:
-                    v = float32(x[_u(base + i)])
-                    vals[j] = v
-                    if v > m:
-                        m = v
+                v = float32(x[_u(base + i)]) if whole or i < D else float32(-math.inf)
+                vals[j] = v
+                if v > m:
+                    m = v
             tm = float32(-math.inf)
             ts = float32(0.0)
-            i = tail
+            i = tid + span
             while long_rows and i < D:
-                v = float32(x[_u(base + i)])
-                if v > tm:
-                    ts = ts * float32(math.exp(tm - v)) + float32(1.0)
-                    tm = v
-                elif v == tm:
-                    ts += float32(1.0)
-                else:
-                    ts += float32(math.exp(v - tm))
-                i += nthreads
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    if k < D:
+                        chunk[j] = float32(x[_u(base + k)])
+                for j in range(ROW_CACHE):
+                    if i + j * nthreads < D:
+                        v = chunk[j]
+                        if v > tm:
+                            ts = ts * float32(math.exp(tm - v)) + float32(1.0)
+                            tm = v
+                        elif v == tm:
+                            ts += float32(1.0)
+                        else:
+                            ts += float32(math.exp(v - tm))
+                i += span
             if tm > m:
                 m = tm
             row_max = block_reduce(buf, m, True)
             # 2. sum of exp(x - max)
             acc = float32(0.0)
             for j in range(ROW_CACHE):
-                if tid + j * nthreads < D:
+                if whole or tid + j * nthreads < D:
                     e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
                     acc += e
@@ -203,12 +218,19 @@ def _softmax_block_kernel(long_rows, simulator):
             # 3. normalize
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
-                if i < D:
+                if whole or i < D:
                     out[_u(base + i)] = vals[j] * inv
-            i = tail
+            i = tid + span
             while long_rows and i < D:
-                out[_u(base + i)] = float32(math.exp(float32(x[_u(base + i)]) - row_max)) * inv
-                i += nthreads
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    if k < D:
+                        chunk[j] = float32(x[_u(base + k)])
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    if k < D:
+                        out[_u(base + k)] = float32(math.exp(chunk[j] - row_max)) * inv
+                i += span
             r += cuda.gridDim.x
 
     kernel.__name__ = kernel.__qualname__ = "_softmax_long_kernel" if long_rows else "_softmax_kernel"
@@ -220,54 +242,78 @@ _softmax_long_kernel = with_simulator_twin(_softmax_block_kernel, True)
 
 
 def _layer_norm_block_kernel(long_rows, simulator):
-    """Layer norm, a block per row (see above), as `_softmax_block_kernel`."""
+    """Layer norm, a block per row (see above), as `_softmax_block_kernel`; gamma and beta are
+    loaded STORE_CHUNK values at a time before those are stored."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
 
     def kernel(out, x, gamma, beta, rows, D, eps):
         buf = cuda.shared.array(MAX_BLOCK, float32)
         vals = cuda.local.array(ROW_CACHE, float32)
+        g = cuda.local.array(ROW_CACHE, float32)
+        b = cuda.local.array(ROW_CACHE, float32)
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
-        tail = tid + ROW_CACHE * nthreads
+        span = ROW_CACHE * nthreads
+        whole = tid + span - nthreads < D
         inv_d = float32(1.0) / float32(D)
         r = cuda.blockIdx.x
         while r < rows:
             base = r * D
-            # 1. mean, the row read once into the cache
+            # 1. mean, the row read once into the cache (a padded slot holds 0)
             acc = float32(0.0)
             for j in range(ROW_CACHE):
                 i = tid + j * nthreads
-                if i < D:
-                    v = float32(x[_u(base + i)])
-                    vals[j] = v
-                    acc += v
-            i = tail
+                v = float32(x[_u(base + i)]) if whole or i < D else float32(0.0)
+                vals[j] = v
+                acc += v
+            i = tid + span
             while long_rows and i < D:
-                acc += float32(x[_u(base + i)])
-                i += nthreads
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    g[j] = float32(x[_u(base + k)]) if k < D else float32(0.0)
+                for j in range(ROW_CACHE):
+                    acc += g[j]
+                i += span
             mean = block_reduce(buf, acc, False) * inv_d
             # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
             acc = float32(0.0)
             for j in range(ROW_CACHE):
-                if tid + j * nthreads < D:
+                if whole or tid + j * nthreads < D:
                     d = vals[j] - mean
                     acc += d * d
-            i = tail
+            i = tid + span
             while long_rows and i < D:
-                d = float32(x[_u(base + i)]) - mean
-                acc += d * d
-                i += nthreads
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    g[j] = float32(x[_u(base + k)]) - mean if k < D else float32(0.0)
+                for j in range(ROW_CACHE):
+                    acc += g[j] * g[j]
+                i += span
             rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
-            # 3. scale and shift
-            for j in range(ROW_CACHE):
-                i = tid + j * nthreads
-                if i < D:
-                    out[_u(base + i)] = (vals[j] - mean) * rstd * float32(gamma[_u(i)]) + float32(beta[_u(i)])
-            i = tail
+            # 3. scale and shift, STORE_CHUNK values at a time
+            for h in range(0, ROW_CACHE, STORE_CHUNK):
+                for j in range(h, h + STORE_CHUNK):
+                    i = tid + j * nthreads
+                    if whole or i < D:
+                        g[j - h] = float32(gamma[_u(i)])
+                        b[j - h] = float32(beta[_u(i)])
+                for j in range(h, h + STORE_CHUNK):
+                    i = tid + j * nthreads
+                    if whole or i < D:
+                        out[_u(base + i)] = (vals[j] - mean) * rstd * g[j - h] + b[j - h]
+            i = tid + span
             while long_rows and i < D:
-                y = (float32(x[_u(base + i)]) - mean) * rstd
-                out[_u(base + i)] = y * float32(gamma[_u(i)]) + float32(beta[_u(i)])
-                i += nthreads
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    if k < D:
+                        vals[j] = float32(x[_u(base + k)])
+                        g[j] = float32(gamma[_u(k)])
+                        b[j] = float32(beta[_u(k)])
+                for j in range(ROW_CACHE):
+                    k = i + j * nthreads
+                    if k < D:
+                        out[_u(base + k)] = (vals[j] - mean) * rstd * g[j] + b[j]
+                i += span
             r += cuda.gridDim.x
 
     kernel.__name__ = kernel.__qualname__ = "_layer_norm_long_kernel" if long_rows else "_layer_norm_kernel"
