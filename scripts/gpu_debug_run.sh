@@ -8,17 +8,8 @@
 # Usage: scripts/gpu_debug_run.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: scripts/gpu_debug_run.sh OUT_DIR}
-mkdir -p "$out"
-nvidia-smi -L > "$out/devices.txt" 2>&1
-
-step() {  # step NAME COMMAND...: its output in OUT/NAME.log, its exit status at the end
-  local name=$1; shift
-  echo "== $name: $*"
-  "$@" > "$out/$name.log" 2>&1
-  local status=$?
-  echo "exit status: $status" >> "$out/$name.log"
-  tail -3 "$out/$name.log"
-}
+STEP_TAIL=${STEP_TAIL:-3}
+source "$(dirname "$0")/gpu_step.sh"  # step NAME COMMAND...; devices.txt, date.txt
 
 step demo python3 -P -m simaccel.tvm_integration.tools.cli demo --device cuda
 step sanitizer python3 scripts/debug_tools_gpu.py "$out/sanitizer.json"

@@ -9,18 +9,7 @@
 set -uo pipefail
 out=${1:?usage: scripts/gpu_kernels_run.sh OUT_DIR ops|tests|bench}
 what=${2:?usage: scripts/gpu_kernels_run.sh OUT_DIR ops|tests|bench}
-mkdir -p "$out"
-nvidia-smi -L > "$out/devices.txt" 2>&1
-date -u +"%Y-%m-%d %H:%M:%S UTC" > "$out/date.txt"
-
-step() {  # step NAME COMMAND...: its output in OUT/NAME.log, its exit status at the end
-  local name=$1; shift
-  echo "== $name: $*"
-  "$@" > "$out/$name.log" 2>&1
-  local status=$?
-  echo "exit status: $status" >> "$out/$name.log"
-  tail -${TAIL:-25} "$out/$name.log"
-}
+source "$(dirname "$0")/gpu_step.sh"  # step NAME COMMAND...; devices.txt, date.txt
 
 ncu_case() {  # ncu_case LABEL KERNEL_REGEX: one launch of the kernel, appended to OUT/ncu.txt
   local sections="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"

@@ -8,18 +8,7 @@
 set -uo pipefail
 out=${1:?usage: scripts/gpu_untuned_run.sh OUT_DIR models|ops|fusion}
 what=${2:?usage: scripts/gpu_untuned_run.sh OUT_DIR models|ops|fusion}
-mkdir -p "$out"
-nvidia-smi -L > "$out/devices.txt" 2>&1
-date -u +"%Y-%m-%d %H:%M:%S UTC" > "$out/date.txt"
-
-step() {  # step NAME COMMAND...: its output in OUT/NAME.log, its exit status at the end
-  local name=$1; shift
-  echo "== $name: $*"
-  "$@" > "$out/$name.log" 2>&1
-  local status=$?
-  echo "exit status: $status" >> "$out/$name.log"
-  tail -25 "$out/$name.log"
-}
+source "$(dirname "$0")/gpu_step.sh"  # step NAME COMMAND...; devices.txt, date.txt
 
 case $what in
   models) step models python3 -P scripts/untuned_models_gpu.py "$out/models" --models "${MODELS:-all}" \
