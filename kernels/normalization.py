@@ -41,7 +41,6 @@ import math
 import numba
 import numpy as np
 from numba import cuda, float32
-from numba.cuda import libdevice
 from numba.cuda.extending import register_jitable
 
 from .target import with_simulator_twin
@@ -155,22 +154,11 @@ def _block_reduce_shuffle(buf, value, take_max):
     return value
 
 
-def _exp(simulator: bool):
-    """Softmax's exp: on the GPU libdevice's fast_expf (ex2.approx of x * log2(e): two
-    instructions where expf takes about ten; relative error about 2**-22 + |x| * 2**-24 (5e-6
-    at x = -80) where expf, which TVM's CUDA build and numpy use, is within an ulp; denormal
-    results flushed to zero: within every tolerance the checks use),
-    because the 1024-wide rows were instruction-bound (ncu: SM 78%, DRAM 46%); on the
-    simulator math.exp."""
-    return math.exp if simulator else libdevice.fast_expf
-
-
 def _softmax_block_kernel(long_rows, simulator):
     """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
     `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
     ROW_CACHE loads of it issued before any is used."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
-    exp = _exp(simulator)
 
     def kernel(out, x, rows, D):
         buf = cuda.shared.array(MAX_BLOCK, float32)
@@ -209,12 +197,12 @@ def _softmax_block_kernel(long_rows, simulator):
                     if i + j * nthreads < D:
                         v = chunk[j]
                         if v > tm:
-                            ts = ts * float32(exp(tm - v)) + float32(1.0)
+                            ts = ts * float32(math.exp(tm - v)) + float32(1.0)
                             tm = v
                         elif v == tm:
                             ts += float32(1.0)
                         else:
-                            ts += float32(exp(v - tm))
+                            ts += float32(math.exp(v - tm))
                 i += span
             if tm > m:
                 m = tm
@@ -223,11 +211,11 @@ def _softmax_block_kernel(long_rows, simulator):
             acc = float32(0.0)
             for j in range(ROW_CACHE):
                 if long_rows or tid + j * nthreads < D:
-                    e = float32(exp(vals[j] - row_max))
+                    e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
                     acc += e
             if long_rows:
-                acc += ts * float32(exp(tm - row_max))
+                acc += ts * float32(math.exp(tm - row_max))
             inv = float32(1.0) / block_reduce(buf, acc, False)
             # 3. normalize
             for j in range(ROW_CACHE):
@@ -243,7 +231,7 @@ def _softmax_block_kernel(long_rows, simulator):
                 for j in range(ROW_CACHE):
                     k = i + j * nthreads
                     if k < D:
-                        out[_u(base + k)] = float32(exp(chunk[j] - row_max)) * inv
+                        out[_u(base + k)] = float32(math.exp(chunk[j] - row_max)) * inv
                 i += span
             r += cuda.gridDim.x
 
@@ -342,7 +330,6 @@ def _softmax_rows_kernel(simulator):
     """Softmax, a group of 2**shift lanes per row of D <= 2**shift * WARP_CACHE (see above);
     the row loop is uniform over the block, a group past the last row computes on nothing."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
-    exp = _exp(simulator)
 
     def kernel(out, x, rows, D, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
@@ -367,7 +354,7 @@ def _softmax_rows_kernel(simulator):
             acc = float32(0.0)
             for j in range(WARP_CACHE):
                 if live and lane + j * lanes < D:
-                    e = float32(exp(vals[j] - row_max))
+                    e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
                     acc += e
             inv = float32(1.0) / reduce(buf, acc, False, lane, group, lanes)
