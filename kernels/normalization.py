@@ -194,7 +194,7 @@ def _softmax_block_kernel(long_rows, simulator):
                     if k < D:
                         chunk[j] = float32(x[_u(base + k)])
                 for j in range(ROW_CACHE):
-                    if i + j * nthreads < D:
+                    if i + j * nthreads < D:  # the slots the loop above loaded
                         v = chunk[j]
                         if v > tm:
                             ts = ts * float32(math.exp(tm - v)) + float32(1.0)
@@ -251,12 +251,13 @@ def _layer_norm_block_kernel(long_rows, simulator):
     def kernel(out, x, gamma, beta, rows, D, eps):
         buf = cuda.shared.array(MAX_BLOCK, float32)
         vals = cuda.local.array(ROW_CACHE, float32)
-        g = cuda.local.array(ROW_CACHE, float32)
+        chunk = cuda.local.array(ROW_CACHE, float32)  # the long rows' tail, a pass at a time
+        g = cuda.local.array(ROW_CACHE, float32)  # gamma and beta of the values being stored
         b = cuda.local.array(ROW_CACHE, float32)
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
         span = ROW_CACHE * nthreads
-        whole = tid + span - nthreads < D
+        whole = long_rows or tid + span - nthreads < D  # this thread's cache lies in the row
         inv_d = float32(1.0) / float32(D)
         r = cuda.blockIdx.x
         while r < rows:
@@ -272,9 +273,9 @@ def _layer_norm_block_kernel(long_rows, simulator):
             while long_rows and i < D:
                 for j in range(ROW_CACHE):
                     k = i + j * nthreads
-                    g[j] = float32(x[_u(base + k)]) if k < D else float32(0.0)
+                    chunk[j] = float32(x[_u(base + k)]) if k < D else float32(0.0)
                 for j in range(ROW_CACHE):
-                    acc += g[j]
+                    acc += chunk[j]
                 i += span
             mean = block_reduce(buf, acc, False) * inv_d
             # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
@@ -287,9 +288,9 @@ def _layer_norm_block_kernel(long_rows, simulator):
             while long_rows and i < D:
                 for j in range(ROW_CACHE):
                     k = i + j * nthreads
-                    g[j] = float32(x[_u(base + k)]) - mean if k < D else float32(0.0)
+                    chunk[j] = float32(x[_u(base + k)]) - mean if k < D else float32(0.0)
                 for j in range(ROW_CACHE):
-                    acc += g[j] * g[j]
+                    acc += chunk[j] * chunk[j]
                 i += span
             rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
             # 3. scale and shift, STORE_CHUNK values at a time
@@ -308,13 +309,13 @@ def _layer_norm_block_kernel(long_rows, simulator):
                 for j in range(ROW_CACHE):
                     k = i + j * nthreads
                     if k < D:
-                        vals[j] = float32(x[_u(base + k)])
+                        chunk[j] = float32(x[_u(base + k)])
                         g[j] = float32(gamma[_u(k)])
                         b[j] = float32(beta[_u(k)])
                 for j in range(ROW_CACHE):
                     k = i + j * nthreads
                     if k < D:
-                        out[_u(base + k)] = (vals[j] - mean) * rstd * g[j] + b[j]
+                        out[_u(base + k)] = (chunk[j] - mean) * rstd * g[j] + b[j]
                 i += span
             r += cuda.gridDim.x
 

@@ -555,7 +555,11 @@ def test_avg_pool2d_count_include_pad_differs():
 ILP_CASES = [("simaccel.add", [(3, 1500), (1500,)], {}), ("simaccel.multiply", [(4100,), ()], {}),
              ("simaccel.gelu", [(4111,)], {}), ("simaccel.clip", [(2, 2053)], {"min": -0.5, "max": 0.5}),
              ("simaccel.permute_dims", [(7, 9, 65)], {"axes": [2, 0, 1]}), ("simaccel.broadcast_to", [(1, 600)],
-                                                                              {"shape": [7, 600]})]
+                                                                              {"shape": [7, 600]}),
+             # A thread's next elements step along the innermost dim from its first one's
+             # indices: an innermost dim of 1500 with a stride-0 operand (the step adds 0 to it),
+             # and one of 9, shorter than a block (every step divides again), rank 4.
+             ("simaccel.subtract", [(2, 3, 5, 300), (3, 1, 1)], {}), ("simaccel.divide", [(3, 5, 7, 9), (5, 1, 9)], {})]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -632,6 +636,30 @@ def test_row_kernels_keep_nan_and_inf_as_numpy(D, row_threads):
         np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
         assert np.isnan(ref[:nan_rows]).all() and not np.isnan(ref[nan_rows:]).any(), name
         np.testing.assert_allclose(out[nan_rows:], ref[nan_rows:], **TOL["float32"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_long_rows_read_their_tail_in_several_passes(dtype):
+    """Rows of 6181 on a block of 256 (few rows): 2048 cached, the rest in three passes of 8
+    loads a thread, the last one partial; the row max and large values in the later passes
+    (softmax's online sum rescales there), and for softmax a -inf among them."""
+    from simaccel.kernels import normalization
+
+    D = 6181
+    rng = np.random.default_rng(61)
+    x = _random(rng, (2, D), dtype, scale=3.0)
+    x[0, D - 5], x[1, 5000], x[1, D - 1] = 9.0, 8.0, 7.5
+    with_inf = x.copy()
+    with_inf[0, 3000] = -np.inf
+    gamma, beta = _random(rng, (D,), dtype), _random(rng, (D,), dtype)
+    for name, arrays, attrs, kernel in (("simaccel.softmax", [with_inf], {}, normalization._softmax_long_kernel),
+                                        ("simaccel.layer_norm", [x + np.array(5.0, dtype), gamma, beta],
+                                         {"epsilon": 1e-5}, normalization._layer_norm_long_kernel)):
+        target = PlanOnlyTarget()
+        op = get_op(name)
+        op.kernel(target, FakeCUDAArray(np.empty_like(x)), *map(FakeCUDAArray, arrays), **op.all_attrs(attrs))
+        assert [(fn, block) for fn, _, block, _ in target.launches] == [(kernel, 256)]
+        check(name, arrays, attrs)
 
 
 def test_layer_norm_unit_affine_is_normalized():
