@@ -5,12 +5,15 @@ simaccel.dense*). Numba has no access to the `mma`, `ldmatrix` and `cp.async` in
 so the K loop of each 128 x 128 output tile is a CUDA C++ device function (tensor_core.cu),
 declared with `cuda.declare_device` and linked into the kernel with link-time optimisation
 (it is inlined). The Numba kernel finds the tile's operands (batch strides as the float32
-kernel's), calls the main loop for 64 float32 accumulators per thread, and applies bias,
-activation and the bounds-checked float16 store, with the same activation code as every
-other kernel.
+kernel's), calls the main loop for 64 float32 accumulators per thread, asks the C++ side
+which tile element each accumulator is (`simaccel_mma_cell`, the layout of the instruction
+it was compiled with), and applies bias, activation and the bounds-checked float16 store,
+with the same activation code as every other kernel.
 
 Where it runs:
-- on a GPU of compute capability 8.0 or newer: tensor cores (float16 products, float32 sums);
+- on sm_90a (H100, H200 cubins): warpgroup MMA, wgmma.m64n128k16 from shared memory;
+- on a GPU of compute capability 8.0 or newer (and sm_90's portable PTX): mma.sync tensor
+  cores (float16 products, float32 sums);
 - on older GPUs: the same C++ entry computes the same accumulators with float32 FMAs;
 - on the simulator: a numpy model stands in for the C++ function (kernels/main_loop.py),
   filling each thread's accumulators in the C++ layout, so the kernel around it (offsets,
@@ -43,6 +46,17 @@ def fragment_position(i, lane, warp):
     return row, col
 
 
+# The C++ side's own map of accumulator i to its tile element, row * BN + column: the layout
+# of the main loop compiled beside it (mma.sync's, or on sm_90a wgmma's), so the two agree.
+_mma_cell = cuda.declare_device("simaccel_mma_cell", types.int32(types.int64), link=[str(HERE / SOURCE)], abi="c")
+
+
+@register_jitable
+def _compiled_position(i, lane, warp):
+    cell = _mma_cell(i)
+    return cell // BN, cell % BN
+
+
 def _thread_positions():  # the simulator model's view of this thread (this module's `cuda`)
     t = cuda.threadIdx.x
     return [(i, *fragment_position(i, t % 32, t // 32)) for i in range(ACC)]
@@ -53,9 +67,10 @@ def _kernel(transpose_b, epilogue, simulator):
     C++ main loop, or on the simulator its numpy model."""
     if simulator:
         main_loop, pointer = simulated_main_loop(transpose_b, _thread_positions), same
+        position = fragment_position
     else:
         main_loop = declare(f"simaccel_mma_tile_{'nk' if transpose_b else 'kn'}", types.float16, SOURCE)
-        pointer = data_pointer
+        pointer, position = data_pointer, _compiled_position
 
     def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
                e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
@@ -71,7 +86,7 @@ def _kernel(transpose_b, epilogue, simulator):
         main_loop(pointer(acc), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
         out_row0 = z * M + row0
         for i in range(ACC):
-            row, col = fragment_position(i, lane, warp)
+            row, col = position(i, lane, warp)
             if row < m_left and col < n_left:
                 v = acc[i]
                 if has_bias:

@@ -115,8 +115,9 @@ def supported_archs() -> tuple[tuple[int, int], ...]:
     return tuple(sorted(tuple(cc) for cc in nvrtc.get_supported_ccs()))
 
 
-def arch_name(arch: tuple[int, int]) -> str:
-    return f"sm_{arch[0]}{arch[1]}"
+def arch_name(arch: tuple) -> str:
+    """"sm_90" for (9, 0); "sm_90a" for the arch-specific (9, 0, "a")."""
+    return f"sm_{arch[0]}{arch[1]}{''.join(arch[2:])}"
 
 
 def parse_archs(value, default: tuple[int, int] | None = None) -> tuple[tuple[int, int], ...]:
@@ -239,11 +240,27 @@ def _compile(kernel, sig: tuple, arch: tuple[int, int], lineinfo: bool = False) 
     # Calls into CUDA C++: both sides as LTO-IR, linked (and inlined) by nvJitLink. No line
     # information: NVVM's fails that link ("linking module flags 'Debug Info Version': IDs
     # have conflicting behaviors", NVVM and NVRTC 13.0), and NVRTC's alone reaches no cubin.
+    # The PTX is the portable one, any GPU of `arch` or newer JITs it; the cubin may use the
+    # architecture's own instructions (sm_90a: wgmma), which the C++ selects on
+    # __CUDA_ARCH_FEAT_SM90_ALL and which run on that architecture alone.
     with global_compiler_lock:
         ltoir = library.get_ltoir(cc=arch)
     inputs = [(bytes(ltoir), "LTOIR")] + [(_nvrtc_ltoir(path, arch), "LTOIR") for path in sources]
     ptx, _ = _link(inputs, arch, kernel.__name__, ptx=True)
-    return _without_spills(CompiledKernel(kernel, sig, arch, ptx.decode(), b""), inputs)
+    specific = arch_specific(arch)
+    if specific != arch:
+        inputs = inputs[:1] + [(_nvrtc_ltoir(path, specific), "LTOIR") for path in sources]
+    return _without_spills(CompiledKernel(kernel, sig, arch, ptx.decode(), b""), inputs, cubin_arch=specific)
+
+
+# Architectures whose cubins carry arch-specific instructions of CUDA C++ main loops: the
+# 'a' targets (sm_90a: wgmma, setmaxnreg), whose code runs on that compute capability only.
+_ARCH_SPECIFIC = {(9, 0): (9, 0, "a")}
+
+
+def arch_specific(arch: tuple) -> tuple:
+    """The target a cubin for `arch` is linked for: `arch`, or its 'a' form where it has one."""
+    return _ARCH_SPECIFIC.get(tuple(arch), tuple(arch))
 
 
 def _frontend(kernel, sig: tuple, bounds, lineinfo: bool, lto: bool, arch: tuple[int, int]):
@@ -285,12 +302,13 @@ _REGISTER_RETRIES = ((), ("-Xptxas=--register-usage-level=10",), ("-maxrregcount
 _LINEINFO = ("-lineinfo",)  # nvJitLink: keep line information in the linked code
 
 
-def _without_spills(kernel: CompiledKernel, inputs: list, lineinfo: bool = False) -> CompiledKernel:
-    """`kernel` with the cubin of `inputs` linked for its arch, the first of `_REGISTER_RETRIES` that spills nothing."""
+def _without_spills(kernel: CompiledKernel, inputs: list, lineinfo: bool = False, cubin_arch=None) -> CompiledKernel:
+    """`kernel` with the cubin of `inputs` linked for its arch (or `cubin_arch`, e.g. (9, 0, "a")),
+    the first of `_REGISTER_RETRIES` that spills nothing."""
     for extra in _REGISTER_RETRIES:
         if lineinfo:
             extra = extra + _LINEINFO
-        cubin, log = _link(inputs, kernel.arch, kernel.kernel.__name__, extra=extra)
+        cubin, log = _link(inputs, cubin_arch or kernel.arch, kernel.kernel.__name__, extra=extra)
         linked = replace(kernel, cubin=cubin, link_log=log)
         spills = [re.search(_RESOURCES[key], log) for key in ("spill_stores", "spill_loads")]
         if not all(spills) or not any(int(m.group(1)) for m in spills):
@@ -312,7 +330,7 @@ def _nvrtc_compile(path: str, source: str, arch: tuple[int, int]) -> bytes:
     try:
         ltoir, _ = nvrtc.compile(source, path, arch, ltoir=True)
     except Exception as e:  # NVRTC's log, as numba-cuda raises it
-        raise EngineError(f"{path}: NVRTC could not compile it for sm_{arch[0]}{arch[1]}: {e}") from e
+        raise EngineError(f"{path}: NVRTC could not compile it for {arch_name(arch)}: {e}") from e
     return bytes(ltoir.code)
 
 

@@ -95,6 +95,42 @@ def test_float16_matmul_kernels_use_tensor_cores(name, data, weight):
     assert used["stack"] <= 256 and used["registers"] <= 128, used
 
 
+@pytest.mark.parametrize("name, data, weight", TENSOR_CORE_CASES)
+def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, monkeypatch, tmp_path):
+    """The sm_90 cubin is linked for sm_90a, whose main loop is wgmma.m64n128k16 from shared
+    memory (both forms of B: K-major and the (K, N) form's N-major), within the same 128
+    registers and 256-byte frame; the shipped PTX stays portable (mma.sync, no wgmma), so
+    a GPU newer than sm_90 JITs it. The SASS is read with cuobjdump where one is installed."""
+    import shutil
+    import subprocess
+
+    from simaccel import aot
+
+    links = []  # (inputs, arch) of every link of this compile
+    link = aot._link
+    monkeypatch.setattr(aot, "_link", lambda inputs, arch, *a, **k: links.append((inputs, arch)) or link(inputs, arch, *a, **k))
+    n = weight[-1] if "matmul" in name else weight[-2]
+    program = one_op_program(name, [data, weight, (n,)], "float16")
+    [launch] = plan_launches(program)
+    kernel = aot._compile.__wrapped__(launch.kernel, signature(launch, program), SM90)
+    assert "wgmma" not in kernel.ptx and "mma.sync" in kernel.ptx
+    assert b"sm_90a" in kernel.cubin
+    used = no_spills(kernel)
+    assert used["stack"] <= 256 and used["registers"] <= 128, used
+    # The cubin's inputs, linked to PTX: wgmma, behind the proxy fence that lets it read what cp.async wrote.
+    cubin_inputs = {id(inputs): inputs for inputs, arch in links if arch == (9, 0, "a")}
+    assert len(cubin_inputs) == 1
+    specific = link(*cubin_inputs.values(), (9, 0, "a"), "k", ptx=True)[0].decode()
+    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in specific and "mma.sync" not in specific
+    assert "fence.proxy.async.shared::cta" in specific
+    cuobjdump = shutil.which("cuobjdump")
+    if cuobjdump:
+        (tmp_path / "kernel.cubin").write_bytes(kernel.cubin)
+        sass = subprocess.run([cuobjdump, "-sass", str(tmp_path / "kernel.cubin")], capture_output=True, text=True,
+                              check=True).stdout
+        assert "HGMMA.64x128x16.F32" in sass and "HMMA" not in sass
+
+
 def test_float16_matmul_kernels_compile_for_gpus_without_tensor_cores():
     # sm_75 has neither m16n8k16 nor cp.async: the same C++ entry computes with float32 FMAs.
     name, data, weight = TENSOR_CORE_CASES[1]

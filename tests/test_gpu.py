@@ -377,6 +377,76 @@ def test_matmul_main_loops_on_unaligned_operands(name, dtype):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
+# float16 GEMMs whose tiles, K slices and rows are partial, in both forms of B, batched and
+# broadcast: on the H200 the cubin's main loop is wgmma (sm_90a), its accumulator layout and
+# shared-memory descriptors differ from mma.sync's, and a wrong one is wrong only in places.
+TENSOR_CORE_SHAPES = [
+    ("simaccel.matmul", [(300, 40), (40, 200)]),  # K: one partial slice; M, N: partial tiles
+    ("simaccel.matmul", [(256, 1000), (1000, 384)]),  # K = 31 slices + a tail of 8
+    ("simaccel.matmul", [(129, 17), (17, 130)]),  # rows of 34 bytes: the element-load path
+    ("simaccel.matmul_bias_relu", [(3, 130, 64), (3, 64, 257), (257,)]),
+    ("simaccel.matmul", [(2, 1, 70, 96), (1, 3, 96, 136)]),  # broadcast batch dims
+    ("simaccel.dense_bias", [(300, 1000), (200, 1000), (200,)]),
+    ("simaccel.dense", [(65, 24), (129, 24)]),
+    ("simaccel.dense_bias_gelu", [(512, 4096), (1024, 4096), (1024,)]),
+    ("simaccel.dense", [(7, 9, 33), (250, 33)]),
+]
+
+
+def _tensor_core_case(name, shapes, seed):
+    from simaccel.ops import get_op
+
+    op = get_op(name)
+    rng = np.random.default_rng(seed)
+    arrays = [rng.uniform(-1, 1, s).astype("float16") for s in shapes]
+    attrs = op.all_attrs({})
+    want = op.reference(*[a.astype(np.float64) for a in arrays], **attrs)
+    return op, arrays, attrs, want
+
+
+@pytest.mark.parametrize("name, shapes", TENSOR_CORE_SHAPES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(TENSOR_CORE_SHAPES)])
+def test_float16_tensor_core_matmuls_on_partial_tiles(name, shapes):
+    """Numba's own compile on this GPU (sm_90a on an H100/H200): every element of the output
+    against float64 numpy, within float16's rounding of sums of up to 4096 products."""
+    from numba import cuda
+
+    from simaccel.kernels import KernelTarget
+
+    op, arrays, attrs, want = _tensor_core_case(name, shapes, 5)
+    shape, _ = op.infer([a.shape for a in arrays], ["float16"] * len(arrays), **attrs)
+    stream = cuda.stream()
+    out = cuda.device_array(shape, dtype="float16")
+    op.kernel(KernelTarget("cuda", stream), out, *[cuda.to_device(a, stream=stream) for a in arrays], **attrs)
+    got = out.copy_to_host(stream=stream)
+    stream.synchronize()
+    scale = np.sqrt(shapes[0][-1])  # sums of K products of numbers within [-1, 1]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=2e-3 * scale)
+
+
+def test_native_float16_tensor_core_matmuls_on_partial_tiles(clean_runtime, tmp_path):
+    """The same GEMMs in one native library: the cubins simaccel.aot links for sm_90 (sm_90a's
+    wgmma main loop), launched from C++ on TVM's tensors."""
+    import tvm
+
+    from simaccel.aot import toolchain_missing
+    from simaccel.native.source import NativeRegion
+
+    reason = toolchain_missing()
+    if reason:
+        pytest.skip(reason)
+    from native_support import region_library
+
+    programs = {f"tc{i}": one_op_program(name, shapes, "float16") for i, (name, shapes) in enumerate(TENSOR_CORE_SHAPES)}
+    library, _ = region_library([NativeRegion(s, p) for s, p in programs.items()], tmp_path)
+    for i, (name, shapes) in enumerate(TENSOR_CORE_SHAPES):
+        _, arrays, _, want = _tensor_core_case(name, shapes, 5)
+        tensors = [tvm.runtime.tensor(a, tvm.cuda(0)) for a in arrays]
+        got = tvm.runtime.tensor(np.zeros(want.shape, "float16"), tvm.cuda(0))
+        library[f"tc{i}"](*tensors, got)
+        scale = np.sqrt(shapes[0][-1])
+        np.testing.assert_allclose(got.numpy().astype(np.float64), want, rtol=1e-2, atol=2e-3 * scale, err_msg=f"{name} {shapes}")
+
+
 # -- the fault classes on the GPU: aliasing, special values, bounded memory, threads -----------------
 def one_op_program(name, shapes, dtype, attrs=None):
     """A Program running op `name` alone on inputs of `shapes`."""
