@@ -281,14 +281,13 @@ __device__ __forceinline__ void wgmma_main_loop(uint4 (&sa)[STAGES][CHUNKS], uin
         if (s < slices) stage(s, s * BK);
         commit();
     }
+    // Slice t's wgmma runs while the block waits for slice t + 1 and stages slice t + 2: it
+    // is waited for (wait_group 1) only when slice t + 1's has been issued behind it.
     for (int t = 0; t < slices; ++t) {
         wait_groups<STAGES - 2>();
         // This thread's copies of slice t, made by the generic proxy, seen by wgmma's async one.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();  // slice t is in; both warpgroups are done with slice t - 1's buffer
-        const int next = t + STAGES - 1;
-        if (next < slices) stage(next % STAGES, next * BK);
-        commit();
+        __syncthreads();  // slice t is in
         const char* A = reinterpret_cast<const char*>(sa[t % STAGES]) + group * 64 * 64;  // 64 rows of 64 bytes
         const char* B = reinterpret_cast<const char*>(sb[t % STAGES]);
         fence_registers(d);
@@ -304,9 +303,15 @@ __device__ __forceinline__ void wgmma_main_loop(uint4 (&sa)[STAGES][CHUNKS], uin
             wgmma_m64n128k16<kTransB ? 0 : 1>(d, da, db);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // slice t - 1's is done
         fence_registers(d);
+        __syncthreads();  // both warpgroups are done with slice t - 1's buffer
+        const int next = t + STAGES - 1;
+        if (next < slices) stage(next % STAGES, next * BK);
+        commit();
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    fence_registers(d);
     wait_groups<0>();
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = d[i];

@@ -96,7 +96,7 @@ def test_float16_matmul_kernels_use_tensor_cores(name, data, weight):
 
 
 @pytest.mark.parametrize("name, data, weight", TENSOR_CORE_CASES)
-def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, monkeypatch, tmp_path):
+def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, tmp_path):
     """The sm_90 cubin is linked for sm_90a, whose main loop is wgmma.m64n128k16 from shared
     memory (both forms of B: K-major and the (K, N) form's N-major), within the same 128
     registers and 256-byte frame; the shipped PTX stays portable (mma.sync, no wgmma), so
@@ -105,22 +105,22 @@ def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, mo
     import subprocess
 
     from simaccel import aot
+    from simaccel.kernels.target import launch_bounds, link_sources
 
-    links = []  # (inputs, arch) of every link of this compile
-    link = aot._link
-    monkeypatch.setattr(aot, "_link", lambda inputs, arch, *a, **k: links.append((inputs, arch)) or link(inputs, arch, *a, **k))
     n = weight[-1] if "matmul" in name else weight[-2]
     program = one_op_program(name, [data, weight, (n,)], "float16")
-    [launch] = plan_launches(program)
-    kernel = aot._compile.__wrapped__(launch.kernel, signature(launch, program), SM90)
+    [kernel] = compile_program(program, SM90)
     assert "wgmma" not in kernel.ptx and "mma.sync" in kernel.ptx
     assert b"sm_90a" in kernel.cubin
     used = no_spills(kernel)
     assert used["stack"] <= 256 and used["registers"] <= 128, used
-    # The cubin's inputs, linked to PTX: wgmma, behind the proxy fence that lets it read what cp.async wrote.
-    cubin_inputs = {id(inputs): inputs for inputs, arch in links if arch == (9, 0, "a")}
-    assert len(cubin_inputs) == 1
-    specific = link(*cubin_inputs.values(), (9, 0, "a"), "k", ptx=True)[0].decode()
+    # The cubin's inputs (the kernel's LTO-IR, the C++ compiled for sm_90a) linked to PTX:
+    # wgmma, behind the proxy fence that lets it read what cp.async wrote.
+    [launch] = plan_launches(program)
+    library = aot._frontend(launch.kernel, kernel.signature, launch_bounds(launch.kernel, SM90), False, True, SM90)
+    inputs = [(bytes(library.get_ltoir(cc=SM90)), "LTOIR")]
+    inputs += [(aot._nvrtc_ltoir(path, (9, 0, "a")), "LTOIR") for path in link_sources(launch.kernel)]
+    specific = aot._link(inputs, (9, 0, "a"), launch.kernel.__name__, ptx=True)[0].decode()
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in specific and "mma.sync" not in specific
     assert "fence.proxy.async.shared::cta" in specific
     cuobjdump = shutil.which("cuobjdump")
