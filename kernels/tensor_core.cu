@@ -82,6 +82,46 @@ __device__ __forceinline__ void stage_rows(uint4* dst, const __half* src, int ld
     }
 }
 
+// Chunk (k, c) of a (K, N) slice of 32 k rows x 128 halves, for ldmatrix.trans: k rows of 16
+// chunks swizzled by k.
+__device__ __forceinline__ int rows_of_16(int k, int c) { return k * 16 + (c ^ (k & 7)); }
+// The same for wgmma's N-major B: two 64-column halves, each 32 k rows of 128 bytes (8 chunks)
+// swizzled by k, wgmma's 128-byte mode (atoms of 8 rows, 1024 bytes).
+__device__ __forceinline__ int n_major_128b(int k, int c) { return (c >> 3) * 256 + k * 8 + ((c & 7) ^ (k & 7)); }
+
+// Stage a slice of 32 k rows x 128 halves of a (K, N) row-major source from row k0, in the
+// layout of `rows_of_16`, or with kNMajor of `n_major_128b`.
+template <bool kFast, bool kNMajor>
+__device__ __forceinline__ void stage_k_rows(uint4* dst, const __half* src, int ld, int n_left, int k0, int K,
+                                             int tid) {
+#pragma unroll
+    for (int i = 0; i < CHUNKS / THREADS; ++i) {
+        const int q = tid + i * THREADS, k = q >> 4, c = q & 15, n = c * 8;
+        uint4* d = dst + (kNMajor ? n_major_128b(k, c) : rows_of_16(k, c));
+        if (kFast) {
+            const bool valid = k0 + k < K && n < n_left;
+            copy16(d, valid ? src + (long long)(k0 + k) * ld + n : src, valid);
+        } else {
+            __align__(16) __half v[8];  // stored as one 16-byte chunk
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
+            *d = *reinterpret_cast<uint4*>(v);
+        }
+    }
+}
+
+// Both operands' slice from k0 into stage buffers sa, sb (the (K, N) form of B as stage_k_rows).
+template <bool kTransB, bool kFast, bool kNMajor>
+__device__ __forceinline__ void stage_slice(uint4* sa, uint4* sb, const __half* a, int lda, const __half* b, int ldb,
+                                            int m_left, int n_left, int k0, int K, int tid) {
+    stage_rows<kFast>(sa, a, lda, m_left, k0, K, tid);
+    if (kTransB)
+        stage_rows<kFast>(sb, b, ldb, n_left, k0, K, tid);
+    else
+        stage_k_rows<kFast, kNMajor>(sb, b, ldb, n_left, k0, K, tid);
+}
+
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)  // mma.sync: sm_80 ... and sm_90's portable PTX
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
@@ -104,30 +144,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Chunk (k, c) of a slice stored as k rows of 16 chunks (128 halves): swizzled by k.
-__device__ __forceinline__ int rows_of_16(int k, int c) { return k * 16 + (c ^ (k & 7)); }
-
-// Stage a slice of 32 k rows x 128 halves of a (K, N) row-major source from row k0.
-template <bool kFast>
-__device__ __forceinline__ void stage_k_rows(uint4* dst, const __half* src, int ld, int n_left, int k0, int K,
-                                             int tid) {
-#pragma unroll
-    for (int i = 0; i < CHUNKS / THREADS; ++i) {
-        const int q = tid + i * THREADS, k = q >> 4, c = q & 15, n = c * 8;
-        uint4* d = dst + rows_of_16(k, c);
-        if (kFast) {
-            const bool valid = k0 + k < K && n < n_left;
-            copy16(d, valid ? src + (long long)(k0 + k) * ld + n : src, valid);
-        } else {
-            __align__(16) __half v[8];  // stored as one 16-byte chunk
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
-            *d = *reinterpret_cast<uint4*>(v);
-        }
-    }
-}
-
 template <bool kTransB, bool kFast>
 __device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&sb)[STAGES][CHUNKS], float* acc,
                                           const __half* a, int lda, const __half* b, int ldb, int m_left, int n_left,
@@ -143,11 +159,7 @@ __device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&s
             for (int r = 0; r < 4; ++r) c[mi][ni][r] = 0.0f;
 
     auto stage = [&](int s, int k0) {
-        stage_rows<kFast>(sa[s], a, lda, m_left, k0, K, tid);
-        if (kTransB)
-            stage_rows<kFast>(sb[s], b, ldb, n_left, k0, K, tid);
-        else
-            stage_k_rows<kFast>(sb[s], b, ldb, n_left, k0, K, tid);
+        stage_slice<kTransB, kFast, false>(sa[s], sb[s], a, lda, b, ldb, m_left, n_left, k0, K, tid);
     };
 
     const int slices = (K + BK - 1) / BK;
@@ -201,31 +213,6 @@ __device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&s
 
 #else  // wgmma: sm_90a only
 
-// Chunk (k, c) of a (K, N) slice for wgmma's N-major B: two 64-column halves, each 32 k rows of
-// 128 bytes (8 chunks) swizzled by k, wgmma's 128-byte mode (atoms of 8 rows, 1024 bytes).
-__device__ __forceinline__ int n_major_128b(int k, int c) { return (c >> 3) * 256 + k * 8 + ((c & 7) ^ (k & 7)); }
-
-// As stage_k_rows, into the N-major layout above.
-template <bool kFast>
-__device__ __forceinline__ void stage_k_rows_n_major(uint4* dst, const __half* src, int ld, int n_left, int k0,
-                                                     int K, int tid) {
-#pragma unroll
-    for (int i = 0; i < CHUNKS / THREADS; ++i) {
-        const int q = tid + i * THREADS, k = q >> 4, c = q & 15, n = c * 8;
-        uint4* d = dst + n_major_128b(k, c);
-        if (kFast) {
-            const bool valid = k0 + k < K && n < n_left;
-            copy16(d, valid ? src + (long long)(k0 + k) * ld + n : src, valid);
-        } else {
-            __align__(16) __half v[8];
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
-            *d = *reinterpret_cast<uint4*>(v);
-        }
-    }
-}
-
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets (all
 // >> 4) and the swizzle mode (1: 128-byte, 2: 64-byte), base offset 0 (atoms are aligned).
 __device__ __forceinline__ unsigned long long descriptor(const void* p, int lbo, int sbo, int swizzle) {
@@ -268,11 +255,7 @@ __device__ __forceinline__ void wgmma_main_loop(uint4 (&sa)[STAGES][CHUNKS], uin
     for (int i = 0; i < 64; ++i) d[i] = 0.0f;
 
     auto stage = [&](int s, int k0) {
-        stage_rows<kFast>(sa[s], a, lda, m_left, k0, K, tid);
-        if (kTransB)
-            stage_rows<kFast>(sb[s], b, ldb, n_left, k0, K, tid);
-        else
-            stage_k_rows_n_major<kFast>(sb[s], b, ldb, n_left, k0, K, tid);
+        stage_slice<kTransB, kFast, true>(sa[s], sb[s], a, lda, b, ldb, m_left, n_left, k0, K, tid);
     };
 
     const int slices = (K + BK - 1) / BK;
