@@ -38,8 +38,9 @@ ACC = 64  # float32 accumulators per thread
 
 @register_jitable
 def fragment_position(i, lane, warp):
-    """(row, column) in the block's tile of accumulator `i` of thread `lane` of `warp` (the
-    C++ layout: m16 tile i // 16, n8 tile i // 4 % 4, mma C register i % 4)."""
+    """(row, column) in the block's tile of accumulator `i` of thread `lane` of `warp` in the
+    mma.sync main loop's layout (m16 tile i // 16, n8 tile i // 4 % 4, mma C register i % 4),
+    the one the simulator's model fills; on a GPU the kernel asks the C++ (`_mma_cell`)."""
     mi, ni, r = i // 16, (i // 4) % 4, i % 4
     row = (warp // 4) * 64 + mi * 16 + lane // 4 + 8 * (r // 2)
     col = (warp % 4) * 32 + ni * 8 + 2 * (lane % 4) + r % 2
