@@ -245,8 +245,9 @@ __device__ __forceinline__ void fence_registers(float (&d)[64]) {
     for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same entry as mma.sync's main_loop above, which this one replaces on sm_90a.
 template <bool kTransB, bool kFast>
-__device__ __forceinline__ void wgmma_main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&sb)[STAGES][CHUNKS], float* acc,
+__device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&sb)[STAGES][CHUNKS], float* acc,
                                                 const __half* a, int lda, const __half* b, int ldb, int m_left,
                                                 int n_left, int K) {
     const int tid = threadIdx.x, group = tid >> 7;  // warpgroup 0 or 1: rows 64 * group ...
@@ -337,17 +338,10 @@ __device__ __forceinline__ void tile(float* acc, const __half* a, int lda, const
     __shared__ __align__(1024) uint4 sb[STAGES][CHUNKS];
     const bool aligned = ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15) == 0 &&
                          lda % 8 == 0 && ldb % 8 == 0;
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if (aligned)
-        wgmma_main_loop<kTransB, true>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
-    else
-        wgmma_main_loop<kTransB, false>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
-#else
-    if (aligned)
+    if (aligned)  // mma.sync's main loop, or on sm_90a wgmma's
         main_loop<kTransB, true>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
     else
         main_loop<kTransB, false>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
-#endif
 #endif
 }
 

@@ -404,6 +404,12 @@ def _tensor_core_case(name, shapes, seed):
     return op, arrays, attrs, want
 
 
+def _assert_tensor_core_close(got, want, shapes, err_msg=""):
+    """Within float16's rounding of sums of K products of numbers within [-1, 1]."""
+    scale = np.sqrt(shapes[0][-1])
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=2e-3 * scale, err_msg=err_msg)
+
+
 @pytest.mark.parametrize("name, shapes", TENSOR_CORE_SHAPES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(TENSOR_CORE_SHAPES)])
 def test_float16_tensor_core_matmuls_on_partial_tiles(name, shapes):
     """Numba's own compile on this GPU (sm_90a on an H100/H200): every element of the output
@@ -419,8 +425,7 @@ def test_float16_tensor_core_matmuls_on_partial_tiles(name, shapes):
     op.kernel(KernelTarget("cuda", stream), out, *[cuda.to_device(a, stream=stream) for a in arrays], **attrs)
     got = out.copy_to_host(stream=stream)
     stream.synchronize()
-    scale = np.sqrt(shapes[0][-1])  # sums of K products of numbers within [-1, 1]
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=2e-3 * scale)
+    _assert_tensor_core_close(got, want, shapes)
 
 
 def test_native_float16_tensor_core_matmuls_on_partial_tiles(clean_runtime, tmp_path):
@@ -443,8 +448,7 @@ def test_native_float16_tensor_core_matmuls_on_partial_tiles(clean_runtime, tmp_
         tensors = [tvm.runtime.tensor(a, tvm.cuda(0)) for a in arrays]
         got = tvm.runtime.tensor(np.zeros(want.shape, "float16"), tvm.cuda(0))
         library[f"tc{i}"](*tensors, got)
-        scale = np.sqrt(shapes[0][-1])
-        np.testing.assert_allclose(got.numpy().astype(np.float64), want, rtol=1e-2, atol=2e-3 * scale, err_msg=f"{name} {shapes}")
+        _assert_tensor_core_close(got.numpy(), want, shapes, f"{name} {shapes}")
 
 
 # -- the fault classes on the GPU: aliasing, special values, bounded memory, threads -----------------
