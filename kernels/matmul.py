@@ -381,8 +381,8 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
     if dtype == "float16":  # tensor cores (kernels/tensor_core.py)
-        kernel, block = tensor_core.kernel(transpose_b, epilogue), (tensor_core.THREADS,)
-        BM, BN = tensor_core.BM, tensor_core.BN
+        BM, BN = tensor_core.BM, tensor_core.width(M, N, batches)
+        kernel, block = tensor_core.kernel(transpose_b, BN, epilogue), (tensor_core.THREADS,)
     elif (choice := tiling_override or tiling(M, N, K, batches)) in _SHARED_TILES:
         kernel, block = _shared_tile(choice, transpose_b, epilogue), (THREADS_X, THREADS_Y)
         _, BM, BN, _ = _SHARED_TILES[choice]

@@ -61,6 +61,45 @@ def launch_bounds(fn, arch: tuple[int, int] = TUNED_ARCH):
     return tuple(bounds[:1])
 
 
+def jit_target(cc: tuple) -> tuple:
+    """The target numba-cuda's JIT compiles for on a GPU of compute capability `cc`: the
+    arch-specific one ("a": sm_90a, with wgmma) from sm_90 on."""
+    return (cc[0], cc[1], "a") if tuple(cc) >= (9, 0) else (cc[0], cc[1])
+
+
+def dynamic_shared(fn, target: tuple) -> int:
+    """Dynamic shared memory kernel `fn` needs when compiled for `target` ((major, minor) or
+    with "a"), besides the shared bytes its launcher gives: `fn.dynamic_shared(target)`, the
+    stage buffers of a CUDA C++ main loop whose size depends on the code the target gets
+    (kernels/tensor_core.py); 0 for a kernel that declares none. Both launch paths add it:
+    `KernelTarget.launch` for the device's JIT target, native regions per cubin (simaccel.aot)."""
+    need = getattr(fn, "dynamic_shared", None)
+    return int(need(tuple(target))) if need is not None else 0
+
+
+# A block may use more shared memory than this only where its kernel was allowed to
+# (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), once per compiled kernel and device.
+STATIC_SHARED_LIMIT = 48 * 1024
+_ALLOWED: set = set()
+
+
+def _allow_shared(dispatcher, args, total: int) -> None:
+    """Let the kernel `dispatcher` compiles for `args` use `total` bytes of shared memory."""
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    from numba import cuda
+
+    compiled = dispatcher._compile_for_args(*args)  # numba's cache: compiles the first time only
+    device = cuda.get_current_device()
+    key = (compiled, device.id, total)
+    if key in _ALLOWED:
+        return
+    cufunc = compiled._codelibrary.get_cufunc()
+    attribute = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attribute, total, cufunc.handle, device.id)
+    _ALLOWED.add(key)
+
+
 def link_sources(fn) -> tuple:
     """CUDA C++ files a kernel function's device calls need (`fn.link`), linked into it with
     link-time optimisation by the "cuda" target and ahead-of-time compiles alike."""
@@ -180,6 +219,12 @@ class KernelTarget:
         if _RECORDING.where is not None:
             raise StrayLaunch(_RECORDING.where, self, fn, args)
         kernel = compile_kernel(fn, self.name)
+        if self.name == "cuda" and getattr(fn, "dynamic_shared", None) is not None:
+            from numba import cuda
+
+            shared_bytes += dynamic_shared(fn, jit_target(cuda.get_current_device().compute_capability))
+            if shared_bytes > STATIC_SHARED_LIMIT:
+                _allow_shared(kernel, args, shared_bytes)
         kernel[grid, block, self.stream, shared_bytes](*args)
 
     def reshape(self, array, shape):

@@ -3,26 +3,33 @@
 // The one piece of the accelerator written in CUDA C++: Numba has no access to the `mma`,
 // `wgmma` and `ldmatrix` instructions, so the Numba kernel calls this device function
 // (cuda.declare_device, linked with link-time optimisation, so it is inlined) for the K loop of
-// one 128 x 128 output tile, and applies bias, activation and the bounds-checked store itself.
+// one 128 x BN output tile (BN = 128 or 256), and applies bias, activation and the
+// bounds-checked store itself.
 //
-// A block of 256 threads walks K in slices of 32. Slices are copied global -> shared with
-// cp.async, three in flight, into XOR-swizzled rows of 16-byte chunks. Then, by target:
-// - sm_90a (H100, H200; the arch-specific target, __CUDA_ARCH_FEAT_SM90_ALL): each of the two
-//   warpgroups multiplies its 64 rows by the whole slice with wgmma.m64n128k16 straight from
-//   shared memory (f16 in, f32 accumulate), the swizzles being wgmma's own 64-byte (K-major
-//   rows) and 128-byte (the (K, N) form's N-major rows) modes;
-// - sm_80 ... (and sm_90's portable PTX): 8 warps, 2 along M x 4 along N, each a 64 x 32
-//   piece, read the slice with ldmatrix and multiply with mma.m16n8k16.
+// A block of 256 threads walks K in slices of BK, copied global -> shared with cp.async into
+// XOR-swizzled rows of 16-byte chunks, STAGES buffers in dynamic shared memory (the launcher
+// asks for `shared_bytes`, tensor_core.py's `dynamic_shared_bytes` says the same per target;
+// too little traps). Then, by target:
+// - sm_90a (H100, H200; the arch-specific target, __CUDA_ARCH_FEAT_SM90_ALL): BK = 64, 4
+//   stages; each of the two warpgroups multiplies its 64 rows by the whole slice with
+//   wgmma.m64nBNk16 straight from shared memory (f16 in, f32 accumulate), in wgmma's 128-byte
+//   swizzle (K-major rows of A and of the dense form's B; the (K, N) form's B N-major). One
+//   barrier per slice: slice t + 2 is staged into the buffer of slice t - 2, whose wgmma every
+//   warpgroup has waited for, while slice t's runs;
+// - sm_80 ... (and sm_90's portable PTX): BK = 32, 8 warps, 2 along M x 4 along N, each a
+//   64 x BN/4 piece, read the slice with ldmatrix and multiply with mma.m16n8k16; 4 stages at
+//   BN = 256 (96 KiB, within the 99 KiB a block may have on sm_86/89/120), 3 at BN = 128.
 //
-// acc (64 floats per thread) is handed back in the instruction's own register order, and
-// simaccel_mma_cell(i) says which element of the tile acc[i] is (the epilogue asks it; both
-// come from one compile, so they always agree). For mma.sync, acc[((mi * 4 + ni) * 4 + r)]
-// holds the warp's m16 tile mi (0..3), n8 tile ni (0..3), C register r (0..3):
+// acc (BN / 2 floats per thread) is handed back in the instruction's own register order, and
+// simaccel_mma_cell(i, BN) says which element of the tile acc[i] is (the epilogue asks it;
+// both come from one compile, so they always agree). For mma.sync, with NI = BN / 32 n8 tiles
+// per warp, acc[((mi * NI + ni) * 4 + r)] holds the warp's m16 tile mi (0..3), n8 tile ni,
+// C register r (0..3):
 //   row = warp_m * 64 + mi * 16 + lane / 4 + 8 * (r / 2)
-//   col = warp_n * 32 + ni * 8 + 2 * (lane % 4) + r % 2
+//   col = warp_n * BN / 4 + ni * 8 + 2 * (lane % 4) + r % 2
 // with warp = threadIdx.x / 32, warp_m = warp / 4, warp_n = warp % 4 (tensor_core.py's
 // `fragment_position`, the simulator's layout). For wgmma, acc[i] is register i of
-// m64n128's accumulator: row = warp * 16 + lane / 4 + 8 * (i / 2 % 2), col = i / 4 * 8 + 2 * (lane % 4) + i % 2.
+// m64nBN's accumulator: row = warp * 16 + lane / 4 + 8 * (i / 2 % 2), col = i / 4 * 8 + 2 * (lane % 4) + i % 2.
 //
 // Operands: a is the tile's first row (row-major, leading dimension lda, m_left valid rows);
 // b is the tile's first column, either (N, K) row-major (`_nk`: the dense form, B^T) or
@@ -35,15 +42,42 @@
 
 namespace {
 
+constexpr int BM = 128, THREADS = 256;  // 8 warps
+
 #if __CUDA_ARCH__ >= 800  // cp.async and mma.m16n8k16
 
 using uint32_t = unsigned int;
 
-constexpr int BM = 128, BK = 32, STAGES = 3, THREADS = 256;  // tiles are BM x BM, 8 warps
-constexpr int CHUNKS = BM * BK / 8;  // 16-byte chunks per operand slice (512)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int BK = 64;  // one 128-byte swizzle row of K per operand row
+template <int BN>
+__device__ constexpr int stages() { return 4; }
+#else
+constexpr int BK = 32;
+template <int BN>
+__device__ constexpr int stages() { return BN == 256 ? 4 : 3; }
+#endif
+constexpr int KCHUNKS = BK / 8;  // 16-byte chunks along K in an operand row
+
+// The dynamic shared memory a BM x BN tile's main loop needs: its stage buffers, and 1 KiB to
+// align them to wgmma's swizzle atoms (tensor_core.py's `dynamic_shared_bytes` says the same).
+template <int BN>
+__device__ constexpr unsigned shared_bytes() { return stages<BN>() * (BM + BN) * BK * 2 + 1024; }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The block's stage buffers: the dynamic shared memory, aligned to 1024 bytes. A launch that
+// gave less than the main loop needs traps rather than write past it.
+template <int BN>
+__device__ __forceinline__ uint4* stage_memory() {
+    extern __shared__ __align__(16) uint4 dynamic[];
+    uint32_t given;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(given));
+    if (given < shared_bytes<BN>()) __trap();
+    const uint32_t base = smem_addr(dynamic);
+    return dynamic + (((base + 1023) & ~1023u) - base) / 16;
 }
 
 __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
@@ -57,70 +91,87 @@ __device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\
 template <int N>
 __device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// Chunk (row, c) of a slice stored as rows of 4 chunks (32 halves): swizzled by row / 2.
-__device__ __forceinline__ int rows_of_4(int row, int c) { return row * 4 + (c ^ ((row >> 1) & 3)); }
+// Chunk (row, c) of a slice stored as rows of KCHUNKS chunks, K along the row: swizzled so
+// that the 8 rows an ldmatrix or a wgmma core matrix reads lie in distinct banks. With BK =
+// 64 (rows of 128 bytes) this is wgmma's 128-byte swizzle; with BK = 32 (64 bytes), its 64-byte one.
+__device__ __forceinline__ int k_major(int row, int c) {
+    return row * KCHUNKS + (KCHUNKS == 8 ? c ^ (row & 7) : c ^ ((row >> 1) & 3));
+}
 
-// Stage a slice of `rows` x 32 halves (row-major source, rows along M or N, K along the row)
-// starting at column k0: 2 chunks per thread.
-template <bool kFast>
+// Chunk (k, c) of a (K, N) slice of BK k rows x BN halves. For ldmatrix.trans (kNMajor false):
+// k rows of BN / 8 chunks swizzled by k. For wgmma's N-major B: BN / 64 column blocks, each BK
+// k rows of 128 bytes swizzled by k, wgmma's 128-byte mode (atoms of 8 rows, 1024 bytes).
+template <int BN, bool kNMajor>
+__device__ __forceinline__ int n_rows(int k, int c) {
+    return kNMajor ? (c >> 3) * BK * 8 + k * 8 + ((c & 7) ^ (k & 7)) : k * (BN / 8) + (c ^ (k & 7));
+}
+
+// Stage `rows` x BK halves of a row-major source (rows along M or N, K along the row) from
+// column k0.
+template <int ROWS, bool kFast>
 __device__ __forceinline__ void stage_rows(uint4* dst, const __half* src, int ld, int rows_left, int k0, int K,
                                            int tid) {
+    static_assert(ROWS * KCHUNKS % THREADS == 0, "whole chunks per thread");
+    if constexpr (kFast) {
 #pragma unroll
-    for (int i = 0; i < CHUNKS / THREADS; ++i) {
-        const int q = tid + i * THREADS, row = q >> 2, c = q & 3, k = k0 + c * 8;
-        uint4* d = dst + rows_of_4(row, c);
-        if (kFast) {
+        for (int i = 0; i < ROWS * KCHUNKS / THREADS; ++i) {
+            const int q = tid + i * THREADS, row = q / KCHUNKS, c = q % KCHUNKS, k = k0 + c * 8;
             const bool valid = row < rows_left && k < K;
-            copy16(d, valid ? src + (long long)row * ld + k : src, valid);
-        } else {
+            copy16(dst + k_major(row, c), valid ? src + (long long)row * ld + k : src, valid);
+        }
+    } else {
+        // A chunk at a time: unrolled, the loads of every chunk would all be in flight, in
+        // registers the fast path's accumulators need (the kernel gets the larger count).
+#pragma unroll 1
+        for (int i = 0; i < ROWS * KCHUNKS / THREADS; ++i) {
+            const int q = tid + i * THREADS, row = q / KCHUNKS, c = q % KCHUNKS, k = k0 + c * 8;
             __align__(16) __half v[8];  // stored as one 16-byte chunk
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 v[e] = (row < rows_left && k + e < K) ? src[(long long)row * ld + k + e] : __float2half(0.0f);
-            *d = *reinterpret_cast<uint4*>(v);
+            dst[k_major(row, c)] = *reinterpret_cast<uint4*>(v);
         }
     }
 }
 
-// Chunk (k, c) of a (K, N) slice of 32 k rows x 128 halves, for ldmatrix.trans: k rows of 16
-// chunks swizzled by k.
-__device__ __forceinline__ int rows_of_16(int k, int c) { return k * 16 + (c ^ (k & 7)); }
-// The same for wgmma's N-major B: two 64-column halves, each 32 k rows of 128 bytes (8 chunks)
-// swizzled by k, wgmma's 128-byte mode (atoms of 8 rows, 1024 bytes).
-__device__ __forceinline__ int n_major_128b(int k, int c) { return (c >> 3) * 256 + k * 8 + ((c & 7) ^ (k & 7)); }
-
-// Stage a slice of 32 k rows x 128 halves of a (K, N) row-major source from row k0, in the
-// layout of `rows_of_16`, or with kNMajor of `n_major_128b`.
-template <bool kFast, bool kNMajor>
+// Stage BK k rows x BN halves of a (K, N) row-major source from row k0, laid out as `n_rows`.
+template <int BN, bool kFast, bool kNMajor>
 __device__ __forceinline__ void stage_k_rows(uint4* dst, const __half* src, int ld, int n_left, int k0, int K,
                                              int tid) {
+    constexpr int ROW = BN / 8;  // chunks per k row
+    if constexpr (kFast) {
 #pragma unroll
-    for (int i = 0; i < CHUNKS / THREADS; ++i) {
-        const int q = tid + i * THREADS, k = q >> 4, c = q & 15, n = c * 8;
-        uint4* d = dst + (kNMajor ? n_major_128b(k, c) : rows_of_16(k, c));
-        if (kFast) {
+        for (int i = 0; i < BK * ROW / THREADS; ++i) {
+            const int q = tid + i * THREADS, k = q / ROW, c = q % ROW, n = c * 8;
             const bool valid = k0 + k < K && n < n_left;
-            copy16(d, valid ? src + (long long)(k0 + k) * ld + n : src, valid);
-        } else {
+            copy16(dst + n_rows<BN, kNMajor>(k, c), valid ? src + (long long)(k0 + k) * ld + n : src, valid);
+        }
+    } else {
+#pragma unroll 1  // a chunk at a time, as in stage_rows
+        for (int i = 0; i < BK * ROW / THREADS; ++i) {
+            const int q = tid + i * THREADS, k = q / ROW, c = q % ROW, n = c * 8;
             __align__(16) __half v[8];  // stored as one 16-byte chunk
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
-            *d = *reinterpret_cast<uint4*>(v);
+            dst[n_rows<BN, kNMajor>(k, c)] = *reinterpret_cast<uint4*>(v);
         }
     }
 }
 
-// Both operands' slice from k0 into stage buffers sa, sb (the (K, N) form of B as stage_k_rows).
-template <bool kTransB, bool kFast, bool kNMajor>
-__device__ __forceinline__ void stage_slice(uint4* sa, uint4* sb, const __half* a, int lda, const __half* b, int ldb,
-                                            int m_left, int n_left, int k0, int K, int tid) {
-    stage_rows<kFast>(sa, a, lda, m_left, k0, K, tid);
+// Both operands' slice from k0 into stage buffer s: A's BM rows, then B's.
+template <int BN, bool kTransB, bool kFast, bool kNMajor>
+__device__ __forceinline__ void stage_slice(uint4* s, const __half* a, int lda, const __half* b, int ldb, int m_left,
+                                            int n_left, int k0, int K, int tid) {
+    stage_rows<BM, kFast>(s, a, lda, m_left, k0, K, tid);
     if (kTransB)
-        stage_rows<kFast>(sb, b, ldb, n_left, k0, K, tid);
+        stage_rows<BN, kFast>(s + BM * KCHUNKS, b, ldb, n_left, k0, K, tid);
     else
-        stage_k_rows<kFast, kNMajor>(sb, b, ldb, n_left, k0, K, tid);
+        stage_k_rows<BN, kFast, kNMajor>(s + BM * KCHUNKS, b, ldb, n_left, k0, K, tid);
 }
+
+template <int BN>
+__device__ constexpr int stage_chunks() { return (BM + BN) * KCHUNKS; }
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)  // mma.sync: sm_80 ... and sm_90's portable PTX
 
@@ -144,22 +195,24 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <bool kTransB, bool kFast>
-__device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&sb)[STAGES][CHUNKS], float* acc,
-                                          const __half* a, int lda, const __half* b, int ldb, int m_left, int n_left,
-                                          int K) {
+template <int BN, bool kTransB, bool kFast>
+__device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, const __half* b, int ldb, int m_left,
+                                          int n_left, int K) {
+    constexpr int STAGES = stages<BN>(), WN = BN / 4, NI = WN / 8;  // a warp's columns, its n8 tiles
+    uint4* const smem = stage_memory<BN>();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int warp_m = warp >> 2, warp_n = warp & 3;
-    float c[4][4][4];
+    float c[4][NI][4];
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
             for (int r = 0; r < 4; ++r) c[mi][ni][r] = 0.0f;
 
     auto stage = [&](int s, int k0) {
-        stage_slice<kTransB, kFast, false>(sa[s], sb[s], a, lda, b, ldb, m_left, n_left, k0, K, tid);
+        stage_slice<BN, kTransB, kFast, false>(smem + s * stage_chunks<BN>(), a, lda, b, ldb, m_left, n_left, k0, K,
+                                               tid);
     };
 
     const int slices = (K + BK - 1) / BK;
@@ -174,31 +227,31 @@ __device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&s
         const int next = t + STAGES - 1;
         if (next < slices) stage(next % STAGES, next * BK);
         commit();
-        const uint4* A = sa[t % STAGES];
-        const uint4* B = sb[t % STAGES];
+        const uint4* A = smem + (t % STAGES) * stage_chunks<BN>();
+        const uint4* B = A + BM * KCHUNKS;
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-            uint32_t af[4][4], bf[2][4];
+            uint32_t af[4][4], bf[NI / 2][4];
 #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
                 const int row = warp_m * 64 + mi * 16 + (lane & 15);
-                ldmatrix_x4(af[mi], A + rows_of_4(row, kk * 2 + (lane >> 4)));
+                ldmatrix_x4(af[mi], A + k_major(row, kk * 2 + (lane >> 4)));
             }
 #pragma unroll
-            for (int p = 0; p < 2; ++p) {
+            for (int p = 0; p < NI / 2; ++p) {
                 const int m = lane >> 3;  // which 8x8 matrix this lane addresses
                 if (kTransB) {
-                    const int n = warp_n * 32 + p * 16 + (m >> 1) * 8 + (lane & 7);
-                    ldmatrix_x4(bf[p], B + rows_of_4(n, kk * 2 + (m & 1)));
+                    const int n = warp_n * WN + p * 16 + (m >> 1) * 8 + (lane & 7);
+                    ldmatrix_x4(bf[p], B + k_major(n, kk * 2 + (m & 1)));
                 } else {
                     const int k = kk * 16 + (m & 1) * 8 + (lane & 7);
-                    ldmatrix_x4_trans(bf[p], B + rows_of_16(k, (warp_n * 32 + p * 16) / 8 + (m >> 1)));
+                    ldmatrix_x4_trans(bf[p], B + n_rows<BN, false>(k, (warp_n * WN + p * 16) / 8 + (m >> 1)));
                 }
             }
 #pragma unroll
             for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
+                for (int ni = 0; ni < NI; ++ni)
                     mma16816(c[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
         }
     }
@@ -206,15 +259,15 @@ __device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&s
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < NI; ++ni)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) acc[(mi * 4 + ni) * 4 + r] = c[mi][ni][r];
+            for (int r = 0; r < 4; ++r) acc[(mi * NI + ni) * 4 + r] = c[mi][ni][r];
 }
 
 #else  // wgmma: sm_90a only
 
 // A shared-memory matrix descriptor: start address, leading and stride byte offsets (all
-// >> 4) and the swizzle mode (1: 128-byte, 2: 64-byte), base offset 0 (atoms are aligned).
+// >> 4) and the swizzle mode (1: 128-byte), base offset 0 (atoms are aligned).
 __device__ __forceinline__ unsigned long long descriptor(const void* p, int lbo, int sbo, int swizzle) {
     return (unsigned long long)((smem_addr(p) & 0x3FFFF) >> 4) | (unsigned long long)(lbo >> 4) << 16 |
            (unsigned long long)(sbo >> 4) << 32 | (unsigned long long)swizzle << 62;
@@ -222,99 +275,123 @@ __device__ __forceinline__ unsigned long long descriptor(const void* p, int lbo,
 
 #define SIMACCEL_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define SIMACCEL_D64(i) SIMACCEL_D8(i), SIMACCEL_D8(i + 8), SIMACCEL_D8(i + 16), SIMACCEL_D8(i + 24), \
+                        SIMACCEL_D8(i + 32), SIMACCEL_D8(i + 40), SIMACCEL_D8(i + 48), SIMACCEL_D8(i + 56)
 
-// d += A (64 x 16, K-major) * B (16 x 128; kTransB: N-major) for this warpgroup.
-template <int kTransB>
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
-        "%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,"
-        "%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, 1, 1, 1, 0, %66;\n"
-        : SIMACCEL_D8(0), SIMACCEL_D8(8), SIMACCEL_D8(16), SIMACCEL_D8(24), SIMACCEL_D8(32), SIMACCEL_D8(40),
-          SIMACCEL_D8(48), SIMACCEL_D8(56)
-        : "l"(a), "l"(b), "n"(kTransB));
+// d += A (64 x 16, K-major) * B (16 x BN; kNMajor: N-major, the (K, N) form) for this warpgroup.
+template <int BN, int kNMajor>
+__device__ __forceinline__ void wgmma(float (&d)[BN / 2], unsigned long long a, unsigned long long b) {
+    if constexpr (BN == 128) {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+                 "}, %64, %65, 1, 1, 1, 0, %66;\n"
+                     : SIMACCEL_D64(0)
+                     : "l"(a), "l"(b), "n"(kNMajor));
+    } else {
+        static_assert(BN == 256, "tiles are 128 or 256 wide");
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+                 "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+                 "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, %128, %129, 1, 1, 1, 0, %130;\n"
+                     : SIMACCEL_D64(0), SIMACCEL_D64(64)
+                     : "l"(a), "l"(b), "n"(kNMajor));
+    }
 }
 
+#undef SIMACCEL_D64
 #undef SIMACCEL_D8
 
 // The accumulators are written by wgmma asynchronously, behind the compiler's back: this pins
 // every one of them at this point (no read moved above the wait, no write below the fence).
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // The same entry as mma.sync's main_loop above, which this one replaces on sm_90a.
-template <bool kTransB, bool kFast>
-__device__ __forceinline__ void main_loop(uint4 (&sa)[STAGES][CHUNKS], uint4 (&sb)[STAGES][CHUNKS], float* acc,
-                                                const __half* a, int lda, const __half* b, int ldb, int m_left,
-                                                int n_left, int K) {
+template <int BN, bool kTransB, bool kFast>
+__device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, const __half* b, int ldb, int m_left,
+                                          int n_left, int K) {
+    constexpr int STAGES = stages<BN>();
+    uint4* const smem = stage_memory<BN>();
     const int tid = threadIdx.x, group = tid >> 7;  // warpgroup 0 or 1: rows 64 * group ...
-    float d[64];
+    float d[BN / 2];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+    for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
 
     auto stage = [&](int s, int k0) {
-        stage_slice<kTransB, kFast, true>(sa[s], sb[s], a, lda, b, ldb, m_left, n_left, k0, K, tid);
+        stage_slice<BN, kTransB, kFast, true>(smem + s * stage_chunks<BN>(), a, lda, b, ldb, m_left, n_left, k0, K,
+                                              tid);
     };
 
     const int slices = (K + BK - 1) / BK;
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
+    for (int s = 0; s < STAGES - 2; ++s) {
         if (s < slices) stage(s, s * BK);
         commit();
     }
-    // Slice t's wgmma runs while the block waits for slice t + 1 and stages slice t + 2: it
-    // is waited for (wait_group 1) only when slice t + 1's has been issued behind it.
+    // One barrier per slice. At slice t's barrier every warpgroup has waited for slice t - 2's
+    // wgmma (wait_group 1 after issuing t - 1's), so its buffer takes slice t + STAGES - 2
+    // while slice t's wgmma runs; t - 1's stays in flight until t's has been issued.
     for (int t = 0; t < slices; ++t) {
-        wait_groups<STAGES - 2>();
+        wait_groups<STAGES - 3>();
         // This thread's copies of slice t, made by the generic proxy, seen by wgmma's async one.
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();  // slice t is in
-        const char* A = reinterpret_cast<const char*>(sa[t % STAGES]) + group * 64 * 64;  // 64 rows of 64 bytes
-        const char* B = reinterpret_cast<const char*>(sb[t % STAGES]);
+        __syncthreads();  // slice t is in; slice t - 2's buffer is free
+        const int next = t + STAGES - 2;
+        if (next < slices) stage(next % STAGES, next * BK);
+        commit();
+        const char* A = reinterpret_cast<const char*>(smem + (t % STAGES) * stage_chunks<BN>());
+        const char* B = A + BM * BK * 2;
+        A += group * 64 * BK * 2;  // this warpgroup's 64 rows
         fence_registers(d);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk) {
-            // K-major, 64-byte swizzle: 8-row groups 512 bytes apart, k16 steps 32 bytes in.
-            const unsigned long long da = descriptor(A + kk * 32, 16, 512, 2);
-            const unsigned long long db = kTransB ? descriptor(B + kk * 32, 16, 512, 2)
-                                                  // N-major, 128-byte swizzle: the two 64-column
-                                                  // halves 4096 bytes apart, 8-k groups 1024.
-                                                  : descriptor(B + kk * 16 * 128, 4096, 1024, 1);
-            wgmma_m64n128k16<kTransB ? 0 : 1>(d, da, db);
+            // K-major, 128-byte swizzle: 8-row groups 1024 bytes apart, k16 steps 32 bytes in.
+            const unsigned long long da = descriptor(A + kk * 32, 16, 1024, 1);
+            const unsigned long long db = kTransB ? descriptor(B + kk * 32, 16, 1024, 1)
+                                                  // N-major, 128-byte swizzle: 64-column blocks
+                                                  // BK rows of 128 bytes apart, 8-k groups 1024.
+                                                  : descriptor(B + kk * 16 * 128, BK * 128, 1024, 1);
+            wgmma<BN, kTransB ? 0 : 1>(d, da, db);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // slice t - 1's is done
         fence_registers(d);
-        __syncthreads();  // both warpgroups are done with slice t - 1's buffer
-        const int next = t + STAGES - 1;
-        if (next < slices) stage(next % STAGES, next * BK);
-        commit();
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_registers(d);
     wait_groups<0>();
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = d[i];
+    for (int i = 0; i < BN / 2; ++i) acc[i] = d[i];
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 #else
 
-// GPUs before sm_80 (no cp.async, no m16n8k16): each thread computes its 64 outputs of the same
-// layout with float32 FMAs straight from global memory. Correct, not fast.
-template <bool kTransB>
+// GPUs before sm_80 (no cp.async, no m16n8k16): each thread computes its BN / 2 outputs of
+// the mma.sync layout with float32 FMAs straight from global memory. Correct, not fast.
+template <int BN, bool kTransB>
 __device__ __forceinline__ void tile_without_tensor_cores(float* acc, const __half* a, int lda, const __half* b,
                                                           int ldb, int m_left, int n_left, int K) {
+    constexpr int NI = BN / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int i = 0; i < 64; ++i) {
-        const int mi = i >> 4, ni = (i >> 2) & 3, r = i & 3;
+    for (int i = 0; i < BN / 2; ++i) {
+        const int mi = i / (NI * 4), ni = (i >> 2) % NI, r = i & 3;
         const int row = (warp >> 2) * 64 + mi * 16 + (lane >> 2) + 8 * (r >> 1);
-        const int col = (warp & 3) * 32 + ni * 8 + 2 * (lane & 3) + (r & 1);
+        const int col = (warp & 3) * (BN / 4) + ni * 8 + 2 * (lane & 3) + (r & 1);
         float sum = 0.0f;
         if (row < m_left && col < n_left)
             for (int k = 0; k < K; ++k)
@@ -326,56 +403,51 @@ __device__ __forceinline__ void tile_without_tensor_cores(float* acc, const __ha
 
 #endif
 
-template <bool kTransB>
+template <int BN, bool kTransB>
 __device__ __forceinline__ void tile(float* acc, const __half* a, int lda, const __half* b, int ldb, int m_left,
                                      int n_left, int K) {
 #if __CUDA_ARCH__ < 800
-    tile_without_tensor_cores<kTransB>(acc, a, lda, b, ldb, m_left, n_left, K);
+    tile_without_tensor_cores<BN, kTransB>(acc, a, lda, b, ldb, m_left, n_left, K);
 #else
-    // 48 KiB, the most a block may declare statically; both paths share it. Aligned to 1024
-    // bytes: wgmma's swizzle atoms (512 and 1024 bytes) start on their own boundaries.
-    __shared__ __align__(1024) uint4 sa[STAGES][CHUNKS];
-    __shared__ __align__(1024) uint4 sb[STAGES][CHUNKS];
     const bool aligned = ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15) == 0 &&
                          lda % 8 == 0 && ldb % 8 == 0;
     if (aligned)  // mma.sync's main loop, or on sm_90a wgmma's
-        main_loop<kTransB, true>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
+        main_loop<BN, kTransB, true>(acc, a, lda, b, ldb, m_left, n_left, K);
     else
-        main_loop<kTransB, false>(sa, sb, acc, a, lda, b, ldb, m_left, n_left, K);
+        main_loop<BN, kTransB, false>(acc, a, lda, b, ldb, m_left, n_left, K);
 #endif
 }
 
 }  // namespace
 
-// C ABI entry points (cuda.declare_device(..., abi="c")); the int result is always 0.
-// a_off / b_off: element offsets of the tile's first row / column in a / b. Sizes are 64-bit
-// (what Numba passes); a tile's sizes and a matrix's K and N fit 32 bits (launch_matmul
-// sends larger ones to the CUDA-core kernel).
-extern "C" __device__ int simaccel_mma_tile_nk(float* acc, const __half* a, long long a_off, long long lda,
-                                               const __half* b, long long b_off, long long ldb,
-                                               long long m_left, long long n_left, long long K) {
-    tile<true>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);
-    return 0;
-}
+// C ABI entry points (cuda.declare_device(..., abi="c")), one per tile width and form of B;
+// the int result is always 0. a_off / b_off: element offsets of the tile's first row / column
+// in a / b. Sizes are 64-bit (what Numba passes); a tile's sizes and a matrix's K and N fit 32
+// bits (launch_matmul sends larger ones to the CUDA-core kernel).
+#define SIMACCEL_TILE_ENTRY(name, BN, kTransB)                                                                        \
+    extern "C" __device__ int name(float* acc, const __half* a, long long a_off, long long lda, const __half* b,     \
+                                   long long b_off, long long ldb, long long m_left, long long n_left, long long K) { \
+        tile<BN, kTransB>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);                                    \
+        return 0;                                                                                                     \
+    }
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_128, 128, true)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_128, 128, false)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_256, 256, true)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_256, 256, false)
+#undef SIMACCEL_TILE_ENTRY
 
-extern "C" __device__ int simaccel_mma_tile_kn(float* acc, const __half* a, long long a_off, long long lda,
-                                               const __half* b, long long b_off, long long ldb,
-                                               long long m_left, long long n_left, long long K) {
-    tile<false>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);
-    return 0;
-}
-
-// Which element of the tile this thread's accumulator i is, as row * 128 + column: the layout
-// of the main loop compiled beside it (see the top of this file).
-extern "C" __device__ int simaccel_mma_cell(long long i) {
+// Which element of a 128 x bn tile this thread's accumulator i is, as row * bn + column: the
+// layout of the main loop compiled beside it (see the top of this file).
+extern "C" __device__ int simaccel_mma_cell(long long i, long long bn) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = (int)i & 3;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const int row = warp * 16 + (lane >> 2) + 8 * (r >> 1);
     const int col = ((int)i >> 2) * 8 + 2 * (lane & 3) + (r & 1);
 #else
-    const int mi = (int)i >> 4, ni = ((int)i >> 2) & 3;
+    const int ni_count = (int)bn / 32;
+    const int mi = (int)i / (ni_count * 4), ni = ((int)i >> 2) % ni_count;
     const int row = (warp >> 2) * 64 + mi * 16 + (lane >> 2) + 8 * (r >> 1);
-    const int col = (warp & 3) * 32 + ni * 8 + 2 * (lane & 3) + (r & 1);
+    const int col = (warp & 3) * ((int)bn / 4) + ni * 8 + 2 * (lane & 3) + (r & 1);
 #endif
-    return row * 128 + col;
+    return row * (int)bn + col;
 }

@@ -88,6 +88,28 @@ class CompiledKernel:
         return {key: int(m.group(1)) for key, m in found.items()}
 
     @property
+    def cubin_target(self) -> tuple:
+        """The target `cubin` was linked for: `arch`, or its arch-specific form (sm_90a) for a
+        kernel that links CUDA C++ (see `_compile`)."""
+        from .kernels.target import link_sources
+
+        return arch_specific(self.arch) if link_sources(self.kernel) else tuple(self.arch)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory the cubin's code needs besides a launch's own (kernels.target.dynamic_shared)."""
+        from .kernels.target import dynamic_shared
+
+        return dynamic_shared(self.kernel, self.cubin_target)
+
+    @property
+    def ptx_shared_bytes(self) -> int:
+        """The same for the PTX's code (portable: no arch-specific instructions)."""
+        from .kernels.target import dynamic_shared
+
+        return dynamic_shared(self.kernel, tuple(self.arch))
+
+    @property
     def entry(self) -> str:
         """The mangled name of the kernel's entry in the PTX and the cubin."""
         for line in self.ptx.splitlines():

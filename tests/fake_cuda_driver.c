@@ -7,7 +7,10 @@
  * parameter count. A cubin it is given is recorded (its architecture, from the ELF header)
  * and launches from it carry no parameter words. It hands out host memory as "device"
  * memory, copies and sets memory for real (cuMemcpy*, cuMemset*), and keeps every launch (entry,
- * grid, block, shared bytes, stream, parameter words) for the test to read through ctypes.
+ * grid, block, shared bytes, stream, parameter words) for the test to read through ctypes. As a
+ * GPU does, it refuses a launch of more than 48 KiB of shared memory unless cuFuncSetAttribute
+ * allowed the function that much (its devices offer 227 KiB, an H100's, unless
+ * fake_set_shared_limit says less).
  *
  * For the sanitizer and the trace of native regions it also has: events on a fake clock (each
  * record advances it 1 us, each launch 10 us); hooks that make launches "write" their output
@@ -32,6 +35,7 @@
 typedef struct {
   char entry[1024];
   int num_words;
+  int max_dynamic_shared; /* cuFuncSetAttribute's, 0 where never set */
 } Function;
 
 typedef struct {
@@ -47,7 +51,7 @@ static int num_functions;
 static LaunchRecord launches[MAX_LAUNCHES];
 static int num_launches;
 static int allocations, async_allocations, async_frees, copies, memsets, capturing, ptx_loads, reject_ptx, context_pushes;
-static int cubin_loads, cubin_arch;  /* how many cubins were loaded, and the last one's architecture (90: sm_90) */
+static int cubin_loads, cubin_arch, shared_opt_ins;  /* how many cubins were loaded, and the last one's architecture (90: sm_90) */
 /* Calls of the entry points only the sanitizer and the trace use (memsets: also constants' first fill). */
 static int host_copies, stream_syncs, stream_contexts, events_created, event_records, event_syncs, elapsed_queries;
 static int fill_on, fill_value, defect_launch = -1, defect_word, defect_value = -1, fault_after = -1, foreign_on;
@@ -55,6 +59,7 @@ static long long defect_extra;
 static void* foreign_stream;
 static double clock_us;  /* the fake GPU clock events read */
 static int compute[MAX_DEVICES] = {100, 100, 100, 100, 100, 100, 100, 100};
+static int shared_limit = 232448; /* the shared memory a block may opt in to: an H100's 227 KiB */
 static __thread int current_context;  /* 0: none current, else device + 1 */
 static pthread_mutex_t record_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -71,6 +76,7 @@ int fake_counter(const char* name) {
   if (!strcmp(name, "context_pushes")) return context_pushes;
   if (!strcmp(name, "cubin_loads")) return cubin_loads;
   if (!strcmp(name, "cubin_arch")) return cubin_arch;
+  if (!strcmp(name, "shared_opt_ins")) return shared_opt_ins;
   if (!strcmp(name, "host_copies")) return host_copies;
   if (!strcmp(name, "stream_syncs")) return stream_syncs;
   if (!strcmp(name, "stream_contexts")) return stream_contexts;
@@ -82,11 +88,13 @@ int fake_counter(const char* name) {
 }
 void fake_reset(void) {
   num_launches = allocations = async_allocations = async_frees = copies = context_pushes = cubin_loads = cubin_arch = 0;
+  shared_opt_ins = 0;
   memsets = host_copies = stream_syncs = stream_contexts = events_created = event_records = event_syncs = elapsed_queries = 0;
   fill_on = fill_value = defect_word = foreign_on = 0;
   defect_launch = defect_value = fault_after = -1;
   defect_extra = 0;
   for (int d = 0; d < MAX_DEVICES; ++d) compute[d] = 100;
+  shared_limit = 232448;
 }
 void fake_set_launch_fill(int on, int value) { fill_on = on, fill_value = value; }
 void fake_set_launch_defect(int launch, int data_word, long long extra, int value) {
@@ -95,6 +103,7 @@ void fake_set_launch_defect(int launch, int data_word, long long extra, int valu
 void fake_set_fault_after(int launches) { fault_after = launches; }
 void fake_set_foreign_stream(int on, void* stream) { foreign_on = on, foreign_stream = stream; }
 void fake_set_compute(int device, int arch) { compute[device] = arch; }
+void fake_set_shared_limit(int bytes) { shared_limit = bytes; }
 void fake_set_capturing(int on) { capturing = on; }
 void fake_set_reject_ptx(int on) { reject_ptx = on; }
 
@@ -103,7 +112,7 @@ int cuInit(unsigned flags) { (void)flags; return 0; }
 int cuDeviceGet(int* device, int ordinal) { *device = ordinal; return ordinal < 0 || ordinal > 7 ? 101 : 0; }
 int cuDeviceGetAttribute(int* value, int attribute, int device) {
   int arch = device >= 0 && device < MAX_DEVICES ? compute[device] : 100;
-  *value = attribute == 75 ? arch / 10 : attribute == 76 ? arch % 10 : 0;
+  *value = attribute == 75 ? arch / 10 : attribute == 76 ? arch % 10 : attribute == 97 ? shared_limit : 0;
   return 0;
 }
 int cuDevicePrimaryCtxRetain(void** context, int device) { *context = (void*)(intptr_t)(device + 1); return 0; }
@@ -150,11 +159,20 @@ int cuModuleGetFunction(void** function, void* module, const char* name) {
   Function* f = &functions[num_functions++];
   strncpy(f->entry, name, sizeof(f->entry) - 1);
   f->num_words = 0;
+  f->max_dynamic_shared = 0;
   if (!is_elf(module)) {
     const char* end = strchr(at, ')');
     for (const char* p = strstr(at, ".param"); p != NULL && p < end; p = strstr(p + 1, ".param")) ++f->num_words;
   }
   *function = f;
+  return 0;
+}
+
+/* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (8) is the only attribute set; kept per function. */
+int cuFuncSetAttribute(void* function, int attribute, int value) {
+  if (attribute != 8) return 1; /* CUDA_ERROR_INVALID_VALUE */
+  ((Function*)function)->max_dynamic_shared = value;
+  ++shared_opt_ins;
   return 0;
 }
 
@@ -175,6 +193,10 @@ int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsign
     return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
   }
   Function* f = (Function*)function;
+  if (shared > 48 * 1024 && (int)shared > f->max_dynamic_shared) { /* as a GPU: more only where allowed */
+    pthread_mutex_unlock(&record_lock);
+    return 1; /* CUDA_ERROR_INVALID_VALUE */
+  }
   LaunchRecord* r = &launches[num_launches++];
   strcpy(r->entry, f->entry);
   r->grid[0] = gx, r->grid[1] = gy, r->grid[2] = gz;

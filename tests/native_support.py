@@ -64,6 +64,10 @@ class FakeDriver:
         """Device `device` says it has compute capability `arch` (default (10, 0))."""
         self.lib.fake_set_compute(device, arch[0] * 10 + arch[1])
 
+    def set_shared_limit(self, bytes_: int) -> None:
+        """Every device offers a block at most `bytes_` of shared memory (default 227 KiB)."""
+        self.lib.fake_set_shared_limit(bytes_)
+
     # The sanitizer's and the trace's hooks (all off after reset()).
     DEBUG_COUNTERS = ("memsets", "host_copies", "stream_syncs", "stream_contexts", "events_created", "event_records",
                       "event_syncs", "elapsed_queries")

@@ -74,46 +74,59 @@ def test_matmul_kernels_keep_their_accumulators_in_registers(name, data, weight,
     assert used["stack"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
 
 
-TENSOR_CORE_CASES = [("simaccel.matmul_bias_gelu", (4096, 64), (64, 4096)), ("simaccel.dense_bias_gelu", (4096, 64), (4096, 64))]
+# (op, data, weight, tile width): 4096 x 4096 results take 128 x 256 tiles, 1024 x 1024 ones 128 x 128.
+TENSOR_CORE_CASES = [("simaccel.matmul_bias_gelu", (4096, 64), (64, 4096), 256),
+                     ("simaccel.dense_bias_gelu", (4096, 64), (4096, 64), 256),
+                     ("simaccel.matmul_bias_gelu", (1024, 64), (64, 1024), 128),
+                     ("simaccel.dense_bias_gelu", (1024, 64), (1024, 64), 128)]
 
 
-@pytest.mark.parametrize("name, data, weight", TENSOR_CORE_CASES)
-def test_float16_matmul_kernels_use_tensor_cores(name, data, weight):
-    """The CUDA C++ main loop (kernels/tensor_core.cu) is linked into the Numba kernel with
-    link-time optimisation: inlined (no call left), with mma, ldmatrix and cp.async, within 128
-    registers and no spills; its 64 accumulators cross into the Numba epilogue through a
-    256-byte stack frame."""
+def _tensor_core_kernel(name, data, weight, bn, arch=SM90):
     n = weight[-1] if "matmul" in name else weight[-2]
     program = one_op_program(name, [data, weight, (n,)], "float16")
-    [kernel] = compile_program(program, SM90)
-    assert kernel.kernel.__name__.endswith("_tensor_core_kernel")
+    [kernel] = compile_program(program, arch)
+    assert kernel.kernel.__name__.endswith(f"_tensor_core_kernel_{bn}")
+    return program, kernel
+
+
+@pytest.mark.parametrize("name, data, weight, bn", TENSOR_CORE_CASES)
+def test_float16_matmul_kernels_use_tensor_cores(name, data, weight, bn):
+    """The CUDA C++ main loop (kernels/tensor_core.cu) is linked into the Numba kernel with
+    link-time optimisation: inlined (no call left), with mma, ldmatrix and cp.async in the
+    portable PTX, no spills; its bn / 2 accumulators cross into the Numba epilogue through a
+    stack frame of 4 bytes each. Its stage buffers are dynamic shared memory, as much as the
+    kernel function says for each target."""
+    from simaccel.kernels.tensor_core import dynamic_shared_bytes
+
+    _, kernel = _tensor_core_kernel(name, data, weight, bn)
     for instruction in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4",
-                        "cp.async.cg.shared.global"):
+                        "cp.async.cg.shared.global", "%dynamic_smem_size"):
         assert instruction in kernel.ptx, instruction
     assert "simaccel_mma_tile" not in kernel.ptx  # inlined
     used = no_spills(kernel)
-    assert used["stack"] <= 256 and used["registers"] <= 128, used
+    assert used["stack"] <= 4 * bn // 2 and used["registers"] <= 255, used
+    assert kernel.cubin_target == (9, 0, "a")
+    assert (kernel.shared_bytes, kernel.ptx_shared_bytes) == (dynamic_shared_bytes(bn, (9, 0, "a")),
+                                                             dynamic_shared_bytes(bn, (9, 0)))
 
 
-@pytest.mark.parametrize("name, data, weight", TENSOR_CORE_CASES)
-def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, tmp_path):
-    """The sm_90 cubin is linked for sm_90a, whose main loop is wgmma.m64n128k16 from shared
-    memory (both forms of B: K-major and the (K, N) form's N-major), within the same 128
-    registers and 256-byte frame; the shipped PTX stays portable (mma.sync, no wgmma), so
-    a GPU newer than sm_90 JITs it. The SASS is read with cuobjdump where one is installed."""
+@pytest.mark.parametrize("name, data, weight, bn", TENSOR_CORE_CASES)
+def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, bn, tmp_path):
+    """The sm_90 cubin is linked for sm_90a, whose main loop is wgmma.m64n{bn}k16 from shared
+    memory (both forms of B: K-major and the (K, N) form's N-major), without spills; the
+    shipped PTX stays portable (mma.sync, no wgmma), so a GPU newer than sm_90 JITs it. The
+    SASS is read with cuobjdump where one is installed."""
     import shutil
     import subprocess
 
     from simaccel import aot
     from simaccel.kernels.target import launch_bounds, link_sources
 
-    n = weight[-1] if "matmul" in name else weight[-2]
-    program = one_op_program(name, [data, weight, (n,)], "float16")
-    [kernel] = compile_program(program, SM90)
+    program, kernel = _tensor_core_kernel(name, data, weight, bn)
     assert "wgmma" not in kernel.ptx and "mma.sync" in kernel.ptx
     assert b"sm_90a" in kernel.cubin
     used = no_spills(kernel)
-    assert used["stack"] <= 256 and used["registers"] <= 128, used
+    assert used["stack"] <= 4 * bn // 2, used
     # The cubin's inputs (the kernel's LTO-IR, the C++ compiled for sm_90a) linked to PTX:
     # wgmma, behind the proxy fence that lets it read what cp.async wrote.
     [launch] = plan_launches(program)
@@ -121,21 +134,22 @@ def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, tm
     inputs = [(bytes(library.get_ltoir(cc=SM90)), "LTOIR")]
     inputs += [(aot._nvrtc_ltoir(path, (9, 0, "a")), "LTOIR") for path in link_sources(launch.kernel)]
     specific = aot._link(inputs, (9, 0, "a"), launch.kernel.__name__, ptx=True)[0].decode()
-    assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in specific and "mma.sync" not in specific
+    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16" in specific and "mma.sync" not in specific
     assert "fence.proxy.async.shared::cta" in specific
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump:
         (tmp_path / "kernel.cubin").write_bytes(kernel.cubin)
         sass = subprocess.run([cuobjdump, "-sass", str(tmp_path / "kernel.cubin")], capture_output=True, text=True,
                               check=True).stdout
-        assert "HGMMA.64x128x16.F32" in sass and "HMMA" not in sass
+        assert f"HGMMA.64x{bn}x16.F32" in sass and "HMMA" not in sass
 
 
 def test_float16_matmul_kernels_compile_for_gpus_without_tensor_cores():
     # sm_75 has neither m16n8k16 nor cp.async: the same C++ entry computes with float32 FMAs.
-    name, data, weight = TENSOR_CORE_CASES[1]
-    [kernel] = compile_program(one_op_program(name, [data, weight, (weight[-2],)], "float16"), (7, 5))
-    assert "mma.sync" not in kernel.ptx and "cp.async" not in kernel.ptx and kernel.cubin
+    for case in TENSOR_CORE_CASES[1::2]:
+        _, kernel = _tensor_core_kernel(*case, arch=(7, 5))
+        assert "mma.sync" not in kernel.ptx and "cp.async" not in kernel.ptx and kernel.cubin
+        assert kernel.shared_bytes == kernel.ptx_shared_bytes == 0  # it stages nothing
 
 
 CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
@@ -330,9 +344,9 @@ def test_every_op_family_compiles_for_every_architecture(arch):
                 assert kernel.ptx_version <= MAX_PTX_VERSION, (name, dtype, kernel.ptx_version)
                 used = no_spills(kernel)
                 # As on sm_90: no stack, but the tensor-core kernels' accumulators handed across
-                # to the Numba epilogue (256 bytes); registers are the compiler's off sm_90.
-                tensor_core_kernel = kernel.kernel.__name__.endswith("_tensor_core_kernel")
-                assert used["stack"] <= (256 if tensor_core_kernel else 0), (name, dtype, kernel.kernel.__name__, used)
+                # to the Numba epilogue (4 bytes each); registers are the compiler's off sm_90.
+                tensor_core_kernel = "_tensor_core_kernel_" in kernel.kernel.__name__
+                assert used["stack"] <= (512 if tensor_core_kernel else 0), (name, dtype, kernel.kernel.__name__, used)
                 assert used["registers"] <= 255
                 tensor_core = "mma.sync" in kernel.ptx or "cp.async" in kernel.ptx
                 assert not tensor_core or arch >= (8, 0), (name, dtype, arch)

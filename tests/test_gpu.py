@@ -390,6 +390,13 @@ TENSOR_CORE_SHAPES = [
     ("simaccel.dense", [(65, 24), (129, 24)]),
     ("simaccel.dense_bias_gelu", [(512, 4096), (1024, 4096), (1024,)]),
     ("simaccel.dense", [(7, 9, 33), (250, 33)]),
+    # 128 x 256 tiles (kernels.tensor_core.width: at least MIN_WIDE_TILES of them, N > 128)
+    ("simaccel.matmul", [(2000, 72), (72, 3000)]),  # K: a slice of 64 and a tail of 8; M, N tails
+    ("simaccel.dense_bias_gelu", [(2100, 1000), (2900, 1000), (2900,)]),
+    ("simaccel.matmul", [(2049, 33), (33, 2050)]),  # rows of 66 bytes: the element-load path
+    ("simaccel.dense", [(2100, 45), (2300, 45)]),  # the same, the dense form
+    ("simaccel.matmul_bias_relu", [(16, 300, 64), (16, 64, 1000), (1000,)]),  # batched
+    ("simaccel.matmul", [(4, 1, 257, 96), (1, 8, 96, 520)]),  # broadcast batch dims
 ]
 
 

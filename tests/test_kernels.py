@@ -284,13 +284,20 @@ TENSOR_CORE_CASES = [
     ("simaccel.matmul_bias", (2, 5, 33), 9, None),  # batch dims folded into rows
     ("simaccel.matmul", (3, 2, 17), 5, (1, 3, 17, 5)),  # batched weight, broadcast batch dim
     ("simaccel.matmul_bias_relu", (3, 2, 9), 130, (3, 9, 130)),  # batched weight, two column tiles
+    ("simaccel.dense_gelu", (131, 70), 259, None),  # two row and two 256-wide column tiles, tails
+    ("simaccel.matmul_bias", (2, 3, 33), 257, (2, 33, 257)),  # batched, a 1-wide column tail
 ]
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["128x128", "128x256"])
 @pytest.mark.parametrize("name,data_shape,n,weight_shape", TENSOR_CORE_CASES, ids=str)
-def test_float16_matmul_on_the_tensor_core_kernel(name, data_shape, n, weight_shape):
+def test_float16_matmul_on_the_tensor_core_kernel(name, data_shape, n, weight_shape, wide, monkeypatch):
+    # Both tile widths on every case: the 128 x 256 tiles only where a GEMM has MIN_WIDE_TILES
+    # of them and N > 128 (sizes the simulator cannot run), so here from one tile on.
     from simaccel.kernels import tensor_core
 
+    if wide:
+        monkeypatch.setattr(tensor_core, "MIN_WIDE_TILES", 1)
     rng = np.random.default_rng(21)
     arrays = _matmul_inputs(name, data_shape, n, "float16", rng)
     if weight_shape is not None:
@@ -300,19 +307,56 @@ def test_float16_matmul_on_the_tensor_core_kernel(name, data_shape, n, weight_sh
     out = np.empty(op.infer([a.shape for a in arrays], ["float16"] * len(arrays), **op.all_attrs({}))[0], np.float16)
     op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
     [(fn, grid, block, _)] = target.launches
-    assert fn is tensor_core.KERNELS[name.startswith("simaccel.dense")] and tuple(block) == (tensor_core.THREADS,)
+    bn = 256 if wide and n > 128 else 128
+    assert fn is tensor_core.KERNELS[name.startswith("simaccel.dense"), bn] and tuple(block) == (tensor_core.THREADS,)
+    assert grid[0] == -(-n // bn)
     check(name, arrays)
 
 
-def test_tensor_core_accumulators_cover_the_tile_once():
+@pytest.mark.parametrize("bn", [128, 256])
+def test_the_gpu_partial_tile_gemms_cover_each_tile_width(bn):
+    # tests/test_gpu.py's float16 GEMMs on partial tiles (JIT and native) reach both kernels.
+    from simaccel.launch_plan import plan_launches
+
+    from test_gpu import TENSOR_CORE_SHAPES, one_op_program
+
+    used = {launch.kernel.__name__ for name, shapes in TENSOR_CORE_SHAPES
+            for launch in plan_launches(one_op_program(name, shapes, "float16"))}
+    assert {f"_matmul_tensor_core_kernel_{bn}", f"_dense_tensor_core_kernel_{bn}"} <= used
+
+
+def test_float16_tile_width_follows_the_gemm():
+    from simaccel.kernels.tensor_core import MIN_WIDE_TILES, width
+
+    assert width(4096, 4096, 1) == 256  # 512 tiles of 128 x 256
+    assert width(1024, 1024, 1) == 128  # 32 wide tiles would leave most SMs idle
+    assert width(128, 4096, MIN_WIDE_TILES // 16) == 256 and width(128, 4096, MIN_WIDE_TILES // 16 - 1) == 128
+    assert width(1 << 20, 128, 1) == 128  # N fits one 128-wide tile
+
+
+@pytest.mark.parametrize("bn", [128, 256])
+def test_tensor_core_accumulators_cover_the_tile_once(bn):
     # The map from (thread, accumulator) to the tile's element, shared by the epilogue and the
-    # simulator model (and written out in tensor_core.cu), is a bijection onto the 128 x 128 tile.
+    # simulator model (and written out in tensor_core.cu), is a bijection onto the 128 x bn tile.
     from collections import Counter
 
-    from simaccel.kernels.tensor_core import ACC, BM, BN, THREADS, fragment_position
+    from simaccel.kernels.tensor_core import BM, THREADS, accumulators, fragment_position
 
-    seen = Counter(fragment_position(i, t % 32, t // 32) for t in range(THREADS) for i in range(ACC))
-    assert set(seen.values()) == {1} and set(seen) == {(r, c) for r in range(BM) for c in range(BN)}
+    seen = Counter(fragment_position(i, t % 32, t // 32, bn) for t in range(THREADS) for i in range(accumulators(bn)))
+    assert set(seen.values()) == {1} and set(seen) == {(r, c) for r in range(BM) for c in range(bn)}
+
+
+def test_tensor_core_stage_buffers_fit_every_target():
+    # The dynamic shared memory of each tile width and main loop fits the most a block may have
+    # where it runs: sm_90a (227 KiB), sm_80/87 (163 KiB), sm_86/89/120 (99 KiB); none below sm_80.
+    from simaccel.kernels.tensor_core import WIDTHS, dynamic_shared_bytes
+
+    most = {(9, 0, "a"): 232448, (8, 0): 166912, (8, 6): 101376, (8, 9): 101376, (9, 0): 232448, (12, 0): 101376}
+    for bn in WIDTHS:
+        assert dynamic_shared_bytes(bn, (7, 5)) == 0
+        for target, limit in most.items():
+            assert 48 * 1024 < dynamic_shared_bytes(bn, target) <= limit, (bn, target)
+        assert dynamic_shared_bytes(bn, (9, 0, "a")) > dynamic_shared_bytes(bn, (9, 0))  # wgmma's 64-deep slices
 
 
 @pytest.mark.parametrize("name", ["simaccel.matmul", "simaccel.dense"])

@@ -152,7 +152,10 @@ def test_a_region_launches_its_plan_on_tvms_stream_with_tvms_pointers(fake, symb
         kernel = compile_kernel(launch.kernel, signature(launch, program), SM90)
         assert got["entry"] == kernel.entry and got["stream"] == STREAM
         assert got["grid"] == dims3(launch.grid) and got["block"] == dims3(launch.block)
-        assert got["shared"] == launch.shared_bytes and len(got["words"]) == abi_params(launch)
+        # The fake GPU (sm_100) runs the PTX: a launch's own shared bytes and what its code
+        # stages in dynamic shared memory (the float16 matmuls' stage buffers).
+        assert got["shared"] == launch.shared_bytes + kernel.ptx_shared_bytes
+        assert len(got["words"]) == abi_params(launch)
         for word, want in zip(got["words"], expected_words(program, launch, addresses), strict=True):
             if want is None:  # an intermediate: the region's own, aligned memory
                 assert word % 256 == 0 and word not in addresses.values()
@@ -406,6 +409,54 @@ def test_a_fat_library_loads_the_cubin_each_gpu_runs_else_its_ptx(fat, device, a
     assert len(driver.launches()) == len(plan_launches(program))
     line = f"cuda:{device} GPU (sm_{arch[0]}{arch[1]}): {kernels if cubin else 0} of {kernels} kernels from cubins"
     assert line in capfd.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def fat_gemm(native, tmp_path_factory):
+    """A library of one float16 GEMM on 128 x 256 tiles (its stage buffers in dynamic shared
+    memory), with cubins for sm_75, sm_80 and sm_90 and PTX for sm_75."""
+    program = one_op_program("simaccel.dense_bias_relu", [(16384, 64), (1024, 64), (1024,)], "float16")
+    library, _ = region_library([NativeRegion("fat_gemm", program)], tmp_path_factory.mktemp("fat_gemm"), FAT)
+    return library, native[1], program
+
+
+# (device's compute capability, the target of the image it runs): sm_90 runs the sm_90a cubin
+# (wgmma), sm_86 the sm_80 cubin, sm_100 the PTX of sm_75 (mma.sync JITs from sm_80 on, and
+# the PTX of sm_75 has the float32-FMA path: it stages nothing).
+GEMM_PICKS = [((9, 0), (9, 0, "a")), ((8, 6), (8, 0)), ((7, 5), (7, 5)), ((10, 0), (7, 5))]
+
+
+@pytest.mark.parametrize("device, arch, target", [(d, a, t) for d, (a, t) in enumerate(GEMM_PICKS)],
+                         ids=[f"sm_{a[0]}{a[1]}" for a, _ in GEMM_PICKS])
+def test_a_float16_gemm_launches_with_the_shared_memory_its_image_stages(fat_gemm, device, arch, target):
+    """The float16 GEMM's stage buffers are dynamic shared memory sized for the code a GPU runs
+    (kernels.tensor_core.dynamic_shared_bytes); over 48 KiB the kernel is allowed it once, as
+    a GPU requires (the stand-in refuses the launch otherwise)."""
+    from simaccel.kernels.tensor_core import dynamic_shared_bytes
+
+    library, driver, program = fat_gemm
+    driver.reset()
+    driver.set_compute(device, arch)  # a device of its own: a library loads its kernels once per device
+    library["fat_gemm"](*[cuda_tensor(a, device_id=device) for a in arrays_for(program)])
+    [got] = driver.launches()
+    [launch] = plan_launches(program)
+    assert launch.kernel.__name__ == "_dense_tensor_core_kernel_256"
+    assert got["shared"] == launch.shared_bytes + dynamic_shared_bytes(256, target)
+    assert driver.counter("shared_opt_ins") == (1 if got["shared"] > 48 * 1024 else 0)
+
+
+def test_a_gpu_with_too_little_shared_memory_for_a_kernel_is_an_error_naming_it(fat_gemm):
+    library, driver, program = fat_gemm
+    driver.reset()
+    driver.set_compute(7, (9, 0))
+    driver.set_shared_limit(100 * 1024)
+    try:
+        with pytest.raises(EngineError, match=r"region fat_gemm on cuda:7: kernel _dense_tensor_core_kernel_256 needs "
+                                              r"197632 bytes of shared memory per block; this sm_90 GPU gives at most 102400"):
+            library["fat_gemm"](*[cuda_tensor(a, device_id=7) for a in arrays_for(program)])
+        assert driver.launches() == []
+    finally:
+        driver.reset()
 
 
 def test_a_gpu_no_cubin_or_ptx_fits_is_an_error_naming_what_the_library_holds(native, tmp_path):

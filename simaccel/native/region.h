@@ -53,6 +53,7 @@ struct Cubin {
   int32_t arch;
   const unsigned char* image;  // an ELF image: it knows its size
   const char* entry;           // the kernel's mangled name in this image
+  uint32_t shared_bytes;       // dynamic shared memory this image needs besides a launch's own
 };
 
 struct Kernel {
@@ -61,6 +62,7 @@ struct Kernel {
   const char* ptx;      // the kernel as PTX for `ptx_arch` (the lowest built), JIT-compiled
   int32_t ptx_arch;     // where no cubin fits the GPU
   const char* ptx_entry;
+  uint32_t ptx_shared_bytes;  // dynamic shared memory the PTX's code needs besides a launch's own
   const char* name;  // the Numba kernel's name, for messages
 };
 
@@ -122,6 +124,9 @@ typedef unsigned long long CUdeviceptr;
 constexpr int kMaxDevices = 64;
 constexpr int kComputeMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kComputeMinor = 76;
+constexpr int kSharedOptIn = 97;    // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+constexpr int kMaxDynamicShared = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr uint32_t kStaticSharedLimit = 48 * 1024;  // more per block only where a kernel is allowed
 
 struct Driver {
   CUresult (*Init)(unsigned);
@@ -133,6 +138,7 @@ struct Driver {
   CUresult (*CtxPopCurrent)(CUcontext*);
   CUresult (*ModuleLoadData)(CUmodule*, const void*);
   CUresult (*ModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, CUstream, void**, void**);
   CUresult (*MemAlloc)(CUdeviceptr*, size_t);
@@ -187,6 +193,7 @@ const Driver& driver() {
     bind_symbol(lib, "cuCtxPopCurrent_v2", &d.CtxPopCurrent, m);
     bind_symbol(lib, "cuModuleLoadData", &d.ModuleLoadData, m);
     bind_symbol(lib, "cuModuleGetFunction", &d.ModuleGetFunction, m);
+    bind_symbol(lib, "cuFuncSetAttribute", &d.FuncSetAttribute, m);
     bind_symbol(lib, "cuLaunchKernel", &d.LaunchKernel, m);
     bind_symbol(lib, "cuMemAlloc_v2", &d.MemAlloc, m);
     bind_symbol(lib, "cuMemAllocAsync", &d.MemAllocAsync, m);
@@ -336,6 +343,7 @@ const std::atomic<int32_t>* debug_word() {
 struct DeviceState {
   CUcontext context = nullptr;
   std::vector<CUfunction> functions;
+  std::vector<uint32_t> shared_bytes;  // per function: the dynamic shared memory its image needs
 };
 
 // One region's intermediates (and aliased-output scratch) on one device and stream. Its lock
@@ -438,15 +446,16 @@ int load_kernels(const Region& r, Library& lib, int32_t device, DeviceState** ou
       const Kernel& kernel = lib.kernels[k];
       CUmodule module = nullptr;
       const char* entry = nullptr;
+      uint32_t shared = 0;
       std::string tried;
       if (const Cubin* cubin = fitting_cubin(kernel, arch)) {
         CUresult loaded = d.ModuleLoadData(&module, cubin->image);
-        if (loaded == 0) entry = cubin->entry, ++from_cubins;
+        if (loaded == 0) entry = cubin->entry, shared = cubin->shared_bytes, ++from_cubins;
         else tried = "its cubin for " + arch_text(cubin->arch) + ": " + cuda_error(loaded) + "; ";
       }
       if (entry == nullptr && kernel.ptx_arch <= arch) {
         CUresult loaded = d.ModuleLoadData(&module, kernel.ptx);
-        if (loaded == 0) entry = kernel.ptx_entry;
+        if (loaded == 0) entry = kernel.ptx_entry, shared = kernel.ptx_shared_bytes;
         else tried += "its PTX for " + arch_text(kernel.ptx_arch) + ": " + cuda_error(loaded) +
                       " (the driver must be " + kMinDriver + " or newer); ";
       }
@@ -460,7 +469,18 @@ int load_kernels(const Region& r, Library& lib, int32_t device, DeviceState** ou
         problem = std::string("kernel ") + kernel.name + ": no entry " + entry + ": " + cuda_error(rc);
         break;
       }
+      // A kernel with stage buffers in dynamic shared memory may use all a block can have here.
+      int most = 0;
+      if (shared > kStaticSharedLimit && ((rc = d.DeviceGetAttribute(&most, kSharedOptIn, dev)) != 0 ||
+                                          static_cast<uint32_t>(most) < shared ||
+                                          (rc = d.FuncSetAttribute(function, kMaxDynamicShared, most)) != 0)) {
+        problem = std::string("kernel ") + kernel.name + " needs " + std::to_string(shared) +
+                  " bytes of shared memory per block; this " + arch_text(arch) + " GPU gives at most " +
+                  std::to_string(most) + (rc ? ": " + cuda_error(rc) : std::string());
+        break;
+      }
       fresh->functions.push_back(function);
+      fresh->shared_bytes.push_back(shared);
     }
     if (problem.empty() && log_loads()) {
       std::fprintf(stderr, "simaccel: %s GPU (%s): %d of %d kernels from cubins, %d JIT-compiled from PTX; the library holds %s\n",
@@ -528,6 +548,9 @@ struct Call {
   std::string where() const { return std::string("region ") + r.symbol + " on cuda:" + std::to_string(device); }
 };
 
+// The shared memory launch `launch` runs with: its own and what its kernel's image needs.
+uint32_t shared_bytes(const Call& c, const Launch& launch) { return launch.shared_bytes + c.state.shared_bytes[launch.kernel]; }
+
 // Launch `l` with the call's data pointers patched into its parameters (and, when tracing and
 // `traced`, an event recorded before and after it on the stream).
 CUresult launch_kernel(const Call& c, int32_t l, bool traced = true) {
@@ -542,7 +565,8 @@ CUresult launch_kernel(const Call& c, int32_t l, bool traced = true) {
   const CUevent* events = traced ? &c.memory.events[2 * c.trace->launched.size()] : nullptr;
   if (events) d.EventRecord(events[0], c.stream);
   CUresult rc = d.LaunchKernel(c.state.functions[launch.kernel], launch.grid[0], launch.grid[1], launch.grid[2],
-                               launch.block[0], launch.block[1], launch.block[2], launch.shared_bytes, c.stream, params, nullptr);
+                               launch.block[0], launch.block[1], launch.block[2], shared_bytes(c, launch), c.stream, params,
+                               nullptr);
   if (events && rc == 0) {
     d.EventRecord(events[1], c.stream);
     c.trace->launched.push_back(l);
@@ -814,7 +838,7 @@ int launch_op(const Call& c, int32_t k, int32_t begin, int32_t end, bool again =
       return sanitizer_fail(c, kSanitizeFault, k, -1, "faulted: launch " + std::to_string(l) + " of the region (kernel " +
                                                           c.lib.kernels[launch.kernel].name + ", grid " + dims_text(launch.grid) +
                                                           ", block " + dims_text(launch.block) + ", shared " +
-                                                          std::to_string(launch.shared_bytes) + " bytes, arguments " + args +
+                                                          std::to_string(shared_bytes(c, launch)) + " bytes, arguments " + args +
                                                           ", " + std::to_string(launch.num_words) + " parameter words) failed: " +
                                                           cuda_error(rc) + "; the CUDA context is unusable from here on");
     }
@@ -1000,7 +1024,7 @@ std::string trace_record(const Call& c) {
     json += std::string(i ? ", " : "") + "{\"launch\": " + std::to_string(t.launched[i]) + ", \"op\": " + std::to_string(launch.op) +
             ", \"op_name\": " + json_string(c.r.ops[launch.op].name) + ", \"kernel\": " + json_string(c.lib.kernels[launch.kernel].name) +
             ", \"grid\": " + dims_json(launch.grid) + ", \"block\": " + dims_json(launch.block) +
-            ", \"shared\": " + std::to_string(launch.shared_bytes) + ", " + times + "}";
+            ", \"shared\": " + std::to_string(shared_bytes(c, launch)) + ", " + times + "}";
   }
   return json + "]}";
 }

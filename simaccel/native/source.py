@@ -94,12 +94,13 @@ def library_source(regions: list[NativeRegion], archs: tuple[tuple[int, int], ..
         for a, image in enumerate(images):
             parts.append(f"const unsigned char kCubin{k}_{a}[] = {_c_bytes(image.cubin)};")
         parts.append(f"const Cubin kCubins{k}[] = {{")
-        parts += [f"  {{{_arch_code(image.arch)}, kCubin{k}_{a}, {_c_string(image.entry)}}}," for a, image in enumerate(images)]
+        parts += [f"  {{{_arch_code(image.arch)}, kCubin{k}_{a}, {_c_string(image.entry)}, {image.shared_bytes}}},"
+                  for a, image in enumerate(images)]
         parts.append("};")
         parts.append(f"const char kPtx{k}[] = {_c_bytes(images[0].ptx.encode())};")
     parts.append("const Kernel kKernels[] = {")
     parts += [f"  {{kCubins{k}, {len(images)}, kPtx{k}, {_arch_code(images[0].arch)}, {_c_string(images[0].entry)}, "
-              f"{_c_string(images[0].kernel.__name__)}}}," for k, images in enumerate(compiled)]
+              f"{images[0].ptx_shared_bytes}, {_c_string(images[0].kernel.__name__)}}}," for k, images in enumerate(compiled)]
     parts.append("};")
     held = f"cubins for {', '.join(map(arch_name, archs))} and PTX for {arch_name(archs[0])}"
     parts.append(f"Library kLibrary{{kKernels, {len(compiled)}, {_c_string(held)}, {{}}, {{}}}};")

@@ -1,0 +1,107 @@
+"""Time the float16 GEMM kernels on a GPU against cuBLAS (torch): C = A @ B and the dense form.
+
+    python scripts/fp16_gemm_gpu.py OUT_DIR [--ncu]
+
+Each case runs through its op's own launcher (the tile width it picks for its size, or the
+one forced with `bn`), is checked against torch's float32 product (max abs error over the
+result's scale), then timed with CUDA events (median of 20 after 3 warm-ups) interleaved
+with torch's float16 matmul. Writes OUT_DIR/fp16_gemm.json. With --ncu, each case is
+launched twice and nothing is timed (for Nsight Compute).
+"""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from numba import cuda
+
+from simaccel.kernels import KernelTarget, tensor_core
+from simaccel.ops import get_op
+
+# (label, op, M, N, K, forced tile width or None)
+CASES = [
+    ("matmul 4096^3", "simaccel.matmul", 4096, 4096, 4096, None),
+    ("dense 4096^3", "simaccel.dense", 4096, 4096, 4096, None),
+    ("matmul 4096^3 bn128", "simaccel.matmul", 4096, 4096, 4096, 128),
+    ("matmul 8192^3", "simaccel.matmul", 8192, 8192, 8192, None),
+    ("matmul 2048^3", "simaccel.matmul", 2048, 2048, 2048, None),
+    ("matmul 4096x4096x1024", "simaccel.matmul", 4096, 4096, 1024, None),
+    ("dense 8192x1024x4096 (MLP up)", "simaccel.dense", 8192, 1024, 4096, None),
+    ("matmul 1024^3", "simaccel.matmul", 1024, 1024, 1024, None),
+]
+
+
+def events_ms(fn, reps=20, warm=3):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def prepare(name, M, N, K, bn):
+    torch.manual_seed(0)
+    a = torch.rand(M, K, device="cuda", dtype=torch.float16) - 0.5
+    b = torch.rand(K, N, device="cuda", dtype=torch.float16) - 0.5
+    weight = b.T.contiguous() if "dense" in name else b
+    out = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    op = get_op(name)
+    target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
+    args = [cuda.as_cuda_array(t) for t in (out, a, weight)]
+
+    def launch():
+        if bn is None:
+            op.kernel(target, *args, **op.all_attrs({}))
+        else:
+            saved = tensor_core.width
+            tensor_core.width = lambda M, N, batches: bn
+            try:
+                op.kernel(target, *args, **op.all_attrs({}))
+            finally:
+                tensor_core.width = saved
+
+    return a, b, out, launch
+
+
+def main(out_dir: Path, ncu: bool) -> int:
+    rows = []
+    failed = 0
+    for label, name, M, N, K, bn in CASES:
+        a, b, out, launch = prepare(name, M, N, K, bn)
+        if ncu:
+            launch()
+            launch()
+            torch.cuda.synchronize()
+            print(f"launched {label} twice")
+            continue
+        launch()
+        torch.cuda.synchronize()
+        want = a.float() @ b.float()
+        error = float((out.float() - want).abs().max() / want.abs().max())
+        ours = events_ms(launch)
+        theirs = events_ms(lambda: torch.matmul(a, b))
+        flops = 2.0 * M * N * K
+        row = {"case": label, "M": M, "N": N, "K": K, "bn": bn or tensor_core.width(M, N, 1), "ms": ours,
+               "tflops": flops / ours / 1e9, "cublas_ms": theirs, "cublas_tflops": flops / theirs / 1e9,
+               "ratio": ours / theirs, "max_rel_error": error}
+        rows.append(row)
+        ok = error < 2e-3
+        failed += not ok
+        print(f"{label:32s} bn {row['bn']}: {ours * 1e3:8.1f} us {row['tflops']:6.1f} TFLOP/s | cuBLAS "
+              f"{theirs * 1e3:8.1f} us {row['cublas_tflops']:6.1f} | {row['ratio']:.2f}x | error {error:.1e}"
+              f"{'' if ok else '  MISMATCH'}")
+    if not ncu:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "fp16_gemm.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), "--ncu" in sys.argv[2:]))
