@@ -106,69 +106,144 @@ __device__ __forceinline__ int n_rows(int k, int c) {
     return kNMajor ? (c >> 3) * BK * 8 + k * 8 + ((c & 7) ^ (k & 7)) : k * (BN / 8) + (c ^ (k & 7));
 }
 
-// Stage `rows` x BK halves of a row-major source (rows along M or N, K along the row) from
-// column k0.
-template <int ROWS, bool kFast>
-__device__ __forceinline__ void stage_rows(uint4* dst, const __half* src, int ld, int rows_left, int k0, int K,
-                                           int tid) {
+// This thread's share of staging a row-major operand (rows along M or N, K along the row),
+// worked out once per tile: chunk i of a slice is `src + i * stride` in global memory (STEP
+// rows below chunk 0) and `dst + i * THREADS` in the stage buffer (the swizzle of k_major
+// depends on row % 8, which a step of STEP rows keeps). `stage` copies one slice and moves
+// `src` on to the next: slices are staged in order.
+template <int ROWS>
+struct RowChunks {
+    static constexpr int N = ROWS * KCHUNKS / THREADS, STEP = THREADS / KCHUNKS;
     static_assert(ROWS * KCHUNKS % THREADS == 0, "whole chunks per thread");
-    if constexpr (kFast) {
+    const __half* src;
+    long long stride;
+    int dst, col;    // its chunks' place in a stage buffer (chunk 0) and column in a slice
+    unsigned valid;  // bit i: chunk i's row is in the matrix
+
+    __device__ __forceinline__ RowChunks(const __half* base, int ld, int rows_left, int tid) {
+        const int row = tid / KCHUNKS, c = tid % KCHUNKS;
+        col = c * 8;
+        src = base + (long long)row * ld + col;
+        stride = (long long)STEP * ld;
+        dst = k_major(row, c);
+        valid = 0;
 #pragma unroll
-        for (int i = 0; i < ROWS * KCHUNKS / THREADS; ++i) {
-            const int q = tid + i * THREADS, row = q / KCHUNKS, c = q % KCHUNKS, k = k0 + c * 8;
-            const bool valid = row < rows_left && k < K;
-            copy16(dst + k_major(row, c), valid ? src + (long long)row * ld + k : src, valid);
-        }
-    } else {
-        // A chunk at a time: unrolled, the loads of every chunk would all be in flight, in
-        // registers the fast path's accumulators need (the kernel gets the larger count).
+        for (int i = 0; i < N; ++i) valid |= (row + i * STEP < rows_left ? 1u : 0u) << i;
+    }
+
+    __device__ __forceinline__ void stage(uint4* buffer, int k0, int K) {
+        const bool in_k = k0 + col < K;
+#pragma unroll
+        for (int i = 0; i < N; ++i) copy16(buffer + dst + i * THREADS, src + i * stride, in_k && (valid >> i & 1));
+        src += BK;
+    }
+};
+
+// The same for a (K, N) row-major operand laid out as `n_rows`: chunk i is STEP k rows below
+// chunk 0 (a multiple of 8, so the swizzle stays), its column fixed.
+template <int BN, bool kNMajor>
+struct KRowChunks {
+    static constexpr int ROW = BN / 8, N = BK * ROW / THREADS, STEP = THREADS / ROW;
+    static_assert(STEP % 8 == 0, "the swizzle of n_rows repeats every 8 k rows");
+    const __half* src;
+    long long stride;
+    int dst, k;
+    bool in_n;  // its column is in the matrix
+
+    __device__ __forceinline__ KRowChunks(const __half* base, int ld, int n_left, int tid) {
+        const int c = tid % ROW;
+        k = tid / ROW;
+        src = base + (long long)k * ld + c * 8;
+        stride = (long long)STEP * ld;
+        dst = n_rows<BN, kNMajor>(k, c);
+        in_n = c * 8 < n_left;
+    }
+
+    __device__ __forceinline__ void stage(uint4* buffer, int k0, int K) {
+        constexpr int DST_STEP = kNMajor ? STEP * 8 : THREADS;
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+            copy16(buffer + dst + i * DST_STEP, src + i * stride, in_n && k0 + k + i * STEP < K);
+        src += stride * (BK / STEP);
+    }
+};
+
+// Stage `ROWS` x BK halves of a row-major source from column k0 with element loads (rows or
+// pointers not 16-byte aligned), a chunk at a time: unrolled, the loads of every chunk would
+// all be in flight, in registers the accumulators need (the kernel gets the larger count).
+template <int ROWS>
+__device__ __forceinline__ void stage_rows_by_element(uint4* dst, const __half* src, int ld, int rows_left, int k0,
+                                                      int K, int tid) {
 #pragma unroll 1
-        for (int i = 0; i < ROWS * KCHUNKS / THREADS; ++i) {
-            const int q = tid + i * THREADS, row = q / KCHUNKS, c = q % KCHUNKS, k = k0 + c * 8;
-            __align__(16) __half v[8];  // stored as one 16-byte chunk
+    for (int i = 0; i < ROWS * KCHUNKS / THREADS; ++i) {
+        const int q = tid + i * THREADS, row = q / KCHUNKS, c = q % KCHUNKS, k = k0 + c * 8;
+        __align__(16) __half v[8];  // stored as one 16-byte chunk
 #pragma unroll
-            for (int e = 0; e < 8; ++e)
-                v[e] = (row < rows_left && k + e < K) ? src[(long long)row * ld + k + e] : __float2half(0.0f);
-            dst[k_major(row, c)] = *reinterpret_cast<uint4*>(v);
-        }
+        for (int e = 0; e < 8; ++e)
+            v[e] = (row < rows_left && k + e < K) ? src[(long long)row * ld + k + e] : __float2half(0.0f);
+        dst[k_major(row, c)] = *reinterpret_cast<uint4*>(v);
     }
 }
 
-// Stage BK k rows x BN halves of a (K, N) row-major source from row k0, laid out as `n_rows`.
-template <int BN, bool kFast, bool kNMajor>
-__device__ __forceinline__ void stage_k_rows(uint4* dst, const __half* src, int ld, int n_left, int k0, int K,
-                                             int tid) {
+// The same for BK k rows x BN halves of a (K, N) source from row k0, laid out as `n_rows`.
+template <int BN, bool kNMajor>
+__device__ __forceinline__ void stage_k_rows_by_element(uint4* dst, const __half* src, int ld, int n_left, int k0,
+                                                        int K, int tid) {
     constexpr int ROW = BN / 8;  // chunks per k row
-    if constexpr (kFast) {
+#pragma unroll 1
+    for (int i = 0; i < BK * ROW / THREADS; ++i) {
+        const int q = tid + i * THREADS, k = q / ROW, c = q % ROW, n = c * 8;
+        __align__(16) __half v[8];  // stored as one 16-byte chunk
 #pragma unroll
-        for (int i = 0; i < BK * ROW / THREADS; ++i) {
-            const int q = tid + i * THREADS, k = q / ROW, c = q % ROW, n = c * 8;
-            const bool valid = k0 + k < K && n < n_left;
-            copy16(dst + n_rows<BN, kNMajor>(k, c), valid ? src + (long long)(k0 + k) * ld + n : src, valid);
-        }
-    } else {
-#pragma unroll 1  // a chunk at a time, as in stage_rows
-        for (int i = 0; i < BK * ROW / THREADS; ++i) {
-            const int q = tid + i * THREADS, k = q / ROW, c = q % ROW, n = c * 8;
-            __align__(16) __half v[8];  // stored as one 16-byte chunk
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
-            dst[n_rows<BN, kNMajor>(k, c)] = *reinterpret_cast<uint4*>(v);
-        }
+        for (int e = 0; e < 8; ++e)
+            v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
+        dst[n_rows<BN, kNMajor>(k, c)] = *reinterpret_cast<uint4*>(v);
     }
 }
 
-// Both operands' slice from k0 into stage buffer s: A's BM rows, then B's.
+// How this thread stages both operands' slices into a stage buffer: A's BM rows, then B's.
+// kFast: 16-byte cp.async copies from pointers worked out once; else element loads.
 template <int BN, bool kTransB, bool kFast, bool kNMajor>
-__device__ __forceinline__ void stage_slice(uint4* s, const __half* a, int lda, const __half* b, int ldb, int m_left,
-                                            int n_left, int k0, int K, int tid) {
-    stage_rows<BM, kFast>(s, a, lda, m_left, k0, K, tid);
-    if (kTransB)
-        stage_rows<BN, kFast>(s + BM * KCHUNKS, b, ldb, n_left, k0, K, tid);
-    else
-        stage_k_rows<BN, kFast, kNMajor>(s + BM * KCHUNKS, b, ldb, n_left, k0, K, tid);
-}
+struct Stager;
+
+template <bool kFirst, typename T, typename F>
+struct Pick { using type = T; };
+template <typename T, typename F>
+struct Pick<false, T, F> { using type = F; };
+
+template <int BN, bool kTransB, bool kNMajor>
+struct Stager<BN, kTransB, true, kNMajor> {
+    RowChunks<BM> a;
+    typename Pick<kTransB, RowChunks<BN>, KRowChunks<BN, kNMajor>>::type b;
+    int K;
+
+    __device__ __forceinline__ Stager(const __half* a_, int lda, const __half* b_, int ldb, int m_left, int n_left, int K,
+                                      int tid)
+        : a(a_, lda, m_left, tid), b(b_, ldb, n_left, tid), K(K) {}
+
+    __device__ __forceinline__ void operator()(uint4* buffer, int k0) {
+        a.stage(buffer, k0, K);
+        b.stage(buffer + BM * KCHUNKS, k0, K);
+    }
+};
+
+template <int BN, bool kTransB, bool kNMajor>
+struct Stager<BN, kTransB, false, kNMajor> {
+    const __half *a, *b;
+    int lda, ldb, m_left, n_left, K, tid;
+
+    __device__ __forceinline__ Stager(const __half* a, int lda, const __half* b, int ldb, int m_left, int n_left, int K,
+                                      int tid)
+        : a(a), b(b), lda(lda), ldb(ldb), m_left(m_left), n_left(n_left), K(K), tid(tid) {}
+
+    __device__ __forceinline__ void operator()(uint4* buffer, int k0) {
+        stage_rows_by_element<BM>(buffer, a, lda, m_left, k0, K, tid);
+        if constexpr (kTransB)
+            stage_rows_by_element<BN>(buffer + BM * KCHUNKS, b, ldb, n_left, k0, K, tid);
+        else
+            stage_k_rows_by_element<BN, kNMajor>(buffer + BM * KCHUNKS, b, ldb, n_left, k0, K, tid);
+    }
+};
 
 template <int BN>
 __device__ constexpr int stage_chunks() { return (BM + BN) * KCHUNKS; }
@@ -210,10 +285,8 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
 #pragma unroll
             for (int r = 0; r < 4; ++r) c[mi][ni][r] = 0.0f;
 
-    auto stage = [&](int s, int k0) {
-        stage_slice<BN, kTransB, kFast, false>(smem + s * stage_chunks<BN>(), a, lda, b, ldb, m_left, n_left, k0, K,
-                                               tid);
-    };
+    Stager<BN, kTransB, kFast, false> stager(a, lda, b, ldb, m_left, n_left, K, tid);
+    auto stage = [&](int s, int k0) { stager(smem + s * stage_chunks<BN>(), k0); };
 
     const int slices = (K + BK - 1) / BK;
 #pragma unroll
@@ -329,11 +402,15 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
 
-    auto stage = [&](int s, int k0) {
-        stage_slice<BN, kTransB, kFast, true>(smem + s * stage_chunks<BN>(), a, lda, b, ldb, m_left, n_left, k0, K,
-                                              tid);
-    };
+    Stager<BN, kTransB, kFast, true> stager(a, lda, b, ldb, m_left, n_left, K, tid);
+    auto stage = [&](int s, int k0) { stager(smem + s * stage_chunks<BN>(), k0); };
 
+    // The first buffer's operands: K-major with the 128-byte swizzle, 8-row groups 1024 bytes
+    // apart (this warpgroup's 64 rows of A); the (K, N) form's B N-major with it, 64-column
+    // blocks BK rows of 128 bytes apart, 8-k groups 1024.
+    const unsigned long long a_desc = descriptor(smem + group * 64 * KCHUNKS, 16, 1024, 1);
+    const unsigned long long b_desc = kTransB ? descriptor(smem + BM * KCHUNKS, 16, 1024, 1)
+                                              : descriptor(smem + BM * KCHUNKS, BK * 128, 1024, 1);
     const int slices = (K + BK - 1) / BK;
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
@@ -351,21 +428,15 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
         const int next = t + STAGES - 2;
         if (next < slices) stage(next % STAGES, next * BK);
         commit();
-        const char* A = reinterpret_cast<const char*>(smem + (t % STAGES) * stage_chunks<BN>());
-        const char* B = A + BM * BK * 2;
-        A += group * 64 * BK * 2;  // this warpgroup's 64 rows
+        // Descriptors address in units of 16 bytes, as the buffers count chunks: slice t's
+        // are the first buffer's moved on by its offset, each k16 step by 32 bytes (K-major)
+        // or 16 k rows of 128 bytes (N-major).
+        const unsigned long long offset = (t % STAGES) * stage_chunks<BN>();
         fence_registers(d);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk) {
-            // K-major, 128-byte swizzle: 8-row groups 1024 bytes apart, k16 steps 32 bytes in.
-            const unsigned long long da = descriptor(A + kk * 32, 16, 1024, 1);
-            const unsigned long long db = kTransB ? descriptor(B + kk * 32, 16, 1024, 1)
-                                                  // N-major, 128-byte swizzle: 64-column blocks
-                                                  // BK rows of 128 bytes apart, 8-k groups 1024.
-                                                  : descriptor(B + kk * 16 * 128, BK * 128, 1024, 1);
-            wgmma<BN, kTransB ? 0 : 1>(d, da, db);
-        }
+        for (int kk = 0; kk < BK / 16; ++kk)
+            wgmma<BN, kTransB ? 0 : 1>(d, a_desc + offset + kk * 2, b_desc + offset + kk * (kTransB ? 2 : 128));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // slice t - 1's is done
         fence_registers(d);

@@ -4,8 +4,8 @@
 
 Each case runs through its op's own launcher (the tile width it picks for its size, or the
 one forced with `bn`), is checked against torch's float32 product (max abs error over the
-result's scale), then timed with CUDA events (median of 20 after 3 warm-ups) interleaved
-with torch's float16 matmul. Writes OUT_DIR/fp16_gemm.json. With --ncu, each case is
+result's scale), then timed with CUDA events (median of 20 samples of 10 calls queued behind a spin
+kernel, after 3 warm-ups) interleaved with torch's float16 matmul. Writes OUT_DIR/fp16_gemm.json. With --ncu, each case is
 launched twice and nothing is timed (for Nsight Compute).
 """
 import json
@@ -32,17 +32,21 @@ CASES = [
 ]
 
 
-def events_ms(fn, reps=20, warm=3):
+def events_ms(fn, reps=20, warm=3, queued=10):
+    """GPU time of one call of `fn`: the median over `reps` samples of `queued` calls queued
+    behind a spin kernel (so the host's launch cost, tens of microseconds of Python, is hidden)."""
     for _ in range(warm):
         fn()
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(20_000_000)  # ~10 ms of GPU while the host queues the calls
         start.record()
-        fn()
+        for _ in range(queued):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / queued)
     return statistics.median(times)
 
 
