@@ -20,16 +20,18 @@
 //   64 x BN/4 piece, read the slice with ldmatrix and multiply with mma.m16n8k16; 4 stages at
 //   BN = 256 (96 KiB, within the 99 KiB a block may have on sm_86/89/120), 3 at BN = 128.
 //
-// acc (BN / 2 floats per thread) is handed back in the instruction's own register order, and
-// simaccel_mma_cell(i, BN) says which element of the tile acc[i] is (the epilogue asks it;
-// both come from one compile, so they always agree). For mma.sync, with NI = BN / 32 n8 tiles
+// The epilogue reads the tile as BN / 2 slots a thread: simaccel_mma_acc(acc, i, BN) is slot
+// i's value and simaccel_mma_cell(i, BN) its element of the tile (both come from one compile,
+// so they always agree with the main loop beside them). On sm_90a the main loop leaves the
+// tile row-major in shared memory and slot i of thread t is element i * 256 + t. Elsewhere the
+// accumulators come back in `acc`, in mma.sync's register order: with NI = BN / 32 n8 tiles
 // per warp, acc[((mi * NI + ni) * 4 + r)] holds the warp's m16 tile mi (0..3), n8 tile ni,
 // C register r (0..3):
 //   row = warp_m * 64 + mi * 16 + lane / 4 + 8 * (r / 2)
 //   col = warp_n * BN / 4 + ni * 8 + 2 * (lane % 4) + r % 2
 // with warp = threadIdx.x / 32, warp_m = warp / 4, warp_n = warp % 4 (tensor_core.py's
-// `fragment_position`, the simulator's layout). For wgmma, acc[i] is register i of
-// m64nBN's accumulator: row = warp * 16 + lane / 4 + 8 * (i / 2 % 2), col = i / 4 * 8 + 2 * (lane % 4) + i % 2.
+// `fragment_position`, the simulator's layout). wgmma's register i of m64nBN's accumulator
+// is at row = warp * 16 + lane / 4 + 8 * (i / 2 % 2), col = i / 4 * 8 + 2 * (lane % 4) + i % 2.
 //
 // Operands: a is the tile's first row (row-major, leading dimension lda, m_left valid rows);
 // b is the tile's first column, either (N, K) row-major (`_nk`: the dense form, B^T) or
@@ -59,6 +61,10 @@ __device__ constexpr int stages() { return BN == 256 ? 4 : 3; }
 #endif
 constexpr int KCHUNKS = BK / 8;  // 16-byte chunks along K in an operand row
 
+// Row stride (floats) of the tile that wgmma's main loop hands to the epilogue in shared memory.
+template <int BN>
+__device__ constexpr int handoff_stride() { return BN + 8; }
+
 // The dynamic shared memory a BM x BN tile's main loop needs: its stage buffers, and 1 KiB to
 // align them to wgmma's swizzle atoms (tensor_core.py's `dynamic_shared_bytes` says the same).
 template <int BN>
@@ -68,16 +74,21 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// The block's stage buffers: the dynamic shared memory, aligned to 1024 bytes. A launch that
-// gave less than the main loop needs traps rather than write past it.
+// The dynamic shared memory, aligned to 1024 bytes (wgmma's swizzle atoms).
+__device__ __forceinline__ uint4* aligned_shared() {
+    extern __shared__ __align__(16) uint4 dynamic[];
+    const uint32_t base = smem_addr(dynamic);
+    return dynamic + (((base + 1023) & ~1023u) - base) / 16;
+}
+
+// The block's stage buffers. A launch that gave less than the main loop needs traps rather
+// than write past it.
 template <int BN>
 __device__ __forceinline__ uint4* stage_memory() {
-    extern __shared__ __align__(16) uint4 dynamic[];
     uint32_t given;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(given));
     if (given < shared_bytes<BN>()) __trap();
-    const uint32_t base = smem_addr(dynamic);
-    return dynamic + (((base + 1023) & ~1023u) - base) / 16;
+    return aligned_shared();
 }
 
 __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
@@ -444,8 +455,22 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     fence_registers(d);
     wait_groups<0>();
+    // The accumulators go to the epilogue through the stage buffers, now free (every
+    // warpgroup's wgmma done), as the tile itself: row-major, rows of BN + 8 floats (a
+    // half-warp's 8-byte stores of 4 rows x 8 columns then meet 32 distinct banks). Through
+    // local memory (the acc array) they missed the L1, which the stage buffers leave small,
+    // and the epilogue's reads each waited on L2 (50 us a wave of 128 x 256 tiles at 4096^3);
+    // row-major, the epilogue's consecutive threads store consecutive columns.
+    static_assert(BM * handoff_stride<BN>() * 4 <= stages<BN>() * (BM + BN) * BK * 2, "the tile fits the stage buffers");
+    __syncthreads();
+    float* const tile = reinterpret_cast<float*>(aligned_shared());
+    const int lane = tid & 31, row = (tid >> 5) * 16 + (lane >> 2), col = 2 * (lane & 3);
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = d[i];
+    for (int i = 0; i < BN / 2; i += 2) {
+        float2* at = reinterpret_cast<float2*>(tile + (row + 8 * (i / 2 % 2)) * handoff_stride<BN>() + i / 4 * 8 + col);
+        *at = make_float2(d[i], d[i + 1]);
+    }
+    __syncthreads();
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -507,18 +532,30 @@ SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_256, 256, true)
 SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_256, 256, false)
 #undef SIMACCEL_TILE_ENTRY
 
-// Which element of a 128 x bn tile this thread's accumulator i is, as row * bn + column: the
-// layout of the main loop compiled beside it (see the top of this file).
-extern "C" __device__ int simaccel_mma_cell(long long i, long long bn) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = (int)i & 3;
+// The epilogue takes a thread's BN / 2 values as slots i = 0 .. BN / 2 - 1: simaccel_mma_acc
+// gives slot i's value, simaccel_mma_cell its element of the tile. On sm_90a the main loop
+// left the tile in shared memory, row-major, and slot i of thread t is element i * THREADS + t
+// (consecutive threads, consecutive columns); elsewhere slot i is accumulator i, in `acc`.
+extern "C" __device__ float simaccel_mma_acc(const float* acc, long long i, long long bn) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    const int row = warp * 16 + (lane >> 2) + 8 * (r >> 1);
-    const int col = ((int)i >> 2) * 8 + 2 * (lane & 3) + (r & 1);
+    const int e = (int)i * THREADS + threadIdx.x, b = (int)bn;
+    return reinterpret_cast<const float*>(aligned_shared())[e / b * (b + 8) + e % b];  // handoff_stride
 #else
+    return acc[i];
+#endif
+}
+
+// Which element of a 128 x bn tile this thread's slot i is, as row * bn + column: the layout
+// of the main loop compiled beside it (see the top of this file).
+extern "C" __device__ int simaccel_mma_cell(long long i, long long bn) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    return (int)i * THREADS + threadIdx.x;
+#else
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = (int)i & 3;
     const int ni_count = (int)bn / 32;
     const int mi = (int)i / (ni_count * 4), ni = ((int)i >> 2) % ni_count;
     const int row = (warp >> 2) * 64 + mi * 16 + (lane >> 2) + 8 * (r >> 1);
     const int col = (warp & 3) * ((int)bn / 4) + ni * 8 + 2 * (lane & 3) + (r & 1);
-#endif
     return row * (int)bn + col;
+#endif
 }

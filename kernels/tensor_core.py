@@ -83,16 +83,40 @@ def fragment_position(i, lane, warp, bn):
     return row, col
 
 
-# The C++ side's own map of accumulator i to its tile element, row * bn + column: the layout
-# of the main loop compiled beside it (mma.sync's, or on sm_90a wgmma's), so the two agree.
+# The C++ side's own map of this thread's slot i to its tile element, row * bn + column: the
+# layout of the main loop compiled beside it (mma.sync's accumulators, or on sm_90a the tile
+# it left in shared memory), so the two agree.
 _mma_cell = cuda.declare_device("simaccel_mma_cell", types.int32(types.int64, types.int64),
                                 link=[str(HERE / SOURCE)], abi="c")
 
 
+# This thread's slot i of the tile from the C++ side, where its main loop left it (on sm_90a
+# the tile, row-major in shared memory; elsewhere accumulator i, in the `acc` array passed to it).
+_mma_acc = cuda.declare_device("simaccel_mma_acc", types.float32(types.CPointer(types.float32), types.int64,
+                                                                 types.int64), link=[str(HERE / SOURCE)], abi="c")
+
+
 @register_jitable
-def _compiled_position(i, lane, warp, bn):
-    cell = _mma_cell(i, bn)
-    return cell // bn, cell % bn
+def _simulated_acc(acc, i, bn):  # the simulator model fills `acc` itself
+    return acc[i]
+
+
+@register_jitable
+def _compiled_acc(acc, i, bn):
+    return _mma_acc(data_pointer(acc), i, bn)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_position(bn: int):
+    """(row, column) of slot i, from the C++ map, for a tile of width `bn` (a power of two)."""
+    shift = bn.bit_length() - 1
+
+    @register_jitable
+    def position(i, lane, warp, width):
+        cell = _mma_cell(i, bn)
+        return cell >> shift, cell & (bn - 1)
+
+    return position
 
 
 def _kernel(transpose_b, bn, epilogue, simulator):
@@ -105,10 +129,10 @@ def _kernel(transpose_b, bn, epilogue, simulator):
             return [(i, *fragment_position(i, t % 32, t // 32, bn)) for i in range(acc_count)]
 
         main_loop, pointer = simulated_main_loop(transpose_b, positions), same
-        position = fragment_position
+        position, accumulator = fragment_position, _simulated_acc
     else:
         main_loop = declare(f"simaccel_mma_tile_{'nk' if transpose_b else 'kn'}_{bn}", types.float16, SOURCE)
-        pointer, position = data_pointer, _compiled_position
+        pointer, position, accumulator = data_pointer, _compiled_position(bn), _compiled_acc
 
     def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
                e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
@@ -126,7 +150,7 @@ def _kernel(transpose_b, bn, epilogue, simulator):
         for i in range(acc_count):
             row, col = position(i, lane, warp, bn)
             if row < m_left and col < n_left:
-                v = acc[i]
+                v = accumulator(acc, i, bn)
                 if has_bias:
                     v += float32(bias[col0 + col])
                 out[out_row0 + row, col0 + col] = epilogue(apply_activation(v, act), (out_row0 + row) * N + col0 + col,

@@ -24,6 +24,7 @@ CASES = [
     ("matmul 4096^3", "simaccel.matmul", 4096, 4096, 4096, None),
     ("dense 4096^3", "simaccel.dense", 4096, 4096, 4096, None),
     ("matmul 4096^3 bn128", "simaccel.matmul", 4096, 4096, 4096, 128),
+    ("matmul_bias_gelu 4096^3", "simaccel.matmul_bias_gelu", 4096, 4096, 4096, None),
     ("matmul 8192^3", "simaccel.matmul", 8192, 8192, 8192, None),
     ("matmul 2048^3", "simaccel.matmul", 2048, 2048, 2048, None),
     ("matmul 4096x4096x1024", "simaccel.matmul", 4096, 4096, 1024, None),
@@ -58,7 +59,8 @@ def prepare(name, M, N, K, bn):
     out = torch.empty(M, N, device="cuda", dtype=torch.float16)
     op = get_op(name)
     target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
-    args = [cuda.as_cuda_array(t) for t in (out, a, weight)]
+    bias = [torch.zeros(N, device="cuda", dtype=torch.float16)] if "_bias" in name else []
+    args = [cuda.as_cuda_array(t) for t in (out, a, weight, *bias)]
 
     def launch():
         if bn is None:
@@ -88,6 +90,8 @@ def main(out_dir: Path, ncu: bool) -> int:
         launch()
         torch.cuda.synchronize()
         want = a.float() @ b.float()
+        if "gelu" in name:
+            want = torch.nn.functional.gelu(want)
         error = float((out.float() - want).abs().max() / want.abs().max())
         ours = events_ms(launch)
         theirs = events_ms(lambda: torch.matmul(a, b))
