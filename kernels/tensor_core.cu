@@ -22,8 +22,9 @@
 //
 // The epilogue reads the tile as BN / 2 slots a thread: simaccel_mma_acc(acc, i, BN) is slot
 // i's value and simaccel_mma_cell(i, BN) its element of the tile (both come from one compile,
-// so they always agree with the main loop beside them). On sm_90a the main loop leaves the
-// tile row-major in shared memory and slot i of thread t is element i * 256 + t. Elsewhere the
+// so they always agree with the main loop beside them); slots 2p and 2p + 1 are neighbours in
+// a row. On sm_90a the main loop leaves the tile row-major in shared memory and slot i of
+// thread t is element (i / 2) * 512 + 2t + i % 2 (a warp's pairs, 32 in a row). Elsewhere the
 // accumulators come back in `acc`, in mma.sync's register order: with NI = BN / 32 n8 tiles
 // per warp, acc[((mi * NI + ni) * 4 + r)] holds the warp's m16 tile mi (0..3), n8 tile ni,
 // C register r (0..3):
@@ -532,13 +533,19 @@ SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_256, 256, true)
 SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_256, 256, false)
 #undef SIMACCEL_TILE_ENTRY
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The tile element of this thread's slot i on sm_90a: pairs of neighbours, consecutive threads
+// on consecutive pairs.
+__device__ __forceinline__ int slot_element(int i) { return (i >> 1) * (2 * THREADS) + 2 * (int)threadIdx.x + (i & 1); }
+#endif
+
 // The epilogue takes a thread's BN / 2 values as slots i = 0 .. BN / 2 - 1: simaccel_mma_acc
 // gives slot i's value, simaccel_mma_cell its element of the tile. On sm_90a the main loop
-// left the tile in shared memory, row-major, and slot i of thread t is element i * THREADS + t
-// (consecutive threads, consecutive columns); elsewhere slot i is accumulator i, in `acc`.
+// left the tile in shared memory, row-major, and slots are `slot_element`; elsewhere slot i
+// is accumulator i, in `acc`.
 extern "C" __device__ float simaccel_mma_acc(const float* acc, long long i, long long bn) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    const int e = (int)i * THREADS + threadIdx.x, b = (int)bn;
+    const int e = slot_element((int)i), b = (int)bn;
     return reinterpret_cast<const float*>(aligned_shared())[e / b * (b + 8) + e % b];  // handoff_stride
 #else
     return acc[i];
@@ -549,7 +556,7 @@ extern "C" __device__ float simaccel_mma_acc(const float* acc, long long i, long
 // of the main loop compiled beside it (see the top of this file).
 extern "C" __device__ int simaccel_mma_cell(long long i, long long bn) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    return (int)i * THREADS + threadIdx.x;
+    return slot_element((int)i);
 #else
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = (int)i & 3;
     const int ni_count = (int)bn / 32;

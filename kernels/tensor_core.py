@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 
-from numba import cuda, float32, types
+from numba import cuda, float32, types, uint64
 from numba.cuda.extending import register_jitable
 
 from .activation import apply_activation
@@ -147,14 +147,21 @@ def _kernel(transpose_b, bn, epilogue, simulator):
             sa0, sa1, sb0, sb1)
         main_loop(pointer(acc), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
         out_row0 = z * M + row0
-        for i in range(acc_count):
-            row, col = position(i, lane, warp, bn)
-            if row < m_left and col < n_left:
-                v = accumulator(acc, i, bn)
-                if has_bias:
-                    v += float32(bias[col0 + col])
-                out[out_row0 + row, col0 + col] = epilogue(apply_activation(v, act), (out_row0 + row) * N + col0 + col,
-                                                           e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
+        # Slots 2p and 2p + 1 are neighbours in a row (both layouts), so the pair shares its
+        # place; indices are unsigned, as they cannot be negative (no wraparound code).
+        for p in range(acc_count // 2):
+            row, col = position(2 * p, lane, warp, bn)
+            if row < m_left:
+                r = out_row0 + row
+                for j in range(2):
+                    if col + j < n_left:
+                        c = col0 + col + j
+                        v = accumulator(acc, 2 * p + j, bn)
+                        if has_bias:
+                            v += float32(bias[uint64(c)])
+                        out[uint64(r), uint64(c)] = epilogue(apply_activation(v, act), r * N + c, e0, e1, e2, ed1, ed2,
+                                                             ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11,
+                                                             es12, es13, es20, es21, es22, es23)
 
     kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_tensor_core_kernel_{bn}"
     if not simulator:
