@@ -32,8 +32,6 @@ def apply_activation(v, code):
     0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))); silu is x * sigmoid(x).
     """
     x = numba.float32(v)
-    if code == 0:  # first: epilogues call this per element, most with no activation
-        return x
     if code == 1:
         # TVM's relu is max(x, 0): NaN gives 0 (so "x > 0", not "x < 0", picks x).
         if x > numba.float32(0.0):
