@@ -3,6 +3,8 @@
 Offloaded calls, op executions and kernel launches per op, bytes that simaccel itself
 copied (host->device, device->host, device->device) and wall time per region.
 Zero-copy execution leaves the byte counters at 0: that is the point of the project.
+It also keeps each region's Program, so that `modeled` can put the timing model's figure
+(simaccel.timing) beside the measured time of every region.
 An optional trace records, for every boundary tensor of every call, the memory address the
 accelerator used, so a test can check that it is TVM's own buffer.
 
@@ -37,6 +39,7 @@ class Ledger:
         self.tracing = False
         self.copy_observers: list = []  # callables (direction, nbytes) told of every copy (the timeline trace)
         self._native: list[_NativeRegion] = []
+        self._programs: dict = {}  # region name -> its Program, where known (kept across resets)
         self.reset()
 
     def reset(self) -> None:
@@ -52,18 +55,36 @@ class Ledger:
             for region in self._native:
                 region.baseline = list(region.counts)
 
-    def native_counters(self, name: str, ops: list[str], launches_per_op: list[int]) -> int:
-        """Address of three int64 counters a native region of `name` (with `ops`) updates; kept forever."""
+    def native_counters(self, name: str, ops: list[str], launches_per_op: list[int], program=None) -> int:
+        """Address of three int64 counters a native region of `name` (with `ops`, and its
+        Program where the caller could read it) updates; kept forever."""
         region = _NativeRegion(name, list(ops), list(launches_per_op))
         with self._lock:
             self._native.append(region)
+            if program is not None:
+                self._programs[name] = program
         return ctypes.addressof(region.counts)
 
-    def record_region(self, name: str, seconds: float) -> None:
+    def record_region(self, name: str, seconds: float, program=None) -> None:
         with self._lock:
             self._calls += 1
             self._region_calls[name] += 1
             self._region_seconds[name] += seconds
+            if program is not None:
+                self._programs[name] = program
+
+    def programs(self) -> dict:
+        """The Programs of the regions counted so far (name -> Program), for the timing model
+        (`modeled`)."""
+        with self._lock:
+            return dict(self._programs)
+
+    def modeled(self, performance, staged: bool = False):
+        """Each region counted since the last reset, measured time per call beside the time the
+        timing model gives for an accelerator of `performance` (simaccel.timing.compare)."""
+        from .timing import compare
+
+        return compare(self.snapshot(), self.programs(), performance, staged)
 
     def record_op(self, op: str, launches: int) -> None:
         with self._lock:

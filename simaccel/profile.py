@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .errors import DtypeError, LayoutError, ShapeError, SimAccelError, UnsupportedOpError
+from .timing import Performance
 
 # TVM allocates every buffer at a multiple of this (kAllocAlignment in TVM's runtime), so a
 # region's tensors always meet a profile alignment up to it.
@@ -49,6 +50,10 @@ class DeviceProfile:
         power of two); None: the element size.
     max_elements:
         Largest element count of one tensor (the kernels index with 32-bit integers).
+    performance:
+        How fast it is (simaccel.timing.Performance: peak operations per second per dtype,
+        memory and scratchpad bandwidth, dispatch costs, the DMA of host-staged data), for
+        the timing model; None: no modeled times. In JSON, an object of those fields.
     """
 
     name: str = "simaccel-default"
@@ -59,6 +64,7 @@ class DeviceProfile:
     max_region_bytes: int | None = None
     alignment: int | None = None
     max_elements: int = 2**31 - 1
+    performance: Performance | None = None
 
     def __post_init__(self):
         if self.ops is not None:
@@ -74,6 +80,14 @@ class DeviceProfile:
                 raise SimAccelError(f"profile {self.name}: {name} must be a positive integer, got {value!r}")
         if self.alignment is not None and self.alignment & (self.alignment - 1):
             raise SimAccelError(f"profile {self.name}: alignment must be a power of two, got {self.alignment}")
+        if isinstance(self.performance, dict):
+            try:
+                object.__setattr__(self, "performance", Performance.from_dict(self.performance))
+            except SimAccelError as e:
+                raise SimAccelError(f"profile {self.name}: {e}") from e
+        elif self.performance is not None and not isinstance(self.performance, Performance):
+            raise SimAccelError(f"profile {self.name}: performance must be a simaccel.timing.Performance or an object "
+                                f"of its fields, got {type(self.performance).__name__}")
 
     # -- reading and writing -------------------------------------------------------------
     @classmethod
@@ -105,6 +119,7 @@ class DeviceProfile:
         data = asdict(self)
         data["ops"] = sorted(self.ops) if self.ops is not None else None
         data["dtypes"] = list(self.dtypes)
+        data["performance"] = self.performance.to_dict() if self.performance is not None else None
         return data
 
     def check_ops(self) -> None:

@@ -415,7 +415,7 @@ class Runtime:
                 for w in watchers:
                     w.region_end(run)
             engine.finish(call)
-            self.ledger.record_region(program.name, time.perf_counter() - start)
+            self.ledger.record_region(program.name, time.perf_counter() - start, program)
 
     @staticmethod
     def _aliased_outputs(program: Program, refs) -> list[int]:

@@ -201,6 +201,11 @@ class OpFamily:
     epilogue:
         True where the family's launcher takes ``epilogue=`` (a simaccel.fusion.Epilogue,
         applied at its store: kernels/epilogue.py) so that elementwise ops after it fuse.
+    flops:
+        Optional, for the timing model (simaccel.timing): ``flops(shapes, out_shape, **attrs)
+        -> number`` of operations one call does (a multiply-add is 2). Without it: one per
+        output element for an elementwise op, none for a view, one per input element for the
+        rest; a fused bias and activation add one each per output element.
     fuzz:
         Optional, for `simaccel fuzz`: ``fuzz(shape, draw) -> (shapes, relax_kwargs)`` to
         apply the op to a value of `shape` (its first input): shapes of the other inputs by
@@ -228,6 +233,7 @@ class OpFamily:
     view: bool = False
     elementwise: Callable | str | None = None
     epilogue: bool = False
+    flops: Callable | None = None
     fuzz: Callable | None = None
     doc: str = ""
 

@@ -22,6 +22,8 @@ import warnings
 
 import tvm_ffi
 
+from ...errors import SimAccelError
+from ...program import Program
 from ...runtime import get_runtime
 from ...tensors import TensorRef, device_of, from_dltensor
 
@@ -56,4 +58,8 @@ def native_region(key: str, program_json: str, launches_per_op: str) -> int:
     data = json.loads(program_json)
     ops = [op["op"] for op in data["ops"]]
     launches = [int(n) for n in launches_per_op.split(",")] if launches_per_op else []
-    return get_runtime().ledger.native_counters(data["name"], ops, launches)
+    try:  # for the timing model only: a region of ops this process has not declared still counts
+        program = Program.from_dict(data)
+    except SimAccelError:
+        program = None
+    return get_runtime().ledger.native_counters(data["name"], ops, launches, program)

@@ -283,6 +283,21 @@ def _parser() -> argparse.ArgumentParser:
                           help="one more compute-sanitizer option, e.g. --option=--leak-check=full (repeatable)")
     sanitize.add_argument("run", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command to run, after --")
 
+    whatif = commands.add_parser(
+        "whatif",
+        help="compare device profiles on a model by the timing model (modeled time per region, a roofline chart)",
+        description="Partition MODEL.py's Relax IRModule (or the demo model) for each --profile, turn its regions "
+        "into Programs and model each call's time on the accelerator the profile describes (its `performance` "
+        "figures: peak operations per second per dtype, memory and scratchpad bandwidth, dispatch costs). "
+        "Nothing runs. Ops left on TVM are counted, not modeled.",
+    )
+    whatif.add_argument("model", nargs="?", metavar="MODEL.py",
+                        help="a Python file defining a Relax IRModule `mod` whose main takes static shapes")
+    whatif.add_argument("--demo", action="store_true", help="the demo model (the CNN of `simaccel demo`) instead")
+    whatif.add_argument("--profile", action="append", default=[], metavar="FILE", dest="profiles",
+                        help="a device profile with performance figures (repeat it to compare; see examples/profiles/)")
+    whatif.add_argument("--png", metavar="FILE", help="also draw each profile's roofline with the model's ops on it")
+
     commands.add_parser(
         "ops",
         help="list the accelerator's ops: built-in ones and users' (from $SIMACCEL_OPS)",
@@ -299,6 +314,12 @@ def check_args(args) -> None:
         raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
     if args.command == "build" and (args.model is None) == (not args.demo):
         raise SimAccelError("build: give a model file (MODEL.py) or --demo" + (", not both" if args.demo else ""))
+    if args.command == "whatif" and (args.model is None) == (not args.demo):
+        raise SimAccelError("whatif: give either MODEL.py or --demo")
+    if args.command == "whatif" and not args.profiles:
+        raise SimAccelError("whatif: name at least one --profile FILE (a device profile with performance figures)")
+    if args.command == "whatif" and args.png and not os.path.isdir(os.path.dirname(os.path.abspath(args.png))):
+        raise SimAccelError(f"--png {args.png}: no folder {os.path.dirname(os.path.abspath(args.png))}")
     if args.command == "build" and args.seed < 0:
         raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
     if args.command == "bench" and args.repeat < 1:
@@ -423,6 +444,10 @@ def _run_command(args) -> int:
         from .bisect import bisect_command
 
         return bisect_command(args)
+    if args.command == "whatif":
+        from .whatif import whatif_command
+
+        return whatif_command(args)
     return list_ops_command()
 
 

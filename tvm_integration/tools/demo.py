@@ -46,6 +46,7 @@ def run_demo(
     from tvm import relax
 
     from ...debug.timeline import current as current_trace
+    from ...profile import active_profile
     from ...runtime import get_runtime
     from . import models
     from .trace_tvm import instrument_vm
@@ -118,6 +119,11 @@ def run_demo(
         out(f"max abs error vs torch (for reference; float32 sums in another order) = {from_torch:.3g}")
     out("ledger:")
     out(_indent(_format_ledger(runtime.ledger.snapshot())))
+    profile = active_profile()
+    if profile.performance is not None:
+        out(f"time of this run beside the time the accelerator of profile {profile.name!r} would take "
+            "(simaccel.timing):")
+        out(_indent(runtime.ledger.modeled(profile.performance, staged).format()))
     out("RESULT: match" if ok else "RESULT: MISMATCH")
     return 0 if ok else 1
 

@@ -6,6 +6,8 @@ left, bottom, right), dilation (dh, dw) and groups (1: dense; C: depthwise, as i
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import ShapeError
@@ -56,6 +58,11 @@ def conv2d(data, weight, *, strides, padding, dilation, groups):
     return total
 
 
+def conv2d_flops(shapes, out_shape, **attrs):
+    """A multiply-add per output element and weight tap of its group: C / groups x KH x KW."""
+    return 2 * math.prod(out_shape) * math.prod(shapes[1][1:])
+
+
 declare(OpFamily(
     name=OP,
     inputs=("data", "weight"),
@@ -66,6 +73,7 @@ declare(OpFamily(
     reference=conv2d,
     kernel="simaccel.kernels.conv2d:launch_conv2d",
     epilogue=True,
+    flops=conv2d_flops,
     bias="channel",
     activations=("relu",),
     doc="2-D convolution, NCHW data, OIHW weight, grouped and depthwise too",

@@ -10,6 +10,8 @@ A bias adds one value per output column; accumulation is float32.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import ShapeError
@@ -40,6 +42,11 @@ def matmul(data, weight, *, transpose_b):
     return np.matmul(f32(data), w.T if transpose_b else w)
 
 
+def matmul_flops(shapes, out_shape, **attrs):
+    """A multiply-add per output element and step along K."""
+    return 2 * math.prod(out_shape) * shapes[0][-1]
+
+
 def dense_from_relax(match):
     axes = match.nodes["permute"]["axes"]
     if axes is not None and list(axes) != [1, 0]:
@@ -58,6 +65,7 @@ for _name, _transpose_b in (("simaccel.matmul", False), ("simaccel.dense", True)
         reference=matmul,
         kernel="simaccel.kernels.matmul:launch_matmul",
         epilogue=True,
+        flops=matmul_flops,
         fixed={"transpose_b": _transpose_b},
         bias="row",
         activations=("relu", "gelu"),

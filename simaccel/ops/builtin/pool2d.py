@@ -8,6 +8,8 @@ padding; average pooling with it stays on TVM.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import ShapeError
@@ -98,6 +100,11 @@ def avg_pool2d(data, *, count_include_pad, **attrs):
     return total / count
 
 
+def pool2d_flops(shapes, out_shape, *, pool_size, **attrs):
+    """One operation per output element and window tap."""
+    return math.prod(out_shape) * pool_size[0] * pool_size[1]
+
+
 for _kind, _reference, _attrs in (("max", max_pool2d, WINDOW_ATTRS),
                                   ("avg", avg_pool2d, {**WINDOW_ATTRS, "count_include_pad": kinds.flag})):
     declare(OpFamily(
@@ -109,5 +116,6 @@ for _kind, _reference, _attrs in (("max", max_pool2d, WINDOW_ATTRS),
         infer=infer_pool2d,
         reference=_reference,
         kernel=f"simaccel.kernels.pool2d:launch_{_kind}_pool2d",
+        flops=pool2d_flops,
         doc=f"2-D {_kind} pooling, NCHW",
     ))

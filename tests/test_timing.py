@@ -1,0 +1,206 @@
+"""The timing model (simaccel.timing): profile figures, each op's work, regions, the ledger's
+modeled-beside-measured table, `simaccel whatif`, and its validation against H200 kernel times."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import pytest
+
+from simaccel import DeviceProfile, SimAccelError
+from simaccel.program import OpNode, Program, TensorSpec
+from simaccel.timing import Performance, model_program, op_work
+from test_launch_plan import one_op_program
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "examples" / "profiles"
+H200_OPS = ROOT / "results" / "gpu" / "2026-12-03-h200-fp16-gemm" / "tests-ops" / "ops.json"
+
+PERF = Performance(peak_flops={"float32": 1e12, "float16": 4e12}, memory_bandwidth=1e11, scratchpad_bandwidth=1e12,
+                   op_dispatch=1e-6, region_dispatch=1e-5, dma_bandwidth=1e10, dma_latency=2e-5)
+
+
+# -- the figures --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fields, message", [
+    ({"memory_bandwidth": 1e9}, r"\['peak_flops'\] missing"),
+    ({"peak_flops": {"float32": 1e12}}, r"\['memory_bandwidth'\] missing"),
+    ({"peak_flops": {}, "memory_bandwidth": 1e9}, "peak_flops must map dtypes to positive numbers"),
+    ({"peak_flops": {"float32": -1}, "memory_bandwidth": 1e9}, "peak_flops must map dtypes to positive numbers"),
+    ({"peak_flops": {"float32": 1e12}, "memory_bandwidth": 0}, "memory_bandwidth .* must be a positive number, got 0"),
+    ({"peak_flops": {"float32": 1e12}, "memory_bandwidth": 1e9, "op_dispatch": -1e-6}, "op_dispatch .* >= 0"),
+    ({"peak_flops": {"float32": 1e12}, "memory_bandwidth": 1e9, "dma_bandwidth": "fast"}, "dma_bandwidth .* positive"),
+    ({"peak_flops": {"float32": 1e12}, "memory_bandwidth": 1e9, "clock": 1e9}, r"unknown: \['clock'\]"),
+])
+def test_bad_performance_figures_are_errors_naming_the_field(fields, message):
+    with pytest.raises(SimAccelError, match=r"profile npu: performance.*" + message):
+        DeviceProfile.from_dict({"name": "npu", "performance": fields})
+
+
+def test_a_profile_with_figures_round_trips_through_json(tmp_path):
+    for path in sorted(PROFILES.glob("*.json")):
+        profile = DeviceProfile.load(str(path))
+        assert profile.performance is not None, path
+        copy = tmp_path / path.name
+        copy.write_text(json.dumps(profile.to_dict()))
+        assert DeviceProfile.load(str(copy)) == profile
+    assert DeviceProfile().performance is None and DeviceProfile().to_dict()["performance"] is None
+
+
+def test_a_dtype_without_a_figure_runs_at_the_lowest_peak():
+    assert PERF.peak("float16") == 4e12 and PERF.peak("int64") == 1e12
+
+
+# -- an op's work -----------------------------------------------------------------------------------------
+def test_matmul_work_is_two_operations_per_multiply_add_plus_its_bias_and_activation():
+    program = one_op_program("simaccel.dense_bias_gelu", [(2, 3, 5), (7, 5), (7,)], "float32")
+    flops, boundary, scratch = op_work(program, 0)
+    assert flops == 2 * 6 * 7 * 5 + 2 * 6 * 7
+    assert boundary == 4 * (30 + 35 + 7 + 42) and scratch == 0
+
+
+def test_conv2d_work_counts_the_taps_of_its_group():
+    attrs = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 4}
+    program = one_op_program("simaccel.conv2d", [(2, 8, 6, 6), (16, 2, 3, 3)], "float16", attrs)
+    assert op_work(program, 0)[0] == 2 * (2 * 16 * 6 * 6) * (2 * 3 * 3)
+
+
+def test_elementwise_reduction_and_pooling_work():
+    assert op_work(one_op_program("simaccel.add", [(4, 5), (5,)], "float32"), 0)[0] == 20
+    assert op_work(one_op_program("simaccel.softmax", [(4, 5)], "float32"), 0)[0] == 20
+    pool = {"pool_size": [3, 3], "strides": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}
+    program = one_op_program("simaccel.max_pool2d", [(1, 2, 8, 8)], "float32", pool)
+    assert op_work(program, 0)[0] == 1 * 2 * 4 * 4 * 9
+
+
+def _chain() -> Program:
+    """relu -> reshape (a view) -> softmax: the view moves nothing, the intermediate is scratch."""
+    t = (TensorSpec("x", (4, 6), "float32"), TensorSpec("h", (4, 6), "float32"), TensorSpec("v", (6, 4), "float32"),
+         TensorSpec("y", (6, 4), "float32"))
+    ops = (OpNode("simaccel.relu", (0,), 1), OpNode("simaccel.reshape", (1,), 2, {"shape": [6, 4]}),
+           OpNode("simaccel.softmax", (2,), 3))
+    return Program("chain", t, (0,), (3,), ops).validate()
+
+
+def test_boundary_and_intermediate_bytes_and_views():
+    program = _chain()
+    assert op_work(program, 0) == (24.0, 96, 96)  # reads x (boundary), writes h (scratch)
+    assert op_work(program, 1) == (0.0, 0, 0)  # a view: h's memory under another shape
+    assert op_work(program, 2) == (24.0, 96, 96)  # reads the view of h (scratch), writes y
+
+
+def test_a_region_is_its_dispatch_and_the_roofline_of_each_op():
+    program = _chain()
+    region = model_program(program, PERF)
+    relu, view, softmax = region.ops
+    assert relu.memory == pytest.approx(96 / 1e11 + 96 / 1e12) and relu.compute == pytest.approx(24 / 1e12)
+    assert relu.bound == "memory" and relu.seconds == pytest.approx(1e-6 + relu.memory)
+    assert view.seconds == 0 and view.bound == "dispatch"
+    assert region.seconds == pytest.approx(1e-5 + relu.seconds + softmax.seconds)
+    staged = model_program(program, PERF, staged=True)
+    assert staged.seconds - region.seconds == pytest.approx(2 * 2e-5 + 2 * 96 / 1e10)
+
+
+def test_a_compute_bound_op_runs_at_its_dtypes_peak():
+    for dtype, peak in (("float32", 1e12), ("float16", 4e12)):
+        [op] = model_program(one_op_program("simaccel.matmul", [(512, 512), (512, 512)], dtype), PERF).ops
+        assert op.bound == "compute" and op.compute == pytest.approx(2 * 512 ** 3 / peak)
+
+
+def test_host_staged_time_needs_the_dma_figures():
+    no_dma = Performance(peak_flops={"float32": 1e12}, memory_bandwidth=1e11)
+    with pytest.raises(SimAccelError, match="region chain: host-staged time needs the profile's dma_bandwidth"):
+        model_program(_chain(), no_dma, staged=True)
+
+
+# -- beside a run: the ledger ---------------------------------------------------------------------------------
+def test_the_ledger_puts_the_model_beside_each_regions_measured_time():
+    import tvm
+
+    import simaccel
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.tools import models
+
+    mod = models.demo_cnn("float32")
+    runtime = simaccel.get_runtime()
+    vm = tvm.relax.VirtualMachine(build(mod, "llvm"), tvm.cpu())
+    runtime.ledger.reset()
+    vm["main"](*[tvm.runtime.tensor(a) for a in models.random_inputs(mod, 0)])
+    table = runtime.ledger.modeled(PERF)
+    snapshot = runtime.ledger.snapshot()
+    assert {row["region"] for row in table.rows} == set(snapshot["regions"]) and not table.missing
+    programs = runtime.ledger.programs()
+    for row in table.rows:
+        assert row["calls"] == 1 and row["measured_s"] == pytest.approx(snapshot["regions"][row["region"]]["seconds"])
+        assert row["modeled_s"] == pytest.approx(model_program(programs[row["region"]], PERF).seconds)
+    text = table.format()
+    assert "all calls" in text and f"{sum(r['modeled_s'] for r in table.rows) * 1e6:.2f} us" in text
+
+
+# -- simaccel whatif -----------------------------------------------------------------------------------------
+def test_whatif_models_each_profiles_own_partition(tmp_path):
+    from simaccel.tvm_integration import partition_report
+    from simaccel.tvm_integration.tools import models
+    from simaccel.tvm_integration.tools.whatif import format_whatif, whatif, write_roofline
+
+    mod = models.demo_cnn("float32")
+    fast = DeviceProfile(name="fast", performance=PERF)
+    # Only convolutions, and a scratchpad that splits them: other regions and other ops on TVM.
+    slow = DeviceProfile(name="slow", ops={"simaccel.conv2d"}, max_region_bytes=40_000,
+                         performance=Performance(peak_flops={"float32": 1e10}, memory_bandwidth=1e9, op_dispatch=1e-5))
+    results = whatif(mod, [fast, slow])
+    for result in results:
+        _, report = partition_report(mod, result.profile)
+        assert len(result.regions) == len(report.regions) and result.kept == len(report.kept)
+        assert result.seconds == pytest.approx(sum(r.seconds for r in result.regions))
+    assert results[1].kept > results[0].kept
+    text = format_whatif(results)
+    assert f"profile fast: {len(results[0].regions)} region(s)" in text and "slow / fast:" in text
+    write_roofline(results, str(tmp_path / "roof.png"))
+    assert (tmp_path / "roof.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_whatif_refuses_a_profile_without_figures():
+    from simaccel.tvm_integration.tools import models
+    from simaccel.tvm_integration.tools.whatif import whatif
+
+    with pytest.raises(SimAccelError, match="profile bare has no performance figures"):
+        whatif(models.demo_cnn("float32"), [DeviceProfile(name="bare")])
+
+
+def test_whatif_command(capsys, tmp_path):
+    from simaccel.tvm_integration.tools.cli import main
+
+    png = tmp_path / "roof.png"
+    assert main(["whatif", "--demo", "--profile", str(PROFILES / "h200.json"), "--profile", str(PROFILES / "npu.json"),
+                 "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "profile h200:" in out and "profile edge-npu:" in out and "edge-npu / h200:" in out and png.exists()
+    assert main(["whatif", "--demo"]) == 2
+    assert "name at least one --profile" in capsys.readouterr().err
+
+
+# -- validation against the H200 ---------------------------------------------------------------------------------
+# What bounds each class of bench --ops case (docs/timing-model.md): the model is a lower bound
+# (measured >= modeled, torch's kernels too), and measured / modeled stays below these.
+BOUNDS = {"gemm": (2.6, 1.7), "convolution": (10.0, 17.0), "bandwidth": (3.6, 4.0)}  # (simaccel, torch)
+
+
+def _class(case: str) -> str:
+    if case.startswith(("gemm", "dense")):
+        return "gemm"
+    return "convolution" if case.startswith(("conv", "depthwise", "grouped")) else "bandwidth"
+
+
+def test_the_model_with_the_h200s_figures_against_its_measured_kernel_times():
+    from simaccel.tvm_integration.tools.timing_validation import rows, table
+
+    rows_ = rows(json.loads(H200_OPS.read_text()), DeviceProfile.load(str(PROFILES / "h200.json")))
+    assert len(rows_) >= 20
+    for row in rows_:
+        ours, theirs = BOUNDS[_class(row["case"])]
+        assert 1.0 <= row["ratio"] <= ours, row
+        assert 1.0 <= row["torch_ratio"] <= theirs, row
+        assert math.isclose(row["modeled_us"] * row["ratio"], row["measured_us"])
+    assert table(rows_) in (ROOT / "docs" / "timing-model.md").read_text()  # the doc shows this very table
