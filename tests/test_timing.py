@@ -204,3 +204,41 @@ def test_the_model_with_the_h200s_figures_against_its_measured_kernel_times():
         assert 1.0 <= row["torch_ratio"] <= theirs, row
         assert math.isclose(row["modeled_us"] * row["ratio"], row["measured_us"])
     assert table(rows_) in (ROOT / "docs" / "timing-model.md").read_text()  # the doc shows this very table
+
+
+def test_the_trace_carries_the_modeled_time_of_each_region_and_op(tmp_path, monkeypatch):
+    import tvm
+
+    import simaccel
+    from simaccel.debug.timeline import OP, REGION
+    from simaccel.debug.timeline_summary import format_summary, summarize
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.tools import models
+
+    mod = models.demo_cnn("float32")
+    vm = tvm.relax.VirtualMachine(build(mod, "llvm"), tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in models.random_inputs(mod, 0)]
+    profile = DeviceProfile(name="traced", performance=PERF)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile.to_dict()))
+    monkeypatch.setenv("SIMACCEL_PROFILE", str(path))
+    with simaccel.trace(str(tmp_path / "with.json")):
+        vm["main"](*args)
+    document = json.loads((tmp_path / "with.json").read_text())
+    regions = [e for e in document["traceEvents"] if e.get("cat") == REGION]
+    ops = [e for e in document["traceEvents"] if e.get("cat") == OP]
+    assert regions and ops
+    programs = simaccel.get_runtime().ledger.programs()
+    for e in regions:
+        want = model_program(programs[e["args"]["region"]], PERF).seconds * 1e6
+        assert e["args"]["modeled_us"] == pytest.approx(want) and e["args"]["bound"] in ("compute", "memory", "dispatch")
+    for e in ops:
+        [op] = [o for o in model_program(programs[e["args"]["region"]], PERF).ops if o.index == e["args"]["index"]]
+        assert e["args"]["modeled_us"] == pytest.approx(op.seconds * 1e6)
+    assert "modeled us" in format_summary(summarize(document))
+    monkeypatch.delenv("SIMACCEL_PROFILE")  # a profile without figures: nothing modeled
+    with simaccel.trace(str(tmp_path / "without.json")):
+        vm["main"](*args)
+    document = json.loads((tmp_path / "without.json").read_text())
+    assert not any("modeled_us" in e.get("args", {}) for e in document["traceEvents"])
+    assert "modeled us" not in format_summary(summarize(document))

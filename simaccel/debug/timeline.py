@@ -301,9 +301,12 @@ def native_events_to_trace(trace: Trace, record: dict) -> None:
             start, placed = call["times"][0], "start of TVM's VM call"
             break
     end = max((float(launch["end_us"]) for launch in launches), default=0.0)
+    from ..runtime import get_runtime
+
+    modeled = modeled_times(get_runtime().ledger.programs().get(record["region"]), False)
     trace.span(record["region"], REGION, where, start, end,
                {"region": record["region"], "engine": "native", "device": device, "stream": record.get("stream"),
-                "launches": len(launches), "clock": CLOCK_NATIVE, "placed_at": placed})
+                "launches": len(launches), "clock": CLOCK_NATIVE, "placed_at": placed, **modeled.get(None, {})})
     by_op: dict[int, list] = {}
     for launch in launches:
         by_op.setdefault(int(launch["op"]), []).append(launch)
@@ -312,11 +315,31 @@ def native_events_to_trace(trace: Trace, record: dict) -> None:
         last = max(float(launch["end_us"]) for launch in group)
         trace.span(group[0]["op_name"], OP, where, start + first, last - first,
                    {"op": group[0]["op_name"], "index": index, "region": record["region"], "clock": CLOCK_NATIVE,
-                    "launches": [_launch_args(launch) for launch in group]})
+                    "launches": [_launch_args(launch) for launch in group], **modeled.get(index, {})})
         for launch in group:
             trace.span(launch["kernel"], LAUNCH, where, start + float(launch["start_us"]),
                        float(launch["end_us"]) - float(launch["start_us"]),
                        {**_launch_args(launch), "op": group[0]["op_name"], "clock": CLOCK_NATIVE})
+
+
+def modeled_times(program, staged: bool) -> dict:
+    """{None: the region's, op index: the op's} {"modeled_us", "bound"} under the active
+    profile's performance figures (simaccel.timing), for the trace's span arguments; empty
+    where the profile has none or the Program is unknown here."""
+    from ..profile import active_profile
+    from ..timing import model_program, region_bound
+
+    performance = active_profile().performance
+    if program is None or performance is None:
+        return {}
+    try:
+        region = model_program(program, performance, staged and performance.dma_bandwidth is not None)
+    except SimAccelError:  # an op this process has not declared
+        return {}
+    times = {None: {"modeled_us": region.seconds * 1e6, "bound": region_bound(region)}}
+    for op in region.ops:
+        times[op.index] = {"modeled_us": op.seconds * 1e6, "bound": op.bound}
+    return times
 
 
 def _launch_args(launch: dict) -> dict:
@@ -361,10 +384,11 @@ class TraceWatcher(hooks.Watcher):
         where = self.trace.track(device, call.stream)
         device_clock = self._device_clock(run)
         clock = CLOCK_DEVICE if device_clock else CLOCK_HOST
+        modeled = modeled_times(program, call.staged)
         region_args = {"region": program.name, "engine": run.engine.name, "device": device, "stream": call.stream,
                        "staged": call.staged, "clock": clock,
                        "inputs": [_tensor_args(program.tensors[i]) for i in program.inputs],
-                       "outputs": [_tensor_args(program.tensors[i]) for i in program.outputs]}
+                       "outputs": [_tensor_args(program.tensors[i]) for i in program.outputs], **modeled.get(None, {})}
         ops = []
         for index, begin, finish in notes["ops"]:
             node = program.ops[index]
@@ -378,6 +402,7 @@ class TraceWatcher(hooks.Watcher):
                 "launches": [{"kernel": getattr(launch.kernel, "__name__", str(launch.kernel)),
                               "grid": list(_dims(launch.grid)), "block": list(_dims(launch.block)),
                               "shared_bytes": launch.shared_bytes} for launch in run.launches[index]],
+                **modeled.get(index, {}),
             }))
         trace, start = self.trace, notes["start"]
 

@@ -69,9 +69,12 @@ def summarize(document: dict, largest: int = 5) -> dict:
             continue
         if cat == OP and e.get("args", {}).get("view"):
             cat = OP + " (view)"
-        entry = kinds.setdefault((cat, e["name"]), {"category": cat, "kind": e["name"], "count": 0, "total_us": 0.0})
+        entry = kinds.setdefault((cat, e["name"]), {"category": cat, "kind": e["name"], "count": 0, "total_us": 0.0,
+                                                    "modeled_us": None})
         entry["count"] += 1
         entry["total_us"] += float(e.get("dur", 0.0))
+        if "modeled_us" in e.get("args", {}):  # traced under a profile with performance figures (simaccel.timing)
+            entry["modeled_us"] = (entry["modeled_us"] or 0.0) + float(e["args"]["modeled_us"])
     names = track_names(document)
     by_track = defaultdict(list)
     for e in _spans(document):
@@ -98,10 +101,14 @@ def summarize(document: dict, largest: int = 5) -> dict:
 
 
 def format_summary(summary: dict) -> str:
-    lines = ["time per kind (spans; microseconds):", f"  {'category':<22} {'count':>6} {'total us':>12} {'mean us':>10}  kind"]
+    modeled = any(k.get("modeled_us") is not None for k in summary["kinds"])
+    lines = ["time per kind (spans; microseconds" + ("; modeled: the timing model's total, simaccel.timing" if modeled else "")
+             + "):", f"  {'category':<22} {'count':>6} {'total us':>12} {'mean us':>10}"
+             + (f" {'modeled us':>11}" if modeled else "") + "  kind"]
     for k in summary["kinds"]:
-        lines.append(f"  {k['category']:<22} {k['count']:>6} {k['total_us']:>12.1f} {k['total_us'] / k['count']:>10.1f}  "
-                     f"{_short(k['kind'])}")
+        model = "" if not modeled else f" {k['modeled_us']:>11.2f}" if k.get("modeled_us") is not None else f" {'-':>11}"
+        lines.append(f"  {k['category']:<22} {k['count']:>6} {k['total_us']:>12.1f} {k['total_us'] / k['count']:>10.1f}"
+                     f"{model}  {_short(k['kind'])}")
     lines.append("gaps between kernels (simaccel ops and TVM kernels), per track:")
     if not summary["tracks"]:
         lines.append("  (no kernels)")
