@@ -1,0 +1,379 @@
+"""
+On the GPU
+==========
+
+mynpu lives on the GPU and shares its memory: a model runs as TVM kernels, then a mynpu
+region reading and writing the very buffers TVM allocated, then TVM kernels again, with no
+trip through host memory. This stage shows that on stage 1's model:
+
+1. a CUDA build, made on any machine (no GPU needed): its regions are *native*, C++ that
+   checks TVM's tensors and launches the kernels of stage 2, compiled ahead of time;
+2. the trace of a run (``simaccel.trace``): TVM's kernels, the region and its ops on one
+   timeline;
+3. on a GPU: the native regions against TVM alone, zero-copy shown by pointer identity and by
+   the ledger (0 bytes copied), TVM's stream (a stream of your own), a CUDA graph, and what
+   staging every region tensor through host memory (``use_staged``) costs.
+
+Run it with ``python tutorials/03_on_the_gpu.py``. Whether TVM finds a GPU
+(``tvm.cuda(0).exist``) decides what runs: without one, every GPU step prints that it is
+skipped and why, and steps 1 and 2 still run (about half a minute on a 2-core CPU, most of it
+compiling the kernels for the GPU).
+"""
+
+# %%
+# Set-up
+# ------
+# Stage 1's instructions and model, and the inputs. ``GPU`` decides the rest.
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+
+import simaccel
+from simaccel import DeviceProfile
+from simaccel.debug.timeline_summary import format_summary, load, summarize
+from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
+from simaccel.tvm_integration.backend.native import has_native_regions
+from simaccel.tvm_integration.tools.trace_tvm import traced_vm
+
+HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+sys.path.insert(0, str(HERE))
+import mynpu_ops  # noqa: E402,F401  declares mynpu.leaky_relu and mynpu.log_softmax
+
+
+def model(dtype="float32"):
+    """Stage 1's model: dense + bias -> leaky_relu -> log_softmax, and cumsum -> log_softmax(axis 0)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 8), dtype))
+    w = relax.Var("w", relax.TensorType((8, 8), dtype))
+    b = relax.Var("b", relax.TensorType((8,), dtype))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w)), b))
+            a = bb.emit(relax.op.nn.leakyrelu(h, alpha=0.1))
+            y = bb.emit(relax.op.nn.log_softmax(a))
+            c = bb.emit(relax.op.cumsum(a, axis=1))
+            z = bb.emit(relax.op.nn.log_softmax(c, axis=0))
+            out = bb.emit_output(relax.Tuple([y, z]))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+mod = model()
+rng = np.random.default_rng(0)
+inputs = [rng.standard_normal(shape).astype("float32") for shape in [(16, 8), (8, 8), (8,)]]
+runtime = simaccel.get_runtime()
+workspace = tempfile.TemporaryDirectory(prefix="mynpu-tutorial-")  # removed when Python exits
+workdir = Path(workspace.name)
+
+GPU = bool(tvm.cuda(0).exist)
+
+
+def skipped(step):
+    """Say that a GPU step did not run here, and why."""
+    print(f"{step}: skipped, TVM finds no CUDA GPU on this machine (tvm.cuda(0).exist is False)")
+
+
+print("GPU:", tvm.cuda(0).device_name if GPU else "none; the GPU steps below are skipped and say so")
+
+# %%
+# Step 1: a CUDA build, without a GPU
+# -----------------------------------
+# ``default_target("cuda")`` is the GPU present, or an NVIDIA H100 (sm_90) to build for when
+# there is none. For a CUDA target, ``build`` records each region's launch plan (stage 2's
+# launchers, run once against placeholders), compiles every kernel it launches to a cubin for
+# the target's architecture and to PTX with NVIDIA's compilers from pip (the ``aot`` extra),
+# and writes the region as C++ that TVM links into the library. Most of this step's time is
+# that compile; a build machine needs no GPU and no CUDA driver.
+
+target = default_target("cuda")
+start = time.perf_counter()
+cuda_exec = build(mod, target)
+print(f"built for {target.attrs['arch']} in {time.perf_counter() - start:.1f} s")
+assert has_native_regions(cuda_exec), "no native regions: install the aot extra (pip install '.[aot]') and g++"
+
+# %%
+# The library exports like any TVM library; the one file runs on any machine with a GPU of
+# that architecture and NVIDIA driver 580 or newer, with neither simaccel nor Numba installed
+# (native regions call no Python).
+
+library = workdir / "mynpu_model_cuda.so"
+cuda_exec.export_library(str(library))
+print(f"{library.name}: {library.stat().st_size:,} bytes")
+assert library.stat().st_size > 0
+
+# %%
+# Step 2: the trace of a run
+# --------------------------
+# ``simaccel.trace(path)`` records a timeline of region calls while it is open, and a VM from
+# ``traced_vm`` adds TVM's own calls (its kernels, its builtins, the call of each region) to
+# it. The JSON opens in Perfetto (ui.perfetto.dev) or ``chrome://tracing``; ``simaccel trace
+# --summary`` sums it up. Here it is the CPU build on ``ref``, which runs everywhere; on a GPU,
+# step 3 traces the native regions too.
+
+cpu_exec = build(mod)
+trace_path = workdir / "trace_cpu.json"
+with simaccel.trace(str(trace_path)):
+    traced_vm(cpu_exec, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in inputs])
+document = load(trace_path)
+print(format_summary(summarize(document)))
+
+# %%
+# On one track, in order: TVM calls the region (``tvm.region_call``), inside it simaccel runs
+# the region on ``ref`` (``simaccel.region``) and its three ops one after the other
+# (``simaccel.op``); then TVM's own kernels, cumsum and log_softmax.
+
+spans = sorted((e for e in document["traceEvents"] if e.get("ph") == "X"), key=lambda e: e["ts"])
+timeline = [(e["cat"], e["name"]) for e in spans if e["cat"] != "tvm.builtin"]
+for cat, name in timeline:
+    print(f"  {cat:18} {name}")
+region_call, region, *ops = timeline[:5]
+assert region_call[0] == "tvm.region_call" and region == ("simaccel.region", region_call[1])
+assert ops == [("simaccel.op", "simaccel.dense_bias"), ("simaccel.op", "mynpu.leaky_relu"),
+               ("simaccel.op", "mynpu.log_softmax")]
+assert timeline[5:] == [("tvm.kernel", "cumsum"), ("tvm.kernel", "log_softmax")]
+assert {e["args"]["engine"] for e in spans if e["cat"] == "simaccel.region"} == {"ref"}
+
+# %%
+# Step 3: on the GPU
+# ------------------
+# Everything from here on needs a GPU. First the native regions, against TVM alone's CUDA
+# build of the same module. The ledger counts native calls too: one region call, and not one
+# byte copied by simaccel.
+
+if GPU:
+    dev = tvm.cuda(0)
+    tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
+    tvm_vm = relax.VirtualMachine(build_tvm_only(mod, target), dev)
+    want = [t.numpy() for t in tvm_vm["main"](*tensors)]
+    vm = relax.VirtualMachine(cuda_exec, dev)
+    runtime.ledger.reset()
+    got = [t.numpy() for t in vm["main"](*tensors)]
+    ledger = runtime.ledger.snapshot()
+    print({key: ledger[key] for key in ("offloaded_calls", "ops", "bytes")})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert ledger["offloaded_calls"] == 1
+    assert ledger["bytes"] == {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
+else:
+    skipped("native regions against TVM alone")
+
+# %%
+# **Zero-copy, by pointer identity.** With ``ledger.tracing`` on, every tensor a region is
+# handed is recorded with its device address. Native regions publish no addresses, so this
+# runs the region on the Python ``cuda`` engine (the same kernels, through numba-cuda,
+# readable): it read x, w and b where the caller's tensors are, and wrote y into the buffer
+# the VM returned. Both engines give the same bits.
+
+if GPU:
+    runtime.ledger.reset()
+    runtime.ledger.tracing = True
+    try:
+        with runtime.use_engine("cuda"):
+            y, _ = vm["main"](*tensors)
+            dev.sync()
+    finally:
+        runtime.ledger.tracing = False
+    seen = runtime.ledger.trace()
+    read = {e["address"] for e in seen if e["role"] == "input"}
+    written = {e["address"] for e in seen if e["role"] == "output"}
+    print(f"read {sorted(map(hex, read))}, wrote {sorted(map(hex, written))}")
+    assert {t.data_ptr() for t in tensors} <= read and y.data_ptr() in written
+    assert all(e["device"] == "cuda:0" for e in seen)
+    assert sum(runtime.ledger.snapshot()["bytes"].values()) == 0
+    np.testing.assert_array_equal(y.numpy(), got[0])
+else:
+    skipped("zero-copy by pointer identity")
+
+# %%
+# **TVM's stream.** A native region queues its kernels on TVM's current stream for the
+# device and returns: nothing synchronises, and TVM's kernels before and after are ordered
+# with the region's by the stream. So a stream of your own works as it does for TVM alone:
+# ``tvm_ffi.use_raw_stream`` makes it TVM's current one, and ten calls queue on it with no
+# synchronisation in between. The trace shows every region on that stream.
+
+if GPU:
+    import tvm_ffi
+    from numba import cuda
+
+    stream = cuda.stream()
+    gpu_trace = workdir / "trace_gpu.json"
+    traced = traced_vm(cuda_exec, dev)
+    batches = [[tvm.runtime.tensor(rng.standard_normal(a.shape).astype("float32"), dev) for a in inputs]
+               for _ in range(10)]
+    with simaccel.trace(str(gpu_trace)), tvm_ffi.use_raw_stream(dev, int(stream)):
+        results = [traced["main"](*batch) for batch in batches]
+        stream.synchronize()
+    for batch, result in zip(batches, results):
+        for r, w in zip(result, tvm_vm["main"](*batch)):
+            np.testing.assert_allclose(r.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+    regions = [e for e in load(gpu_trace)["traceEvents"] if e.get("cat") == "simaccel.region"]
+    print(f"{len(regions)} region calls traced, on streams {sorted({hex(e['args']['stream']) for e in regions})}")
+    assert len(regions) == 10
+    assert all(e["args"]["engine"] == "native" and e["args"]["stream"] == int(stream) for e in regions)
+else:
+    skipped("TVM's stream")
+
+# %%
+# **A CUDA graph.** Built with TVM's ``relax.backend.use_cuda_graph``, TVM runs the model once,
+# then captures what reads only weights and memory it allocated itself, and replays that graph
+# afterwards without the host. Mark the weights (``num_input=1``: only x is an input). Our
+# region reads x itself, which no capture may hold on to, so here it sits behind a TVM kernel,
+# ``sin(x)``, as regions mostly do: TVM kernel, region, TVM kernels. Then the region's kernels
+# are part of the graph: a replayed region makes no region call, so the ledger counts fewer
+# calls than runs, and the results still follow new inputs.
+
+
+def behind_a_tvm_kernel():
+    """sin(x) on TVM, then stage 1's model on its result; only x is an input."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 8), "float32"))
+    w = relax.Var("w", relax.TensorType((8, 8), "float32"))
+    b = relax.Var("b", relax.TensorType((8,), "float32"))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.sin(x))
+            h = bb.emit(relax.op.add(relax.op.matmul(s, relax.op.permute_dims(w)), b))
+            a = bb.emit(relax.op.nn.leakyrelu(h, alpha=0.1))
+            y = bb.emit(relax.op.nn.log_softmax(a))
+            z = bb.emit(relax.op.nn.log_softmax(relax.op.cumsum(a, axis=1), axis=0))
+            out = bb.emit_output(relax.Tuple([y, z]))
+        bb.emit_func_output(out)
+    graphed = bb.get()
+    graphed["main"] = graphed["main"].with_attr("num_input", 1)
+    return graphed
+
+
+_, graph_report = partition_report(behind_a_tvm_kernel())
+assert graph_report.kept[0][1] == "relax.sin" and list(graph_report.regions.values()) == [
+    ["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax"]]
+if GPU:
+    with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
+        graph_vm = relax.VirtualMachine(build(behind_a_tvm_kernel(), target), dev)
+    graph_tvm = relax.VirtualMachine(build_tvm_only(behind_a_tvm_kernel(), target), dev)
+    runtime.ledger.reset()
+    for _ in range(4):
+        fresh = rng.standard_normal(inputs[0].shape).astype("float32")
+        tensors[0].copyfrom(fresh)  # the graph reads the same buffer; its contents change
+        for r, w in zip(graph_vm["main"](*tensors), graph_tvm["main"](*tensors)):
+            np.testing.assert_allclose(r.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+    calls = runtime.ledger.snapshot()["offloaded_calls"]
+    print(f"4 runs, {calls} region call(s): the rest were replayed from the graph")
+    assert 0 < calls < 4
+else:
+    skipped("a CUDA graph")
+
+# %%
+# **What host staging costs.** ``use_staged`` is simaccel's comparison mode: every region
+# tensor goes device -> host before the region and host -> device after it, as an
+# accelerator that cannot read GPU memory would need. It runs on the Python ``cuda`` engine
+# (a native region forwards to it), so it is timed against that engine zero-copy, and against
+# the native region. The ledger counts the copies exactly: each way, every tensor at the
+# region's border (x, w, b, a and y).
+
+
+def per_call(run, repeat=30):
+    """Median seconds of `run()` followed by a device sync, after one warm-up call."""
+    run()
+    dev.sync()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        dev.sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+if GPU:
+    border = 4 * (16 * 8 + 8 * 8 + 8 + 16 * 8 + 16 * 8)  # x, w, b in; a, y out; float32
+    seconds, copied = {}, {}
+    for mode, engine, staged in [("native", "auto", False), ("zero-copy", "cuda", False), ("host-staged", "cuda", True)]:
+        with runtime.use_engine(engine), runtime.use_staged(staged):
+            runtime.ledger.reset()
+            vm["main"](*tensors)
+            dev.sync()
+            copied[mode] = runtime.ledger.snapshot()["bytes"]
+            seconds[mode] = per_call(lambda: vm["main"](*tensors))
+        print(f"{mode:12} {seconds[mode] * 1e6:8.0f} us per call; copied {copied[mode]}")
+    assert copied["native"] == copied["zero-copy"] == {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
+    assert copied["host-staged"] == {"host_to_device": border, "device_to_host": border, "device_to_device": 0}
+    assert seconds["host-staged"] > seconds["zero-copy"]
+else:
+    skipped("the cost of host staging")
+
+# %%
+# Exercises
+# ---------
+# **Exercise 1: predict the staging traffic.** How many bytes would host staging move each
+# way per call for stage 2's device profile, mynpu v1, whose 2 KiB scratchpad splits the
+# region in two? Work it out from the partition, then check it against the ledger.
+#
+# *Answer.* Staging copies what crosses a region's border: each part's parameters and
+# results. Part 0 takes x, w and b and returns a; part 1 takes a and returns y. So a crosses
+# twice: 1,312 + 1,024 = 2,336 bytes each way, 512 more than the single region's 1,824.
+
+mynpu_v1 = DeviceProfile(name="mynpu-v1", dtypes=("float32",), alignment=64, max_region_bytes=2048)
+
+
+def tensor_bytes(ty):
+    return int(np.prod([int(d) for d in ty.shape.values])) * np.dtype(str(ty.dtype)).itemsize
+
+
+def exercise_1(profile):
+    """Bytes staged each way per call: every region's parameters and results."""
+    partitioned, report = partition_report(mod, profile)
+    total = 0
+    for name in report.regions:
+        function = partitioned[name]
+        results = function.ret_ty.fields if hasattr(function.ret_ty, "fields") else [function.ret_ty]
+        total += sum(tensor_bytes(p.ty) for p in function.params) + sum(tensor_bytes(r) for r in results)
+    return total
+
+
+assert exercise_1(mynpu_v1) == 2336
+assert exercise_1(None) == 1824  # the single region: x, w, b in; a, y out
+if GPU:
+    split_vm = relax.VirtualMachine(build(mod, target, profile=mynpu_v1, native=False), dev)
+    with runtime.use_engine("cuda"), runtime.use_staged(True):
+        runtime.ledger.reset()
+        split_vm["main"](*tensors)
+        dev.sync()
+    assert runtime.ledger.snapshot()["bytes"]["host_to_device"] == exercise_1(mynpu_v1)
+else:
+    skipped("exercise 1, checked against the ledger")
+
+# %%
+# **Exercise 2: inside the region call.** In the CPU trace of step 2, which spans lie inside
+# TVM's call of the region, and how much of that call did the three ops take?
+#
+# *Answer.* The simaccel region and its three ops lie inside the ``tvm.region_call`` span (the
+# trace nests them so); the ops take only part of the call: the rest is simaccel's runtime
+# around them (the forwarder, finding the region's plan, binding TVM's tensors). On ``ref``
+# these are numpy's and Python's times, not an accelerator's; a GPU trace times the kernels
+# with CUDA events.
+
+
+def exercise_2(document):
+    """(the names of the spans inside the region call, the share of the call its ops took)."""
+    spans = [e for e in document["traceEvents"] if e.get("ph") == "X"]
+    [call] = [e for e in spans if e["cat"] == "tvm.region_call"]
+    inside = [e for e in spans if e is not call and call["ts"] <= e["ts"] and e["ts"] + e["dur"] <= call["ts"] + call["dur"]]
+    ops = sum(e["dur"] for e in inside if e["cat"] == "simaccel.op")
+    return [(e["cat"], e["name"]) for e in sorted(inside, key=lambda e: e["ts"])], ops / call["dur"]
+
+
+inside, share = exercise_2(document)
+print(f"inside the region call: {[name for _, name in inside]}; its ops took {share:.0%} of it")
+assert inside == [region, *ops] and 0 < share < 1
+
+# %%
+# That is the whole track: your instructions declared, given kernels and limits, fuzzed, and
+# run natively on the GPU in TVM's own buffers. ``docs/adding-an-op.md`` and
+# ``docs/native-regions.md`` hold the details.
