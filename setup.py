@@ -30,6 +30,8 @@ def packages():
 # 9.0 JITs on every driver from 580 (CUDA 13.0) on: the minimum the README states.
 AOT = ["numba-cuda[cu13]==0.30.*", "cuda-toolkit==13.0.*", "nvidia-nvjitlink==13.0.*"]
 DASK = ["dask[distributed]>=2026.8,<2027"]
+# The documentation site (docs/conf.py), checked together on 2026-12-03.
+DOCS = ["sphinx==9.0.*", "sphinx-gallery==0.22.*", "myst-parser==5.2.*", "furo==2025.12.19"]
 
 setup(
     name="simaccel",
@@ -58,7 +60,10 @@ setup(
         # pytest-xdist: the README's test command runs the suite on every core (`-n auto`).
         # setuptools: tests/test_packaging.py lists what an install holds (setup.py build_py).
         # dask: tests/test_fuzz_cluster.py starts a real scheduler and worker processes.
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "setuptools>=65", "matplotlib>=3.8", *DASK, *AOT],
+        # DOCS: tests/test_site.py builds the documentation site with warnings as errors.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "setuptools>=65", "matplotlib>=3.8", *DASK, *AOT, *DOCS],
+        # The documentation site: python -m sphinx docs docs/_build/html
+        "docs": DOCS,
         # `simaccel fuzz --jobs N / --cluster`: campaigns on Dask distributed (checked with 2026.8).
         "dask": DASK,
         # NVVM, NVRTC and nvJitLink from pip: kernels compiled for a GPU on a machine without one.
