@@ -26,7 +26,8 @@ calls and checks.
 # The declarations live in ``mynpu_ops.py``, a module beside this tutorial, because a
 # process that never imports them cannot run a mynpu region (step 5 shows it). The folder
 # goes on ``sys.path`` (a notebook runs in its own folder, which is there already).
-# ``show`` prints a definition of that module as its file has it.
+# ``show`` prints a definition of that module as its file has it; ``single`` makes a Relax
+# module of one expression, and ``tvm_alone`` runs one with TVM alone.
 
 import ast
 import os
@@ -56,32 +57,65 @@ def show(module, *names):
             print(ast.get_source_segment(source, node), end="\n\n")
 
 
+def single(expression, shape, dtype="float32"):
+    """A Relax module whose main(x) returns `expression(x)`."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(expression(x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def tvm_alone(expression, data):
+    """`expression` of `data`, computed by TVM alone on the CPU."""
+    executable = build_tvm_only(single(expression, data.shape, str(data.dtype)))
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+
+
 # %%
 # Step 1: declare the instructions
 # --------------------------------
+# Before any declaration, simaccel leaves both ops to TVM:
+
+both = single(lambda x: relax.op.nn.log_softmax(relax.op.nn.leakyrelu(x, alpha=0.1)), (2, 4))
+_, before = partition_report(both)
+print(before.format())
+assert before.regions == {} and [reason for _, _, reason in before.kept] == [
+    "simaccel has no pattern for relax.nn.leakyrelu", "simaccel has no pattern for relax.nn.log_softmax"]
+
+# %%
 # An instruction is one ``OpFamily`` passed to ``simaccel.ops.declare``. Importing
-# ``mynpu_ops`` runs its two declarations.
+# ``mynpu_ops`` runs its two declarations, and the same module then goes to mynpu, in one
+# region:
 
 import mynpu_ops  # noqa: E402  declares mynpu.leaky_relu and mynpu.log_softmax
 
 assert {"mynpu.leaky_relu", "mynpu.log_softmax"} <= set(list_ops())
+_, after = partition_report(both)
+print(after.format())
+assert list(after.regions.values()) == [["mynpu.leaky_relu", "mynpu.log_softmax"]] and after.kept == []
 
 # %%
 # Each declaration names the Relax call it replaces (``pattern``), its attributes and how
 # they come from Relax (``attrs``, ``from_relax``), its output shape (``infer``), its numpy
 # reference (``reference``) and its kernel launcher (``kernel``). For leaky ReLU:
 
-show(mynpu_ops, "leaky_relu", "leaky_relu_from_relax", "LEAKY_RELU")
+show(mynpu_ops, "leaky_relu", "leaky_relu_from_relax", "same_shape", "LEAKY_RELU")
 
 # %%
 # The reference is the instruction's meaning: what the ``ref`` engine runs and what the kernels
 # of stage 2 are checked against. It must compute what TVM computes, down to the sign of a
-# zero: TVM's leaky ReLU is ``select(x > 0, x, x * alpha)``, so ``-0.0`` stays ``-0.0``.
+# zero: TVM's leaky ReLU is ``select(x > 0, x, x * alpha)``, so ``-0.0`` stays ``-0.0``. Here
+# is TVM alone on the same values:
 
 x = np.array([[-2.0, -0.0, 0.5, 3.0]], dtype="float32")
 y = mynpu_ops.leaky_relu(x, alpha=0.1)
-np.testing.assert_allclose(y, [[-0.2, 0.0, 0.5, 3.0]], rtol=1e-6)
-assert np.signbit(y[0, 1]), "leaky_relu(-0.0) is -0.0, as in TVM"
+by_tvm = tvm_alone(lambda v: relax.op.nn.leakyrelu(v, alpha=0.1), x)
+print("reference:", y, "TVM alone:", by_tvm)
+np.testing.assert_array_equal(y, by_tvm)
+assert np.signbit(y[0, 1]) and np.signbit(by_tvm[0, 1]), "leaky_relu(-0.0) is -0.0"
 
 # %%
 # log_softmax normalises the last axis only. Its ``from_relax`` raises ``Reject`` for any other
@@ -178,7 +212,8 @@ assert len(returned.fields) == 2
 # -------------------------------------------------
 # ``build`` is partition + codegen + ``tvm.compile``; ``build_tvm_only`` compiles the same
 # module with TVM alone, the reference every simaccel result is checked against. The ``ref``
-# engine runs each instruction's numpy reference on TVM's own buffers.
+# engine runs each instruction's numpy reference on TVM's own buffers: with ``ledger.tracing``
+# on, the ledger records the address of every tensor a region is handed.
 
 simaccel_exec, tvm_exec = build(mod), build_tvm_only(mod)
 rng = np.random.default_rng(0)
@@ -187,9 +222,18 @@ tensors = [tvm.runtime.tensor(a) for a in inputs]
 
 runtime = simaccel.get_runtime()
 runtime.ledger.reset()
-with runtime.use_engine("ref"):
-    got = [t.numpy() for t in relax.VirtualMachine(simaccel_exec, tvm.cpu())["main"](*tensors)]
+runtime.ledger.tracing = True
+try:
+    with runtime.use_engine("ref"):
+        results = relax.VirtualMachine(simaccel_exec, tvm.cpu())["main"](*tensors)
+finally:
+    runtime.ledger.tracing = False
+got = [t.numpy() for t in results]
 want = [t.numpy() for t in relax.VirtualMachine(tvm_exec, tvm.cpu())["main"](*tensors)]
+read = [e["address"] for e in runtime.ledger.trace() if e["role"] == "input"]
+written = [e["address"] for e in runtime.ledger.trace() if e["role"] == "output"]
+assert sorted(read) == sorted(t.data_ptr() for t in tensors)  # x, w and b, where the caller put them
+assert results[0].data_ptr() in written  # y, in the buffer the VM returned
 for name, g, w in zip("yz", got, want):
     print(f"{name} {g.shape}: max abs difference from TVM alone {np.abs(g - w).max():.2g}")
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
@@ -210,8 +254,8 @@ assert "mynpu_kernels" not in sys.modules
 # %%
 # Step 5: export, and run again in a fresh process
 # ------------------------------------------------
-# ``export_library`` writes one shared library: TVM's code, and each region as a Program
-# (simaccel's region format) with a small forwarder. A deployment loads it with TVM alone;
+# ``export_library`` writes one shared library: TVM's compiled code and the region, which calls
+# simaccel's runtime when it runs. A deployment loads it with TVM alone;
 # TVM's ``tvm.backends`` entry point loads simaccel's runtime on ``import tvm``. The script
 # below is such a deployment: it imports nothing but TVM and numpy.
 
@@ -279,10 +323,11 @@ for g, o in zip(got, outputs):
 # Declare ``mynpu.cumsum`` so that ``cumsum`` joins the region, and check the result against
 # TVM alone.
 #
-# *Answer.* The same parts as the other two: the reference is numpy's cumsum, ``from_relax``
-# refuses any axis but the last, and the kernel is named (stage 2's exercise writes it; the
-# ``ref`` engine never launches it). ``declared`` declares it for a ``with`` block and forgets
-# it after, so the rest of the tutorial sees the ISA as before.
+# *Answer.* The same parts as the other two: the reference is numpy's cumsum and ``from_relax``
+# refuses any axis but the last. The kernel is named but not written yet (``mynpu_kernels``
+# has no ``launch_cumsum``; stage 2's exercise writes one): the ``ref`` engine never looks a
+# kernel up. ``declared`` declares the family for a ``with`` block and forgets it after, so the
+# rest of the tutorial sees the ISA as before.
 
 from simaccel.ops import OpFamily, Reject, relax_op  # noqa: E402
 
@@ -319,6 +364,7 @@ print(regions, kept_ops, f"{error:.2g}")
 assert regions == [["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax", "mynpu.cumsum"]]
 assert kept_ops == ["relax.nn.log_softmax"] and error < 1e-5
 assert "mynpu.cumsum" not in list_ops()  # forgotten after the with-block
+assert "mynpu_kernels" not in sys.modules  # the named kernel was never looked up
 
 # %%
 # **Exercise 2: which op stays on TVM, and how would you move it?** After exercise 1 the only
@@ -375,6 +421,7 @@ def exercise_3():
 
 assert exercise_3() == ([ops], ["relax.cumsum", "relax.nn.log_softmax"])
 assert mynpu_ops.LEAKY_RELU.dtypes == mynpu_ops.LOG_SOFTMAX.dtypes == ("float32", "float16")
+assert {"float32", "float16"} <= set(simaccel.DEFAULT_PROFILE.dtypes)
 
 # %%
 # Next: ``02_kernels_and_constraints.py`` writes the kernels and gives mynpu a device profile.

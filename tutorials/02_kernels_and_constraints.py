@@ -86,9 +86,9 @@ workdir = Path(workspace.name)
 # -------------------
 # ``mynpu_ops.py`` named each launcher, ``kernel="mynpu_kernels:launch_leaky_relu"``. A kernel
 # is a plain function at module scope written against the ``numba.cuda`` API; simaccel
-# compiles it for the engine that runs it (the simulator here, the GPU with numba-cuda, or
-# ahead of time for a CUDA build's native regions), once. Leaky ReLU is one thread per
-# element of flat views of the tensors:
+# compiles it for the engine that runs it: the simulator here, the GPU with numba-cuda, or
+# ahead of time for a CUDA build's native regions. Leaky ReLU is one thread per element of
+# flat views of the tensors:
 
 import mynpu_kernels  # noqa: E402
 
@@ -107,8 +107,8 @@ show(mynpu_kernels, "log_softmax_kernel", "launch_log_softmax")
 # Step 2: on the simulator, against the references
 # ------------------------------------------------
 # A launcher can be called by hand with the ``sim`` target and the simulator's device arrays
-# (``numba.cuda.simulator.to_device``). The inputs hold the values where kernels and
-# references part ways: NaN, both infinities, ``-0.0``, a row of ``-inf`` only.
+# (``numba.cuda.simulator.to_device``). The inputs hold the values where a kernel most easily
+# parts ways with its reference: NaN, both infinities, ``-0.0``, a row of ``-inf`` only.
 
 
 def on_simulator(launcher, data, **attrs):
@@ -192,6 +192,7 @@ assert sum(size.values()) == 2336
 assert len(default_report.regions) == 1 and len(v1_report.regions) == 2
 assert list(v1_report.regions.values()) == [["simaccel.dense_bias", "mynpu.leaky_relu"], ["mynpu.log_softmax"]]
 assert size["x"] + size["w"] + size["b"] + size["h"] + size["a"] == 1824 <= 2048
+assert size["a"] + size["y"] == 1024
 [note] = v1_report.splits
 assert note.endswith("needs 2336 bytes: split into 2 regions of at most 2048 bytes")
 assert v1_report.kept == default_report.kept
@@ -326,7 +327,7 @@ assert exercise_2(1311) == [["simaccel.dense"], ["simaccel.add"], ["mynpu.leaky_
 # **Exercise 3: a DMA that needs 128-byte alignment.** What does mynpu run then?
 #
 # *Answer.* Nothing: TVM aligns its buffers to 64 bytes only, so no tensor it hands over can be
-# relied on to meet 128, and every op stays on TVM with that reason.
+# relied on to meet 128, and every op mynpu could run stays on TVM with that reason.
 
 
 def exercise_3():

@@ -85,7 +85,7 @@ print("GPU:", tvm.cuda(0).device_name if GPU else "none; the GPU steps below are
 # %%
 # Step 1: a CUDA build, without a GPU
 # -----------------------------------
-# ``default_target("cuda")`` is the GPU present, or an NVIDIA H100 (sm_90) to build for when
+# ``default_target("cuda")`` is the GPU present, or an NVIDIA H100 (sm_90a) to build for when
 # there is none. For a CUDA target, ``build`` records each region's launch plan (stage 2's
 # launchers, run once against placeholders), compiles every kernel it launches to a cubin for
 # the target's architecture and to PTX with NVIDIA's compilers from pip (the ``aot`` extra),
@@ -97,11 +97,12 @@ start = time.perf_counter()
 cuda_exec = build(mod, target)
 print(f"built for {target.attrs['arch']} in {time.perf_counter() - start:.1f} s")
 assert has_native_regions(cuda_exec), "no native regions: install the aot extra (pip install '.[aot]') and g++"
+assert GPU or target.attrs["arch"] == "sm_90a"
 
 # %%
-# The library exports like any TVM library; the one file runs on any machine with a GPU of
-# that architecture and NVIDIA driver 580 or newer, with neither simaccel nor Numba installed
-# (native regions call no Python).
+# The library exports like any TVM library, on this machine. Its native regions call no Python;
+# ``docs/native-regions.md`` says where such a library runs (a GPU it was built for, NVIDIA
+# driver 580 or newer, with neither simaccel nor Numba installed there).
 
 library = workdir / "mynpu_model_cuda.so"
 cuda_exec.export_library(str(library))
@@ -139,6 +140,7 @@ assert ops == [("simaccel.op", "simaccel.dense_bias"), ("simaccel.op", "mynpu.le
                ("simaccel.op", "mynpu.log_softmax")]
 assert timeline[5:] == [("tvm.kernel", "cumsum"), ("tvm.kernel", "log_softmax")]
 assert {e["args"]["engine"] for e in spans if e["cat"] == "simaccel.region"} == {"ref"}
+assert len({(e["pid"], e["tid"]) for e in spans}) == 1  # one track: the CPU's
 
 # %%
 # Step 3: on the GPU
@@ -224,10 +226,10 @@ else:
 # **A CUDA graph.** Built with TVM's ``relax.backend.use_cuda_graph``, TVM runs the model once,
 # then captures what reads only weights and memory it allocated itself, and replays that graph
 # afterwards without the host. Mark the weights (``num_input=1``: only x is an input). Our
-# region reads x itself, which no capture may hold on to, so here it sits behind a TVM kernel,
-# ``sin(x)``, as regions mostly do: TVM kernel, region, TVM kernels. Then the region's kernels
-# are part of the graph: a replayed region makes no region call, so the ledger counts fewer
-# calls than runs, and the results still follow new inputs.
+# region reads x, an input, so here it sits behind a TVM kernel, ``sin(x)``, as regions mostly
+# do: TVM kernel, region, TVM kernels. Then the region's kernels are part of the graph: a
+# replayed region makes no region call, so the ledger counts fewer calls than runs, and the
+# results still follow new inputs.
 
 
 def behind_a_tvm_kernel():
@@ -270,12 +272,13 @@ else:
     skipped("a CUDA graph")
 
 # %%
-# **What host staging costs.** ``use_staged`` is simaccel's comparison mode: every region
-# tensor goes device -> host before the region and host -> device after it, as an
-# accelerator that cannot read GPU memory would need. It runs on the Python ``cuda`` engine
-# (a native region forwards to it), so it is timed against that engine zero-copy, and against
-# the native region. The ledger counts the copies exactly: each way, every tensor at the
-# region's border (x, w, b, a and y).
+# **What host staging costs.** ``use_staged`` is simaccel's comparison mode, the flow of an
+# accelerator that cannot read TVM's memory: every tensor at the region's border makes a trip
+# through host memory, each input from TVM's buffer into memory of the accelerator's own, each
+# output back into TVM's buffer. It runs on the Python ``cuda`` engine (a native region forwards
+# to it), so it is timed against that engine zero-copy, and against the native region. The
+# ledger counts the copies exactly: one device-to-host and one host-to-device copy of each
+# border tensor (x, w, b, a and y).
 
 
 def per_call(run, repeat=30):
