@@ -1,10 +1,11 @@
 """The README and docs/ say what the repository holds, so they cannot drift from it.
 
 Every repository path they name exists (and every file name they mention is one of the
-repository's); the README's tree lists every source file of the three packages; code blocks
-that quote an example are that example's text; the example outputs they show are what the
-examples print; the README's op table is the ISA `simaccel ops` lists; the attribute kinds
-and activations they list are the ones the code has.
+repository's); the repository tree (docs/repository.md) lists every source file of the three
+packages; code blocks that quote an example are that example's text; the example outputs they
+show are what the examples print; the op table (docs/isa.md) is the ISA `simaccel ops` lists;
+the attribute kinds and activations they list are the ones the code has; the README stays a
+newcomer's first page, under 200 lines.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TREE = ROOT / "docs" / "repository.md"  # the repository tree, a file per line
+ISA = ROOT / "docs" / "isa.md"  # the op table
 PACKAGES = ("simaccel", "kernels", "tvm_integration")
 # Names of files a tool writes (fuzz and bisect reproductions, bench results), not files of the repository.
 WRITTEN_FILES = {"model.py", "module.py", "repro.py"}
@@ -75,8 +78,8 @@ def test_every_source_file_name_the_docs_mention_is_one_of_the_repository_s(doc)
 
 
 def tree_paths() -> set[str]:
-    """The paths of the README's repository tree, read from its indentation."""
-    section = text(ROOT / "README.md").split("## Repository tree", 1)[1].split("\n## ", 1)[0]
+    """The paths of the repository tree (docs/repository.md), read from its indentation."""
+    section = text(TREE)
     entries = [line for line in section.split("\n") if re.match(r"^    \S", line) or re.match(r"^     +\S", line)]
     paths, parents = set(), []  # parents: (indent, folder path)
     for line in entries:
@@ -95,17 +98,17 @@ def tree_paths() -> set[str]:
     return paths
 
 
-def test_the_readme_tree_names_only_files_that_exist():
+def test_the_tree_names_only_files_that_exist():
     missing = sorted(p for p in tree_paths() if not (ROOT / p).exists())
-    assert not missing, f"the README's tree lists paths that do not exist: {missing}"
+    assert not missing, f"the repository tree (docs/repository.md) lists paths that do not exist: {missing}"
 
 
-def test_the_readme_tree_lists_every_source_file_of_the_packages():
+def test_the_tree_lists_every_source_file_of_the_packages():
     listed = tree_paths()
     sources = sorted(p for p in repo_files() if p.split("/")[0] in PACKAGES and p.endswith((".py", ".cu", ".h"))
                      and not p.endswith("__init__.py") and "__pycache__" not in p)
     missing = [p for p in sources if p not in listed]
-    assert not missing, f"the README's tree does not list: {missing}"
+    assert not missing, f"the repository tree (docs/repository.md) does not list: {missing}"
 
 
 # -- code and output quoted from the examples -------------------------------------------------
@@ -217,8 +220,8 @@ def expand(pattern: str) -> set[str]:
     return names
 
 
-def readme_isa() -> set[str]:
-    section = text(ROOT / "README.md").split("## The ISA", 1)[1].split("\n## ", 1)[0]
+def isa_table() -> set[str]:
+    section = text(ISA)
     names = set()
     for row in re.findall(r"^\| (`simaccel\..*?) \| ", section, re.M):
         for cell in re.findall(r"`([^`]+)`", row):
@@ -233,20 +236,19 @@ def built_in_ops():
             [f for f in families() if f.namespace == "simaccel"])
 
 
-def test_the_readme_op_table_is_the_isa():
+def test_the_op_table_is_the_isa():
     ops, _ = built_in_ops()
-    table = readme_isa()
-    assert table == ops, f"in the README's table only: {sorted(table - ops)}; in the ISA only: {sorted(ops - table)}"
+    table = isa_table()
+    assert table == ops, f"in the docs' table only: {sorted(table - ops)}; in the ISA only: {sorted(ops - table)}"
 
 
-def test_the_readme_counts_the_isa():
+def test_the_docs_count_the_isa():
     ops, families = built_in_ops()
-    readme = text(ROOT / "README.md")
-    assert f"{len(ops)} ops in {len(families)} families" in readme
-    assert f"op registry (`simaccel/ops/`), {len(ops)} ops" in readme
+    assert f"{len(ops)} ops in {len(families)} families" in text(ISA)
+    assert f"op registry (`simaccel/ops/`), {len(ops)} ops" in text(ROOT / "README.md")
 
 
-def test_simaccel_ops_lists_the_readme_table():
+def test_simaccel_ops_lists_the_op_table():
     """The table against the command itself, built-in ops only ($SIMACCEL_OPS unset)."""
     import os
 
@@ -255,7 +257,7 @@ def test_simaccel_ops_lists_the_readme_table():
                             text=True, timeout=300, cwd="/", env=env)
     assert result.returncode == 0, result.stderr
     listed = set(re.findall(r"^  (simaccel\.\w+)\(", result.stdout, re.M))
-    assert listed == readme_isa()
+    assert listed == isa_table()
 
 
 def test_the_attribute_kinds_table_is_simaccel_ops_attrs():
@@ -268,12 +270,16 @@ def test_the_attribute_kinds_table_is_simaccel_ops_attrs():
     assert table == kinds, f"table only: {sorted(table - kinds)}; simaccel.ops.attrs only: {sorted(kinds - table)}"
 
 
-def test_the_readme_tree_lists_the_isa_s_activations():
+def test_the_tree_lists_the_isa_s_activations():
     from simaccel.ops.activation import ACTIVATIONS
 
-    line = next(line for line in text(ROOT / "README.md").split("\n") if line.strip().startswith("ops/activation.py"))
+    line = next(line for line in text(TREE).split("\n") if line.strip().startswith("ops/activation.py"))
     listed = re.search(r"\(([^)]*)\)", line).group(1).split(", ")
     assert listed == list(ACTIVATIONS)
+
+
+def test_the_readme_stays_short():
+    assert len(text(ROOT / "README.md").splitlines()) < 200
 
 
 def test_the_built_in_families_modules_are_the_ones_the_docs_list():
