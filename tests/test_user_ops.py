@@ -22,7 +22,7 @@ from tvm import relax
 
 import simaccel
 from harness import compare_with_tvm
-from simaccel.errors import OpDeclarationError
+from simaccel.errors import OpDeclarationError, SimAccelError
 from simaccel.profile import DeviceProfile
 from simaccel.testing import assert_matches_tvm, assert_offloads
 from simaccel.tvm_integration import partition_report
@@ -292,3 +292,16 @@ def test_the_docs_hard_swish_pattern_and_hook_are_the_tested_op_s(user_ops):
     (shapes, kwargs), (_, tested) = docs_hook((2, 3), None), family.fuzz((2, 3), None)
     assert shapes == {} and {k: (type(v), np.asarray(v).item()) for k, v in kwargs.items()} == {
         k: (type(v), np.asarray(v).item()) for k, v in tested.items()}
+
+
+def test_fuzz_refuses_a_user_op_other_processes_would_not_know(user_ops, tmp_path):
+    """An op declared in this process only (not in a module $SIMACCEL_OPS names) would fail every
+    case checked again in a fresh process or on a worker: refused before any work, naming it and
+    the variable; a campaign that stays in this process may draw it."""
+    _declare_variant(user_ops, "onlyhere.leaky", lambda shape, draw: ({}, {"slope": np.array(0.25)}))
+    with pytest.raises(SimAccelError, match=r"would draw onlyhere\.leaky, declared in this process only: .*"
+                                            r"the modules \$SIMACCEL_OPS names \(.*leaky"):
+        run_fuzz(cases=2, seed=0, engines=["ref"], out_dir=tmp_path / "out", export_every=1, log=lambda _: None)
+    assert not (tmp_path / "out").exists()
+    assert run_fuzz(cases=2, seed=0, engines=["ref"], dtypes=["float32"], out_dir=tmp_path / "here", export_every=0,
+                    log=lambda _: None) == 0

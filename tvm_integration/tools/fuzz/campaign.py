@@ -42,7 +42,7 @@ from ..backends import SIMACCEL, Backend, check_engines, engine_device
 from .check import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, Checker, ContextLost, Outcome
 from .models import Case, Config, Draw, draw_case, drawable_user_families, user_families
 from .repro import save_reproduction
-from .settings import saved_settings, user_op_modules
+from .settings import saved_settings, user_op_modules, user_ops_environ
 
 BATCH_SIZE = 10  # cases per task in this process (and the most per task on a cluster)
 CASE_SECONDS = 600  # the per-case time limit on a cluster's workers
@@ -230,6 +230,7 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     _check_settings(campaign)
     if cluster is None and jobs > 1:
         cluster = f"local:{jobs}"
+    _check_reachable(campaign, bool(campaign.export_every) or cluster is not None)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -259,6 +260,31 @@ def _check_settings(campaign: Campaign) -> None:
         raise EngineError(f"unknown {ENGINE_ENV} value {named!r}; choose one of {AUTO}, {', '.join(ENGINE_NAMES)}")
     check_engines(campaign.engines, Backend(campaign.partition), "fuzz")
     drawable_user_families(campaign.config())  # each user op it cannot draw: say why, before any case
+
+
+def _check_reachable(campaign: Campaign, in_other_processes: bool) -> None:
+    """Where cases run or are checked again in other processes (workers; every `export_every`-th
+    case reloaded in a fresh one), a users' op the campaign draws must be declared there too:
+    one declared only in this process, not in a module of $SIMACCEL_OPS, would make every such
+    case that draws it a false failure."""
+    drawn = user_families() if campaign.config().user_ops else []
+    if not drawn or not in_other_processes:
+        return
+    import subprocess
+
+    listing = ("from simaccel.ops import families\nfrom simaccel.ops.registry import load_user_ops\n"
+               "load_user_ops()\nprint('\\n'.join(f.name for f in families()))")
+    result = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, timeout=300,
+                            env=user_ops_environ())
+    if result.returncode != 0:
+        raise SimAccelError(f"simaccel fuzz: a fresh process cannot import the users' ops of ${USER_OPS_ENV} "
+                            f"({os.environ.get(USER_OPS_ENV, '')!r}): {result.stderr.strip().splitlines()[-1:]}")
+    missing = sorted({f.name for f in drawn} - set(result.stdout.split()))
+    if missing:
+        raise SimAccelError(f"simaccel fuzz would draw {', '.join(missing)}, declared in this process only: each case is "
+                            f"checked again in a fresh process, which knows only the ops of the modules ${USER_OPS_ENV} "
+                            f"names ({os.environ.get(USER_OPS_ENV, '') or 'unset'}); name the module that declares them "
+                            f"there (a module name or a .py path)")
 
 
 def _load(out: Path) -> Campaign:
