@@ -153,22 +153,10 @@ assert "mynpu_kernels" not in sys.modules
 #     z = log_softmax(cumsum(a), 0)     TVM, both
 
 
-def model(dtype="float32"):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((16, 8), dtype))
-    w = relax.Var("w", relax.TensorType((8, 8), dtype))
-    b = relax.Var("b", relax.TensorType((8,), dtype))
-    with bb.function("main", [x, w, b]):
-        with bb.dataflow():
-            h = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w)), b))
-            a = bb.emit(relax.op.nn.leakyrelu(h, alpha=0.1))
-            y = bb.emit(relax.op.nn.log_softmax(a))
-            c = bb.emit(relax.op.cumsum(a, axis=1))
-            z = bb.emit(relax.op.nn.log_softmax(c, axis=0))
-            out = bb.emit_output(relax.Tuple([y, z]))
-        bb.emit_func_output(out)
-    return bb.get()
+import mynpu_model  # noqa: E402  the model, in a module so stages 2 and 3 use the same one
 
+show(mynpu_model, "model")
+model = mynpu_model.model
 
 mod = model()
 print(mod.script())

@@ -59,23 +59,7 @@ def show(module, *names):
             print(ast.get_source_segment(source, node), end="\n\n")
 
 
-def model(dtype="float32"):
-    """Stage 1's model: dense + bias -> leaky_relu -> log_softmax, and cumsum -> log_softmax(axis 0)."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((16, 8), dtype))
-    w = relax.Var("w", relax.TensorType((8, 8), dtype))
-    b = relax.Var("b", relax.TensorType((8,), dtype))
-    with bb.function("main", [x, w, b]):
-        with bb.dataflow():
-            h = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w)), b))
-            a = bb.emit(relax.op.nn.leakyrelu(h, alpha=0.1))
-            y = bb.emit(relax.op.nn.log_softmax(a))
-            c = bb.emit(relax.op.cumsum(a, axis=1))
-            z = bb.emit(relax.op.nn.log_softmax(c, axis=0))
-            out = bb.emit_output(relax.Tuple([y, z]))
-        bb.emit_func_output(out)
-    return bb.get()
-
+from mynpu_model import model  # noqa: E402  stage 1's model
 
 mod = model()
 workspace = tempfile.TemporaryDirectory(prefix="mynpu-tutorial-")  # removed when Python exits
