@@ -178,3 +178,31 @@ def test_profile_is_read_by_the_checks():
     no_matmul = DeviceProfile(name="no-matmul", ops=frozenset({"simaccel.softmax"}))
     _, report = partition_report(mod, no_matmul)
     assert "not enabled in profile no-matmul" in report.kept[0][2]
+
+
+def test_the_report_says_when_an_op_was_offloaded_without_the_larger_pattern_tried_first():
+    """A scratchpad too small for dense + bias + relu together (1312 bytes) but not for each op
+    alone: the three are offloaded apart, and the report names the var and the refused pattern
+    with its reason (once per var: the most fused one), not only the split."""
+    from tvm import relax
+
+    from simaccel import DeviceProfile
+    from simaccel.tvm_integration import partition_report
+
+    bb = relax.BlockBuilder()
+    x, w, b = (relax.Var(n, relax.TensorType(s, "float32")) for n, s in (("x", (16, 8)), ("w", (8, 8)), ("b", (8,))))
+    with bb.function("main", [x, w, b]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w)), b))
+            out = bb.emit_output(relax.op.nn.relu(h))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    _, whole = partition_report(mod, DeviceProfile(name="roomy", max_region_bytes=1312))
+    assert whole.apart == [] and list(whole.regions.values()) == [["simaccel.dense_bias_relu"]]
+    _, report = partition_report(mod, DeviceProfile(name="tight", max_region_bytes=1311))
+    assert sorted(op for ops in report.regions.values() for op in ops) == ["simaccel.add", "simaccel.dense", "simaccel.relu"]
+    assert [(pattern, reason) for _, pattern, reason in report.apart] == [
+        ("simaccel.dense_bias_relu", "simaccel.dense_bias_relu alone needs 1312 bytes, more than profile tight's "
+                                     "1311-byte scratchpad"),
+        ("simaccel.dense_bias", "simaccel.dense_bias alone needs 1312 bytes, more than profile tight's 1311-byte scratchpad")]
+    assert "offloaded without simaccel.dense_bias_relu, which was rejected" in report.format()

@@ -33,6 +33,8 @@ class PartitionReport:
 
     regions: dict[str, list[str]] = field(default_factory=dict)  # region symbol -> composite op names
     kept: list[tuple[str, str, str]] = field(default_factory=list)  # (var, relax op, reason)
+    # ops offloaded, but not in the larger pattern that was tried first: (var, pattern, reason)
+    apart: list[tuple[str, str, str]] = field(default_factory=list)
     profile: str = DEFAULT_PROFILE.name
     splits: list[str] = field(default_factory=list)  # regions cut to fit the profile's scratchpad
     rewritten: list[str] = field(default_factory=list)  # inference rewrites made before matching (prepare.py)
@@ -48,6 +50,8 @@ class PartitionReport:
             lines.append(f"  {short}: {' -> '.join(ops)}")
         for note in self.splits:
             lines.append(f"  split: {note}")
+        for var, pattern, reason in self.apart:
+            lines.append(f"  {var}: offloaded without {pattern}, which was rejected: {reason}")
         lines.append(f"kept on TVM: {len(self.kept)} op(s)")
         for var, op, reason in self.kept:
             lines.append(f"  {var} = {op}: {reason}")
@@ -299,6 +303,10 @@ def region_report(mod, rejections, codegen: str | None = "simaccel",
                     else:
                         reason = reasons.get(name, unmatched.format(op=value.op.name))
                     report.kept.append((prefix + name, value.op.name, reason))
+    kept = {var.rsplit(".", 1)[-1] for var, _, _ in report.kept}
+    for r in rejections:  # a larger pattern refused where a smaller one then took the op: say so (the first, most fused)
+        if r.var not in kept and r.var not in {v for v, _, _ in report.apart}:
+            report.apart.append((r.var, r.pattern, r.reason))
     return report
 
 
