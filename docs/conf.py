@@ -40,7 +40,8 @@ nitpicky = False  # type references in docstrings name numpy, tvm and numba type
 
 html_theme = "furo"
 html_title = "simaccel"
-html_static_path = ["_static"]
+html_static_path = ["_static"]  # holds only what the build writes (site_results: the kernel chart)
+os.makedirs(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_static"), exist_ok=True)
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections import Counter, defaultdict
 
 
@@ -39,7 +40,10 @@ class Ledger:
         self.tracing = False
         self.copy_observers: list = []  # callables (direction, nbytes) told of every copy (the timeline trace)
         self._native: list[_NativeRegion] = []
-        self._programs: dict = {}  # region name -> its Program, where known (kept across resets)
+        self._programs: dict = {}  # native region name -> its Program (kept, as the region's counters are)
+        # region name -> its Program for regions run through Runtime.execute: weak, so the ledger never
+        # keeps alive a Program the runtime's bounded cache has evicted (a region is modeled while it lives)
+        self._run_programs = weakref.WeakValueDictionary()
         self.reset()
 
     def reset(self) -> None:
@@ -71,13 +75,14 @@ class Ledger:
             self._region_calls[name] += 1
             self._region_seconds[name] += seconds
             if program is not None:
-                self._programs[name] = program
+                self._run_programs[name] = program
 
     def programs(self) -> dict:
         """The Programs of the regions counted so far (name -> Program), for the timing model
-        (`modeled`)."""
+        (`modeled`): every native region's, and those of regions run through the runtime whose
+        Program is still in its cache."""
         with self._lock:
-            return dict(self._programs)
+            return {**self._run_programs, **self._programs}
 
     def modeled(self, performance, staged: bool = False):
         """Each region counted since the last reset, measured time per call beside the time the

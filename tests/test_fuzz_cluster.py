@@ -143,7 +143,7 @@ def test_a_conformance_run_on_the_cluster_reports_a_hung_model_and_checks_the_re
     out = tmp_path / "out"
     sleeper = Path(__file__).resolve().parent / "user_models" / "sleeper.py"
     run = _cli("conformance", "--cluster", cluster, "--zoo", "relax", "--only", "matmul_relu,hetero_chain,sleeper",
-               "--models", str(sleeper), "--model-seconds", "8", "--reload-every", "2", "--out", str(out))
+               "--models", str(sleeper), "--model-seconds", "15", "--reload-every", "2", "--out", str(out))
     output, _ = run.communicate(timeout=600)
     assert run.returncode == 1, output
     results = json.loads((out / "conformance.json").read_text())
@@ -154,6 +154,8 @@ def test_a_conformance_run_on_the_cluster_reports_a_hung_model_and_checks_the_re
         assert models[name]["engines"]["ref"]["verdict"] == "passed", models[name]
     assert models["hetero_chain"]["engines"]["ref"]["reload"]["verdict"] == "passed"  # model 0, on a worker
     hang = models["sleeper"]["failure"]
-    assert hang["stage"] == "hang" and "limit of 8 s" in hang["reason"], hang
-    assert results["retried"] == 1 and "retrying it" in output
+    assert hang["stage"] == "hang" and "limit of 15 s" in hang["reason"], hang
+    # the sleeper was retried; on a loaded machine another model may have needed its retry too
+    assert "sleeper" in results["retried_models"] and results["retried"] == len(results["retried_models"])
+    assert "the worker checking sleeper was lost" in output and "retrying it" in output
     assert "sleeper" in (out / "conformance.md").read_text().split("## Failures: 1")[1]

@@ -145,6 +145,7 @@ def _run(chosen, settings: dict, executor, reload_every: int, seconds: float, ou
             + (f" ({line})" if line else "") + f" in {result.get('seconds', 0):.0f} s, "
             f"{len(results) / max(time.monotonic() - start, 1e-9):.3f} models/s")
     summary["retried"] = sum(attempts.values())
+    summary["retried_models"] = [name for name, tries in attempts.items() if tries]
     return summary
 
 
