@@ -1,4 +1,5 @@
-"""A block scheduler for numba-cuda's CUDA simulator that waits instead of polling.
+"""A block scheduler for numba-cuda's CUDA simulator that waits instead of polling, and two
+costs of every simulated thread taken out (`shared_array`, `_type_call`).
 
 Used by kernels/target.py: the first kernel compiled for the "sim" target installs it
 (`install`), so every simulated launch of the process runs its blocks through `run_block`.
@@ -19,6 +20,7 @@ holds the cases.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -109,8 +111,57 @@ def run_block(manager, grid_point, *args):
         raise exception.with_traceback(traceback)
 
 
+def shared_array(self, shape, dtype, alignment=None):
+    """FakeCUDAShared.array: the simulator's own, but for how it finds the array a call site
+    shares across the block. It names the site by the caller's file and line, which numba-cuda
+    0.30 reads from `traceback.extract_stack()`: the whole stack, with a `linecache` check
+    (a stat of each frame's file) per frame, on every call of every simulated thread, which
+    was half of a simulated convolution's time. The caller's frame gives the same two values."""
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
+
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    if shape == 0:  # dynamic shared memory: one buffer, the most whole elements it holds
+        count = self._dynshared_size // dtype.itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    frame = sys._getframe(1)
+    caller = (frame.f_code.co_filename, frame.f_lineno)
+    res = self._allocations.get(caller)
+    if res is None:
+        res = np.empty(shape, dtype)
+        self._allocations[caller] = res
+    return res
+
+
+def _scalar_types() -> frozenset:
+    """Python's and numpy's scalar classes: values a numba type casts, never types themselves."""
+    return frozenset({bool, int, float, *(np.dtype(c).type for c in "?bhilqBHILQefd")})
+
+
+def _type_call():
+    """numba's `Type.__call__` (`float32(x)` casts x; `float32(int32, int32)` is a signature),
+    without the cost a simulated kernel pays on every cast of a scalar: numba 0.68 imports
+    `signature` inside the call and asks an ABC whether the value is a Type. Scalars of
+    Python's and numpy's own classes are cast at once, everything else as numba does."""
+    from numba.core.types.abstract import Type
+    from numba.core.typing import signature
+
+    scalars = _scalar_types()
+
+    def __call__(self, *args):
+        if len(args) == 1 and (type(args[0]) in scalars or not isinstance(args[0], Type)):
+            return self.cast_python_value(args[0])
+        return signature(self, *args)
+
+    return __call__
+
+
 def install() -> None:
-    """Make the simulator run blocks with `run_block` (once per process)."""
+    """Make the simulator run blocks with `run_block`, find shared arrays with `shared_array`
+    and cast scalars with `_type_call` (once per process)."""
     global _INSTALLED, _THREAD
     if _INSTALLED:
         return
@@ -118,7 +169,12 @@ def install() -> None:
         if _INSTALLED:
             return
         from numba.cuda.simulator import kernel as simulator
+        from numba.cuda.simulator import kernelapi
 
         _THREAD = _thread_class()
+        from numba.core.types.abstract import Type
+
         simulator.BlockManager.run = run_block
+        kernelapi.FakeCUDAShared.array = shared_array
+        Type.__call__ = _type_call()
         _INSTALLED = True
