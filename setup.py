@@ -53,6 +53,9 @@ setup(
         "numba-cuda==0.30.*",
         # numba-cuda 0.30.4 fails to import with numpy 2.5 (np.row_stack was removed).
         "numpy>=2,<2.5",
+        # The simulator's CUDA threads of a block as greenlets (kernels/simulator.py); checked
+        # with 3.5 on 2026-12-03.
+        "greenlet>=3.1,<4",
     ],
     extras_require={
         # The test extra brings the AOT toolchain too, so CI compiles every kernel (simaccel.aot).

@@ -1,21 +1,25 @@
-"""A block scheduler for numba-cuda's CUDA simulator that waits instead of polling, and two
-costs of every simulated thread taken out (`shared_array`, `_type_call`).
+"""A block scheduler for numba-cuda's CUDA simulator on greenlets, and two costs of every
+simulated thread taken out (`shared_array`, `_type_call`).
 
 Used by kernels/target.py: the first kernel compiled for the "sim" target installs it
 (`install`), so every simulated launch of the process runs its blocks through `run_block`.
 
-The simulator runs each CUDA thread of a block as a Python thread. Its own BlockManager.run
-(numba-cuda 0.30) starts them and then spins in the launching thread, polling every thread's
-"blocked in syncthreads" flag and `is_alive()` until all are done; the spinning thread
-competes for the GIL with the threads doing the work. Here a block is a condition variable
-instead: `syncthreads` counts the threads that reached it and the last one releases them all;
-a thread that ends leaves the count (as on the simulator before, a barrier waits for the
-block's live threads only); the launching thread only joins. Semantics kept from the
-simulator's: the first exception of any thread aborts the block (threads waiting at or
-reaching a barrier raise "abort flag set ...") and is re-raised to the launcher with the
-thread's tid and ctaid in its message; syncthreads_count / _and / _or and everything else
-of the thread API are the simulator's own (they call `syncthreads`). tests/test_simulator.py
-holds the cases.
+The simulator runs each CUDA thread of a block as a Python thread (numba-cuda 0.30): a
+barrier is a wait on an event per thread while the launching thread polls them all, and
+every `syncthreads` costs each of a block's threads an operating-system context switch and
+a turn at the GIL, most of a simulated layer norm's time. Here each CUDA thread of a block
+is a greenlet on the launching thread (`SimThread`): `run_block` resumes the block's threads
+one after the other; each runs until it reaches a barrier (where it switches back) or ends,
+and once every live thread has had its turn, they all stand at the barrier and the next
+round releases them. Semantics kept from the simulator's: a barrier waits for the block's
+live threads only (a thread that ended leaves it); the first exception of any thread stops
+the block and reaches the launcher with the thread's tid and ctaid in its message;
+`cuda.threadIdx`, `blockIdx`, `laneid`, syncthreads_count / _and / _or and the rest of the
+thread API are the simulator's own, which ask `threading.current_thread()` for the thread:
+kernelapi's `threading` answers with the running `SimThread`. A kernel whose threads wait on
+each other outside barriers (spinning on a flag another thread of the block sets) would
+never be resumed: CUDA does not promise such a kernel progresses either.
+tests/test_simulator.py holds the cases.
 """
 
 from __future__ import annotations
@@ -24,91 +28,71 @@ import sys
 import threading
 
 import numpy as np
+from greenlet import getcurrent, greenlet
 
 _INSTALLED = False
 _LOCK = threading.Lock()
 
 
-class _Block:
-    """The barrier and the abort state of one simulated block."""
+class SimThread(greenlet):
+    """One CUDA thread of a simulated block: what numba-cuda's thread API reads of it."""
 
-    def __init__(self, threads: int):
-        self.cond = threading.Condition()
-        self.live = threads
-        self.waiting = 0
-        self.generation = 0
-        self.error = None  # (exception, traceback) of the first thread that raised
+    def __init__(self, manager, block_index, thread_index, args):
+        from numba.cuda.simulator.kernelapi import Dim3
 
-    def _release(self):
-        self.waiting = 0
-        self.generation += 1
-        self.cond.notify_all()
+        super().__init__(parent=getcurrent())
+        self._manager = manager
+        self._args = args
+        self.blockIdx = Dim3(*block_index)
+        self.threadIdx = Dim3(*thread_index)
+        x, y, _ = manager._block_dim
+        self.thread_id = self.threadIdx.x + x * (self.threadIdx.y + y * self.threadIdx.z)
+        self.exception = None  # (exception naming tid and ctaid, traceback) of a failure
+
+    def run(self):
+        if self._manager._debug:  # as the simulator's debug mode: a division by zero raises
+            np.seterr(divide="raise")
+        try:
+            self._manager._f(*self._args)
+        except Exception as e:
+            where = f"tid={list(self.threadIdx)} ctaid={list(self.blockIdx)}"
+            self.exception = (type(e)(f"{where}: {e}" if str(e) else where), sys.exc_info()[2])
 
     def syncthreads(self):
-        with self.cond:
-            if self.error is not None:
-                raise RuntimeError("abort flag set on syncthreads call")
-            generation = self.generation
-            self.waiting += 1
-            if self.waiting == self.live:
-                self._release()
-            else:
-                while generation == self.generation and self.error is None:
-                    self.cond.wait()
-            if self.error is not None:
-                raise RuntimeError("abort flag set on syncthreads clear")
-
-    def leave(self, exception):
-        with self.cond:
-            self.live -= 1
-            if exception is not None and self.error is None:
-                self.error = exception
-                self.cond.notify_all()  # the others stop at their barrier
-            elif self.waiting and self.waiting == self.live:
-                self._release()
+        self.parent.switch()  # run_block resumes this thread once every live one reached a barrier
 
 
-def _thread_class():
-    from numba.cuda.simulator import kernel as simulator
+def _simulator_thread_api():
+    """syncthreads_count / _and / _or: the simulator's own, on `SimThread.syncthreads`."""
+    from numba.cuda.simulator.kernel import BlockThread
 
-    class BlockThread(simulator.BlockThread):
-        """The simulator's thread (thread indices, exception capture), on a `_Block`."""
-
-        def __init__(self, f, manager, block_index, thread_index, debug, block: _Block):
-            super().__init__(f, manager, block_index, thread_index, debug)
-            self.block = block
-
-        def run(self):
-            try:
-                super().run()  # sets self.exception (message with tid and ctaid) on a failure
-            finally:
-                self.block.leave(self.exception)
-
-        def syncthreads(self):
-            self.block.syncthreads()
-
-    return BlockThread
-
-
-_THREAD = None
+    for name in ("syncthreads_count", "syncthreads_and", "syncthreads_or"):
+        setattr(SimThread, name, getattr(BlockThread, name))
 
 
 def run_block(manager, grid_point, *args):
     """BlockManager.run: block `grid_point` of `manager`'s launch, every thread to its end."""
-    points = list(np.ndindex(*manager._block_dim))
-    block = _Block(len(points))
+    live = [SimThread(manager, grid_point, p, args) for p in np.ndindex(*manager._block_dim)]
+    while live:
+        for thread in live:
+            thread.switch()  # until its next barrier or its end
+            if thread.exception is not None:
+                exception, traceback = thread.exception
+                raise exception.with_traceback(traceback)
+        live = [thread for thread in live if not thread.dead]
 
-    def target():
-        manager._f(*args)
 
-    threads = [_THREAD(target, manager, grid_point, p, manager._debug, block) for p in points]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if block.error is not None:
-        exception, traceback = block.error
-        raise exception.with_traceback(traceback)
+class _Threading:
+    """numba-cuda's kernelapi's `threading`: `current_thread()` is the simulated thread
+    running on this thread, if any; everything else is Python's threading."""
+
+    def __getattr__(self, name):
+        return getattr(threading, name)
+
+    @staticmethod
+    def current_thread():
+        running = getcurrent()
+        return running if isinstance(running, SimThread) else threading.current_thread()
 
 
 def shared_array(self, shape, dtype, alignment=None):
@@ -160,9 +144,9 @@ def _type_call():
 
 
 def install() -> None:
-    """Make the simulator run blocks with `run_block`, find shared arrays with `shared_array`
-    and cast scalars with `_type_call` (once per process)."""
-    global _INSTALLED, _THREAD
+    """Make the simulator run blocks with `run_block` (its threads as `SimThread`s), find shared
+    arrays with `shared_array` and cast scalars with `_type_call` (once per process)."""
+    global _INSTALLED
     if _INSTALLED:
         return
     with _LOCK:
@@ -171,10 +155,11 @@ def install() -> None:
         from numba.cuda.simulator import kernel as simulator
         from numba.cuda.simulator import kernelapi
 
-        _THREAD = _thread_class()
         from numba.core.types.abstract import Type
 
+        _simulator_thread_api()
         simulator.BlockManager.run = run_block
+        kernelapi.threading = _Threading()
         kernelapi.FakeCUDAShared.array = shared_array
         Type.__call__ = _type_call()
         _INSTALLED = True

@@ -4,7 +4,7 @@ Every kernel in this package is a plain Python function at module scope, written
 the `numba.cuda` API. A `KernelTarget` turns it into a launchable kernel for one target and
 caches the result:
 
-* ``"sim"``  - `numba.cuda.simulator.jit`: runs on the CPU, one Python thread per CUDA thread.
+* ``"sim"``  - `numba.cuda.simulator.jit`: runs on the CPU, each CUDA thread interpreted (kernels/simulator.py).
   Arrays are `FakeCUDAArray` wrappers around numpy views, so kernels write the caller's
   memory in place (no copies).
 * ``"cuda"`` - `numba.cuda.jit`: runs on an NVIDIA GPU, on the stream given to the target.
@@ -144,9 +144,14 @@ def compile_kernel(fn, target: str):
                 if target == "sim":
                     from numba.cuda import simulator
 
-                    from . import simulator as blocks
+                    try:
+                        from . import simulator as blocks
+                    except ImportError as e:  # an install without its dependencies (pip --no-deps)
+                        from simaccel.errors import EngineError
 
-                    blocks.install()  # its blocks wait at barriers instead of polling
+                        raise EngineError(f"the sim engine needs greenlet, which simaccel installs with it: "
+                                          f"pip install 'greenlet>=3.1,<4' ({e})") from None
+                    blocks.install()  # a block's CUDA threads as greenlets
                     kernel = simulator.jit(simulated(fn))
                 elif target == "cuda":
                     from numba import cuda

@@ -1,5 +1,5 @@
-"""kernels/simulator.py: the simulator's blocks run to the same results, barriers and errors
-as with numba-cuda's own scheduler, without the polling."""
+"""kernels/simulator.py: the simulator's blocks, their threads as greenlets, run to the same
+results, barriers and errors as with numba-cuda's own thread-per-CUDA-thread scheduler."""
 
 from __future__ import annotations
 
@@ -79,3 +79,52 @@ def test_block_votes_count_every_thread():
     out = np.zeros(3, np.int32)
     KernelTarget("sim").launch(_votes, (1,), (96,), out)
     assert out.tolist() == [32, 1, 1]
+
+
+def _lanes_and_atomics(lanes, total):
+    t = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+    lanes[cuda.blockIdx.x, t] = cuda.laneid
+    cuda.atomic.add(total, 0, 1)
+    cuda.syncthreads()
+    cuda.atomic.add(total, 1, t)
+
+
+def test_a_3d_block_numbers_its_threads_and_lanes_as_cuda_does():
+    """Thread ids run x fastest (laneid = id % 32) in every block; atomics see every thread."""
+    lanes, total = np.full((2, 4 * 5 * 3), -1, np.int32), np.zeros(2, np.int64)
+    KernelTarget("sim").launch(_lanes_and_atomics, (2,), (4, 5, 3), lanes, total)
+    np.testing.assert_array_equal(lanes, np.tile(np.arange(60) % 32, (2, 1)))
+    assert total.tolist() == [120, 2 * sum(range(60))]
+
+
+def test_the_threads_of_python_outside_a_kernel_are_pythons():
+    """Outside a simulated block, the simulator's `threading.current_thread()` is Python's own."""
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+
+    KernelTarget("sim").launch(_reverse_in_shared, (1,), (64,), np.zeros(64, np.int32), np.arange(64, dtype=np.int32))
+    assert kernelapi.threading.current_thread() is threading.current_thread()
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(kernelapi.threading.current_thread()))
+    worker.start()
+    worker.join()
+    assert seen == [worker]
+
+
+def test_without_greenlet_the_sim_engine_says_what_to_install(monkeypatch):
+    """An install made without its dependencies (pip --no-deps) gets an EngineError naming greenlet."""
+    import sys
+
+    import simaccel.kernels as kernels_package
+    from simaccel import EngineError
+    from simaccel.kernels import target
+
+    def _a_kernel_never_compiled_before(out):
+        out[0] = 1
+
+    monkeypatch.setitem(sys.modules, "greenlet", None)  # `import greenlet` raises ImportError
+    monkeypatch.delitem(sys.modules, "simaccel.kernels.simulator", raising=False)
+    monkeypatch.delattr(kernels_package, "simulator", raising=False)
+    with pytest.raises(EngineError, match=r"the sim engine needs greenlet.*pip install 'greenlet>=3.1,<4'"):
+        target.compile_kernel(_a_kernel_never_compiled_before, "sim")
