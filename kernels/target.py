@@ -147,10 +147,7 @@ def compile_kernel(fn, target: str):
                     try:
                         from . import simulator as blocks
                     except ImportError as e:  # an install without its dependencies (pip --no-deps)
-                        from simaccel.errors import EngineError
-
-                        raise EngineError(f"the sim engine needs greenlet, which simaccel installs with it: "
-                                          f"pip install 'greenlet>=3.1,<4' ({e})") from None
+                        raise ImportError(f"the simulator's blocks need greenlet: pip install '{GREENLET}' ({e})") from None
                     blocks.install()  # a block's CUDA threads as greenlets
                     kernel = simulator.jit(simulated(fn))
                 elif target == "cuda":
@@ -169,6 +166,9 @@ def compile_kernel(fn, target: str):
                     raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")
                 _COMPILED[key] = kernel
     return kernel
+
+
+GREENLET = "greenlet>=3.1,<4"  # what kernels/simulator.py runs a block's threads on (setup.py)
 
 
 class StrayLaunch(RuntimeError):

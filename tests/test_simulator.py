@@ -113,18 +113,23 @@ def test_the_threads_of_python_outside_a_kernel_are_pythons():
 
 
 def test_without_greenlet_the_sim_engine_says_what_to_install(monkeypatch):
-    """An install made without its dependencies (pip --no-deps) gets an EngineError naming greenlet."""
+    """An install made without its dependencies (pip --no-deps): the sim engine cannot run and
+    says why; the kernels layer's own launcher names greenlet too."""
     import sys
 
     import simaccel.kernels as kernels_package
     from simaccel import EngineError
+    from simaccel.engines import _ENGINES, get_engine
     from simaccel.kernels import target
 
     def _a_kernel_never_compiled_before(out):
         out[0] = 1
 
     monkeypatch.setitem(sys.modules, "greenlet", None)  # `import greenlet` raises ImportError
+    monkeypatch.delitem(_ENGINES, "sim", raising=False)
+    with pytest.raises(EngineError, match=r"engine 'sim' cannot run here: .*greenlet.*pip install 'greenlet>=3.1,<4'"):
+        get_engine("sim")
     monkeypatch.delitem(sys.modules, "simaccel.kernels.simulator", raising=False)
     monkeypatch.delattr(kernels_package, "simulator", raising=False)
-    with pytest.raises(EngineError, match=r"the sim engine needs greenlet.*pip install 'greenlet>=3.1,<4'"):
+    with pytest.raises(ImportError, match=r"the simulator's blocks need greenlet: pip install 'greenlet>=3.1,<4'"):
         target.compile_kernel(_a_kernel_never_compiled_before, "sim")

@@ -1,7 +1,7 @@
 """The "sim" engine: runs the accelerator's Numba CUDA kernels on the Numba CUDA simulator.
 
-The same kernel code as the "cuda" engine, executed on the CPU one Python thread per CUDA
-thread: slow, so meant for tiny shapes. Arrays are FakeCUDAArray wrappers of numpy views of
+The same kernel code as the "cuda" engine, executed on the CPU, every CUDA thread
+interpreted (a greenlet each, kernels/simulator.py): slow, so meant for tiny shapes. Arrays are FakeCUDAArray wrappers of numpy views of
 the caller's buffers, so kernels write TVM's memory in place.
 
 Numba's simulator runs one launch at a time per process (it keeps the simulated thread
@@ -57,6 +57,15 @@ class SimEngine(Engine):
             yield
 
     launches_kernels = True
+
+    def available(self) -> str | None:
+        import importlib.util
+
+        from ..kernels.target import GREENLET
+
+        if importlib.util.find_spec("greenlet") is None:
+            return f"it runs a block's CUDA threads on greenlet, which simaccel installs with it: pip install '{GREENLET}'"
+        return None
 
     def execute(self, call, node, op, inputs, output, launches=()) -> int:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
