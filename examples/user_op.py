@@ -32,7 +32,7 @@ from simaccel.tvm_integration.tools.models import random_inputs
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rms_norm_op  # noqa: E402,F401  declares myaccel.rms_norm: importing it is all it takes
 
-ROWS, FEATURES, HIDDEN = 8, 32, 16  # small: `sim` runs one Python thread per CUDA thread
+ROWS, FEATURES, HIDDEN = 8, 32, 16  # small: `sim` interprets every CUDA thread in Python
 RTOL, ATOL = 1e-4, 1e-5
 
 

@@ -2,7 +2,7 @@
 
 Runs a small MLP-like region (a reshape view, dense with bias, tanh, add, exp: the clean region
 of tests/test_sanitize.py) on "ref" and "sim", and a larger one on "ref" alone (the simulator
-runs one Python thread per CUDA thread), each call repeated; prints the medians and their
+interprets every CUDA thread in Python), each call repeated; prints the medians and their
 ratio. The numbers in docs/debugging.md ("Sanitizer", cost) come from this script.
 
     python scripts/sanitize_cost.py [--repeat N]

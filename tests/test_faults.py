@@ -327,7 +327,7 @@ THREADED_VMS = textwrap.dedent(
     threads, calls, engine, model = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     if model == "demo":  # regions and TVM kernels
         mod = demo_cnn(batch=1)
-    else:  # one small region and no TVM kernel at all (the simulator runs a Python thread per CUDA thread)
+    else:  # one small region and no TVM kernel at all (the simulator interprets every CUDA thread in Python)
         x, w = relax.Var("x", relax.TensorType((2, 8), "float32")), relax.Var("w", relax.TensorType((8, 5), "float32"))
         bb = relax.BlockBuilder()
         with bb.function("main", [x, w]):

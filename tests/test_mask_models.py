@@ -162,7 +162,7 @@ def _models():
     }
 
 
-# squeezenet on the simulator would take minutes (one Python thread per CUDA thread).
+# squeezenet on the simulator would take minutes (every CUDA thread interpreted in Python).
 @pytest.mark.parametrize("name, engine", [("causal_block", "ref"), ("causal_block", "sim"), ("padding_mask", "ref"),
                                           ("padding_mask", "sim"), ("transformer_decoder", "ref"),
                                           ("transformer_decoder", "sim"), ("squeezenet1_1", "ref")])

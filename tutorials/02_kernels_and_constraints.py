@@ -8,7 +8,7 @@ get kernels, and mynpu gets limits:
 1. the kernels: module-level Numba CUDA kernel functions in ``mynpu_kernels.py``, each with a
    launcher that launches it through the kernel target simaccel hands it;
 2. run them on the Numba CUDA simulator (the ``sim`` engine: the real kernel code, on the CPU,
-   one Python thread per CUDA thread, so tiny shapes) and check them against the references;
+   every CUDA thread interpreted in Python, so tiny shapes) and check them against the references;
 3. a device profile: a scratchpad (``max_region_bytes``) too small for stage 1's region, a
    dtype list and an alignment, and how the partition changes;
 4. fuzz the new instructions against TVM alone, briefly.

@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 DIMS = (1, 2, 3, 4, 5, 7, 8, 13, 16, 17, 31, 64, 65)  # tile sizes and their neighbours, primes
-TINY_DIMS = (1, 2, 3, 4, 5, 7)  # for the simulator: one Python thread per CUDA thread
+TINY_DIMS = (1, 2, 3, 4, 5, 7)  # for the simulator: every CUDA thread interpreted in Python
 
 
 class Draw:
