@@ -303,9 +303,12 @@ def region_report(mod, rejections, codegen: str | None = "simaccel",
                     else:
                         reason = reasons.get(name, unmatched.format(op=value.op.name))
                     report.kept.append((prefix + name, value.op.name, reason))
-    kept = {var.rsplit(".", 1)[-1] for var, _, _ in report.kept}
-    for r in rejections:  # a larger pattern refused where a smaller one then took the op: say so (the first, most fused)
-        if r.var not in kept and r.var not in {v for v, _, _ in report.apart}:
+    # A larger pattern refused where a smaller one then took the op: say so, once per var (the
+    # first rejection, the most fused pattern). `named`: vars kept on TVM or already said.
+    named = {var.rsplit(".", 1)[-1] for var, _, _ in report.kept}
+    for r in rejections:
+        if r.var not in named:
+            named.add(r.var)
             report.apart.append((r.var, r.pattern, r.reason))
     return report
 
