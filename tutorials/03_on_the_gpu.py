@@ -208,16 +208,20 @@ else:
 
 # %%
 # **A CUDA graph.** Built with TVM's ``relax.backend.use_cuda_graph``, TVM runs the model once,
-# then captures what reads only weights and memory it allocated itself, and replays that graph
-# afterwards without the host. Mark the weights (``num_input=1``: only x is an input). Our
-# region reads x, an input, so here it sits behind a TVM kernel, ``sin(x)``, as regions mostly
-# do: TVM kernel, region, TVM kernels. Then the region's kernels are part of the graph: a
+# then captures what reads and writes only weights and memory it allocated itself, and replays
+# that graph afterwards without the host. Two things keep a call out of the graph: a tensor
+# that is an input (mark the weights: ``num_input=1``, only x is an input) and a tensor the
+# function returns (TVM allocates those anew on every call). Stage 1's region reads x and
+# returns y, so here it sits between TVM kernels, as regions mostly do: ``sin(x)`` before it,
+# and ``sin(y)`` and the cumsum after it. Then the region's kernels are part of the graph: a
 # replayed region makes no region call, so the ledger counts fewer calls than runs, and the
-# results still follow new inputs.
+# results still follow new inputs. Return y itself and TVM runs the region outside the graph,
+# on every call: the last lines show that too.
 
 
-def behind_a_tvm_kernel():
-    """sin(x) on TVM, then stage 1's model on its result; only x is an input."""
+def behind_a_tvm_kernel(return_y=False):
+    """sin(x) on TVM, stage 1's model on its result, TVM kernels after it (sin(y) is returned,
+    or y itself with `return_y`); only x is an input."""
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType((16, 8), "float32"))
     w = relax.Var("w", relax.TensorType((8, 8), "float32"))
@@ -229,7 +233,7 @@ def behind_a_tvm_kernel():
             a = bb.emit(relax.op.nn.leakyrelu(h, alpha=0.1))
             y = bb.emit(relax.op.nn.log_softmax(a))
             z = bb.emit(relax.op.nn.log_softmax(relax.op.cumsum(a, axis=1), axis=0))
-            out = bb.emit_output(relax.Tuple([y, z]))
+            out = bb.emit_output(relax.Tuple([y if return_y else relax.op.sin(y), z]))
         bb.emit_func_output(out)
     graphed = bb.get()
     graphed["main"] = graphed["main"].with_attr("num_input", 1)
@@ -239,19 +243,30 @@ def behind_a_tvm_kernel():
 _, graph_report = partition_report(behind_a_tvm_kernel())
 assert graph_report.kept[0][1] == "relax.sin" and list(graph_report.regions.values()) == [
     ["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax"]]
-if GPU:
+
+
+def region_calls_in_four_runs(return_y):
+    """Build with TVM's CUDA graphs on, run four times on new x, check each run against TVM
+    alone; the region calls the ledger counted."""
     with tvm.transform.PassContext(config={"relax.backend.use_cuda_graph": True}):
-        graph_vm = relax.VirtualMachine(build(behind_a_tvm_kernel(), target), dev)
-    graph_tvm = relax.VirtualMachine(build_tvm_only(behind_a_tvm_kernel(), target), dev)
+        graph_vm = relax.VirtualMachine(build(behind_a_tvm_kernel(return_y), target), dev)
+    graph_tvm = relax.VirtualMachine(build_tvm_only(behind_a_tvm_kernel(return_y), target), dev)
     runtime.ledger.reset()
     for _ in range(4):
         fresh = rng.standard_normal(inputs[0].shape).astype("float32")
         tensors[0].copyfrom(fresh)  # the graph reads the same buffer; its contents change
         for r, w in zip(graph_vm["main"](*tensors), graph_tvm["main"](*tensors)):
             np.testing.assert_allclose(r.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
-    calls = runtime.ledger.snapshot()["offloaded_calls"]
+    return runtime.ledger.snapshot()["offloaded_calls"]
+
+
+if GPU:
+    calls = region_calls_in_four_runs(return_y=False)
     print(f"4 runs, {calls} region call(s): the rest were replayed from the graph")
     assert 0 < calls < 4
+    calls = region_calls_in_four_runs(return_y=True)
+    print(f"returning y: 4 runs, {calls} region calls: y is allocated per call, so not captured")
+    assert calls == 4
 else:
     skipped("a CUDA graph")
 
