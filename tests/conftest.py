@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+import forks
 import simaccel
 
 
@@ -41,6 +42,12 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_collection_finish(session):
+    """The fork server (tests/forks.py) starts with the environment as collecting left it (torch,
+    imported by test modules, sets $TORCHINDUCTOR_CACHE_DIR), before any test changes it."""
+    forks.BASE_ENV = dict(os.environ)
+
+
 ORDER_ENV = "SIMACCEL_TEST_ORDER"  # "reverse" or "shuffle:SEED": tests are isolated, any order passes
 
 
@@ -62,6 +69,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def restored_environment():
+    """The environment after each test is the one before it: what a library sets on its own
+    (torch's compile cache sets $TORCHINDUCTOR_CACHE_DIR) does not reach later tests, nor the
+    processes they start."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        for key in set(os.environ) - set(before):
+            del os.environ[key]
+        os.environ.update(before)
 
 
 @pytest.fixture(autouse=True)

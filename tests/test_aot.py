@@ -245,12 +245,12 @@ def test_device_functions_need_the_target_architecture_stood_in():
 def test_the_gpu_check_script_builds_its_cubins_here(tmp_path):
     """scripts/aot_gpu_check.py build: the half of the GPU check that runs without a GPU."""
     import json
-    import subprocess
     import sys
 
+    import forks
+
     script = __import__("pathlib").Path(__file__).parents[1] / "scripts" / "aot_gpu_check.py"
-    result = subprocess.run([sys.executable, str(script), "build", str(tmp_path)], capture_output=True, text=True,
-                            timeout=300, cwd="/")
+    result = forks.run([sys.executable, str(script), "build", str(tmp_path)], timeout=300, cwd="/")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     launches = [launch for entry in manifest for launch in entry["launches"]]

@@ -8,7 +8,6 @@ a region's boundary or after it must be found too; bad inputs are SimAccelErrors
 """
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import tvm
 from tvm import relax
 
+import forks
 import simaccel
 from harness import plant_reference
 from simaccel.debug import Capture, Watcher, bisect, watching
@@ -100,8 +100,7 @@ def test_bisect_names_the_wrong_user_op_and_its_reproducer_fails_the_same_way(wr
     with np.load(folder / "inputs.npz") as data:
         assert list(data.files) == ["arg0"] and data["arg0"].shape == (2, 8)
     env = {k: v for k, v in os.environ.items() if k not in ("SIMACCEL_OPS", "SIMACCEL_ENGINE")}
-    result = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, timeout=600,
-                            env=env, cwd=tmp_path)
+    result = forks.run([sys.executable, str(folder / "repro.py")], timeout=600, env=env, cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     assert Difference(False, c.max_error, c.where, c.got, c.want).line() in result.stdout, result.stdout
     assert "RESULT: MISMATCH" in result.stdout
@@ -250,9 +249,8 @@ mod = bb.get()
 
 
 def cli(*args, env=None, cwd="/"):
-    return subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", "bisect", *args],
-                          capture_output=True, text=True, timeout=600, cwd=cwd,
-                          env={**{k: v for k, v in os.environ.items() if k != "SIMACCEL_OPS"}, **(env or {})})
+    return forks.run([sys.executable, "-m", forks.CLI, "bisect", *args], timeout=600, cwd=cwd,
+                     env={**{k: v for k, v in os.environ.items() if k != "SIMACCEL_OPS"}, **(env or {})})
 
 
 def test_cli_bisect_on_a_model_file(tmp_path):

@@ -2,7 +2,8 @@
 
 Exit status: 0 success, 1 results mismatch, 2 user error (one line on stderr, no traceback),
 3 internal error, 130 interrupted. The fault catalogue below runs each kind of bad
-invocation in a subprocess and checks that answer.
+invocation in a process of its own and checks that answer (each a fork of one warm process,
+tests/forks.py).
 """
 
 import json
@@ -15,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from cli_forks import run_commands
+import forks
 from simaccel.tvm_integration.tools import cli
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.bench import CASES as BENCH_CASES
@@ -23,11 +24,9 @@ from simaccel.tvm_integration.tools.deploy import read_arrays
 
 
 def simaccel(*args, env=None):
-    """Run the installed `simaccel` command (from outside the source tree)."""
-    return subprocess.run(
-        [sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], capture_output=True, text=True, timeout=600,
-        env={**os.environ, **(env or {})}, cwd="/",
-    )
+    """Run the installed `simaccel` command (from outside the source tree): `python -m` its CLI,
+    as a fork of a process that imported it (tests/forks.py)."""
+    return forks.cli(*args, env=env)
 
 
 def test_help_lists_commands():
@@ -363,9 +362,9 @@ FAULTS = [
 @pytest.fixture(scope="module")
 def fault_results(files):
     """Every invocation of the catalogue, by id: each a fork of one process that imported the CLI
-    (tests/cli_forks.py), or a process of its own where the environment acts at import."""
+    (tests/forks.py), or a process of its own where the environment acts at import."""
     commands = [{"argv": [a.format(d=files) for a in p.values[0]], "env": p.values[2]} for p in FAULTS]
-    return {p.id: result for p, result in zip(FAULTS, run_commands(commands), strict=True)}
+    return {p.id: result for p, result in zip(FAULTS, forks.cli_many(commands), strict=True)}
 
 
 @pytest.mark.parametrize("args, names, env", FAULTS)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cli_forks import run_commands
+import forks
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.backends import Backend, parse_partition
 from simaccel.tvm_integration.tools.deploy import error_line
@@ -30,8 +29,8 @@ USER_MODELS = HERE / "user_models"
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, cwd="/")
+    """`python -m` the CLI, as a fork of a process that imported it (tests/forks.py)."""
+    return forks.cli(*args, env=env, timeout=None)
 
 
 def _results(out: Path) -> dict:
@@ -125,10 +124,10 @@ BAD_ARGUMENTS = [
 
 @pytest.fixture(scope="module")
 def bad_argument_runs(tmp_path_factory):
-    """Every bad command line, each a fork of one process that imported the CLI (tests/cli_forks.py)."""
+    """Every bad command line, each a fork of one process that imported the CLI (tests/forks.py)."""
     out = tmp_path_factory.mktemp("bad")
-    return run_commands([{"argv": ["conformance", "--zoo", "relax", *args, "--out", str(out / str(i))]}
-                         for i, (args, _) in enumerate(BAD_ARGUMENTS)])
+    return forks.cli_many([{"argv": ["conformance", "--zoo", "relax", *args, "--out", str(out / str(i))]}
+                           for i, (args, _) in enumerate(BAD_ARGUMENTS)])
 
 
 @pytest.mark.parametrize("case", range(len(BAD_ARGUMENTS)), ids=[m.split(":")[0][:40] for _, m in BAD_ARGUMENTS])
@@ -190,7 +189,7 @@ def test_fuzz_checks_a_second_backend_and_finds_its_planted_fault(tmp_path):
 
 def _cli_script(path: Path, env: dict):
     environ = {k: v for k, v in os.environ.items() if k != "TOY_FAULT"}
-    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env={**environ, **env}, cwd="/")
+    return forks.run([sys.executable, str(path)], env={**environ, **env}, cwd="/", timeout=None)
 
 
 def test_a_failure_with_no_message_is_reported_with_the_place_that_raised_it():

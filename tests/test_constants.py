@@ -10,7 +10,7 @@ nothing.
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import sys
 import textwrap
 
@@ -19,6 +19,7 @@ import pytest
 from tvm import relax
 from tvm.script import relax as R
 
+import forks
 from simaccel import ProgramError
 from simaccel.program import OpNode, Program, TensorSpec
 from simaccel.tvm_integration import partition_for_simaccel
@@ -165,8 +166,8 @@ def test_export_and_load_log_nothing_as_with_tvm_alone(tmp_path):
     script.write_text(EXPORT_SCRIPT.format(tests=str(__import__("pathlib").Path(__file__).parent)))
     results = {}
     for flow in ("simaccel", "tvm"):
-        done = subprocess.run([sys.executable, str(script), flow, str(tmp_path / f"lib_{flow}.so"), str(tmp_path / f"out_{flow}.npy")],
-                              capture_output=True, text=True, timeout=600)
+        done = forks.run([sys.executable, str(script), flow, str(tmp_path / f"lib_{flow}.so"), str(tmp_path / f"out_{flow}.npy")],
+                         timeout=600, cwd=os.getcwd())
         assert done.returncode == 0, done.stderr
         assert "Scope" not in done.stderr + done.stdout, f"{flow}: {done.stderr}"
         results[flow] = np.load(tmp_path / f"out_{flow}.npy")

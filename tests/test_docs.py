@@ -11,11 +11,12 @@ newcomer's first page, under 200 lines.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import forks
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -191,8 +192,7 @@ def report_lines(lines) -> list[str]:
 def test_the_example_output_the_docs_show_is_what_the_example_prints(script, args):
     shown = shown_outputs(script)
     assert shown, f"no doc shows the output of examples/{script}"
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args], capture_output=True, text=True,
-                            timeout=600, cwd=ROOT)
+    result = forks.run([sys.executable, str(ROOT / "examples" / script), *args], timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     printed = report_lines(result.stdout.split("\n"))
     for doc, lines in shown:
@@ -253,8 +253,7 @@ def test_simaccel_ops_lists_the_op_table():
     import os
 
     env = {k: v for k, v in os.environ.items() if k != "SIMACCEL_OPS"}
-    result = subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", "ops"], capture_output=True,
-                            text=True, timeout=300, cwd="/", env=env)
+    result = forks.run([sys.executable, "-m", forks.CLI, "ops"], timeout=300, cwd="/", env=env)
     assert result.returncode == 0, result.stderr
     listed = set(re.findall(r"^  (simaccel\.\w+)\(", result.stdout, re.M))
     assert listed == isa_table()

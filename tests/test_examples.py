@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
+import forks
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
 def run_example(name: str, *args, env=None) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args], check=False, capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env={**os.environ, **(env or {})},
-    )
+    result = forks.run([sys.executable, str(EXAMPLES / name), *args], timeout=600, cwd=ROOT,
+                       env={**os.environ, **(env or {})})
     print(result.stdout, result.stderr)  # shown by pytest when the test fails
     return result
 
@@ -69,10 +69,8 @@ def test_user_op_refuses_cuda_without_a_gpu():
 def test_the_user_op_reaches_a_fresh_process_through_the_environment():
     # cwd "/": from the repository root, `python -m` would import the source folder simaccel/,
     # which is not the installed package (kernels/ and tvm_integration/ are installed into it).
-    result = subprocess.run(
-        [sys.executable, "-m", "simaccel.tvm_integration.tools.cli", "ops"], check=False, capture_output=True, text=True,
-        timeout=300, cwd="/", env={**os.environ, "SIMACCEL_OPS": str(EXAMPLES / "rms_norm_op.py")},
-    )
+    result = forks.run([sys.executable, "-m", forks.CLI, "ops"], timeout=300, cwd="/",
+                       env={**os.environ, "SIMACCEL_OPS": str(EXAMPLES / "rms_norm_op.py")})
     assert result.returncode == 0, result.stderr
     line = [line.strip() for line in result.stdout.splitlines() if line.strip().startswith("myaccel.rms_norm(")]
     assert line and line[0].startswith("myaccel.rms_norm(data, weight)") and "epsilon" in line[0], result.stdout

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
 import sys
 import textwrap
 import threading
@@ -22,6 +21,7 @@ import pytest
 import tvm
 from tvm import relax, te
 
+import forks
 import simaccel
 from conftest import HAS_GPU
 from harness import assert_same, compare_with_tvm, offloaded_ops, run_vm
@@ -365,8 +365,7 @@ THREADED_VMS = textwrap.dedent(
 def test_threads_creating_their_own_vms_and_calling(tmp_path, engine, threads, calls, model):
     script = tmp_path / "threads.py"
     script.write_text(THREADED_VMS)
-    result = subprocess.run([sys.executable, str(script), str(threads), str(calls), engine, model],
-                            capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    result = forks.run([sys.executable, str(script), str(threads), str(calls), engine, model], timeout=900, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     total = 2 * threads * calls
     assert f"{total} of {total} calls matched" in result.stdout

@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import forks
 import simaccel
 from conftest import HAS_GPU
 from harness import plant_reference, run_vm
@@ -97,14 +97,14 @@ def test_a_reproduction_passes_once_the_fault_is_gone(tmp_path, monkeypatch):
     monkeypatch.undo()
     simaccel.get_runtime().clear()
     [folder] = (tmp_path / "failures").iterdir()
-    result = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, timeout=300, cwd="/")
+    result = forks.run([sys.executable, str(folder / "repro.py")], timeout=300, cwd="/")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "passed" in result.stdout
 
 
 def simaccel_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], capture_output=True, text=True,
-                          timeout=600, cwd="/", env={**os.environ, **(env or {})})
+    """`python -m` the CLI, as a fork of a process that imported it (tests/forks.py)."""
+    return forks.cli(*args, env=env)
 
 
 def test_cli_fuzz_prints_progress_and_a_summary(tmp_path):
@@ -233,8 +233,7 @@ def test_a_planted_fault_in_a_user_op_is_found_and_replayed_in_a_fresh_process(t
     # The fault gone: the reproduction passes in a fresh process that is not told about the op;
     # replay names the module from case.json in $SIMACCEL_OPS.
     env = {k: v for k, v in os.environ.items() if k != "SIMACCEL_OPS"}
-    result = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, timeout=300,
-                            cwd="/", env=env)
+    result = forks.run([sys.executable, str(folder / "repro.py")], timeout=300, cwd="/", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SIMACCEL_OPS={RMS_NORM_OP}" in result.stdout and "passed" in result.stdout
 

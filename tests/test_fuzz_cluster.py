@@ -18,15 +18,19 @@ from pathlib import Path
 
 import pytest
 
+import forks
+
 pytest.importorskip("distributed", reason="the dask extra is not installed")
 
 FAULTS = str(Path(__file__).resolve().parent / "user_ops" / "campaign_faults.py")
 SCHEDULER_START = 60  # seconds
 
 
-def _cli(*args, env=None, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd="/", env={**os.environ, **(env or {})}, **kwargs)
+def _cli(*args, env=None):
+    """`python -m` the CLI, its stderr merged into its stdout, as a fork of a process that
+    imported it (tests/forks.py); Popen's poll, communicate and returncode."""
+    return forks.start([sys.executable, "-m", forks.CLI, *args], env={**os.environ, **(env or {})}, cwd="/",
+                       stderr_to_stdout=True)
 
 
 @pytest.fixture(scope="module")
@@ -121,16 +125,16 @@ def test_planted_faults_are_found_shrunk_and_reproduced_through_the_cluster(clus
     assert "faults.trunc" in (folder / "model.py").read_text()
     # Reproduced where the fault is (exit 1: still failing), passing where it is not.
     for faults, status in (("wrong", 1), ("", 0)):
-        result = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True, text=True, timeout=300,
-                                cwd="/", env={**with_ops, "SIMACCEL_TEST_FAULTS": faults})
+        result = forks.run([sys.executable, str(folder / "repro.py")], timeout=300, cwd="/",
+                           env={**with_ops, "SIMACCEL_TEST_FAULTS": faults})
         assert result.returncode == status, result.stdout + result.stderr
 
     crash, hang = by_stage["crash"], by_stage["hang"]
     assert crash["cases"] == [4] and "faults.round" in crash["signature"] and "died" in crash["reason"]
     assert hang["cases"] == [7] and "faults.sign" in hang["signature"] and "limit of 8 s" in hang["reason"]
     # The crash's reproduction replays the crash (the replaying process dies the same way).
-    result = subprocess.run([sys.executable, str(Path(crash["reproduction"]) / "repro.py")], capture_output=True,
-                            text=True, timeout=300, cwd="/", env={**with_ops, "SIMACCEL_TEST_FAULTS": "crash"})
+    result = forks.run([sys.executable, str(Path(crash["reproduction"]) / "repro.py")], timeout=300, cwd="/",
+                       env={**with_ops, "SIMACCEL_TEST_FAULTS": "crash"})
     assert result.returncode == 3, result.stdout + result.stderr
     assert summary["counts"]["failed"] == 5 and summary["cases"] == 10, summary["counts"]
     report = (out / "fuzz-report.md").read_text()

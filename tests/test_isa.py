@@ -103,12 +103,14 @@ BUILT_IN_OPS = 66  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 2 row-w
 
 
 def test_declared_ops_are_forgotten_outside_the_isolated_test():
-    import subprocess
     import sys
 
-    # A fresh process: the test module's own declaration is not part of the package.
+    import forks
+
+    # Another process (a fork of one that never declared it): the test module's own declaration
+    # is not part of the package.
     code = "import simaccel.ops as o; print('testaccel.silu' in o.list_ops(), len(o.list_ops()))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/").stdout.split() == ["False", str(BUILT_IN_OPS)]
+    assert forks.run([sys.executable, "-c", code], cwd="/", timeout=None).stdout.split() == ["False", str(BUILT_IN_OPS)]
 
 
 # -- derived variants ------------------------------------------------------------------------------

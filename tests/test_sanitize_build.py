@@ -6,8 +6,6 @@ same model built by TVM alone.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import pytest
 import tvm
 from tvm import relax
 
+import forks
 import simaccel
 from harness import run_vm
 from simaccel.errors import CodegenError, SanitizerError
@@ -91,8 +90,7 @@ def test_build_refuses_a_sanitize_that_is_not_a_bool():
 
 
 def simaccel_cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **env}, cwd="/")
+    return forks.cli(*args, env=env)
 
 
 def test_simaccel_run_sanitize(planted, tmp_path):

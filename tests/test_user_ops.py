@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pytest
 import tvm
 from tvm import relax
 
+import forks
 import simaccel
 from harness import compare_with_tvm
 from simaccel.errors import OpDeclarationError, SimAccelError
@@ -246,8 +245,7 @@ def test_a_user_op_fuzz_cannot_draw_is_an_error_naming_the_family(user_ops, tmp_
 
 
 def simaccel_cli(*args, env):
-    return subprocess.run([sys.executable, "-m", "simaccel.tvm_integration.tools.cli", *args], capture_output=True,
-                          text=True, timeout=900, env={**os.environ, **env}, cwd="/")
+    return forks.cli(*args, env=env, timeout=900)
 
 
 def test_cli_fuzz_offloads_user_ops_with_values_and_leaves_no_running_folder(tmp_path):

@@ -298,7 +298,8 @@ def _error(got, reference) -> float:
     g, r = got.astype(np.float64), reference.astype(np.float64)
     both_nan = np.isnan(g) & np.isnan(r)
     same_inf = np.isinf(r) & (g == r)
-    diff = np.where(both_nan | same_inf, 0.0, np.abs(g - r))
+    with np.errstate(invalid="ignore"):  # inf - inf is NaN, and taken as inf just below
+        diff = np.where(both_nan | same_inf, 0.0, np.abs(g - r))
     diff = np.where(np.isnan(diff), np.inf, diff)
     finite = np.isfinite(r)
     scale = 1.0 + (np.abs(r[finite]).max() if finite.any() else 0.0)
