@@ -154,7 +154,7 @@ def _block_reduce_shuffle(buf, value, take_max):
     return value
 
 
-def _softmax_block_kernel(long_rows, simulator):
+def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE):
     """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
     `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
     ROW_CACHE loads of it issued before any is used."""
@@ -162,11 +162,11 @@ def _softmax_block_kernel(long_rows, simulator):
 
     def kernel(out, x, rows, D):
         buf = cuda.shared.array(MAX_BLOCK, float32)
-        vals = cuda.local.array(ROW_CACHE, float32)
-        chunk = cuda.local.array(ROW_CACHE, float32)  # the long rows' tail, a pass at a time
+        vals = cuda.local.array(cache, float32)
+        chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
-        span = ROW_CACHE * nthreads
+        span = cache * nthreads
         # A long row holds every thread's whole cache (`long_rows or`: no guard there).
         # The row loop is uniform over the block, so every thread reaches every syncthreads.
         r = cuda.blockIdx.x
@@ -178,7 +178,7 @@ def _softmax_block_kernel(long_rows, simulator):
             # v - tm, which is NaN for two infinities of one sign: then the rescale below to
             # the row max gives NaN exactly where the two-pass formula does.
             m = float32(-math.inf)
-            for j in range(ROW_CACHE):
+            for j in range(cache):
                 i = tid + j * nthreads
                 if long_rows or i < D:
                     v = float32(x[_u(base + i)])
@@ -189,11 +189,11 @@ def _softmax_block_kernel(long_rows, simulator):
             ts = float32(0.0)
             i = tid + span
             while long_rows and i < D:
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     k = i + j * nthreads
                     if k < D:
                         chunk[j] = float32(x[_u(base + k)])
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     if i + j * nthreads < D:  # the slots the loop above loaded
                         v = chunk[j]
                         if v > tm:
@@ -209,7 +209,7 @@ def _softmax_block_kernel(long_rows, simulator):
             row_max = block_reduce(buf, m, True)
             # 2. sum of exp(x - max)
             acc = float32(0.0)
-            for j in range(ROW_CACHE):
+            for j in range(cache):
                 if long_rows or tid + j * nthreads < D:
                     e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
@@ -218,17 +218,17 @@ def _softmax_block_kernel(long_rows, simulator):
                 acc += ts * float32(math.exp(tm - row_max))
             inv = float32(1.0) / block_reduce(buf, acc, False)
             # 3. normalize
-            for j in range(ROW_CACHE):
+            for j in range(cache):
                 i = tid + j * nthreads
                 if long_rows or i < D:
                     out[_u(base + i)] = vals[j] * inv
             i = tid + span
             while long_rows and i < D:
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     k = i + j * nthreads
                     if k < D:
                         chunk[j] = float32(x[_u(base + k)])
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     k = i + j * nthreads
                     if k < D:
                         out[_u(base + k)] = float32(math.exp(chunk[j] - row_max)) * inv
@@ -241,22 +241,27 @@ def _softmax_block_kernel(long_rows, simulator):
 
 _softmax_kernel = with_simulator_twin(_softmax_block_kernel, False)
 _softmax_long_kernel = with_simulator_twin(_softmax_block_kernel, True)
+# The same code for blocks of 1024 threads (cached rows of 4097 to 8192), under other launch
+# bounds (see the end of the module).
+_softmax_wide_kernel = with_simulator_twin(_softmax_block_kernel, False)
+_softmax_wide_kernel.__name__ = _softmax_wide_kernel.__qualname__ = "_softmax_wide_kernel"
+_softmax_wide_kernel.simulated_by.__name__ = "_softmax_wide_kernel"
 
 
-def _layer_norm_block_kernel(long_rows, simulator):
+def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
     """Layer norm, a block per row (see above), as `_softmax_block_kernel`; gamma and beta are
     loaded STORE_CHUNK values at a time before those are stored."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
 
     def kernel(out, x, gamma, beta, rows, D, eps):
         buf = cuda.shared.array(MAX_BLOCK, float32)
-        vals = cuda.local.array(ROW_CACHE, float32)
-        chunk = cuda.local.array(ROW_CACHE, float32)  # the long rows' tail, a pass at a time
-        g = cuda.local.array(ROW_CACHE, float32)  # gamma and beta of the values being stored
-        b = cuda.local.array(ROW_CACHE, float32)
+        vals = cuda.local.array(cache, float32)
+        chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
+        g = cuda.local.array(cache, float32)  # gamma and beta of the values being stored
+        b = cuda.local.array(cache, float32)
         tid = cuda.threadIdx.x
         nthreads = cuda.blockDim.x
-        span = ROW_CACHE * nthreads
+        span = cache * nthreads
         whole = long_rows or tid + span - nthreads < D  # this thread's cache lies in the row
         inv_d = float32(1.0) / float32(D)
         r = cuda.blockIdx.x
@@ -264,37 +269,37 @@ def _layer_norm_block_kernel(long_rows, simulator):
             base = r * D
             # 1. mean, the row read once into the cache (a padded slot holds 0)
             acc = float32(0.0)
-            for j in range(ROW_CACHE):
+            for j in range(cache):
                 i = tid + j * nthreads
                 v = float32(x[_u(base + i)]) if whole or i < D else float32(0.0)
                 vals[j] = v
                 acc += v
             i = tid + span
             while long_rows and i < D:
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     k = i + j * nthreads
                     chunk[j] = float32(x[_u(base + k)]) if k < D else float32(0.0)
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     acc += chunk[j]
                 i += span
             mean = block_reduce(buf, acc, False) * inv_d
             # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
             acc = float32(0.0)
-            for j in range(ROW_CACHE):
+            for j in range(cache):
                 if whole or tid + j * nthreads < D:
                     d = vals[j] - mean
                     acc += d * d
             i = tid + span
             while long_rows and i < D:
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     k = i + j * nthreads
                     chunk[j] = float32(x[_u(base + k)]) - mean if k < D else float32(0.0)
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     acc += chunk[j] * chunk[j]
                 i += span
             rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
             # 3. scale and shift, STORE_CHUNK values at a time
-            for h in range(0, ROW_CACHE, STORE_CHUNK):
+            for h in range(0, cache, STORE_CHUNK):
                 for j in range(h, h + STORE_CHUNK):
                     i = tid + j * nthreads
                     if whole or i < D:
@@ -306,13 +311,13 @@ def _layer_norm_block_kernel(long_rows, simulator):
                         out[_u(base + i)] = (vals[j] - mean) * rstd * g[j - h] + b[j - h]
             i = tid + span
             while long_rows and i < D:
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     k = i + j * nthreads
                     if k < D:
                         chunk[j] = float32(x[_u(base + k)])
                         g[j] = float32(gamma[_u(k)])
                         b[j] = float32(beta[_u(k)])
-                for j in range(ROW_CACHE):
+                for j in range(cache):
                     k = i + j * nthreads
                     if k < D:
                         out[_u(base + k)] = (chunk[j] - mean) * rstd * g[j] + b[j]
@@ -327,14 +332,14 @@ _layer_norm_kernel = with_simulator_twin(_layer_norm_block_kernel, False)
 _layer_norm_long_kernel = with_simulator_twin(_layer_norm_block_kernel, True)
 
 
-def _softmax_rows_kernel(simulator):
+def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
     """Softmax, a group of 2**shift lanes per row of D <= 2**shift * WARP_CACHE (see above);
     the row loop is uniform over the block, a group past the last row computes on nothing."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
 
     def kernel(out, x, rows, D, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
-        vals = cuda.local.array(WARP_CACHE, float32)
+        vals = cuda.local.array(cache, float32)
         lanes = 1 << shift
         lane = cuda.threadIdx.x & (lanes - 1)
         group = cuda.threadIdx.x >> shift
@@ -345,7 +350,7 @@ def _softmax_rows_kernel(simulator):
             live = r < rows
             base = r * D
             m = float32(-math.inf)
-            for j in range(WARP_CACHE):
+            for j in range(cache):
                 i = lane + j * lanes
                 if live and i < D:
                     v = float32(x[_u(base + i)])
@@ -353,13 +358,13 @@ def _softmax_rows_kernel(simulator):
                     m = max(m, v)
             row_max = reduce(buf, m, True, lane, group, lanes)
             acc = float32(0.0)
-            for j in range(WARP_CACHE):
+            for j in range(cache):
                 if live and lane + j * lanes < D:
                     e = float32(math.exp(vals[j] - row_max))
                     vals[j] = e
                     acc += e
             inv = float32(1.0) / reduce(buf, acc, False, lane, group, lanes)
-            for j in range(WARP_CACHE):
+            for j in range(cache):
                 i = lane + j * lanes
                 if live and i < D:
                     out[_u(base + i)] = vals[j] * inv
@@ -369,13 +374,13 @@ def _softmax_rows_kernel(simulator):
     return kernel
 
 
-def _layer_norm_rows_kernel(simulator):
+def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
     """Layer norm, a group of lanes per row (as `_softmax_rows_kernel`)."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
 
     def kernel(out, x, gamma, beta, rows, D, eps, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)
-        vals = cuda.local.array(WARP_CACHE, float32)
+        vals = cuda.local.array(cache, float32)
         lanes = 1 << shift
         lane = cuda.threadIdx.x & (lanes - 1)
         group = cuda.threadIdx.x >> shift
@@ -387,7 +392,7 @@ def _layer_norm_rows_kernel(simulator):
             live = r < rows
             base = r * D
             acc = float32(0.0)
-            for j in range(WARP_CACHE):
+            for j in range(cache):
                 i = lane + j * lanes
                 if live and i < D:
                     v = float32(x[_u(base + i)])
@@ -395,12 +400,12 @@ def _layer_norm_rows_kernel(simulator):
                     acc += v
             mean = reduce(buf, acc, False, lane, group, lanes) * inv_d
             acc = float32(0.0)
-            for j in range(WARP_CACHE):
+            for j in range(cache):
                 if live and lane + j * lanes < D:
                     d = vals[j] - mean
                     acc += d * d
             rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, group, lanes) * inv_d + float32(eps)))
-            for j in range(WARP_CACHE):
+            for j in range(cache):
                 i = lane + j * lanes
                 if live and i < D:
                     out[_u(base + i)] = (vals[j] - mean) * rstd * float32(gamma[_u(i)]) + float32(beta[_u(i)])
@@ -476,7 +481,10 @@ def launch_softmax(target, out, data) -> int:
         target.launch(_SOFTMAX_ROWS, _rows_grid(rows, lanes), ROWS_BLOCK, o1, x1, rows, D, lanes.bit_length() - 1)
     else:
         block = _block_size(D, rows)
-        kernel = _softmax_kernel if D <= ROW_CACHE * block else _softmax_long_kernel
+        if D > ROW_CACHE * block:
+            kernel = _softmax_long_kernel
+        else:
+            kernel = _softmax_kernel if block <= _softmax_kernel.launch_bounds[0] else _softmax_wide_kernel
         target.launch(kernel, min(rows, _MAX_GRID), min(block, kernel.launch_bounds[0]), o1, x1, rows, D)
     return 1
 
@@ -592,13 +600,17 @@ def launch_row_sums(target, out, x, *, mean: bool) -> int:
     return 1
 
 
-# The launchers cap a block at its kernel's bounds. The cached kernels and softmax's long-row
-# one take blocks of up to MAX_BLOCK threads: at most 64 registers a thread, which their
-# ROW_CACHE values fit in. Layer norm's long-row kernel spilled at 64: blocks of at most
+# The launchers cap a block at its kernel's bounds. Softmax's cached kernel takes blocks of up
+# to 512 threads, bounded so: on the H200 (scripts/rownorm_sweep_gpu.py --bounds,
+# results/gpu/2026-12-03-h200-rownorm/) the same code compiled for (MAX_BLOCK, 1) took 6-21%
+# longer at every row length of 512 to 4096 (40 registers against 55). Rows of 4097 to 8192
+# take its wide twin, blocks of MAX_BLOCK: at most 64 registers a thread, which its ROW_CACHE
+# values fit in, as softmax's long-row kernel. Layer norm's long-row kernel spilled at 64: blocks of at most
 # FEW_ROWS_BLOCK, 128 registers (two blocks per SM; left alone it took 152). The grouped
 # kernels: 64 (8 blocks of 128 per SM; layer norm took 94). tests/test_aot.py checks that
 # none spills.
-_softmax_kernel.launch_bounds = (MAX_BLOCK, 1)
+_softmax_kernel.launch_bounds = (MAX_BLOCK // 2,)
+_softmax_wide_kernel.launch_bounds = (MAX_BLOCK, 1)
 # Half the block, two blocks an SM: the same 64 registers on the H200 (TUNED_ARCH), and up
 # to 128 elsewhere, where only the block size is passed (kernels/target.py `launch_bounds`):
 # at 1024 threads it spilled on sm_75.

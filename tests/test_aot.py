@@ -304,6 +304,7 @@ FAMILY_CASES = [
     ("simaccel.dense_bias", [(40, 96), (48, 96), (48,)], {}),  # the sliced-K tiling
     ("simaccel.matmul_bias", [(1, 96), (96, 48), (48,)], {}),  # the GEMV
     ("simaccel.softmax", [(3, 33)], {}), ("simaccel.softmax", [(4096, 1024)], {}),
+    ("simaccel.softmax", [(1024, 8192)], {}),  # the wide twin: blocks of 1024
     ("simaccel.layer_norm", [(2, 9), (9,), (9,)], {"epsilon": 1e-5}),
     ("simaccel.layer_norm", [(4096, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
     ("simaccel.max_pool2d", [(1, 2, 9, 9)], POOL), ("simaccel.avg_pool2d", [(1, 2, 9, 9)], {**POOL, "count_include_pad": True}),

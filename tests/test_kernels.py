@@ -1135,8 +1135,9 @@ def test_launch_shapes():
                                    (1024, 256, (256, 128), grouped), (1025, 1024, (1025, 128), block),
                                    (1024, 1025, (1024, 256), block), (1024, 3000, (1024, 512), block),
                                    (1024, 4096, (1024, 512), block),
-                                   # layer norm's cached kernel takes at most 512 threads: 8192 is a long row there
-                                   (1024, 8192, [(1024, 1024), (1024, 256)], (n._softmax_kernel, n._layer_norm_long_kernel))):
+                                   # softmax's cached kernel takes at most 512 threads, its wide twin 1024;
+                                   # layer norm's cached kernel at most 512: 8192 is a long row there
+                                   (1024, 8192, [(1024, 1024), (1024, 256)], (n._softmax_wide_kernel, n._layer_norm_long_kernel))):
         x = np.zeros((rows, d), np.float32)
         g = np.ones(d, np.float32)
         target = PlanOnlyTarget()
