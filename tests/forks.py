@@ -1,7 +1,7 @@
 """Python processes at the cost of a fork: a warm server per test process (tests only).
 
 Each `python -m simaccel.tvm_integration.tools.cli ...`, `python SCRIPT.py` or `python -c CODE`
-a test starts imports TVM's FFI, numba and (through tvm-ffi) torch: about 4 s of CPU before its
+a test starts imports TVM's FFI, numba and (through tvm-ffi) torch: 4-7 s of CPU on 2 cores before its
 first line runs, which the suite paid some two hundred times. `run` and `start` take the argv
 `subprocess` would (`[sys.executable, ...]`) and hand it to a server: a process, one per test
 process (pytest-xdist worker), started on first use, that has imported exactly what the
