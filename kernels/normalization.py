@@ -154,7 +154,7 @@ def _block_reduce_shuffle(buf, value, take_max):
     return value
 
 
-def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE):
+def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
     """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
     `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
     ROW_CACHE loads of it issued before any is used."""
@@ -235,7 +235,7 @@ def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE):
                 i += span
             r += cuda.gridDim.x
 
-    kernel.__name__ = kernel.__qualname__ = "_softmax_long_kernel" if long_rows else "_softmax_kernel"
+    kernel.__name__ = kernel.__qualname__ = name or ("_softmax_long_kernel" if long_rows else "_softmax_kernel")
     return kernel
 
 
@@ -243,9 +243,7 @@ _softmax_kernel = with_simulator_twin(_softmax_block_kernel, False)
 _softmax_long_kernel = with_simulator_twin(_softmax_block_kernel, True)
 # The same code for blocks of 1024 threads (cached rows of 4097 to 8192), under other launch
 # bounds (see the end of the module).
-_softmax_wide_kernel = with_simulator_twin(_softmax_block_kernel, False)
-_softmax_wide_kernel.__name__ = _softmax_wide_kernel.__qualname__ = "_softmax_wide_kernel"
-_softmax_wide_kernel.simulated_by.__name__ = "_softmax_wide_kernel"
+_softmax_wide_kernel = with_simulator_twin(_softmax_block_kernel, False, name="_softmax_wide_kernel")
 
 
 def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):

@@ -116,12 +116,12 @@ def shared_alignment(simulator: bool):
     return None if simulator else SHARED_ALIGNMENT
 
 
-def with_simulator_twin(factory, *args):
-    """`factory(*args, simulator=False)`, a kernel function for the GPU, with
-    `factory(*args, simulator=True)` as the function the simulator runs in its place (where
-    the GPU code uses what the simulator lacks: CUDA C++, aligned shared arrays)."""
-    kernel = factory(*args, simulator=False)
-    kernel.simulated_by = factory(*args, simulator=True)
+def with_simulator_twin(factory, *args, **kwargs):
+    """`factory(*args, simulator=False, **kwargs)`, a kernel function for the GPU, with
+    `factory(*args, simulator=True, **kwargs)` as the function the simulator runs in its place
+    (where the GPU code uses what the simulator lacks: CUDA C++, aligned shared arrays)."""
+    kernel = factory(*args, simulator=False, **kwargs)
+    kernel.simulated_by = factory(*args, simulator=True, **kwargs)
     kernel.simulated_by.__name__ = kernel.__name__
     return kernel
 

@@ -56,7 +56,7 @@ def block_kernel(op, cache, threads, min_blocks, bounds="block"):
 def rows_kernel(op, cache, lanes, block, min_blocks):
     factory = n._softmax_rows_kernel if op == "softmax" else n._layer_norm_rows_kernel
     bounds = (block, min_blocks) if min_blocks else (block,)
-    return cuda.jit(functools.partial(factory, cache=cache)(simulator=False), launch_bounds=bounds), ("rows", lanes, cache, min_blocks, block)
+    return cuda.jit(factory(simulator=False, cache=cache), launch_bounds=bounds), ("rows", lanes, cache, min_blocks, block)
 
 
 def bounds_variants(rows, D):

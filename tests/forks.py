@@ -181,9 +181,12 @@ def start(args, *, env=None, cwd="/", text=True, stderr_to_stdout=False):
     argv = [str(a) for a in args]
     path0 = _sys_path0(argv, cwd) if argv and argv[0] == sys.executable else None
     server = None if path0 is None else _server()
-    if server is None or server.acts_at_start(env):
+    def own_process():
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE,
                                 text=text, env=env, cwd=cwd)
+
+    if server is None or server.acts_at_start(env):
+        return own_process()
     folder = tempfile.mkdtemp(prefix="cmd-", dir=server.folder)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(server.address)
@@ -192,8 +195,7 @@ def start(args, *, env=None, cwd="/", text=True, stderr_to_stdout=False):
     forked = Forked(argv, connection, folder, text, stderr_to_stdout)
     if forked.pid < 0:  # the server found a module on sys.path[0] that shadows one it imported
         connection.close()
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE,
-                                text=text, env=env, cwd=cwd)
+        return own_process()
     return forked
 
 
