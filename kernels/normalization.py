@@ -21,13 +21,21 @@ chosen by the row length D:
   is capped at 512 threads) are read from memory once (a 1024-wide layer norm: 128 threads
   of 8 values). Of longer rows the rest is read twice by softmax
   (summed online while the max is found, then for the output) and three times by layer norm,
-  ROW_CACHE loads issued before any is used (one load in flight per thread left the long-row
-  softmax at 31% of HBM). A thread whose whole cache lies in the row loads it unguarded
-  (softmax: on long rows only; its 1024-wide rows ran 12% slower so); layer norm loads gamma
-  and beta before the stores that use them (the compiler keeps a load after a store to
-  `out`, which may alias it: one round trip to L2 per value stored).
-  Launches of fewer rows have a thread per element (up to FEW_ROWS_BLOCK), so short rows do not spawn
-  idle threads (each one a Python thread on the simulator).
+  a pass of ROW_CACHE values a thread issued before any is used (one load in flight per
+  thread left the long-row softmax at 31% of HBM). Layer norm loads gamma and beta before
+  the stores that use them (the compiler keeps a load after a store to `out`, which may
+  alias it: one round trip to L2 per value stored).
+  Launches of fewer rows have a thread per VEC elements (up to FEW_ROWS_BLOCK), so short rows
+  do not spawn idle threads (each one a Python thread on the simulator).
+
+Every layout moves VEC consecutive elements of a row per access: a thread's (or lane's)
+values are VEC-long vectors, `stride` = threads x VEC apart. Where the row length is a
+multiple of VEC and every array the kernel touches is 16-byte aligned, an access is one
+vector load or store (kernels/vector.py; 16 bytes of float32), else VEC element accesses
+bounded by the row's end; each kernel holds a copy of its row loop for each, chosen per launch
+on the GPU. The element-at-a-time kernels this replaced spent most issue slots on index
+arithmetic (softmax 32768 x 1024 issue-bound at 84% SM throughput, 48% of DRAM's:
+results/gpu/2026-12-03-h200-rownorm/).
 
 Softmax subtracts the row max (`v > m`: NaN never wins it, but exp(NaN - max) makes the row NaN
 as numpy's does); layer norm takes the biased variance in a second pass over the cached values
@@ -44,6 +52,7 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .target import with_simulator_twin
+from .vector import accessors, both_ways
 
 MAX_BLOCK = 1024  # power of two; also the size of the shared reduction buffer
 FEW_ROWS_BLOCK = 256  # the block cap of launches of fewer than MIN_CACHED_ROWS rows
@@ -51,9 +60,6 @@ ROW_SUM_BLOCK = 256  # the block cap of row sums (nothing cached: more threads o
 # Elements of its row each thread keeps in registers between the passes of softmax and
 # layer norm, so that a row up to ROW_CACHE * MAX_BLOCK long is read from memory once.
 ROW_CACHE = 8
-# Layer norm's cached kernel loads gamma and beta for this many of its ROW_CACHE values at a
-# time before it stores them: more spill at 64 registers (float16 from 4 on, float32 from 8).
-STORE_CHUNK = 2
 # From this many rows on, a block has a thread per ROW_CACHE elements of its row, else one
 # per element (an H200 holds about 132 x 8 blocks at once).
 MIN_CACHED_ROWS = 1024
@@ -65,6 +71,9 @@ ROWS_BLOCK = 128
 WARP_CACHE = 8
 MIN_WARP_ROWS = 1024
 SECTOR = 32  # bytes: the least a group reads of its row in one access
+# Consecutive elements a thread reads or writes at once: one 16-byte access of float32 (8
+# bytes of float16) where the row's arrays are aligned (kernels/vector.py).
+VEC = 4
 _u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
 
@@ -157,83 +166,105 @@ def _block_reduce_shuffle(buf, value, take_max):
 def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
     """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
     `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
-    ROW_CACHE loads of it issued before any is used."""
+    a pass of ROW_CACHE values issued before any is used."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
+    load_values, store_values, aligned = accessors(simulator, VEC)
+
+    def rows_loop(vector):
+        def loop(out, x, rows, D, buf):
+            vals = cuda.local.array(cache, float32)
+            chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
+            nthreads = cuda.blockDim.x
+            first = cuda.threadIdx.x * VEC  # this thread's first element of a pass over a row
+            stride = nthreads * VEC  # from one of its vectors to its next
+            span = cache * nthreads  # the elements of a pass
+            # A long row holds every thread's whole cache (`long_rows or`: no guard there).
+            # The row loop is uniform over the block, so every thread reaches every syncthreads.
+            r = cuda.blockIdx.x
+            while r < rows:
+                base = r * D
+                end = base + D
+                # 1. row max, the row read once into the cache. The rest of a longer row (read once
+                # more, for the output) is summed online meanwhile: its own max tm and the sum ts of
+                # exp(v - tm), rescaled when tm grows. v == tm adds exp(0) = 1 without computing
+                # v - tm, which is NaN for two infinities of one sign: then the rescale below to
+                # the row max gives NaN exactly where the two-pass formula does.
+                m = float32(-math.inf)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if long_rows or i < D:
+                        load_values(vals, j, x, base + i, vector, end)
+                        for k in range(VEC):
+                            if (long_rows or i + k < D) and vals[j + k] > m:
+                                m = vals[j + k]
+                tm = float32(-math.inf)
+                ts = float32(0.0)
+                p = span
+                while long_rows and p < D:
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < D:
+                            load_values(chunk, j, x, base + i, vector, end)
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        for k in range(VEC):
+                            if i + k < D:  # the slots the loop above loaded
+                                v = chunk[j + k]
+                                if v > tm:
+                                    ts = ts * float32(math.exp(tm - v)) + float32(1.0)
+                                    tm = v
+                                elif v == tm:
+                                    ts += float32(1.0)
+                                else:
+                                    ts += float32(math.exp(v - tm))
+                    p += span
+                if tm > m:
+                    m = tm
+                row_max = block_reduce(buf, m, True)
+                # 2. sum of exp(x - max)
+                acc = float32(0.0)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    for k in range(VEC):
+                        if long_rows or i + k < D:
+                            e = float32(math.exp(vals[j + k] - row_max))
+                            vals[j + k] = e
+                            acc += e
+                if long_rows:
+                    acc += ts * float32(math.exp(tm - row_max))
+                inv = float32(1.0) / block_reduce(buf, acc, False)
+                # 3. normalize (a slot past the row's end is scaled too, and never stored)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if long_rows or i < D:
+                        for k in range(VEC):
+                            vals[j + k] *= inv
+                        store_values(out, base + i, vals, j, vector, end)
+                p = span
+                while long_rows and p < D:
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < D:
+                            load_values(chunk, j, x, base + i, vector, end)
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < D:
+                            for k in range(VEC):
+                                chunk[j + k] = float32(math.exp(chunk[j + k] - row_max)) * inv
+                            store_values(out, base + i, chunk, j, vector, end)
+                    p += span
+                r += cuda.gridDim.x
+
+        return loop
+
+    vector_loop, scalar_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, D):
         buf = cuda.shared.array(MAX_BLOCK, float32)
-        vals = cuda.local.array(cache, float32)
-        chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
-        tid = cuda.threadIdx.x
-        nthreads = cuda.blockDim.x
-        span = cache * nthreads
-        # A long row holds every thread's whole cache (`long_rows or`: no guard there).
-        # The row loop is uniform over the block, so every thread reaches every syncthreads.
-        r = cuda.blockIdx.x
-        while r < rows:
-            base = r * D
-            # 1. row max, the row read once into the cache. The rest of a longer row (read once
-            # more, for the output) is summed online meanwhile: its own max tm and the sum ts of
-            # exp(v - tm), rescaled when tm grows. v == tm adds exp(0) = 1 without computing
-            # v - tm, which is NaN for two infinities of one sign: then the rescale below to
-            # the row max gives NaN exactly where the two-pass formula does.
-            m = float32(-math.inf)
-            for j in range(cache):
-                i = tid + j * nthreads
-                if long_rows or i < D:
-                    v = float32(x[_u(base + i)])
-                    vals[j] = v
-                    if v > m:
-                        m = v
-            tm = float32(-math.inf)
-            ts = float32(0.0)
-            i = tid + span
-            while long_rows and i < D:
-                for j in range(cache):
-                    k = i + j * nthreads
-                    if k < D:
-                        chunk[j] = float32(x[_u(base + k)])
-                for j in range(cache):
-                    if i + j * nthreads < D:  # the slots the loop above loaded
-                        v = chunk[j]
-                        if v > tm:
-                            ts = ts * float32(math.exp(tm - v)) + float32(1.0)
-                            tm = v
-                        elif v == tm:
-                            ts += float32(1.0)
-                        else:
-                            ts += float32(math.exp(v - tm))
-                i += span
-            if tm > m:
-                m = tm
-            row_max = block_reduce(buf, m, True)
-            # 2. sum of exp(x - max)
-            acc = float32(0.0)
-            for j in range(cache):
-                if long_rows or tid + j * nthreads < D:
-                    e = float32(math.exp(vals[j] - row_max))
-                    vals[j] = e
-                    acc += e
-            if long_rows:
-                acc += ts * float32(math.exp(tm - row_max))
-            inv = float32(1.0) / block_reduce(buf, acc, False)
-            # 3. normalize
-            for j in range(cache):
-                i = tid + j * nthreads
-                if long_rows or i < D:
-                    out[_u(base + i)] = vals[j] * inv
-            i = tid + span
-            while long_rows and i < D:
-                for j in range(cache):
-                    k = i + j * nthreads
-                    if k < D:
-                        chunk[j] = float32(x[_u(base + k)])
-                for j in range(cache):
-                    k = i + j * nthreads
-                    if k < D:
-                        out[_u(base + k)] = float32(math.exp(chunk[j] - row_max)) * inv
-                i += span
-            r += cuda.gridDim.x
+        if D % VEC == 0 and aligned(x) and aligned(out):
+            vector_loop(out, x, rows, D, buf)
+        else:
+            scalar_loop(out, x, rows, D, buf)
 
     kernel.__name__ = kernel.__qualname__ = name or ("_softmax_long_kernel" if long_rows else "_softmax_kernel")
     return kernel
@@ -248,79 +279,109 @@ _softmax_wide_kernel = with_simulator_twin(_softmax_block_kernel, False, name="_
 
 def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
     """Layer norm, a block per row (see above), as `_softmax_block_kernel`; gamma and beta are
-    loaded STORE_CHUNK values at a time before those are stored."""
+    loaded a vector at a time, before the values they scale are stored."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
+    load_values, store_values, aligned = accessors(simulator, VEC)
+
+    def rows_loop(vector):
+        def loop(out, x, gamma, beta, rows, D, eps, buf):
+            vals = cuda.local.array(cache, float32)
+            chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
+            g = cuda.local.array(cache, float32)  # gamma and beta of the values being stored
+            b = cuda.local.array(cache, float32)
+            nthreads = cuda.blockDim.x
+            first = cuda.threadIdx.x * VEC
+            stride = nthreads * VEC
+            span = cache * nthreads
+            whole = long_rows or first + span - stride + VEC <= D  # this thread's cache lies in the row
+            inv_d = float32(1.0) / float32(D)
+            r = cuda.blockIdx.x
+            while r < rows:
+                base = r * D
+                end = base + D
+                # 1. mean, the row read once into the cache (a padded slot holds 0)
+                acc = float32(0.0)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if whole or i < D:
+                        load_values(vals, j, x, base + i, vector, end)
+                    for k in range(VEC):
+                        if not (whole or i + k < D):
+                            vals[j + k] = float32(0.0)
+                        acc += vals[j + k]
+                p = span
+                while long_rows and p < D:
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < D:
+                            load_values(chunk, j, x, base + i, vector, end)
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        for k in range(VEC):
+                            if i + k < D:
+                                acc += chunk[j + k]
+                    p += span
+                mean = block_reduce(buf, acc, False) * inv_d
+                # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
+                acc = float32(0.0)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    for k in range(VEC):
+                        if whole or i + k < D:
+                            d = vals[j + k] - mean
+                            acc += d * d
+                p = span
+                while long_rows and p < D:
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < D:
+                            load_values(chunk, j, x, base + i, vector, end)
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        for k in range(VEC):
+                            if i + k < D:
+                                d = chunk[j + k] - mean
+                                acc += d * d
+                    p += span
+                rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
+                # 3. scale and shift, a vector at a time
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if whole or i < D:  # gamma, then beta, through one vector of registers
+                        load_values(g, 0, gamma, i, vector, D)
+                        for k in range(VEC):
+                            vals[j + k] = (vals[j + k] - mean) * rstd * g[k]
+                        load_values(g, 0, beta, i, vector, D)
+                        for k in range(VEC):
+                            vals[j + k] += g[k]
+                        store_values(out, base + i, vals, j, vector, end)
+                p = span
+                while long_rows and p < D:
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < D:
+                            load_values(chunk, j, x, base + i, vector, end)
+                            load_values(g, j, gamma, i, vector, D)
+                            load_values(b, j, beta, i, vector, D)
+                    for j in range(0, cache, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < D:
+                            for k in range(VEC):
+                                chunk[j + k] = (chunk[j + k] - mean) * rstd * g[j + k] + b[j + k]
+                            store_values(out, base + i, chunk, j, vector, end)
+                    p += span
+                r += cuda.gridDim.x
+
+        return loop
+
+    vector_loop, scalar_loop = both_ways(rows_loop)
 
     def kernel(out, x, gamma, beta, rows, D, eps):
         buf = cuda.shared.array(MAX_BLOCK, float32)
-        vals = cuda.local.array(cache, float32)
-        chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
-        g = cuda.local.array(cache, float32)  # gamma and beta of the values being stored
-        b = cuda.local.array(cache, float32)
-        tid = cuda.threadIdx.x
-        nthreads = cuda.blockDim.x
-        span = cache * nthreads
-        whole = long_rows or tid + span - nthreads < D  # this thread's cache lies in the row
-        inv_d = float32(1.0) / float32(D)
-        r = cuda.blockIdx.x
-        while r < rows:
-            base = r * D
-            # 1. mean, the row read once into the cache (a padded slot holds 0)
-            acc = float32(0.0)
-            for j in range(cache):
-                i = tid + j * nthreads
-                v = float32(x[_u(base + i)]) if whole or i < D else float32(0.0)
-                vals[j] = v
-                acc += v
-            i = tid + span
-            while long_rows and i < D:
-                for j in range(cache):
-                    k = i + j * nthreads
-                    chunk[j] = float32(x[_u(base + k)]) if k < D else float32(0.0)
-                for j in range(cache):
-                    acc += chunk[j]
-                i += span
-            mean = block_reduce(buf, acc, False) * inv_d
-            # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
-            acc = float32(0.0)
-            for j in range(cache):
-                if whole or tid + j * nthreads < D:
-                    d = vals[j] - mean
-                    acc += d * d
-            i = tid + span
-            while long_rows and i < D:
-                for j in range(cache):
-                    k = i + j * nthreads
-                    chunk[j] = float32(x[_u(base + k)]) - mean if k < D else float32(0.0)
-                for j in range(cache):
-                    acc += chunk[j] * chunk[j]
-                i += span
-            rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
-            # 3. scale and shift, STORE_CHUNK values at a time
-            for h in range(0, cache, STORE_CHUNK):
-                for j in range(h, h + STORE_CHUNK):
-                    i = tid + j * nthreads
-                    if whole or i < D:
-                        g[j - h] = float32(gamma[_u(i)])
-                        b[j - h] = float32(beta[_u(i)])
-                for j in range(h, h + STORE_CHUNK):
-                    i = tid + j * nthreads
-                    if whole or i < D:
-                        out[_u(base + i)] = (vals[j] - mean) * rstd * g[j - h] + b[j - h]
-            i = tid + span
-            while long_rows and i < D:
-                for j in range(cache):
-                    k = i + j * nthreads
-                    if k < D:
-                        chunk[j] = float32(x[_u(base + k)])
-                        g[j] = float32(gamma[_u(k)])
-                        b[j] = float32(beta[_u(k)])
-                for j in range(cache):
-                    k = i + j * nthreads
-                    if k < D:
-                        out[_u(base + k)] = (chunk[j] - mean) * rstd * g[j] + b[j]
-                i += span
-            r += cuda.gridDim.x
+        if D % VEC == 0 and aligned(x) and aligned(out) and aligned(gamma) and aligned(beta):
+            vector_loop(out, x, gamma, beta, rows, D, eps, buf)
+        else:
+            scalar_loop(out, x, gamma, beta, rows, D, eps, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_layer_norm_long_kernel" if long_rows else "_layer_norm_kernel"
     return kernel
@@ -334,39 +395,59 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
     """Softmax, a group of 2**shift lanes per row of D <= 2**shift * WARP_CACHE (see above);
     the row loop is uniform over the block, a group past the last row computes on nothing."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
+    load_values, store_values, aligned = accessors(simulator, VEC)
+
+    def rows_loop(vector):
+        def loop(out, x, rows, D, shift, buf):
+            vals = cuda.local.array(cache, float32)
+            lanes = 1 << shift
+            lane = cuda.threadIdx.x & (lanes - 1)
+            group = cuda.threadIdx.x >> shift
+            per_block = cuda.blockDim.x >> shift
+            first = lane * VEC
+            stride = lanes * VEC
+            r0 = cuda.blockIdx.x * per_block
+            while r0 < rows:
+                r = r0 + group
+                live = r < rows
+                base = r * D
+                end = base + D
+                m = float32(-math.inf)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if live and i < D:
+                        load_values(vals, j, x, base + i, vector, end)
+                        for k in range(VEC):
+                            if i + k < D:
+                                m = max(m, vals[j + k])
+                row_max = reduce(buf, m, True, lane, group, lanes)
+                acc = float32(0.0)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    for k in range(VEC):
+                        if live and i + k < D:
+                            e = float32(math.exp(vals[j + k] - row_max))
+                            vals[j + k] = e
+                            acc += e
+                inv = float32(1.0) / reduce(buf, acc, False, lane, group, lanes)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if live and i < D:
+                        for k in range(VEC):
+                            vals[j + k] *= inv
+                        store_values(out, base + i, vals, j, vector, end)
+                r0 += cuda.gridDim.x * per_block
+
+        return loop
+
+    vector_loop, scalar_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, D, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
-        vals = cuda.local.array(cache, float32)
-        lanes = 1 << shift
-        lane = cuda.threadIdx.x & (lanes - 1)
-        group = cuda.threadIdx.x >> shift
-        per_block = cuda.blockDim.x >> shift
-        r0 = cuda.blockIdx.x * per_block
-        while r0 < rows:
-            r = r0 + group
-            live = r < rows
-            base = r * D
-            m = float32(-math.inf)
-            for j in range(cache):
-                i = lane + j * lanes
-                if live and i < D:
-                    v = float32(x[_u(base + i)])
-                    vals[j] = v
-                    m = max(m, v)
-            row_max = reduce(buf, m, True, lane, group, lanes)
-            acc = float32(0.0)
-            for j in range(cache):
-                if live and lane + j * lanes < D:
-                    e = float32(math.exp(vals[j] - row_max))
-                    vals[j] = e
-                    acc += e
-            inv = float32(1.0) / reduce(buf, acc, False, lane, group, lanes)
-            for j in range(cache):
-                i = lane + j * lanes
-                if live and i < D:
-                    out[_u(base + i)] = vals[j] * inv
-            r0 += cuda.gridDim.x * per_block
+        if D % VEC == 0 and aligned(x) and aligned(out):
+            vector_loop(out, x, rows, D, shift, buf)
+        else:
+            scalar_loop(out, x, rows, D, shift, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_softmax_rows_kernel"
     return kernel
@@ -375,39 +456,63 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
 def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
     """Layer norm, a group of lanes per row (as `_softmax_rows_kernel`)."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
+    load_values, store_values, aligned = accessors(simulator, VEC)
+
+    def rows_loop(vector):
+        def loop(out, x, gamma, beta, rows, D, eps, shift, buf):
+            vals = cuda.local.array(cache, float32)
+            g = cuda.local.array(VEC, float32)
+            b = cuda.local.array(VEC, float32)
+            lanes = 1 << shift
+            lane = cuda.threadIdx.x & (lanes - 1)
+            group = cuda.threadIdx.x >> shift
+            per_block = cuda.blockDim.x >> shift
+            first = lane * VEC
+            stride = lanes * VEC
+            inv_d = float32(1.0) / float32(D)
+            r0 = cuda.blockIdx.x * per_block
+            while r0 < rows:
+                r = r0 + group
+                live = r < rows
+                base = r * D
+                end = base + D
+                acc = float32(0.0)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if live and i < D:
+                        load_values(vals, j, x, base + i, vector, end)
+                        for k in range(VEC):
+                            if i + k < D:
+                                acc += vals[j + k]
+                mean = reduce(buf, acc, False, lane, group, lanes) * inv_d
+                acc = float32(0.0)
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    for k in range(VEC):
+                        if live and i + k < D:
+                            d = vals[j + k] - mean
+                            acc += d * d
+                rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, group, lanes) * inv_d + float32(eps)))
+                for j in range(0, cache, VEC):
+                    i = first + (j // VEC) * stride
+                    if live and i < D:
+                        load_values(g, 0, gamma, i, vector, D)
+                        load_values(b, 0, beta, i, vector, D)
+                        for k in range(VEC):
+                            vals[j + k] = (vals[j + k] - mean) * rstd * g[k] + b[k]
+                        store_values(out, base + i, vals, j, vector, end)
+                r0 += cuda.gridDim.x * per_block
+
+        return loop
+
+    vector_loop, scalar_loop = both_ways(rows_loop)
 
     def kernel(out, x, gamma, beta, rows, D, eps, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)
-        vals = cuda.local.array(cache, float32)
-        lanes = 1 << shift
-        lane = cuda.threadIdx.x & (lanes - 1)
-        group = cuda.threadIdx.x >> shift
-        per_block = cuda.blockDim.x >> shift
-        inv_d = float32(1.0) / float32(D)
-        r0 = cuda.blockIdx.x * per_block
-        while r0 < rows:
-            r = r0 + group
-            live = r < rows
-            base = r * D
-            acc = float32(0.0)
-            for j in range(cache):
-                i = lane + j * lanes
-                if live and i < D:
-                    v = float32(x[_u(base + i)])
-                    vals[j] = v
-                    acc += v
-            mean = reduce(buf, acc, False, lane, group, lanes) * inv_d
-            acc = float32(0.0)
-            for j in range(cache):
-                if live and lane + j * lanes < D:
-                    d = vals[j] - mean
-                    acc += d * d
-            rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, group, lanes) * inv_d + float32(eps)))
-            for j in range(cache):
-                i = lane + j * lanes
-                if live and i < D:
-                    out[_u(base + i)] = (vals[j] - mean) * rstd * float32(gamma[_u(i)]) + float32(beta[_u(i)])
-            r0 += cuda.gridDim.x * per_block
+        if D % VEC == 0 and aligned(x) and aligned(out) and aligned(gamma) and aligned(beta):
+            vector_loop(out, x, gamma, beta, rows, D, eps, shift, buf)
+        else:
+            scalar_loop(out, x, gamma, beta, rows, D, eps, shift, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_layer_norm_rows_kernel"
     return kernel
@@ -436,11 +541,11 @@ def row_lanes(rows: int, D: int, itemsize: int):
 
 def _block_size(D: int, rows: int, cap: int | None = None) -> int:
     """Threads for each of `rows` rows of D elements: the smallest power of two >= D /
-    ROW_CACHE (ROW_CACHE elements each, capped at MAX_BLOCK), or >= D where there are fewer
-    than MIN_CACHED_ROWS rows (a launch that does not fill the GPU: as many threads as
-    elements, capped at FEW_ROWS_BLOCK); longer rows are walked in a loop."""
+    ROW_CACHE (ROW_CACHE elements each, capped at MAX_BLOCK), or >= D / VEC where there are
+    fewer than MIN_CACHED_ROWS rows (a launch that does not fill the GPU: a thread per vector,
+    capped at FEW_ROWS_BLOCK); longer rows are walked in a loop."""
     cached = rows >= MIN_CACHED_ROWS
-    per_thread = ROW_CACHE if cached else 1
+    per_thread = ROW_CACHE if cached else VEC
     cap = cap or (MAX_BLOCK if cached else FEW_ROWS_BLOCK)
     b = 1
     while b * per_thread < D and b < cap:
@@ -508,37 +613,51 @@ def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
 
 
 def _row_sum_block_kernel(simulator):
-    """Row sums (or means), a block per row; ROW_CACHE loads in flight per thread, with no
-    bounds checks while a whole pass of them lies in the row."""
+    """Row sums (or means), a block per row, a pass of ROW_CACHE values a thread issued before
+    any is added (one load in flight at a time reached 41% of HBM)."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
+    load_values, _, aligned = accessors(simulator, VEC)
+
+    def rows_loop(vector):
+        def loop(out, x, rows, R, mean, buf):
+            vals = cuda.local.array(ROW_CACHE, float32)
+            tid = cuda.threadIdx.x
+            nthreads = cuda.blockDim.x
+            first = tid * VEC
+            stride = nthreads * VEC
+            span = ROW_CACHE * nthreads
+            r = cuda.blockIdx.x
+            while r < rows:
+                base = r * R
+                end = base + R
+                acc = float32(0.0)
+                p = 0
+                while p < R:
+                    for j in range(0, ROW_CACHE, VEC):
+                        i = p + first + (j // VEC) * stride
+                        if i < R:
+                            load_values(vals, j, x, base + i, vector, end)
+                    for j in range(0, ROW_CACHE, VEC):
+                        i = p + first + (j // VEC) * stride
+                        for k in range(VEC):
+                            if i + k < R:
+                                acc += vals[j + k]
+                    p += span
+                total = block_reduce(buf, acc, False)
+                if tid == 0:
+                    out[r] = total / float32(R) if mean else total
+                r += cuda.gridDim.x
+
+        return loop
+
+    vector_loop, scalar_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, R, mean):
         buf = cuda.shared.array(MAX_BLOCK, float32)
-        vals = cuda.local.array(ROW_CACHE, float32)
-        tid = cuda.threadIdx.x
-        nthreads = cuda.blockDim.x
-        span = ROW_CACHE * nthreads
-        r = cuda.blockIdx.x
-        while r < rows:
-            base = r * R
-            acc = float32(0.0)
-            i = tid
-            while i + span - nthreads < R:  # every load of the pass in the row
-                for j in range(ROW_CACHE):
-                    vals[j] = float32(x[_u(base + i + j * nthreads)])
-                for j in range(ROW_CACHE):
-                    acc += vals[j]
-                i += span
-            if i < R:  # ROW_CACHE loads issued before any is added (one at a time: 41% of HBM)
-                for j in range(ROW_CACHE):
-                    k = i + j * nthreads
-                    vals[j] = float32(x[_u(base + k)]) if k < R else float32(0.0)
-                for j in range(ROW_CACHE):
-                    acc += vals[j]
-            total = block_reduce(buf, acc, False)
-            if tid == 0:
-                out[r] = total / float32(R) if mean else total
-            r += cuda.gridDim.x
+        if R % VEC == 0 and aligned(x):
+            vector_loop(out, x, rows, R, mean, buf)
+        else:
+            scalar_loop(out, x, rows, R, mean, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_row_sum_kernel"
     return kernel
@@ -551,29 +670,47 @@ def _row_sum_rows_kernel(simulator):
     """Row sums (or means) of many rows of R <= WARP * WARP_CACHE, a group of 2**shift lanes
     per row (as `_softmax_rows_kernel`; a global average pool's 7 x 7 rows: 8 lanes)."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
+    load_values, _, aligned = accessors(simulator, VEC)
+
+    def rows_loop(vector):
+        def loop(out, x, rows, R, mean, shift, buf):
+            vals = cuda.local.array(WARP_CACHE, float32)
+            lanes = 1 << shift
+            lane = cuda.threadIdx.x & (lanes - 1)
+            group = cuda.threadIdx.x >> shift
+            per_block = cuda.blockDim.x >> shift
+            first = lane * VEC
+            stride = lanes * VEC
+            r0 = cuda.blockIdx.x * per_block
+            while r0 < rows:
+                r = r0 + group
+                live = r < rows
+                base = r * R
+                for j in range(0, WARP_CACHE, VEC):
+                    i = first + (j // VEC) * stride
+                    if live and i < R:
+                        load_values(vals, j, x, base + i, vector, base + R)
+                acc = float32(0.0)
+                for j in range(0, WARP_CACHE, VEC):
+                    i = first + (j // VEC) * stride
+                    for k in range(VEC):
+                        if live and i + k < R:
+                            acc += vals[j + k]
+                total = reduce(buf, acc, False, lane, group, lanes)
+                if live and lane == 0:
+                    out[_u(r)] = total / float32(R) if mean else total
+                r0 += cuda.gridDim.x * per_block
+
+        return loop
+
+    vector_loop, scalar_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, R, mean, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
-        vals = cuda.local.array(WARP_CACHE, float32)
-        lanes = 1 << shift
-        lane = cuda.threadIdx.x & (lanes - 1)
-        group = cuda.threadIdx.x >> shift
-        per_block = cuda.blockDim.x >> shift
-        r0 = cuda.blockIdx.x * per_block
-        while r0 < rows:
-            r = r0 + group
-            live = r < rows
-            base = r * R
-            for j in range(WARP_CACHE):
-                i = lane + j * lanes
-                vals[j] = float32(x[_u(base + i)]) if live and i < R else float32(0.0)
-            acc = float32(0.0)
-            for j in range(WARP_CACHE):
-                acc += vals[j]
-            total = reduce(buf, acc, False, lane, group, lanes)
-            if live and lane == 0:
-                out[_u(r)] = total / float32(R) if mean else total
-            r0 += cuda.gridDim.x * per_block
+        if R % VEC == 0 and aligned(x):
+            vector_loop(out, x, rows, R, mean, shift, buf)
+        else:
+            scalar_loop(out, x, rows, R, mean, shift, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_row_sum_rows_kernel"
     return kernel

@@ -1,6 +1,6 @@
 """Time layouts of the row-wise softmax and layer norm kernels on a GPU, beside torch's.
 
-    python scripts/rownorm_sweep_gpu.py OUT_DIR [--bounds]
+    python scripts/rownorm_sweep_gpu.py OUT_DIR [--bounds | --before OLD_normalization.py]
 
 kernels/normalization.py's kernels are built by factories whose values-per-thread (`cache`)
 is a parameter. Each variant here is such a kernel, compiled with numba-cuda for the GPU
@@ -11,8 +11,13 @@ after 3 warm-ups) beside torch's softmax or layer_norm on the same tensor. Regis
 memory per thread (spills) are recorded. Writes OUT_DIR/rownorm_sweep.json and prints a table.
 With --bounds, the layouts are the ones the launchers pick and the launch bounds vary instead
 (`launch_bounds` None: only the block size the launcher picks is known to no one).
+With --before, the launchers themselves are compared instead: an earlier version of
+kernels/normalization.py (a copy of the file, loaded in the package beside the shipped one),
+the shipped launchers on 16-byte aligned tensors (vector accesses) and on views one element
+off that alignment (the element-wise loop), for softmax, layer norm and row sums.
 """
 import functools
+import importlib.util
 import json
 import statistics
 import sys
@@ -105,6 +110,69 @@ def launch(op, kernel, layout, out, x, g, b, rows, D):
         kernel[grid, block](*args)
 
 
+def load_before(path):
+    """Module of an earlier kernels/normalization.py, imported inside simaccel.kernels."""
+    spec = importlib.util.spec_from_file_location("simaccel.kernels._normalization_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+VECTOR_SHAPES = [(32768, 1024), (8192, 4096), (65536, 512), (16384, 2048), (4096, 8192), (262144, 64),
+                 (1024, 32000), (2048, 768), (8192, 1001)]
+
+
+def compare_before(out_dir, before_path):
+    """The launchers before and after, aligned and off the alignment, beside torch."""
+    before = load_before(before_path)
+    target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
+    results = []
+    for rows, D in VECTOR_SHAPES:
+        torch.manual_seed(0)
+        x = torch.randn(rows, D, device="cuda")
+        g = torch.rand(D, device="cuda") + 0.5
+        b = torch.rand(D, device="cuda") - 0.5
+        off = torch.empty(rows * D + 1, device="cuda")[1:].view(rows, D)  # 4 bytes past 16-byte alignment
+        off.copy_(x)
+        out = torch.empty_like(x)
+        out_off = torch.empty(rows * D + 1, device="cuda")[1:].view(rows, D)
+        sums, sums_off = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
+        A = cuda.as_cuda_array
+        peers = {"softmax": lambda: torch.softmax(x, -1),
+                 "layer_norm": lambda: torch.nn.functional.layer_norm(x, (D,), g, b, 1e-5),
+                 "row_sum": lambda: x.sum(-1)}
+        ours = {
+            "softmax": {"before": lambda m=before: m.launch_softmax(target, A(out), A(x)),
+                        "shipped": lambda: n.launch_softmax(target, A(out), A(x)),
+                        "shipped, off alignment": lambda: n.launch_softmax(target, A(out_off), A(off))},
+            "layer_norm": {"before": lambda m=before: m.launch_layer_norm(target, A(out), A(x), A(g), A(b), epsilon=1e-5),
+                           "shipped": lambda: n.launch_layer_norm(target, A(out), A(x), A(g), A(b), epsilon=1e-5),
+                           "shipped, off alignment": lambda: n.launch_layer_norm(target, A(out_off), A(off), A(g), A(b),
+                                                                                 epsilon=1e-5)},
+            "row_sum": {"before": lambda m=before: m.launch_row_sums(target, A(sums), A(x), mean=False),
+                        "shipped": lambda: n.launch_row_sums(target, A(sums), A(x), mean=False),
+                        "shipped, off alignment": lambda: n.launch_row_sums(target, A(sums_off), A(off), mean=False)},
+        }
+        for op, peer in peers.items():
+            want = peer()
+            torch_us = events_us(peer)
+            moved = (rows * D + (rows if op == "row_sum" else rows * D)) * 4
+            for label, fn in ours[op].items():
+                fn()
+                torch.cuda.synchronize()
+                got = {"softmax": out, "layer_norm": out, "row_sum": sums}[op]
+                if "off" in label:
+                    got = {"softmax": out_off, "layer_norm": out_off, "row_sum": sums_off}[op]
+                row = {"op": op, "rows": rows, "D": D, "variant": label, "torch_us": torch_us,
+                       "max_error": float((got - want).abs().max()), "us": events_us(fn)}
+                row["hbm_percent"] = moved / (row["us"] * 1e-6) / HBM * 100
+                results.append(row)
+                print(f"{op:10} {rows:6}x{D:<5} {label:24} {row['us']:8.1f} us {row['hbm_percent']:5.1f}% HBM"
+                      f"  torch {torch_us:7.1f} us  x{row['us'] / torch_us:.2f}  err {row['max_error']:.1e}", flush=True)
+    info = {"device": torch.cuda.get_device_name(), "results": results}
+    (Path(out_dir) / "rownorm_before_after.json").write_text(json.dumps(info, indent=1))
+
+
 def main(out_dir, bounds=False):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -160,4 +228,8 @@ def main(out_dir, bounds=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], "--bounds" in sys.argv[2:])
+    if "--before" in sys.argv[2:]:
+        Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)
+        compare_before(sys.argv[1], sys.argv[sys.argv.index("--before") + 1])
+    else:
+        main(sys.argv[1], "--bounds" in sys.argv[2:])

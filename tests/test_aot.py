@@ -200,7 +200,11 @@ def test_bandwidth_kernels_keep_their_loads_in_registers(name, shapes, attrs, dt
     if name in ("simaccel.softmax", "simaccel.layer_norm"):
         grouped = kernel.kernel.__name__.endswith("_rows_kernel")
         assert grouped == (shapes[0][0] >= 1024 and shapes[0][-1] <= 256)
-        assert kernel.ptx.count("shfl.sync") == (10 if grouped else 20), used
+        # Two copies of the row loop (vector accesses or not, kernels/vector.py), each with its
+        # reductions: 2 x (5 shuffle steps) for a group per row, 2 x (2 x 5) for a block.
+        assert kernel.ptx.count("shfl.sync") == 2 * (10 if grouped else 20), used
+        wide = "v4.f32" if dtype == "float32" else "v4.u16"  # 4 values: 16 and 8 bytes an access
+        assert f"ld.global.{wide}" in kernel.ptx and f"st.global.{wide}" in kernel.ptx, used
         # Layer norm's long-row kernel runs blocks of 256: 128 registers.
         assert used["registers"] <= (128 if kernel.kernel.__name__ == "_layer_norm_long_kernel" else 64), used
     if kernel.kernel.__name__ == "_row_sum_rows_kernel":  # a global average pool's 7 x 7 rows

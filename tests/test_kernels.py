@@ -682,6 +682,52 @@ def test_row_kernels_keep_nan_and_inf_as_numpy(D, row_threads):
         np.testing.assert_allclose(out[nan_rows:], ref[nan_rows:], **TOL["float32"])
 
 
+def _misaligned(array, elements=1):
+    """A copy of `array` whose data starts `elements` elements past a 16-byte boundary."""
+    buf = np.empty(array.size + 16, array.dtype)
+    skip = (-buf.ctypes.data % 16) // array.itemsize + elements
+    out = buf[skip:skip + array.size].reshape(array.shape)
+    out[...] = array
+    return out
+
+
+@pytest.mark.parametrize("misplaced", ["x", "gamma", "out"])
+@pytest.mark.parametrize("shape", [(9, 256), (2, 2100), (9, 1024), (3, 64)], ids=str)
+def test_row_kernels_on_arrays_off_the_vector_alignment(shape, misplaced, row_threads, monkeypatch):
+    """Rows whose length is a multiple of the vector but whose arrays are not 16-byte aligned
+    (a view into a larger buffer) take the element-wise loop: same results, and no vector
+    access where the GPU would fault (the simulator's stand-ins check every one); aligned
+    arrays take the vector loop."""
+    from simaccel.kernels import vector
+
+    taken = []
+    check_vector = vector._check_vector
+    monkeypatch.setattr(vector, "_check_vector", lambda *a: taken.append(1) or check_vector(*a))
+    rng = np.random.default_rng(shape[-1])
+    x = _random(rng, shape, "float32", scale=3.0)
+    g, b = _random(rng, shape[-1:], "float32"), _random(rng, shape[-1:], "float32")
+    for name, arrays, attrs in (("simaccel.softmax", [x], {}), ("simaccel.layer_norm", [x, g, b], {"epsilon": 1e-5}),
+                                ("simaccel.sum", [x], {"axes": [1], "keepdims": False})):
+        if misplaced == "gamma" and name != "simaccel.layer_norm":
+            continue
+        check(name, arrays, attrs)
+        assert taken, f"{name}: aligned arrays took no vector access"
+        taken.clear()
+        moved = [_misaligned(a) if role == misplaced else a for role, a in zip(["x", "gamma", "beta"], arrays)]
+        if misplaced == "out":  # the kernels write into a view off the alignment
+            op = get_op(name)
+            attrs_all = op.all_attrs(attrs)
+            shape_out, dtype = op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **attrs_all)
+            out = _misaligned(np.full(shape_out, np.nan, dtype))
+            op.kernel(RecordingTarget(), FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **attrs_all)
+            np.testing.assert_allclose(out, op.reference(*arrays, **attrs_all), **TOL["float32"])
+        else:
+            check(name, moved, attrs)
+        if name != "simaccel.sum" or misplaced == "x":  # a sum writes single values: its output is not vector-written
+            assert not taken, f"{name}: a vector access with {misplaced} off the alignment"
+        taken.clear()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_rows_read_their_tail_in_several_passes(dtype):
     """Rows of 6181 on a block of 256 (few rows): 2048 cached, the rest in three passes of 8
@@ -1121,7 +1167,8 @@ def test_launch_shapes():
         assert all(tuple(block) == (16, 16) and fn is kernel for fn, _, block, _ in target.launches), data_shape
         # The launch beyond gridDim.y's cap starts at row tile 65535 (its tile0 argument).
         assert [args[10] for _, _, _, args in target.launches] == [65535 * k for k in range(len(want))]
-    # softmax / layer_norm: one block per row, block = next power of two >= D (capped at 256);
+    # softmax / layer_norm: one block per row, block = next power of two >= D / 4 (a vector a
+    # thread, capped at 256);
     # from 1024 rows on, >= D / 8 (capped at 1024, layer norm 512), rows longer than 8 a thread on the long-row
     # kernels; from 1024 rows of up to 256, a group of lanes per row (>= D / 8 and >= 8, a
     # sector of float32), 128 / lanes rows to a block of 128
@@ -1129,8 +1176,8 @@ def test_launch_shapes():
 
     block, grouped, long = ((n._softmax_kernel, n._layer_norm_kernel), (n._SOFTMAX_ROWS, n._LAYER_NORM_ROWS),
                             (n._softmax_long_kernel, n._layer_norm_long_kernel))
-    for rows, d, want, kernels in ((3, 1, (3, 1), block), (3, 5, (3, 8), block), (3, 17, (3, 32), block),
-                                   (3, 256, (3, 256), block), (3, 300, (3, 256), block), (3, 3000, (3, 256), long),
+    for rows, d, want, kernels in ((3, 1, (3, 1), block), (3, 5, (3, 2), block), (3, 17, (3, 8), block),
+                                   (3, 256, (3, 64), block), (3, 300, (3, 128), block), (3, 3000, (3, 256), long),
                                    (1024, 5, (64, 128), grouped), (1024, 64, (64, 128), grouped),
                                    (1024, 256, (256, 128), grouped), (1025, 1024, (1025, 128), block),
                                    (1024, 1025, (1024, 256), block), (1024, 3000, (1024, 512), block),
