@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, types
 from numba.cuda.extending import register_jitable
 
 from . import conv2d_grouped
@@ -35,7 +35,8 @@ from .activation import ACTIVATIONS, apply_activation
 from .elementwise import divmod_fast
 from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
-from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, launch_gemm, tile_arrays, tile_steps
+from .main_loop import HERE, data_pointer, same
+from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, launch_gemm, tile_arrays, tile_column, tile_steps
 from .target import shared_alignment, with_simulator_twin
 
 BLOCK = 256
@@ -75,13 +76,68 @@ def sync_block():
     cuda.syncthreads()
 
 
-def _implicit_gemm_kernel(BM, BN, BK, channels_inner, epilogue, simulator):
+@register_jitable
+def gemm_tile(z0, tile0, groups, OG, C, CG, plane, BM, BN):
+    """Where block (blockIdx) of the implicit GEMM works: (n, o0, m_left, col0, x0): its image,
+    its first output channel, its rows within the group, its first output pixel, and the
+    offset of the group's first input channel in image n (x flat)."""
+    z = z0 + cuda.blockIdx.z
+    n = z // groups
+    g = z - n * groups
+    row0 = (tile0 + cuda.blockIdx.y) * BM
+    return n, g * OG + row0, OG - row0, cuda.blockIdx.x * BN, (n * C + g * CG) * plane
+
+
+def _implicit_gemm_kernel(BM, BN, BK, channels_inner, epilogue, simulator, dtype=None):
     """The implicit-GEMM conv2d kernel for BM x BN tiles (output channels x output pixels) and
     K slices of BK (GEMM_TILES), as a Python function for `numba.cuda.jit` (see the module
     docstring). K runs over (kh, kw, channel), channels fastest, where the group's channel
     count is a multiple of BK (`channels_inner`: every ResNet convolution but the first): a
-    K slice is then BK channels at one tap, whose input row and column a thread checks once
-    per slice. Otherwise K runs over (channel, kh, kw) and each staged value splits its k."""
+    K slice is then BK channels at one tap, and the K loop is the CUDA C++ of conv2d_f32.cu
+    for operands of `dtype` (on the simulator, its numpy model `_simulated_conv_loop`).
+    Otherwise K runs over (channel, kh, kw), each staged value splits its k, and the K loop
+    is Numba's (`tile_steps`). Both store through `tile_steps`' epilogue."""
+    make = _channels_inner_kernel if channels_inner else _channels_outer_kernel
+    kernel = make(BM, BN, BK, epilogue, simulator, dtype)
+    kernel.__name__ = kernel.__qualname__ = (f"_conv2d_gemm_kernel_{BM}x{BN}"
+                                             f"{f'_channels_inner_{dtype}' if channels_inner else ''}")
+    return kernel
+
+
+def _channels_inner_kernel(BM, BN, BK, epilogue, simulator, dtype):
+    _, _, stash_shape, acc_shape, _, _ = tile_arrays(BM, BN, BK)
+    _, store = tile_steps(BM, BN, BK, sync_block, bias_on_rows=True, epilogue=epilogue)
+    TM, TN = acc_shape
+    if simulator:
+        def positions():  # this thread's accumulators (this module's `cuda`)
+            ty, tx = cuda.threadIdx.y, cuda.threadIdx.x
+            return [(i * TN + j, ty * TM + i, tile_column(j, tx)) for i in range(TM) for j in range(TN)]
+
+        main_loop, pointer = _simulated_conv_loop(positions), same
+    else:
+        main_loop, pointer = _CONV_LOOPS[dtype], data_pointer
+
+    def kernel(out, x, w, bias, C, H, W, O, OG, CG, groups, OW, P, KHW, KW, inv_ow, inv_khw, inv_kw,
+               sh, sw, pt, pl, dh, dw, has_bias, act, z0, tile0, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
+        """out (N*O, P) = act(conv(x, w) + bias) for image n and group g (z0 + blockIdx.z =
+        n * groups + g), channel tile tile0 + blockIdx.y of the group and pixel tile
+        blockIdx.x; x is flat (N*C*H*W), w is (O, CG * KHW) (OIHW)."""
+        acc = cuda.local.array(acc_shape, float32)
+        stash = cuda.shared.array(stash_shape, float32)
+        n, o0, m_left, col0, x0 = gemm_tile(z0, tile0, groups, OG, C, CG, H * W, BM, BN)
+        K = CG * KHW
+        main_loop(pointer(acc), pointer(w), o0 * K, K, m_left, pointer(x), x0, col0, P, OW, H, W, CG, KHW, KW,
+                  sh, sw, pt, pl, dh, dw)
+        store(out, stash, acc, bias, has_bias, act, n * O + o0, m_left, col0, P, o0, cuda.threadIdx.y,
+              cuda.threadIdx.x, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11,
+              es12, es13, es20, es21, es22, es23)
+
+    if not simulator:
+        kernel.link = (str(HERE / CONV_SOURCE),)
+    return kernel
+
+
+def _channels_outer_kernel(BM, BN, BK, epilogue, simulator, dtype):
     a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
     multiply, store = tile_steps(BM, BN, BK, sync_block, bias_on_rows=True, epilogue=epilogue)
     alignment = shared_alignment(simulator)
@@ -95,9 +151,7 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner, epilogue, simulator):
 
     def kernel(out, x, w, bias, C, H, W, O, OG, CG, groups, OW, P, KHW, KW, inv_ow, inv_khw, inv_kw,
                sh, sw, pt, pl, dh, dw, has_bias, act, z0, tile0, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
-        """out (N*O, P) = act(conv(x, w) + bias) for image n and group g (z0 + blockIdx.z =
-        n * groups + g), channel tile tile0 + blockIdx.y of the group and pixel tile
-        blockIdx.x; x is flat (N*C*H*W), w is (O, CG * KHW) (OIHW)."""
+        """As the channels-inner kernel (same arguments)."""
         sa = cuda.shared.array(a_tile, float32, alignment=alignment)  # sa[k, m] = A[o0 + m, k0 + k]
         sb = cuda.shared.array(b_tile, float32, alignment=alignment)  # sb[k, p] = im2col[k0 + k, col0 + p]
         acc = cuda.local.array(acc_shape, float32)
@@ -112,66 +166,40 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner, epilogue, simulator):
         fill_p = t % BN
         fill_kp = t // BN
         zero = float32(0.0)
-        z = z0 + cuda.blockIdx.z
-        n = z // groups
-        g = z - n * groups
-        K = CG * KHW
         plane = H * W
-        row0 = (tile0 + cuda.blockIdx.y) * BM
-        o0 = g * OG + row0  # the tile's first output channel
-        m_left = OG - row0  # rows of this tile within the group
-        col0 = cuda.blockIdx.x * BN
+        n, o0, m_left, col0, x0 = gemm_tile(z0, tile0, groups, OG, C, CG, plane, BM, BN)
+        K = CG * KHW
         # The output pixel this thread stages B values for, the same in every K slice.
         p = col0 + fill_p
         oh, ow = divmod_fast(p, OW, inv_ow)
         ih0 = oh * sh - pt
         iw0 = ow * sw - pl
-        x0 = (n * C + g * CG) * plane  # the group's first input channel in image n
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = zero
-        if channels_inner:
-            for tap in range(KHW):
-                kh, kw = divmod_small(tap, KW, inv_kw)
-                ih = ih0 + kh * dh
-                iw = iw0 + kw * dw
-                inside = p < P and ih >= 0 and ih < H and iw >= 0 and iw < W
-                x_tap = x0 + ih * W + iw
-                for c0 in range(0, CG, BK):
-                    for q in range(mn_passes):
-                        m = fill_m + q * rows_per_pass
-                        sa[fill_k, m] = float32(w[o0 + m, (c0 + fill_k) * KHW + tap]) if m < m_left else zero
-                    for q in range(k_passes):
-                        k = fill_kp + q * k_rows_per_pass
-                        sb[k, fill_p] = float32(x[x_tap + (c0 + k) * plane]) if inside else zero
-                    cuda.syncthreads()
-                    multiply(sa, sb, acc, areg, breg, ty, tx)
-                    cuda.syncthreads()
-        else:
-            for k0 in range(0, K, BK):
-                ka = k0 + fill_k
-                for q in range(mn_passes):
-                    m = fill_m + q * rows_per_pass
-                    sa[fill_k, m] = float32(w[o0 + m, ka]) if m < m_left and ka < K else zero
-                for q in range(k_passes):
-                    k = fill_kp + q * k_rows_per_pass
-                    kb = k0 + k
-                    v = zero
-                    if kb < K and p < P:
-                        c, r = divmod_small(kb, KHW, inv_khw)
-                        kh, kw = divmod_small(r, KW, inv_kw)
-                        ih = ih0 + kh * dh
-                        iw = iw0 + kw * dw
-                        if ih >= 0 and ih < H and iw >= 0 and iw < W:
-                            v = float32(x[x0 + c * plane + ih * W + iw])
-                    sb[k, fill_p] = v
-                cuda.syncthreads()
-                multiply(sa, sb, acc, areg, breg, ty, tx)
-                cuda.syncthreads()
+        for k0 in range(0, K, BK):
+            ka = k0 + fill_k
+            for q in range(mn_passes):
+                m = fill_m + q * rows_per_pass
+                sa[fill_k, m] = float32(w[o0 + m, ka]) if m < m_left and ka < K else zero
+            for q in range(k_passes):
+                k = fill_kp + q * k_rows_per_pass
+                kb = k0 + k
+                v = zero
+                if kb < K and p < P:
+                    c, r = divmod_small(kb, KHW, inv_khw)
+                    kh, kw = divmod_small(r, KW, inv_kw)
+                    ih = ih0 + kh * dh
+                    iw = iw0 + kw * dw
+                    if ih >= 0 and ih < H and iw >= 0 and iw < W:
+                        v = float32(x[x0 + c * plane + ih * W + iw])
+                sb[k, fill_p] = v
+            cuda.syncthreads()
+            multiply(sa, sb, acc, areg, breg, ty, tx)
+            cuda.syncthreads()
         store(out, stash, acc, bias, has_bias, act, n * O + o0, m_left, col0, P, o0, ty, tx,
               e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
-    kernel.__name__ = kernel.__qualname__ = f"_conv2d_gemm_kernel_{BM}x{BN}{'_channels_inner' if channels_inner else ''}"
     return kernel
 
 
@@ -180,15 +208,61 @@ def _implicit_gemm_kernel(BM, BN, BK, channels_inner, epilogue, simulator):
 # thread keeps), and at batch 8 a ResNet's convolutions have too few large tiles to fill an
 # H200 (28x28x128: 56 tiles for 132 SMs) anyway.
 GEMM_TILES = SMALL
-# channels_inner -> kernel, without a fused group
-_GEMM_KERNELS = {inner: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, inner, IDENTITY) for inner in (False, True)}
+# The C++ K loops (conv2d_f32.cu), per operand dtype.
+CONV_SOURCE = "conv2d_f32.cu"
+_CONV_DTYPES = {"float32": (float32, "f32"), "float16": (types.float16, "f16")}
+_CONV_LOOPS = {
+    name: cuda.declare_device(
+        f"simaccel_conv_tile_64_{suffix}",
+        types.int32(types.CPointer(float32), types.CPointer(t), *[types.int64] * 3, types.CPointer(t), *[types.int64] * 15),
+        link=[str(HERE / CONV_SOURCE)], abi="c")
+    for name, (t, suffix) in _CONV_DTYPES.items()}
 
 
-def _gemm_kernel(channels_inner: bool, epilogue):
+def _simulated_conv_loop(positions):
+    """The simulator's stand-in for conv2d_f32.cu's K loop (same arguments, arrays for
+    pointers): the calling thread's accumulators, each the dot product of its output
+    channel's weights with its output pixel's receptive field (zeros for padding), as the C++
+    computes them up to the order of the float32 sums."""
+
+    def main_loop(acc, w, w_off, ldw, m_left, x, x_off, col0, P, OW, H, W, CG, KHW, KW, sh, sw, pt, pl, dh, dw):
+        flat_acc, fw, fx = acc.reshape(-1), np.asarray(w).reshape(-1), np.asarray(x).reshape(-1)
+        kh, kw = np.divmod(np.arange(KHW), KW)
+        channels = np.arange(CG)[:, None] * (H * W)
+        for i, row, col in positions():
+            p = col0 + col
+            if row >= m_left or p >= P:
+                flat_acc[i] = 0.0
+                continue
+            oh, ow = divmod(p, OW)
+            ih, iw = oh * sh - pt + kh * dh, ow * sw - pl + kw * dw
+            inside = (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            at = x_off + channels + np.where(inside, ih * W + iw, 0)[None, :]  # (CG, KHW)
+            field = np.where(inside[None, :], fx[at].astype(np.float32), np.float32(0.0))
+            weights = fw[w_off + row * ldw: w_off + row * ldw + CG * KHW].astype(np.float32).reshape(CG, KHW)
+            flat_acc[i] = np.dot(weights.reshape(-1), field.reshape(-1))
+        return 0
+
+    return main_loop
+
+
+def _gemm_key(channels_inner: bool, dtype: str):
+    return (True, dtype) if channels_inner else (False, None)
+
+
+# (channels_inner, operand dtype or None) -> kernel, without a fused group
+_GEMM_KERNELS = {key: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, key[0], IDENTITY, dtype=key[1])
+                 for key in [(False, None)] + [(True, d) for d in _CONV_DTYPES]}
+
+
+def _gemm_kernel(channels_inner: bool, dtype: str, epilogue):
+    """The implicit-GEMM kernel for K channels-inner (operands of `dtype`) or not, with
+    `epilogue`'s group fused (None: none)."""
+    key = _gemm_key(channels_inner, dtype)
     if epilogue is None:
-        return _GEMM_KERNELS[channels_inner]
-    return fused_kernel(("conv2d_gemm", channels_inner), epilogue,
-                        lambda fn: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, channels_inner, fn))
+        return _GEMM_KERNELS[key]
+    return fused_kernel(("conv2d_gemm",) + key, epilogue,
+                        lambda fn: with_simulator_twin(_implicit_gemm_kernel, *GEMM_TILES, key[0], fn, dtype=key[1]))
 
 
 def _direct_kernel(epilogue):
@@ -318,7 +392,9 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
     OG, P = O // groups, OH * OW
     BM, BN, BK = GEMM_TILES
-    kernel = _gemm_kernel(CG % BK == 0, epilogue)
+    # The C++ K loop takes one operand dtype (the ISA gives conv2d's data and weight the same one).
+    channels_inner = CG % BK == 0 and str(data.dtype) == str(weight.dtype) and str(data.dtype) in _CONV_DTYPES
+    kernel = _gemm_kernel(channels_inner, str(data.dtype), epilogue)
     fused = epilogue_args(target, epilogue, out)
     x1 = target.reshape(data, (N * C * H * W,))
     w2 = target.reshape(weight, (O, CG * KH * KW))

@@ -28,14 +28,13 @@ chosen by the row length D:
   Launches of fewer rows have a thread per VEC elements (up to FEW_ROWS_BLOCK), so short rows
   do not spawn idle threads (each one a Python thread on the simulator).
 
-Every layout moves VEC consecutive elements of a row per access: a thread's (or lane's)
-values are VEC-long vectors, `stride` = threads x VEC apart. Where the row length is a
-multiple of VEC and every array the kernel touches is 16-byte aligned, an access is one
-vector load or store (kernels/vector.py; 16 bytes of float32), else VEC element accesses
-bounded by the row's end; each kernel holds a copy of its row loop for each, chosen per launch
-on the GPU. The element-at-a-time kernels this replaced spent most issue slots on index
-arithmetic (softmax 32768 x 1024 issue-bound at 84% SM throughput, 48% of DRAM's:
-results/gpu/2026-12-03-h200-rownorm/).
+Every kernel holds two copies of its row loop (kernels/vector.py, `both_ways`). Where the row
+length is a multiple of VEC and every array it touches is 16-byte aligned (TVM's buffers
+are), the vector copy runs: a thread's (or lane's) values are VEC-long runs of the row,
+`stride` = threads x VEC apart, each moved by one 16-byte load or store (8 bytes of float16).
+Elsewhere the element copy runs, the same loop an element at a time. The element-at-a-time
+kernels alone spent most issue slots on index arithmetic (softmax 32768 x 1024 issue-bound
+at 84% SM throughput, 48% of DRAM's: results/gpu/2026-12-03-h200-rownorm/).
 
 Softmax subtracts the row max (`v > m`: NaN never wins it, but exp(NaN - max) makes the row NaN
 as numpy's does); layer norm takes the biased variance in a second pass over the cached values
@@ -52,7 +51,7 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .target import with_simulator_twin
-from .vector import accessors, both_ways
+from .vector import VEC, accessors, alignment_check, both_ways
 
 MAX_BLOCK = 1024  # power of two; also the size of the shared reduction buffer
 FEW_ROWS_BLOCK = 256  # the block cap of launches of fewer than MIN_CACHED_ROWS rows
@@ -71,9 +70,6 @@ ROWS_BLOCK = 128
 WARP_CACHE = 8
 MIN_WARP_ROWS = 1024
 SECTOR = 32  # bytes: the least a group reads of its row in one access
-# Consecutive elements a thread reads or writes at once: one 16-byte access of float32 (8
-# bytes of float16) where the row's arrays are aligned (kernels/vector.py).
-VEC = 4
 _u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
 
@@ -168,48 +164,48 @@ def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
     `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
     a pass of ROW_CACHE values issued before any is used."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
-    load_values, store_values, aligned = accessors(simulator, VEC)
+    aligned = alignment_check(simulator)
 
-    def rows_loop(vector):
+    def rows_loop(vec):
+        load_values, store_values = accessors(simulator, vec)
+
         def loop(out, x, rows, D, buf):
             vals = cuda.local.array(cache, float32)
             chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
             nthreads = cuda.blockDim.x
-            first = cuda.threadIdx.x * VEC  # this thread's first element of a pass over a row
-            stride = nthreads * VEC  # from one of its vectors to its next
+            first = cuda.threadIdx.x * vec  # this thread's first element of a pass over a row
+            stride = nthreads * vec  # from one of its accesses to its next
             span = cache * nthreads  # the elements of a pass
             # A long row holds every thread's whole cache (`long_rows or`: no guard there).
             # The row loop is uniform over the block, so every thread reaches every syncthreads.
             r = cuda.blockIdx.x
             while r < rows:
                 base = r * D
-                end = base + D
-                # 1. row max, the row read once into the cache. The rest of a longer row (read once
-                # more, for the output) is summed online meanwhile: its own max tm and the sum ts of
-                # exp(v - tm), rescaled when tm grows. v == tm adds exp(0) = 1 without computing
-                # v - tm, which is NaN for two infinities of one sign: then the rescale below to
-                # the row max gives NaN exactly where the two-pass formula does.
+                # 1. row max, the row read once into the cache. The rest of a longer row (read
+                # once more, for the output) is summed online meanwhile: its own max tm and the
+                # sum ts of exp(v - tm), rescaled when tm grows. v == tm adds exp(0) = 1 without
+                # computing v - tm, which is NaN for two infinities of one sign: then the
+                # rescale below to the row max gives NaN exactly where the two-pass formula does.
                 m = float32(-math.inf)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
+                for j in range(0, cache, vec):
+                    i = first + (j // vec) * stride
                     if long_rows or i < D:
-                        load_values(vals, j, x, base + i, vector, end)
-                        for k in range(VEC):
-                            if (long_rows or i + k < D) and vals[j + k] > m:
-                                m = vals[j + k]
+                        load_values(vals, j, x, base + i)
+                        for k in range(j, j + vec):
+                            if vals[k] > m:
+                                m = vals[k]
                 tm = float32(-math.inf)
                 ts = float32(0.0)
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
+                    for j in range(0, cache, vec):
+                        i = p + first + (j // vec) * stride
                         if i < D:
-                            load_values(chunk, j, x, base + i, vector, end)
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
-                        for k in range(VEC):
-                            if i + k < D:  # the slots the loop above loaded
-                                v = chunk[j + k]
+                            load_values(chunk, j, x, base + i)
+                    for j in range(0, cache, vec):
+                        if p + first + (j // vec) * stride < D:  # the slots the loop above loaded
+                            for k in range(j, j + vec):
+                                v = chunk[k]
                                 if v > tm:
                                     ts = ts * float32(math.exp(tm - v)) + float32(1.0)
                                     tm = v
@@ -223,48 +219,47 @@ def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
                 row_max = block_reduce(buf, m, True)
                 # 2. sum of exp(x - max)
                 acc = float32(0.0)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
-                    for k in range(VEC):
-                        if long_rows or i + k < D:
-                            e = float32(math.exp(vals[j + k] - row_max))
-                            vals[j + k] = e
+                for j in range(0, cache, vec):
+                    if long_rows or first + (j // vec) * stride < D:
+                        for k in range(j, j + vec):
+                            e = float32(math.exp(vals[k] - row_max))
+                            vals[k] = e
                             acc += e
                 if long_rows:
                     acc += ts * float32(math.exp(tm - row_max))
                 inv = float32(1.0) / block_reduce(buf, acc, False)
-                # 3. normalize (a slot past the row's end is scaled too, and never stored)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
+                # 3. normalize
+                for j in range(0, cache, vec):
+                    i = first + (j // vec) * stride
                     if long_rows or i < D:
-                        for k in range(VEC):
-                            vals[j + k] *= inv
-                        store_values(out, base + i, vals, j, vector, end)
+                        for k in range(j, j + vec):
+                            vals[k] *= inv
+                        store_values(out, base + i, vals, j)
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
+                    for j in range(0, cache, vec):
+                        i = p + first + (j // vec) * stride
                         if i < D:
-                            load_values(chunk, j, x, base + i, vector, end)
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
+                            load_values(chunk, j, x, base + i)
+                    for j in range(0, cache, vec):
+                        i = p + first + (j // vec) * stride
                         if i < D:
-                            for k in range(VEC):
-                                chunk[j + k] = float32(math.exp(chunk[j + k] - row_max)) * inv
-                            store_values(out, base + i, chunk, j, vector, end)
+                            for k in range(j, j + vec):
+                                chunk[k] = float32(math.exp(chunk[k] - row_max)) * inv
+                            store_values(out, base + i, chunk, j)
                     p += span
                 r += cuda.gridDim.x
 
         return loop
 
-    vector_loop, scalar_loop = both_ways(rows_loop)
+    vector_loop, element_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, D):
         buf = cuda.shared.array(MAX_BLOCK, float32)
         if D % VEC == 0 and aligned(x) and aligned(out):
             vector_loop(out, x, rows, D, buf)
         else:
-            scalar_loop(out, x, rows, D, buf)
+            element_loop(out, x, rows, D, buf)
 
     kernel.__name__ = kernel.__qualname__ = name or ("_softmax_long_kernel" if long_rows else "_softmax_kernel")
     return kernel
@@ -279,109 +274,105 @@ _softmax_wide_kernel = with_simulator_twin(_softmax_block_kernel, False, name="_
 
 def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
     """Layer norm, a block per row (see above), as `_softmax_block_kernel`; gamma and beta are
-    loaded a vector at a time, before the values they scale are stored."""
+    loaded an access at a time, before the values they scale are stored."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
-    load_values, store_values, aligned = accessors(simulator, VEC)
+    aligned = alignment_check(simulator)
 
-    def rows_loop(vector):
+    def rows_loop(vec):
+        load_values, store_values = accessors(simulator, vec)
+
         def loop(out, x, gamma, beta, rows, D, eps, buf):
             vals = cuda.local.array(cache, float32)
             chunk = cuda.local.array(cache, float32)  # the long rows' tail, a pass at a time
             g = cuda.local.array(cache, float32)  # gamma and beta of the values being stored
             b = cuda.local.array(cache, float32)
             nthreads = cuda.blockDim.x
-            first = cuda.threadIdx.x * VEC
-            stride = nthreads * VEC
+            first = cuda.threadIdx.x * vec
+            stride = nthreads * vec
             span = cache * nthreads
-            whole = long_rows or first + span - stride + VEC <= D  # this thread's cache lies in the row
+            whole = long_rows or first + span - stride < D  # this thread's cache lies in the row
             inv_d = float32(1.0) / float32(D)
             r = cuda.blockIdx.x
             while r < rows:
                 base = r * D
-                end = base + D
                 # 1. mean, the row read once into the cache (a padded slot holds 0)
                 acc = float32(0.0)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
-                    if whole or i < D:
-                        load_values(vals, j, x, base + i, vector, end)
-                    for k in range(VEC):
-                        if not (whole or i + k < D):
-                            vals[j + k] = float32(0.0)
-                        acc += vals[j + k]
+                for j in range(0, cache, vec):
+                    if whole or first + (j // vec) * stride < D:
+                        load_values(vals, j, x, base + first + (j // vec) * stride)
+                    else:
+                        for k in range(j, j + vec):
+                            vals[k] = float32(0.0)
+                    for k in range(j, j + vec):
+                        acc += vals[k]
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
+                    for j in range(0, cache, vec):
+                        i = p + first + (j // vec) * stride
                         if i < D:
-                            load_values(chunk, j, x, base + i, vector, end)
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
-                        for k in range(VEC):
-                            if i + k < D:
-                                acc += chunk[j + k]
+                            load_values(chunk, j, x, base + i)
+                    for j in range(0, cache, vec):
+                        if p + first + (j // vec) * stride < D:
+                            for k in range(j, j + vec):
+                                acc += chunk[k]
                     p += span
                 mean = block_reduce(buf, acc, False) * inv_d
                 # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
                 acc = float32(0.0)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
-                    for k in range(VEC):
-                        if whole or i + k < D:
-                            d = vals[j + k] - mean
+                for j in range(0, cache, vec):
+                    if whole or first + (j // vec) * stride < D:
+                        for k in range(j, j + vec):
+                            d = vals[k] - mean
                             acc += d * d
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
+                    for j in range(0, cache, vec):
+                        i = p + first + (j // vec) * stride
                         if i < D:
-                            load_values(chunk, j, x, base + i, vector, end)
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
-                        for k in range(VEC):
-                            if i + k < D:
-                                d = chunk[j + k] - mean
+                            load_values(chunk, j, x, base + i)
+                    for j in range(0, cache, vec):
+                        if p + first + (j // vec) * stride < D:
+                            for k in range(j, j + vec):
+                                d = chunk[k] - mean
                                 acc += d * d
                     p += span
                 rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
-                # 3. scale and shift, a vector at a time
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
-                    if whole or i < D:  # gamma, then beta, through one vector of registers
-                        load_values(g, 0, gamma, i, vector, D)
-                        for k in range(VEC):
-                            vals[j + k] = (vals[j + k] - mean) * rstd * g[k]
-                        load_values(g, 0, beta, i, vector, D)
-                        for k in range(VEC):
-                            vals[j + k] += g[k]
-                        store_values(out, base + i, vals, j, vector, end)
+                # 3. scale and shift, an access at a time
+                for j in range(0, cache, vec):
+                    i = first + (j // vec) * stride
+                    if whole or i < D:
+                        load_values(g, 0, gamma, i)
+                        load_values(b, 0, beta, i)
+                        for k in range(vec):
+                            vals[j + k] = (vals[j + k] - mean) * rstd * g[k] + b[k]
+                        store_values(out, base + i, vals, j)
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
+                    for j in range(0, cache, vec):
+                        i = p + first + (j // vec) * stride
                         if i < D:
-                            load_values(chunk, j, x, base + i, vector, end)
-                            load_values(g, j, gamma, i, vector, D)
-                            load_values(b, j, beta, i, vector, D)
-                    for j in range(0, cache, VEC):
-                        i = p + first + (j // VEC) * stride
+                            load_values(chunk, j, x, base + i)
+                            load_values(g, j, gamma, i)
+                            load_values(b, j, beta, i)
+                    for j in range(0, cache, vec):
+                        i = p + first + (j // vec) * stride
                         if i < D:
-                            for k in range(VEC):
-                                chunk[j + k] = (chunk[j + k] - mean) * rstd * g[j + k] + b[j + k]
-                            store_values(out, base + i, chunk, j, vector, end)
+                            for k in range(j, j + vec):
+                                chunk[k] = (chunk[k] - mean) * rstd * g[k] + b[k]
+                            store_values(out, base + i, chunk, j)
                     p += span
                 r += cuda.gridDim.x
 
         return loop
 
-    vector_loop, scalar_loop = both_ways(rows_loop)
+    vector_loop, element_loop = both_ways(rows_loop)
 
     def kernel(out, x, gamma, beta, rows, D, eps):
         buf = cuda.shared.array(MAX_BLOCK, float32)
         if D % VEC == 0 and aligned(x) and aligned(out) and aligned(gamma) and aligned(beta):
             vector_loop(out, x, gamma, beta, rows, D, eps, buf)
         else:
-            scalar_loop(out, x, gamma, beta, rows, D, eps, buf)
+            element_loop(out, x, gamma, beta, rows, D, eps, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_layer_norm_long_kernel" if long_rows else "_layer_norm_kernel"
     return kernel
@@ -395,59 +386,58 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
     """Softmax, a group of 2**shift lanes per row of D <= 2**shift * WARP_CACHE (see above);
     the row loop is uniform over the block, a group past the last row computes on nothing."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
-    load_values, store_values, aligned = accessors(simulator, VEC)
+    aligned = alignment_check(simulator)
 
-    def rows_loop(vector):
+    def rows_loop(vec):
+        load_values, store_values = accessors(simulator, vec)
+
         def loop(out, x, rows, D, shift, buf):
             vals = cuda.local.array(cache, float32)
             lanes = 1 << shift
             lane = cuda.threadIdx.x & (lanes - 1)
             group = cuda.threadIdx.x >> shift
             per_block = cuda.blockDim.x >> shift
-            first = lane * VEC
-            stride = lanes * VEC
+            first = lane * vec
+            stride = lanes * vec
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
                 r = r0 + group
                 live = r < rows
                 base = r * D
-                end = base + D
                 m = float32(-math.inf)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
+                for j in range(0, cache, vec):
+                    i = first + (j // vec) * stride
                     if live and i < D:
-                        load_values(vals, j, x, base + i, vector, end)
-                        for k in range(VEC):
-                            if i + k < D:
-                                m = max(m, vals[j + k])
+                        load_values(vals, j, x, base + i)
+                        for k in range(j, j + vec):
+                            m = max(m, vals[k])
                 row_max = reduce(buf, m, True, lane, group, lanes)
                 acc = float32(0.0)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
-                    for k in range(VEC):
-                        if live and i + k < D:
-                            e = float32(math.exp(vals[j + k] - row_max))
-                            vals[j + k] = e
+                for j in range(0, cache, vec):
+                    if live and first + (j // vec) * stride < D:
+                        for k in range(j, j + vec):
+                            e = float32(math.exp(vals[k] - row_max))
+                            vals[k] = e
                             acc += e
                 inv = float32(1.0) / reduce(buf, acc, False, lane, group, lanes)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
+                for j in range(0, cache, vec):
+                    i = first + (j // vec) * stride
                     if live and i < D:
-                        for k in range(VEC):
-                            vals[j + k] *= inv
-                        store_values(out, base + i, vals, j, vector, end)
+                        for k in range(j, j + vec):
+                            vals[k] *= inv
+                        store_values(out, base + i, vals, j)
                 r0 += cuda.gridDim.x * per_block
 
         return loop
 
-    vector_loop, scalar_loop = both_ways(rows_loop)
+    vector_loop, element_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, D, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
         if D % VEC == 0 and aligned(x) and aligned(out):
             vector_loop(out, x, rows, D, shift, buf)
         else:
-            scalar_loop(out, x, rows, D, shift, buf)
+            element_loop(out, x, rows, D, shift, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_softmax_rows_kernel"
     return kernel
@@ -456,9 +446,11 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
 def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
     """Layer norm, a group of lanes per row (as `_softmax_rows_kernel`)."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
-    load_values, store_values, aligned = accessors(simulator, VEC)
+    aligned = alignment_check(simulator)
 
-    def rows_loop(vector):
+    def rows_loop(vec):
+        load_values, store_values = accessors(simulator, vec)
+
         def loop(out, x, gamma, beta, rows, D, eps, shift, buf):
             vals = cuda.local.array(cache, float32)
             g = cuda.local.array(VEC, float32)
@@ -467,52 +459,49 @@ def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
             lane = cuda.threadIdx.x & (lanes - 1)
             group = cuda.threadIdx.x >> shift
             per_block = cuda.blockDim.x >> shift
-            first = lane * VEC
-            stride = lanes * VEC
+            first = lane * vec
+            stride = lanes * vec
             inv_d = float32(1.0) / float32(D)
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
                 r = r0 + group
                 live = r < rows
                 base = r * D
-                end = base + D
                 acc = float32(0.0)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
+                for j in range(0, cache, vec):
+                    i = first + (j // vec) * stride
                     if live and i < D:
-                        load_values(vals, j, x, base + i, vector, end)
-                        for k in range(VEC):
-                            if i + k < D:
-                                acc += vals[j + k]
+                        load_values(vals, j, x, base + i)
+                        for k in range(j, j + vec):
+                            acc += vals[k]
                 mean = reduce(buf, acc, False, lane, group, lanes) * inv_d
                 acc = float32(0.0)
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
-                    for k in range(VEC):
-                        if live and i + k < D:
-                            d = vals[j + k] - mean
+                for j in range(0, cache, vec):
+                    if live and first + (j // vec) * stride < D:
+                        for k in range(j, j + vec):
+                            d = vals[k] - mean
                             acc += d * d
                 rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, group, lanes) * inv_d + float32(eps)))
-                for j in range(0, cache, VEC):
-                    i = first + (j // VEC) * stride
+                for j in range(0, cache, vec):
+                    i = first + (j // vec) * stride
                     if live and i < D:
-                        load_values(g, 0, gamma, i, vector, D)
-                        load_values(b, 0, beta, i, vector, D)
-                        for k in range(VEC):
+                        load_values(g, 0, gamma, i)
+                        load_values(b, 0, beta, i)
+                        for k in range(vec):
                             vals[j + k] = (vals[j + k] - mean) * rstd * g[k] + b[k]
-                        store_values(out, base + i, vals, j, vector, end)
+                        store_values(out, base + i, vals, j)
                 r0 += cuda.gridDim.x * per_block
 
         return loop
 
-    vector_loop, scalar_loop = both_ways(rows_loop)
+    vector_loop, element_loop = both_ways(rows_loop)
 
     def kernel(out, x, gamma, beta, rows, D, eps, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)
         if D % VEC == 0 and aligned(x) and aligned(out) and aligned(gamma) and aligned(beta):
             vector_loop(out, x, gamma, beta, rows, D, eps, shift, buf)
         else:
-            scalar_loop(out, x, gamma, beta, rows, D, eps, shift, buf)
+            element_loop(out, x, gamma, beta, rows, D, eps, shift, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_layer_norm_rows_kernel"
     return kernel
@@ -616,48 +605,46 @@ def _row_sum_block_kernel(simulator):
     """Row sums (or means), a block per row, a pass of ROW_CACHE values a thread issued before
     any is added (one load in flight at a time reached 41% of HBM)."""
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
-    load_values, _, aligned = accessors(simulator, VEC)
+    aligned = alignment_check(simulator)
 
-    def rows_loop(vector):
+    def rows_loop(vec):
+        load_values, _ = accessors(simulator, vec)
+
         def loop(out, x, rows, R, mean, buf):
             vals = cuda.local.array(ROW_CACHE, float32)
-            tid = cuda.threadIdx.x
-            nthreads = cuda.blockDim.x
-            first = tid * VEC
-            stride = nthreads * VEC
-            span = ROW_CACHE * nthreads
+            first = cuda.threadIdx.x * vec
+            stride = cuda.blockDim.x * vec
+            span = ROW_CACHE * cuda.blockDim.x
             r = cuda.blockIdx.x
             while r < rows:
                 base = r * R
-                end = base + R
                 acc = float32(0.0)
                 p = 0
                 while p < R:
-                    for j in range(0, ROW_CACHE, VEC):
-                        i = p + first + (j // VEC) * stride
+                    for j in range(0, ROW_CACHE, vec):
+                        i = p + first + (j // vec) * stride
                         if i < R:
-                            load_values(vals, j, x, base + i, vector, end)
-                    for j in range(0, ROW_CACHE, VEC):
-                        i = p + first + (j // VEC) * stride
-                        for k in range(VEC):
-                            if i + k < R:
-                                acc += vals[j + k]
+                            load_values(vals, j, x, base + i)
+                    for j in range(0, ROW_CACHE, vec):
+                        if p + first + (j // vec) * stride < R:
+                            for k in range(j, j + vec):
+                                acc += vals[k]
                     p += span
                 total = block_reduce(buf, acc, False)
-                if tid == 0:
+                if cuda.threadIdx.x == 0:
                     out[r] = total / float32(R) if mean else total
                 r += cuda.gridDim.x
 
         return loop
 
-    vector_loop, scalar_loop = both_ways(rows_loop)
+    vector_loop, element_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, R, mean):
         buf = cuda.shared.array(MAX_BLOCK, float32)
         if R % VEC == 0 and aligned(x):
             vector_loop(out, x, rows, R, mean, buf)
         else:
-            scalar_loop(out, x, rows, R, mean, buf)
+            element_loop(out, x, rows, R, mean, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_row_sum_kernel"
     return kernel
@@ -670,32 +657,33 @@ def _row_sum_rows_kernel(simulator):
     """Row sums (or means) of many rows of R <= WARP * WARP_CACHE, a group of 2**shift lanes
     per row (as `_softmax_rows_kernel`; a global average pool's 7 x 7 rows: 8 lanes)."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
-    load_values, _, aligned = accessors(simulator, VEC)
+    aligned = alignment_check(simulator)
 
-    def rows_loop(vector):
+    def rows_loop(vec):
+        load_values, _ = accessors(simulator, vec)
+
         def loop(out, x, rows, R, mean, shift, buf):
             vals = cuda.local.array(WARP_CACHE, float32)
             lanes = 1 << shift
             lane = cuda.threadIdx.x & (lanes - 1)
             group = cuda.threadIdx.x >> shift
             per_block = cuda.blockDim.x >> shift
-            first = lane * VEC
-            stride = lanes * VEC
+            first = lane * vec
+            stride = lanes * vec
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
                 r = r0 + group
                 live = r < rows
                 base = r * R
-                for j in range(0, WARP_CACHE, VEC):
-                    i = first + (j // VEC) * stride
+                for j in range(0, WARP_CACHE, vec):
+                    i = first + (j // vec) * stride
                     if live and i < R:
-                        load_values(vals, j, x, base + i, vector, base + R)
+                        load_values(vals, j, x, base + i)
                 acc = float32(0.0)
-                for j in range(0, WARP_CACHE, VEC):
-                    i = first + (j // VEC) * stride
-                    for k in range(VEC):
-                        if live and i + k < R:
-                            acc += vals[j + k]
+                for j in range(0, WARP_CACHE, vec):
+                    if live and first + (j // vec) * stride < R:
+                        for k in range(j, j + vec):
+                            acc += vals[k]
                 total = reduce(buf, acc, False, lane, group, lanes)
                 if live and lane == 0:
                     out[_u(r)] = total / float32(R) if mean else total
@@ -703,14 +691,14 @@ def _row_sum_rows_kernel(simulator):
 
         return loop
 
-    vector_loop, scalar_loop = both_ways(rows_loop)
+    vector_loop, element_loop = both_ways(rows_loop)
 
     def kernel(out, x, rows, R, mean, shift):
         buf = cuda.shared.array(ROWS_BLOCK, float32)  # the simulator's reductions only
         if R % VEC == 0 and aligned(x):
             vector_loop(out, x, rows, R, mean, shift, buf)
         else:
-            scalar_loop(out, x, rows, R, mean, shift, buf)
+            element_loop(out, x, rows, R, mean, shift, buf)
 
     kernel.__name__ = kernel.__qualname__ = "_row_sum_rows_kernel"
     return kernel

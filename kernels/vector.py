@@ -8,14 +8,15 @@ array and a thread's local values, converted to the destination's dtype. A row k
 spends one instruction and one index computation where it spent four.
 
 A region's tensors are only element-aligned (TVM's own buffers are 64-byte aligned, a view
-into one need not be), so the kernels decide at run time: `accessors(...)` gives the
-`load_values` / `store_values` a kernel calls, which take the wide access where the caller
-found every array `aligned` and the row length a multiple of the vector, and the elementwise
-one (bounded by the row's end) where not. A kernel holds two copies of its row loop, one for
-each (`both_ways`): with the choice made inside one loop, the registers of both paths were
-live at once and layer norm's cached kernel spilled at its 64. On the simulator, which runs
-kernels as Python, numpy stand-ins take the intrinsics' place and check the alignment the
-GPU would need.
+into one need not be), so the kernels decide per launch: each holds two copies of its row
+loop (`both_ways`), one built for VEC elements an access (a thread's values VEC-long runs of
+the row) and one for a single element (the layout of the kernels before vectors), and runs
+the first where every array it touches is `aligned` and the row length a multiple of VEC.
+With the choice made per access inside one loop instead, the registers of both ways were
+live at once (layer norm's cached kernel spilled at its 64), and the element-wise way on
+VEC-long runs was slower than the old layout (row sums of 1001: 14.0 us against 11.6).
+On the simulator, which runs kernels as Python, numpy stand-ins take the intrinsics' place
+and check the alignment the GPU would need.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from numba import types
 from numba.cuda.extending import intrinsic, register_jitable
 
 ALIGNMENT = 16  # bytes: what `aligned` checks, enough for any vector below
+# Consecutive elements a kernel's vector loop moves per access: 16 bytes of float32 (8 of
+# float16), one `ld.global.v4.f32`.
+VEC = 4
 _I32 = ir.IntType(32)
 
 
@@ -148,43 +152,39 @@ def _simulated_aligned(array):
 
 
 def accessors(simulator: bool, count: int):
-    """(load_values, store_values, aligned) for kernels that move `count` elements at a time:
+    """(load_values, store_values) for a kernel that moves `count` elements per access:
 
-    * load_values(dst, j, src, index, vector, limit): dst[j + k] = src[index + k] for k < count,
-      in one access if `vector`, else element by element where index + k < limit;
-    * store_values(dst, index, src, j, vector, limit): the other way round;
-    * aligned(array): whether `array` may take the wide access (its data 16-byte aligned).
+    * load_values(dst, j, src, index): dst[j + k] = src[index + k] for k < count;
+    * store_values(dst, index, src, j): src[j + k] to dst[index + k], the same way round;
 
-    `vector` is the caller's to decide: every array it reads or writes so `aligned`, and every
-    `index` a multiple of `count`. The simulator's are numpy stand-ins for the intrinsics.
+    dst / src the global array, the other a thread's local one; one access of `count`
+    elements, so the global array's address there must be a multiple of its size (count = 1:
+    any element). The simulator's are numpy stand-ins that check it.
     """
-    load, store, is_aligned = ((_simulated_load_vector, _simulated_store_vector, _simulated_aligned) if simulator
-                               else (load_vector, store_vector, aligned))
+    if simulator:
+        load, store = _simulated_load_vector, _simulated_store_vector
+    else:
+        load, store = load_vector, store_vector
     u = numba.uint64  # an index known non-negative: no wrap-around of negative ones per access
 
     @register_jitable
-    def load_values(dst, j, src, index, vector, limit):
-        if vector:
-            load(dst, j, src, u(index), count)
-        else:
-            for k in range(count):
-                if index + k < limit:
-                    dst[j + k] = src[u(index + k)]
+    def load_values(dst, j, src, index):
+        load(dst, j, src, u(index), count)
 
     @register_jitable
-    def store_values(dst, index, src, j, vector, limit):
-        if vector:
-            store(dst, u(index), src, j, count)
-        else:
-            for k in range(count):
-                if index + k < limit:
-                    dst[u(index + k)] = src[j + k]
+    def store_values(dst, index, src, j):
+        store(dst, u(index), src, j, count)
 
-    return load_values, store_values, is_aligned
+    return load_values, store_values
+
+
+def alignment_check(simulator: bool):
+    """The `aligned(array)` a kernel calls: whether `array`'s data is ALIGNMENT-byte aligned."""
+    return _simulated_aligned if simulator else aligned
 
 
 def both_ways(make_loop):
-    """(make_loop(True), make_loop(False)) as device functions: a kernel's loop built with
-    `vector` a constant, so each copy holds one way of access and its kernel calls the one its
-    arrays allow."""
-    return register_jitable(make_loop(True)), register_jitable(make_loop(False))
+    """(make_loop(VEC), make_loop(1)) as device functions: a kernel's loop built for VEC
+    elements per access or for one, each a copy of its own, and its kernel calls the one its
+    arrays allow (every one `aligned` and the row length a multiple of VEC: VEC)."""
+    return register_jitable(make_loop(VEC)), register_jitable(make_loop(1))

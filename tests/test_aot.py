@@ -158,11 +158,14 @@ CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups"
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("channels", [256, 3])
 def test_conv2d_gemm_kernels_keep_their_accumulators_in_registers(channels, dtype):
-    """The implicit-GEMM conv2d on the matmul kernels' core, bias and ReLU fused, both orders of K."""
+    """The implicit-GEMM conv2d, bias and ReLU fused, both orders of K: channels inner on the
+    C++ K loop of conv2d_f32.cu (linked, double-buffered in shared memory), the other on Numba's."""
     program = one_op_program("simaccel.conv2d_bias_relu", [(32, channels, 14, 14), (256, channels, 3, 3), (1, 256, 1, 1)],
                              dtype, CONV)
     [kernel] = compile_program(program, SM90)
-    assert kernel.kernel.__name__ == "_conv2d_gemm_kernel_64x64" + ("_channels_inner" if channels == 256 else "")
+    assert kernel.kernel.__name__ == "_conv2d_gemm_kernel_64x64" + (f"_channels_inner_{dtype}" if channels == 256 else "")
+    if channels == 256:  # two buffers of 16 x 64 floats of each operand (16 KiB) and the epilogue's stash (16)
+        assert "32768 bytes smem" in kernel.link_log, kernel.link_log
     used = no_spills(kernel)
     assert used["stack"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
 

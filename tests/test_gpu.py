@@ -318,6 +318,14 @@ KERNEL_CASES = [
     ("simaccel.mean", [(16, 256, 56, 56)], {"axes": [2, 3], "keepdims": True}),
     ("simaccel.conv2d_bias_relu", [(8, 64, 56, 56), (64, 64, 3, 3), (1, 64, 1, 1)],
      {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}),
+    # The tap-major K loop of conv2d_f32.cu at odd sizes: a partial channel tile (80 = 64 + 16),
+    # partial pixel tiles, strides, dilation and asymmetric padding; two groups of 64 channels;
+    # a 5x5 kernel; a 1x1 kernel with stride 2 (not pointwise: it takes the implicit GEMM).
+    ("simaccel.conv2d_bias_relu", [(2, 32, 29, 23), (80, 32, 3, 3), (1, 80, 1, 1)],
+     {"strides": [2, 1], "padding": [1, 0, 2, 1], "dilation": [1, 2], "groups": 1}),
+    ("simaccel.conv2d", [(2, 64, 15, 15), (128, 32, 3, 3)], {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 2}),
+    ("simaccel.conv2d_relu", [(1, 48, 20, 21), (70, 48, 5, 5)], {"strides": [1, 1], "padding": [2, 2, 2, 2], "dilation": [1, 1], "groups": 1}),
+    ("simaccel.conv2d", [(2, 256, 14, 14), (512, 256, 1, 1)], {"strides": [2, 2], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}),
 ]
 
 
@@ -375,6 +383,43 @@ def test_matmul_main_loops_on_unaligned_operands(name, dtype):
     got = out.copy_to_host(stream=stream)
     stream.synchronize()
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name, shapes, attrs", [("simaccel.softmax", [(2048, 1024)], {}),
+                                                 ("simaccel.layer_norm", [(2048, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
+                                                 ("simaccel.softmax", [(4096, 64)], {}),
+                                                 ("simaccel.layer_norm", [(4096, 64), (64,), (64,)], {"epsilon": 1e-5}),
+                                                 ("simaccel.softmax", [(64, 20000)], {}),
+                                                 ("simaccel.sum", [(512, 4096)], {"axes": [1], "keepdims": False})],
+                         ids=str)
+def test_row_kernels_on_views_off_the_vector_alignment(name, shapes, attrs, dtype):
+    # The row kernels move 16-byte vectors where every array is 16-byte aligned, else elements
+    # (kernels/vector.py): each array in turn one element into its buffer, at real sizes.
+    from numba import cuda
+
+    from simaccel.kernels import KernelTarget
+    from simaccel.ops import get_op
+
+    op = get_op(name)
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    attrs = op.all_attrs(attrs)
+    want = op.reference(*arrays, **attrs)
+    shape, out_dtype = op.infer([a.shape for a in arrays], [dtype] * len(arrays), **attrs)
+    stream = cuda.stream()
+
+    def off(a):
+        buffer = cuda.to_device(np.concatenate([np.zeros(1, a.dtype), a.reshape(-1)]), stream=stream)
+        return buffer[1:].reshape(a.shape)
+
+    for moved in range(len(arrays) + 1):  # which array is off the alignment (len: the output)
+        inputs = [off(a) if i == moved else cuda.to_device(a, stream=stream) for i, a in enumerate(arrays)]
+        out = off(np.zeros(shape, out_dtype)) if moved == len(arrays) else cuda.device_array(shape, dtype=out_dtype)
+        op.kernel(KernelTarget("cuda", stream), out, *inputs, **attrs)
+        got = out.copy_to_host(stream=stream)
+        stream.synchronize()
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
 # float16 GEMMs whose tiles, K slices and rows are partial, in both forms of B, batched and

@@ -443,7 +443,7 @@ def test_conv2d_as_implicit_gemm(case, dtype):
     if conv_kernels.is_pointwise(arrays[1].shape, attrs["strides"], attrs["padding"], attrs["groups"]):
         assert kernel.__name__.startswith("_matmul_")  # a pointwise conv: the matmul kernels, bias in the epilogue
     else:
-        assert kernel is conv_kernels._GEMM_KERNELS[channels_inner]
+        assert kernel is conv_kernels._GEMM_KERNELS[(True, dtype) if channels_inner else (False, None)]
     check(name, arrays, attrs)
 
 
@@ -496,7 +496,7 @@ def test_conv2d_kernel_choice(out_channels, size, gemm):
     op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(data), FakeCUDAArray(weight), **attrs)
     [(fn, *_)] = target.launches
     if gemm:
-        assert fn is conv_kernels._GEMM_KERNELS[False]
+        assert fn is conv_kernels._GEMM_KERNELS[False, None]
     else:
         assert fn.__name__.startswith("_conv2d_grouped_kernel_"), fn.__name__
 
@@ -702,7 +702,8 @@ def test_row_kernels_on_arrays_off_the_vector_alignment(shape, misplaced, row_th
 
     taken = []
     check_vector = vector._check_vector
-    monkeypatch.setattr(vector, "_check_vector", lambda *a: taken.append(1) or check_vector(*a))
+    monkeypatch.setattr(vector, "_check_vector", lambda array, index, count: (count > 1 and taken.append(count))
+                        or check_vector(array, index, count))
     rng = np.random.default_rng(shape[-1])
     x = _random(rng, shape, "float32", scale=3.0)
     g, b = _random(rng, shape[-1:], "float32"), _random(rng, shape[-1:], "float32")
