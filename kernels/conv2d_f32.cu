@@ -26,9 +26,9 @@ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
 template <typename T>
 struct ConvLoop {
-    static constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4;
+    static constexpr int BM = 64, BN = 64, BK = 16, TM = 4, TN = 4, LDA = BM + 4;
 
-    float (*As)[BK][BM];  // As[buffer][k][m]
+    float (*As)[BK][LDA];  // As[buffer][k][m], rows padded (see `store`)
     float (*Bs)[BK][BN];  // Bs[buffer][k][p]
     const T *w, *x;
     int ldw, m_left, CG, KHW, KW, H, W, dh, dw, tid;
@@ -37,16 +37,17 @@ struct ConvLoop {
     bool live;     // ... and whether that pixel is in the image (p < P)
     float ra[4], rb[4];
 
-    // Slice s: tap s / (CG / BK), channels c0 .. c0 + 15. A: thread stages row m = tid % 64 at
-    // k = tid / 64 + 4q (a warp's shared stores: 32 consecutive m, no bank conflicts); B: its
-    // pixel at the same k.
+    // Slice s: tap s / (CG / BK), channels c0 .. c0 + 15. A: thread stages k = tid % 16 of rows
+    // m = tid / 16 + 16q (a warp reads 2 rows, 16 channels each: one row per k in a warp read
+    // 32 rows, 32 cache lines a load, and left L1 85% busy); B: the channels k = tid / 64 + 4q
+    // of its pixel.
     __device__ __forceinline__ void load(int s) {
         const int per_tap = CG / BK;
         const int tap = s / per_tap, c0 = (s - tap * per_tap) * BK;
-        const int m = tid % BM, k = tid / BM;
+        const int ka = tid % BK, m = tid / BK, k = tid / BN;
 #pragma unroll
         for (int q = 0; q < 4; ++q)
-            ra[q] = m < m_left ? to_float(w[(long long)m * ldw + (long long)(c0 + k + 4 * q) * KHW + tap]) : 0.f;
+            ra[q] = m + 16 * q < m_left ? to_float(w[(long long)(m + 16 * q) * ldw + (long long)(c0 + ka) * KHW + tap]) : 0.f;
         const int kh = tap / KW, kw = tap - kh * KW;
         const int ih = ih0 + kh * dh, iw = iw0 + kw * dw;
         const bool inside = live && ih >= 0 && ih < H && iw >= 0 && iw < W;
@@ -55,12 +56,14 @@ struct ConvLoop {
         for (int q = 0; q < 4; ++q) rb[q] = inside ? to_float(src[4 * q * plane]) : 0.f;
     }
 
+    // A's rows are LDA = 68 floats apart: a warp's 16 k x 2 m stores fall in 16 banks, two each
+    // (64 apart, 16 to a bank). B: 32 consecutive pixels of one k.
     __device__ __forceinline__ void store(int buffer) {
-        const int m = tid % BM, k = tid / BM;
+        const int ka = tid % BK, m = tid / BK, k = tid / BN, p = tid % BN;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            As[buffer][k + 4 * q][m] = ra[q];
-            Bs[buffer][k + 4 * q][m] = rb[q];
+            As[buffer][ka][m + 16 * q] = ra[q];
+            Bs[buffer][k + 4 * q][p] = rb[q];
         }
     }
 
@@ -103,8 +106,8 @@ template <typename T>
 __device__ __forceinline__ void conv_tile(float* acc, const T* w, int ldw, int m_left, const T* x, int col0, int P,
                                           int OW, int H, int W, int CG, int KHW, int KW, int sh, int sw, int pt,
                                           int pl, int dh, int dw) {
-    // Two buffers of both operands, 16 KiB (the Numba epilogue's stash takes the rest of 48).
-    __shared__ __align__(16) float As[2][16][64];
+    // Two buffers of both operands, 16.5 KiB (the Numba epilogue's stash takes 16 of the rest of 48).
+    __shared__ __align__(16) float As[2][16][68];
     __shared__ __align__(16) float Bs[2][16][64];
     const int tid = threadIdx.y * 16 + threadIdx.x;
     const int p = col0 + tid % 64;
