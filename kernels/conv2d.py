@@ -6,12 +6,16 @@ Float32 accumulation also for float16 inputs; with `groups` > 1 output channel o
 the CG = C / groups input channels of its group (depthwise: groups = C, one channel each).
 Three kernels:
 
-- implicit GEMM on the matmul kernels' tiled core (simaccel.kernels.matmul `tile_steps`), for
-  convolutions with enough output channels per group (`uses_implicit_gemm`) and at least
-  MIN_GEMM_PIXELS output pixels per image: for image n and group g, out[n, g's channels] (OG x P output pixels) = W_g (OG x K) @ im2col(x[n], g)
+- implicit GEMM, for convolutions with enough output channels per group
+  (`uses_implicit_gemm`) and at least MIN_GEMM_PIXELS output pixels per image: for image n
+  and group g, out[n, g's channels] (OG x P output pixels) = W_g (OG x K) @ im2col(x[n], g)
   (K x P), K = CG * KH * KW. im2col is never stored: the B tile is gathered from x while it
   is staged in shared memory (a padding position reads as a zero, multiplied like any
-  other input, as in TVM), and the bias is per row (output channel);
+  other input, as in TVM), and the bias is per row (output channel). Where CG is a multiple
+  of 16 (K channels inner) the K loop is CUDA C++ (conv2d_f32.cu) on 64 x 64 tiles, or on
+  32 x 32 tiles with K sliced four ways in the block where 64 x 64 ones would leave the GPU
+  idle (`tiling`: a batch-1 network); otherwise it is Numba's, on the matmul kernels' tiled
+  core (simaccel.kernels.matmul `tile_steps`);
 - grouped / depthwise convolution (`kernels/conv2d_grouped.py`): an input tile in shared
   memory and 4 outputs x up to 4 channels per thread, for depthwise and other narrow groups
   (grouped convolutions with fewer than a GEMM tile, 64, of output channels per group;
@@ -36,7 +40,8 @@ from .elementwise import divmod_fast
 from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
 from .main_loop import HERE, data_pointer, same
-from .matmul import NTHREADS, SMALL, THREADS_X, THREADS_Y, launch_gemm, tile_arrays, tile_column, tile_steps
+from .matmul import (MIN_SLICED_K, MIN_SMALL_TILES, NTHREADS, SLICED, SLICED_LD, SMALL, THREADS_X, THREADS_Y,
+                     launch_gemm, tile_arrays, tile_column, tile_steps)
 from .target import shared_alignment, with_simulator_twin
 
 BLOCK = 256
@@ -137,6 +142,52 @@ def _channels_inner_kernel(BM, BN, BK, epilogue, simulator, dtype):
     return kernel
 
 
+def _sliced_kernel(epilogue, simulator, dtype):
+    """The implicit-GEMM conv2d kernel on SLICED x SLICED tiles with K sliced four ways inside
+    the block (conv2d_f32.cu, `ConvLoop<T, 32, 4>`; its numpy model on the simulator), K
+    channels inner, for convolutions whose 64 x 64 tiles would leave the GPU idle (`tiling`).
+    The C++ leaves the tile in shared memory; each thread stores elements tid, tid + 256, ...
+    (consecutive threads, consecutive pixels) through the bias, activation and `epilogue`."""
+    size = SLICED * SLICED
+    if simulator:
+        def positions():  # the elements this thread stores: on the simulator it computes them
+            tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
+            return [((e // SLICED) * SLICED_LD + e % SLICED, e // SLICED, e % SLICED) for e in range(tid, size, NTHREADS)]
+
+        main_loop, pointer = _simulated_conv_loop(positions), same
+    else:
+        main_loop, pointer = _SLICED_CONV_LOOPS[dtype], data_pointer
+
+    def kernel(out, x, w, bias, C, H, W, O, OG, CG, groups, OW, P, KHW, KW, inv_ow, inv_khw, inv_kw,
+               sh, sw, pt, pl, dh, dw, has_bias, act, z0, tile0, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
+        """As the 64 x 64 kernels (same arguments), on SLICED x SLICED tiles."""
+        result = cuda.shared.array((SLICED, SLICED_LD), float32)
+        n, o0, m_left, col0, x0 = gemm_tile(z0, tile0, groups, OG, C, CG, H * W, SLICED, SLICED)
+        K = CG * KHW
+        main_loop(pointer(result), pointer(w), o0 * K, K, m_left, pointer(x), x0, col0, P, OW, H, W, CG, KHW, KW,
+                  sh, sw, pt, pl, dh, dw)
+        cuda.syncthreads()
+        tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
+        for q in range(size // NTHREADS):
+            e = tid + q * NTHREADS
+            r = e // SLICED
+            c = e - r * SLICED
+            col = col0 + c
+            if r < m_left and col < P:
+                v = result[r, c]
+                if has_bias:
+                    v += float32(bias[o0 + r])
+                row = n * O + o0 + r
+                out[row, col] = epilogue(apply_activation(v, act), row * P + col, e0, e1, e2, ed1, ed2, ed3, einv1,
+                                         einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22,
+                                         es23)
+
+    kernel.__name__ = kernel.__qualname__ = f"_conv2d_sliced_kernel_{SLICED}x{SLICED}_{dtype}"
+    if not simulator:
+        kernel.link = (str(HERE / CONV_SOURCE),)
+    return kernel
+
+
 def _channels_outer_kernel(BM, BN, BK, epilogue, simulator, dtype):
     a_tile, b_tile, stash_shape, acc_shape, a_regs, b_regs = tile_arrays(BM, BN, BK)
     multiply, store = tile_steps(BM, BN, BK, sync_block, bias_on_rows=True, epilogue=epilogue)
@@ -211,12 +262,18 @@ GEMM_TILES = SMALL
 # The C++ K loops (conv2d_f32.cu), per operand dtype.
 CONV_SOURCE = "conv2d_f32.cu"
 _CONV_DTYPES = {"float32": (float32, "f32"), "float16": (types.float16, "f16")}
-_CONV_LOOPS = {
-    name: cuda.declare_device(
-        f"simaccel_conv_tile_64_{suffix}",
-        types.int32(types.CPointer(float32), types.CPointer(t), *[types.int64] * 3, types.CPointer(t), *[types.int64] * 15),
-        link=[str(HERE / CONV_SOURCE)], abi="c")
-    for name, (t, suffix) in _CONV_DTYPES.items()}
+
+
+def _declare_conv_loop(name: str, t):
+    """C++ K loop `name` of conv2d_f32.cu for operands of Numba type `t` (its C ABI signature)."""
+    sig = types.int32(types.CPointer(float32), types.CPointer(t), *[types.int64] * 3, types.CPointer(t),
+                      *[types.int64] * 15)
+    return cuda.declare_device(name, sig, link=[str(HERE / CONV_SOURCE)], abi="c")
+
+
+_CONV_LOOPS = {name: _declare_conv_loop(f"simaccel_conv_tile_64_{suffix}", t) for name, (t, suffix) in _CONV_DTYPES.items()}
+_SLICED_CONV_LOOPS = {name: _declare_conv_loop(f"simaccel_conv_sliced_{SLICED}_{suffix}", t)
+                      for name, (t, suffix) in _CONV_DTYPES.items()}
 
 
 def _simulated_conv_loop(positions):
@@ -248,6 +305,16 @@ def _simulated_conv_loop(positions):
 
 def _gemm_key(channels_inner: bool, dtype: str):
     return (True, dtype) if channels_inner else (False, None)
+
+
+# operand dtype -> the sliced kernel, without a fused group
+_SLICED_KERNELS = {d: with_simulator_twin(_sliced_kernel, IDENTITY, dtype=d) for d in _CONV_DTYPES}
+
+
+def _sliced(dtype: str, epilogue):
+    if epilogue is None:
+        return _SLICED_KERNELS[dtype]
+    return fused_kernel(("conv2d_sliced", dtype), epilogue, lambda fn: with_simulator_twin(_sliced_kernel, fn, dtype=dtype))
 
 
 # (channels_inner, operand dtype or None) -> kernel, without a fused group
@@ -392,9 +459,12 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
     OG, P = O // groups, OH * OW
     BM, BN, BK = GEMM_TILES
-    # The C++ K loop takes one operand dtype (the ISA gives conv2d's data and weight the same one).
+    # The C++ K loops take one operand dtype (the ISA gives conv2d's data and weight the same one).
     channels_inner = CG % BK == 0 and str(data.dtype) == str(weight.dtype) and str(data.dtype) in _CONV_DTYPES
-    kernel = _gemm_kernel(channels_inner, str(data.dtype), epilogue)
+    if channels_inner and tiling(OG, P, CG * KH * KW, N * groups) == "sliced":
+        kernel, BM, BN = _sliced(str(data.dtype), epilogue), SLICED, SLICED
+    else:
+        kernel = _gemm_kernel(channels_inner, str(data.dtype), epilogue)
     fused = epilogue_args(target, epilogue, out)
     x1 = target.reshape(data, (N * C * H * W,))
     w2 = target.reshape(weight, (O, CG * KH * KW))
@@ -409,6 +479,15 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
                           has_bias, act, z0, tile0, *fused)
             launches += 1
     return launches
+
+
+def tiling(og: int, pixels: int, k: int, images: int) -> str:
+    """Which implicit-GEMM tiling a convolution with channels inner takes: "sliced" (32 x 32
+    tiles, K sliced four ways in the block) where its 64 x 64 tiles would be fewer than
+    MIN_SMALL_TILES and K at least MIN_SLICED_K (the float32 matmuls' rule, kernels/matmul.py:
+    a batch-1 network's stages from 28 x 28 on), else "small" (64 x 64)."""
+    tiles = -(-og // GEMM_TILES[0]) * -(-pixels // GEMM_TILES[1]) * images
+    return "sliced" if tiles < MIN_SMALL_TILES and k >= MIN_SLICED_K else "small"
 
 
 def is_pointwise(weight_shape, strides, padding, groups) -> bool:

@@ -156,6 +156,19 @@ CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups"
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv2d_sliced_kernel_compiles_without_spills(dtype):
+    """A batch-1 stage's convolution (16 tiles of 64 x 64) takes the sliced 32 x 32 kernel: four
+    groups' double buffers of 16 x 36 and 16 x 32 floats, and the 32 x 33 result tile."""
+    program = one_op_program("simaccel.conv2d_bias_relu", [(1, 256, 14, 14), (256, 256, 3, 3), (1, 256, 1, 1)],
+                             dtype, CONV)
+    [kernel] = compile_program(program, SM90)
+    assert kernel.kernel.__name__ == f"_conv2d_sliced_kernel_32x32_{dtype}"
+    used = no_spills(kernel)
+    assert used["stack"] == 0 and used["registers"] <= 128, used
+    assert f"{4 * 2 * 16 * (36 + 32) * 4 + 32 * 33 * 4} bytes smem" in kernel.link_log, kernel.link_log
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("channels", [256, 3])
 def test_conv2d_gemm_kernels_keep_their_accumulators_in_registers(channels, dtype):
     """The implicit-GEMM conv2d, bias and ReLU fused, both orders of K: channels inner on the

@@ -427,10 +427,16 @@ def _conv_inputs(name, case, dtype, rng):
     return arrays, dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
 
 
+@pytest.mark.parametrize("tiles", ["as chosen", "64x64 forced"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", range(len(GEMM_CONV_CASES)))
-def test_conv2d_as_implicit_gemm(case, dtype):
+def test_conv2d_as_implicit_gemm(case, dtype, tiles, monkeypatch):
+    """Each case on the kernel its shape takes (these small images: the sliced 32 x 32 tiles
+    where K is channels inner and long enough), and with 64 x 64 tiles forced."""
     from simaccel.kernels import conv2d as conv_kernels
+
+    if tiles == "64x64 forced":
+        monkeypatch.setattr(conv_kernels, "MIN_SMALL_TILES", 0)
 
     name = CONV_OPS[case % len(CONV_OPS)]
     arrays, attrs = _conv_inputs(name, GEMM_CONV_CASES[case], dtype, np.random.default_rng(400 + case))
@@ -443,7 +449,14 @@ def test_conv2d_as_implicit_gemm(case, dtype):
     if conv_kernels.is_pointwise(arrays[1].shape, attrs["strides"], attrs["padding"], attrs["groups"]):
         assert kernel.__name__.startswith("_matmul_")  # a pointwise conv: the matmul kernels, bias in the epilogue
     else:
-        assert kernel is conv_kernels._GEMM_KERNELS[(True, dtype) if channels_inner else (False, None)]
+        N, _, _, _ = arrays[0].shape
+        O, CG, KH, KW = arrays[1].shape
+        P = out.shape[2] * out.shape[3]
+        groups = attrs["groups"]
+        if channels_inner and conv_kernels.tiling(O // groups, P, CG * KH * KW, N * groups) == "sliced":
+            assert kernel is conv_kernels._SLICED_KERNELS[dtype] and tiles == "as chosen"
+        else:
+            assert kernel is conv_kernels._GEMM_KERNELS[(True, dtype) if channels_inner else (False, None)]
     check(name, arrays, attrs)
 
 
