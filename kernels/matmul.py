@@ -54,11 +54,14 @@ MIN_LARGE_TILES = 128
 #   MIN_SMALL_TILES with K of at least MIN_SLICED_K: four times the blocks, each a quarter of
 #   the chain (a 7 x 7 stage's pointwise convolution was 3..20 SMALL tiles of K up to 960).
 #   On the H200 (results/gpu/2026-12-02-h200-gemm-tiling/) it was 1.8-3.6x faster than SMALL
-#   from 3 to 48 SMALL tiles, 1.25x at 144 (256x2304x768), and 1.18x slower at 256 (1024^3).
+#   from 3 to 48 SMALL tiles, 1.25x at 144 (256x2304x768), and 1.18x slower at 256 (1024^3);
+#   on a batch-1 network's pointwise convolutions (K of 24 to 232, 1 to 49 SMALL tiles:
+#   results/gpu/2026-12-04-h200-vector-conv/) 1.1-2.1x faster from two K slices of SMALL on,
+#   and 5% slower at one (K = 16): MIN_SLICED_K is one more than a slice.
 SLICED = 32
 SLICED_LD = SLICED + 1  # the shared result tile's row stride
 MIN_SMALL_TILES = 200
-MIN_SLICED_K = 64
+MIN_SLICED_K = SMALL[2] + 1
 # - GEMV: 4 x 8 tiles for matrices of at most 4 rows (matmul_f32.cu `gemv`): B streamed once
 #   with 16-byte loads, no shared staging, reductions in a fixed order.
 GEMV = (4, 8)

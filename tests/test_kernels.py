@@ -249,7 +249,8 @@ def test_the_tiling_follows_the_tiles_a_launch_fills():
     assert tiling(256, 768, 3072, 1) == "sliced"  # 48 small tiles
     assert tiling(256, 2304, 768, 1) == "sliced"  # 144
     assert tiling(1024, 1024, 1024, 1) == "small"  # 256
-    assert tiling(1280, 49, MIN_SLICED_K - 1, 1) == "small"  # short K: nothing to split
+    assert tiling(1280, 49, MIN_SLICED_K - 1, 1) == "small"  # one K slice: nothing to split
+    assert tiling(48, 784, 48, 1) == "sliced"  # a batch-1 pointwise convolution of 48 channels
     assert tiling(64, 64, 512, 200) == "large"  # batches count as tiles
     assert tiling(1, 1000, 1280, 1) == "gemv"  # a classifier
     assert tiling(4, 4096, 4096, 1) == "gemv" and tiling(5, 4096, 4096, 1) != "gemv"
