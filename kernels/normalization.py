@@ -60,7 +60,7 @@ ROW_SUM_BLOCK = 256  # the block cap of row sums (nothing cached: more threads o
 # layer norm, so that a row up to ROW_CACHE * MAX_BLOCK long is read from memory once.
 ROW_CACHE = 8
 # From this many rows on, a block has a thread per ROW_CACHE elements of its row, else one
-# per element (an H200 holds about 132 x 8 blocks at once).
+# per VEC elements (an H200 holds about 132 x 8 blocks at once).
 MIN_CACHED_ROWS = 1024
 _MAX_GRID = 1 << 20  # rows beyond that are walked by a loop in the kernels
 WARP = 32
@@ -163,6 +163,7 @@ def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
     """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
     `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
     a pass of ROW_CACHE values issued before any is used."""
+    assert cache % VEC == 0, f"a thread's {cache} values must be whole vectors of {VEC}"
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
     aligned = alignment_check(simulator)
 
@@ -275,6 +276,7 @@ _softmax_wide_kernel = with_simulator_twin(_softmax_block_kernel, False, name="_
 def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
     """Layer norm, a block per row (see above), as `_softmax_block_kernel`; gamma and beta are
     loaded an access at a time, before the values they scale are stored."""
+    assert cache % VEC == 0, f"a thread's {cache} values must be whole vectors of {VEC}"
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
     aligned = alignment_check(simulator)
 
@@ -385,6 +387,7 @@ _layer_norm_long_kernel = with_simulator_twin(_layer_norm_block_kernel, True)
 def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
     """Softmax, a group of 2**shift lanes per row of D <= 2**shift * WARP_CACHE (see above);
     the row loop is uniform over the block, a group past the last row computes on nothing."""
+    assert cache % VEC == 0, f"a thread's {cache} values must be whole vectors of {VEC}"
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
     aligned = alignment_check(simulator)
 
@@ -445,6 +448,7 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
 
 def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
     """Layer norm, a group of lanes per row (as `_softmax_rows_kernel`)."""
+    assert cache % VEC == 0, f"a thread's {cache} values must be whole vectors of {VEC}"
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
     aligned = alignment_check(simulator)
 

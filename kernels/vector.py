@@ -45,6 +45,8 @@ def _vector_typing(global_array, local_array, count):
     if not (isinstance(global_array, types.Array) and isinstance(local_array, types.Array)
             and isinstance(count, types.IntegerLiteral)):
         return None
+    if global_array.layout != "C" or global_array.ndim != 1:  # the address is data + index: flat views only
+        return None
     nbytes = count.literal_value * np.dtype(str(global_array.dtype)).itemsize
     return (count.literal_value, nbytes) if nbytes in (2, 4, 8, 16) else None
 

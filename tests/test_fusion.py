@@ -28,12 +28,12 @@ def _programs(mod):
             if isinstance(f, relax.Function) and f.attrs and "Codegen" in f.attrs]
 
 
-def conv_gated(dtype="float32"):
+def conv_gated(dtype="float32", channels=8):
     """conv + bias, then x * sigmoid(x) (SiLU written out), a per-channel scale, a residual, a clip."""
     @tvm.script.ir_module
     class Module:
         @R.function
-        def main(x: R.Tensor((1, 8, 6, 6), dtype), w: R.Tensor((16, 8, 3, 3), dtype), b: R.Tensor((1, 16, 1, 1), dtype),
+        def main(x: R.Tensor((1, channels, 6, 6), dtype), w: R.Tensor((16, channels, 3, 3), dtype), b: R.Tensor((1, 16, 1, 1), dtype),
                  s: R.Tensor((1, 16, 1, 1), dtype), r: R.Tensor((1, 16, 6, 6), dtype)):
             with R.dataflow():
                 c = R.nn.conv2d(x, w, padding=(1, 1))
@@ -48,9 +48,15 @@ def conv_gated(dtype="float32"):
     return Module
 
 
-def dense_chain(dtype="float32", k=24, rows=5):
+def conv_gated_channels_inner(dtype="float32"):
+    """conv_gated on 16 input channels: K channels inner, the C++ K loop (sliced: few tiles)."""
+    return conv_gated(dtype, channels=16)
+
+
+def dense_chain(dtype="float32", k=16, rows=5):
     """dense + bias, then a scalar scale, tanh, a column-broadcast add whose result is also a
-    model output (so it is stored, and the ops after it form a group of their own)."""
+    model output (so it is stored, and the ops after it form a group of their own). K = 16, one
+    K slice: in float32 the 64 x 64 kernel's epilogue (from two slices on, few tiles are sliced)."""
     @tvm.script.ir_module
     class Module:
         @R.function
@@ -107,7 +113,8 @@ def test_a_value_read_outside_the_group_ends_it():
     assert program.ops[first.last].output not in first.fused_values(program)
 
 
-@pytest.mark.parametrize("model", [conv_gated, dense_chain, dense_chain_long_k, dense_chain_gemv])
+@pytest.mark.parametrize("model", [conv_gated, conv_gated_channels_inner, dense_chain, dense_chain_long_k,
+                                   dense_chain_gemv])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_fused_groups_match_tvm_alone_on_the_simulator(model, dtype):
     mod = model(dtype)
@@ -220,8 +227,8 @@ def _gpu_or_skip():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("model", [conv_gated, dense_chain, dense_chain_long_k, dense_chain_gemv, hardswish_block,
-                                   depthwise_se])
+@pytest.mark.parametrize("model", [conv_gated, conv_gated_channels_inner, dense_chain, dense_chain_long_k,
+                                   dense_chain_gemv, hardswish_block, depthwise_se])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_fused_groups_on_the_gpu_match_tvm_alone_natively_and_on_the_cuda_engine(model, dtype, clean_runtime):
     """The generated epilogues compiled for the GPU: native regions (fused plan) and the cuda

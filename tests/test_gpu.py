@@ -318,13 +318,7 @@ KERNEL_CASES = [
     ("simaccel.mean", [(16, 256, 56, 56)], {"axes": [2, 3], "keepdims": True}),
     ("simaccel.conv2d_bias_relu", [(8, 64, 56, 56), (64, 64, 3, 3), (1, 64, 1, 1)],
      {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}),
-    # The tap-major K loop of conv2d_f32.cu at odd sizes: a partial channel tile (80 = 64 + 16),
-    # partial pixel tiles, strides, dilation and asymmetric padding; two groups of 64 channels;
-    # a 5x5 kernel; a 1x1 kernel with stride 2 (not pointwise: it takes the implicit GEMM).
-    ("simaccel.conv2d_bias_relu", [(2, 32, 29, 23), (80, 32, 3, 3), (1, 80, 1, 1)],
-     {"strides": [2, 1], "padding": [1, 0, 2, 1], "dilation": [1, 2], "groups": 1}),
-    ("simaccel.conv2d", [(2, 64, 15, 15), (128, 32, 3, 3)], {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 2}),
-    ("simaccel.conv2d_relu", [(1, 48, 20, 21), (70, 48, 5, 5)], {"strides": [1, 1], "padding": [2, 2, 2, 2], "dilation": [1, 1], "groups": 1}),
+    # A 1x1 kernel with stride 2 (not pointwise: it takes the implicit GEMM, K of 256 channels).
     ("simaccel.conv2d", [(2, 256, 14, 14), (512, 256, 1, 1)], {"strides": [2, 2], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}),
 ]
 
@@ -332,6 +326,36 @@ KERNEL_CASES = [
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("name, shapes, attrs", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
 def test_kernels_at_real_sizes(name, shapes, attrs, dtype):
+    _check_at_real_size(name, shapes, attrs, dtype)
+
+
+# Convolutions and float32 matmuls on both of their tilings, forced: 64 x 64 tiles and sliced
+# K on 32 x 32 (kernels/conv2d.py and kernels/matmul.py `tiling` choose by the tile count): a
+# partial channel tile (80 = 64 + 16), partial pixel tiles, strides, dilation, asymmetric
+# padding; two groups of 64 channels; a 5x5 kernel; K of 33 and 100 (a K tail, several slices).
+TILING_CASES = [
+    ("simaccel.conv2d_bias_relu", [(8, 32, 121, 47), (80, 32, 3, 3), (1, 80, 1, 1)],
+     {"strides": [2, 1], "padding": [1, 0, 2, 1], "dilation": [1, 2], "groups": 1}),
+    ("simaccel.conv2d", [(8, 64, 30, 30), (128, 32, 3, 3)], {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 2}),
+    ("simaccel.conv2d_relu", [(2, 48, 20, 21), (70, 48, 5, 5)], {"strides": [1, 1], "padding": [2, 2, 2, 2], "dilation": [1, 1], "groups": 1}),
+    ("simaccel.dense_bias_gelu", [(300, 33), (129, 33), (129,)], {}),
+    ("simaccel.matmul_relu", [(2, 100, 100), (100, 200)], {}),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("tiles", ["64x64", "sliced"])
+@pytest.mark.parametrize("name, shapes, attrs", TILING_CASES, ids=[c[0] for c in TILING_CASES])
+def test_both_tilings_at_real_sizes(name, shapes, attrs, tiles, dtype, monkeypatch):
+    from simaccel.kernels import conv2d, matmul
+
+    for module in (conv2d, matmul):  # 0: never sliced; past any tile count: always (where K allows)
+        monkeypatch.setattr(module, "MIN_SMALL_TILES", 0 if tiles == "64x64" else 1 << 40)
+    _check_at_real_size(name, shapes, attrs, dtype)
+
+
+def _check_at_real_size(name, shapes, attrs, dtype):
+    """Op `name`'s kernel on the GPU on random inputs of `shapes`, against its numpy reference."""
     from numba import cuda
 
     from simaccel.data import random_arrays

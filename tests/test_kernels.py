@@ -81,7 +81,8 @@ MATMUL_OPS = [
     for act in ("", "_relu", "_gelu")
 ]
 
-# (data shape, N): rank 2..4, single-block shapes; K > 16 (two K slices) somewhere.
+# (data shape, N): rank 2..4, single-block shapes; K > 16 (two K slices: in float32 the sliced
+# tiling, test_matmul_crosses_block_tiles forces 64 x 64 ones too) somewhere.
 MATMUL_SHAPES = [((3, 5), 7), ((2, 3, 17), 5), ((2, 1, 4, 9), 3), ((1, 1), 1)]
 
 
@@ -138,7 +139,14 @@ def test_matmul_multi_tile(name, data_shape, n, dtype):
         ("simaccel.dense_bias_gelu", (65, 18), 1, "float32"),  # N = 1
     ],
 )
-def test_matmul_crosses_block_tiles(name, data_shape, n, dtype):
+@pytest.mark.parametrize("tiles", ["as chosen", "64x64 forced"])
+def test_matmul_crosses_block_tiles(name, data_shape, n, dtype, tiles, monkeypatch):
+    """Each on the tiling its shape takes (in float32 the sliced one for most: few tiles), and
+    with 64 x 64 tiles forced (several K slices, tails)."""
+    from simaccel.kernels import matmul as matmul_kernels
+
+    if tiles == "64x64 forced":
+        monkeypatch.setattr(matmul_kernels, "MIN_SMALL_TILES", 0)
     rng = np.random.default_rng(11)
     out, _ = check(name, _matmul_inputs(name, data_shape, n, dtype, rng, bias_2d=data_shape[0] == 1))
     if "_relu" in name:
@@ -405,7 +413,7 @@ def test_conv2d_ops(name, dtype):
 
 
 # Convolutions with at least MIN_GEMM_CHANNELS output channels (a full 64-channel tile per group
-# where grouped: conv2d.uses_implicit_gemm) run as an implicit GEMM on the matmul kernels' tiled core: channel tails (17 of 64 rows), pixel tiles crossed
+# where grouped: conv2d.uses_implicit_gemm) run as an implicit GEMM (channels inner: the C++ K loop, sliced at these sizes): channel tails (17 of 64 rows), pixel tiles crossed
 # (100 pixels), K not a multiple of the slice (27, 18, 5), strides, asymmetric padding,
 # dilation, two groups, a 1x1 convolution (a plain GEMM over pixels); the last three with
 # channels per group a multiple of the K slice (16), where K runs channels fastest.
@@ -636,7 +644,7 @@ def test_elementwise_kernels_with_several_elements_per_thread(name, shapes, attr
 
 # Row lengths 1, 5, 17, 100, 256 (grouped: 1, 8, 8, 16 (float32) or 32 lanes a row; blocks of
 # 128 / lanes rows, most past the end), 300 (8 per thread in registers, some threads short of
-# 8), 2100 (longer than 8 x 256: the rest read in a loop on a thread per element; a block of
+# 8), 2100 (longer than 8 x 256: the rest read in a loop on a thread per 4 elements; a block of
 # 512 cached), 1024 (a block of 128 cached).
 ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (5, 100), (9, 256), (1, 300), (7,), (2, 2100), (9, 1024)]
 
@@ -644,7 +652,7 @@ ROW_SHAPES = [(3, 1), (2, 3, 5), (1, 1, 2, 17), (5, 100), (9, 256), (1, 300), (7
 @pytest.fixture(params=["per-element", "cached", "warp-per-row"])
 def row_threads(request, monkeypatch):
     """The three ways the row kernels spread rows over threads: a block per row with one
-    element per thread (launches of few rows, as here) or ROW_CACHE per thread (from
+    vector (4 elements) per thread (launches of few rows, as here) or ROW_CACHE per thread (from
     MIN_CACHED_ROWS rows, forced), and a group of lanes per row (from MIN_WARP_ROWS rows of at
     most 256, forced: rows longer than that stay on the cached block kernel)."""
     from simaccel.kernels import normalization
@@ -681,7 +689,7 @@ def test_layer_norm(shape, dtype, row_threads):
 @pytest.mark.parametrize("D", [17, 300, 2100])
 def test_row_kernels_keep_nan_and_inf_as_numpy(D, row_threads):
     # NaNs, +infs, a row of -inf, -infs among finite values and a finite row, on each of the
-    # three layouts (and rows of 2100 on a thread per element: the rest past the cache, where
+    # three layouts (and rows of 2100 on a thread per 4 elements: the rest past the cache, where
     # softmax sums online): NaN exactly where numpy's formula gives it (whole rows: softmax's
     # first three, layer norm's first four), the same values elsewhere.
     x = _random(np.random.default_rng(9), (5, D), "float32") * 4
