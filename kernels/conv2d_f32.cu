@@ -9,9 +9,9 @@
 // flight (in registers) while the current one is multiplied, the inner loop unrolled. im2col
 // is never stored: each thread stages the B values of one output pixel, whose input row and
 // column it checks once per slice; a padding position is a zero, multiplied like any other
-// input (as in TVM). On the H200 (2026-12-04) this loop took 3x3 convolutions from 1.53-2.09x
-// cuDNN's time (Numba's loop) to 1.26-1.45x at batch 8, and with sliced K (below) to
-// 0.87-1.2x at batch 1, where 64 x 64 tiles were 1.8-3x slower.
+// input (as in TVM). On the H200 (results/gpu/2026-12-04-h200-vector-conv/) this loop took the
+// batch-8 ResNet 3x3 convolutions from 1.53-2.09x cuDNN's time (Numba's loop) to 1.07-1.37x,
+// and with sliced K (below) batch-1 14x14 and 7x7 ones to 0.88x, where 64 x 64 tiles took 2.6x.
 //
 // Operands: w is the tile's first output channel row of the (O, CG * KH * KW) weight (OIHW,
 // row stride ldw = K), m_left of its rows in the group; x the group's first input channel of
