@@ -41,7 +41,7 @@ from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
 from .main_loop import HERE, data_pointer, same
 from .matmul import (MIN_SLICED_K, MIN_SMALL_TILES, NTHREADS, SLICED, SLICED_LD, SMALL, THREADS_X, THREADS_Y,
-                     launch_gemm, tile_arrays, tile_column, tile_steps)
+                     launch_gemm, result_tile_store, tile_arrays, tile_column, tile_steps)
 from .target import shared_alignment, with_simulator_twin
 
 BLOCK = 256
@@ -149,6 +149,7 @@ def _sliced_kernel(epilogue, simulator, dtype):
     The C++ leaves the tile in shared memory; each thread stores elements tid, tid + 256, ...
     (consecutive threads, consecutive pixels) through the bias, activation and `epilogue`."""
     size = SLICED * SLICED
+    store = result_tile_store(SLICED, SLICED, True, epilogue)  # the bias per row: an output channel
     if simulator:
         def positions():  # the elements this thread stores: on the simulator it computes them
             tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
@@ -167,20 +168,8 @@ def _sliced_kernel(epilogue, simulator, dtype):
         main_loop(pointer(result), pointer(w), o0 * K, K, m_left, pointer(x), x0, col0, P, OW, H, W, CG, KHW, KW,
                   sh, sw, pt, pl, dh, dw)
         cuda.syncthreads()
-        tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
-        for q in range(size // NTHREADS):
-            e = tid + q * NTHREADS
-            r = e // SLICED
-            c = e - r * SLICED
-            col = col0 + c
-            if r < m_left and col < P:
-                v = result[r, c]
-                if has_bias:
-                    v += float32(bias[o0 + r])
-                row = n * O + o0 + r
-                out[row, col] = epilogue(apply_activation(v, act), row * P + col, e0, e1, e2, ed1, ed2, ed3, einv1,
-                                         einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22,
-                                         es23)
+        store(out, result, cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x, m_left, P - col0, n * O + o0, col0, P,
+              bias, has_bias, o0, act, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
     kernel.__name__ = kernel.__qualname__ = f"_conv2d_sliced_kernel_{SLICED}x{SLICED}_{dtype}"
     if not simulator:

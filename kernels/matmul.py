@@ -223,6 +223,36 @@ def _tiled_kernel(BM, BN, BK, transpose_b, epilogue, simulator):
     return kernel
 
 
+def result_tile_store(rows, cols, bias_on_rows, epilogue):
+    """The epilogue of a kernel whose C++ main loop leaves its rows x cols result tile in shared
+    memory (the sliced-K and GEMV matmuls, conv2d's sliced-K kernel), as a device function:
+    `store(out, result, tid, m_left, n_left, out_row0, col0, N, bias, has_bias, bias0, act,
+    e0, ...)` has thread `tid` of the block's NTHREADS store elements tid, tid + NTHREADS, ...
+    (consecutive threads, consecutive columns) of result[:m_left, :n_left], plus the bias
+    (bias[bias0 + row] with `bias_on_rows`, else bias[col0 + column]) and activation `act`,
+    through `epilogue`, to out[out_row0 + row, col0 + column] of an output N columns wide."""
+    size = rows * cols
+
+    @register_jitable
+    def store(out, result, tid, m_left, n_left, out_row0, col0, N, bias, has_bias, bias0, act,
+              e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):
+        for q in range((size + NTHREADS - 1) // NTHREADS):
+            e = tid + q * NTHREADS
+            r = e // cols
+            c = e - r * cols
+            if e < size and r < m_left and c < n_left:
+                v = result[r, c]
+                col = col0 + c
+                if has_bias:
+                    v += float32(bias[bias0 + r]) if bias_on_rows else float32(bias[col])
+                row = out_row0 + r
+                out[row, col] = epilogue(apply_activation(v, act), row * N + col, e0, e1, e2, ed1, ed2, ed3, einv1,
+                                         einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22,
+                                         es23)
+
+    return store
+
+
 def _shared_tile_kernel(name, rows, cols, ld, transpose_b, epilogue, simulator):
     """A float32 kernel whose C++ main loop (`simaccel_f32_{name}_{nk|kn}`) leaves the block's
     rows x cols result tile in shared memory (row stride `ld`), for one form of B, with
@@ -231,6 +261,7 @@ def _shared_tile_kernel(name, rows, cols, ld, transpose_b, epilogue, simulator):
     through the epilogue."""
     source = "matmul_f32.cu"
     size = rows * cols
+    store = result_tile_store(rows, cols, False, epilogue)
     if simulator:
         def positions():  # the elements this thread stores: on the simulator it computes them
             tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
@@ -250,20 +281,8 @@ def _shared_tile_kernel(name, rows, cols, ld, transpose_b, epilogue, simulator):
             sa0, sa1, sb0, sb1)
         main_loop(pointer(result), pointer(a), a_off, K, pointer(b), b_off, ldb, m_left, n_left, K)
         cuda.syncthreads()
-        tid = cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x
-        for q in range((size + NTHREADS - 1) // NTHREADS):
-            e = tid + q * NTHREADS
-            r = e // cols
-            c = e - r * cols
-            if e < size and r < m_left and c < n_left:
-                v = result[r, c]
-                col = col0 + c
-                if has_bias:
-                    v += float32(bias[col])
-                row = z * M + row0 + r
-                out[row, col] = epilogue(apply_activation(v, act), row * N + col, e0, e1, e2, ed1, ed2, ed3, einv1,
-                                         einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22,
-                                         es23)
+        store(out, result, cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x, m_left, n_left, z * M + row0, col0, N,
+              bias, has_bias, 0, act, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
     kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_{name}_kernel_{rows}x{cols}"
     if not simulator:
