@@ -6,11 +6,10 @@
 through simaccel.conv2d's own launcher three ways: the tiling it chooses
 (kernels/conv2d.py `tiling`), 64 x 64 tiles forced and sliced 32 x 32 tiles forced (by
 setting MIN_SMALL_TILES). Each is checked against torch's result, then timed with CUDA events
-(median of 30 samples of 10 launches queued behind a spin kernel). Writes
+(scripts/cuda_events.py: median of 30 samples of 10 launches queued behind a spin kernel). Writes
 OUT_DIR/conv_tiling.json and prints a table.
 """
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,24 +20,15 @@ from simaccel.kernels import KernelTarget
 from simaccel.kernels import conv2d as cv
 from simaccel.ops import get_op
 
+sys.path.insert(0, str(Path(__file__).parent))  # python -P adds no script folder
+from cuda_events import events_us  # noqa: E402
+
 SHAPES = [(8, 64, 56), (8, 128, 28), (8, 256, 14), (1, 64, 56), (1, 128, 28), (1, 256, 14), (1, 512, 7)]
 FORCED = {"chosen": cv.MIN_SMALL_TILES, "64x64": 0, "sliced": 1 << 40}
 
 
-def events_us(fn, reps=30, queued=10):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(10_000_000)
-        start.record()
-        for _ in range(queued):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / queued)
-    return statistics.median(times)
+def timed(fn):
+    return events_us(fn, reps=30, spin=10_000_000)
 
 
 def main(out_dir):
@@ -55,7 +45,7 @@ def main(out_dir):
         w = torch.randn(c, c, 3, 3, device="cuda") * 0.05
         want = torch.nn.functional.conv2d(x, w, padding=1)
         out = torch.empty_like(want)
-        row = {"batch": n, "channels": c, "size": h, "torch_us": events_us(lambda: torch.nn.functional.conv2d(x, w, padding=1)),
+        row = {"batch": n, "channels": c, "size": h, "torch_us": timed(lambda: torch.nn.functional.conv2d(x, w, padding=1)),
                "chosen": cv.tiling(c, h * h, c * 9, n)}
         for label, min_tiles in FORCED.items():
             cv.MIN_SMALL_TILES = min_tiles
@@ -64,7 +54,7 @@ def main(out_dir):
                 fn()
                 torch.cuda.synchronize()
                 row[f"{label}_max_error"] = float((out - want).abs().max())
-                row[f"{label}_us"] = events_us(fn)
+                row[f"{label}_us"] = timed(fn)
             finally:
                 cv.MIN_SMALL_TILES = FORCED["chosen"]
         results.append(row)

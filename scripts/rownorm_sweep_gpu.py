@@ -19,7 +19,6 @@ off that alignment (the element-wise loop), for softmax, layer norm and row sums
 import functools
 import importlib.util
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -29,23 +28,10 @@ from numba import cuda
 from simaccel.kernels import KernelTarget
 from simaccel.kernels import normalization as n
 
+sys.path.insert(0, str(Path(__file__).parent))  # python -P adds no script folder
+from cuda_events import events_us  # noqa: E402
+
 HBM = 4.8e12  # bytes/s, the H200's peak: the 'of HBM' column
-
-
-def events_us(fn, reps=20, warm=3, queued=10):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(20_000_000)
-        start.record()
-        for _ in range(queued):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / queued)
-    return statistics.median(times)
 
 
 @functools.cache
