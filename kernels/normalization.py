@@ -27,6 +27,9 @@ chosen by the row length D:
   alias it: one round trip to L2 per value stored).
   Launches of fewer rows have a thread per VEC elements (up to FEW_ROWS_BLOCK), so short rows
   do not spawn idle threads (each one a Python thread on the simulator).
+* **Row sums of many longer rows** (from MIN_WARP_SUM_ROWS rows: a global average pool over
+  56 x 56) take a warp per row, in passes of ROW_SUM_CACHE values a lane: nothing is kept
+  between passes, so a block's barriers would buy nothing.
 
 Every kernel holds two copies of its row loop (kernels/vector.py, `both_ways`). Where the row
 length is a multiple of VEC and every array it touches is 16-byte aligned (TVM's buffers
@@ -70,6 +73,11 @@ ROWS_BLOCK = 128
 WARP_CACHE = 8
 MIN_WARP_ROWS = 1024
 SECTOR = 32  # bytes: the least a group reads of its row in one access
+# Row sums on groups of lanes: ROW_SUM_CACHE values a lane per pass (16 float32 a lane, 2 KB a
+# warp in flight), and a warp per row of any length from MIN_WARP_SUM_ROWS rows (16 warps an SM
+# of an H200 or more).
+ROW_SUM_CACHE = 12
+MIN_WARP_SUM_ROWS = 2048
 _u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
 
@@ -658,8 +666,12 @@ _row_sum_kernel = with_simulator_twin(_row_sum_block_kernel)
 
 
 def _row_sum_rows_kernel(simulator):
-    """Row sums (or means) of many rows of R <= WARP * WARP_CACHE, a group of 2**shift lanes
-    per row (as `_softmax_rows_kernel`; a global average pool's 7 x 7 rows: 8 lanes)."""
+    """Row sums (or means) of many rows, a group of 2**shift lanes per row (as
+    `_softmax_rows_kernel`; a global average pool's 7 x 7 rows: 8 lanes), a pass of
+    ROW_SUM_CACHE values a lane issued before any is added. Rows longer than a pass (a whole
+    warp per row, from MIN_WARP_SUM_ROWS rows) loop over passes: a warp's shuffles replace
+    the block reduction, whose barriers and shared memory left a block per row of 3136
+    elements issue-bound (82% SM throughput, 64% of HBM on the H200)."""
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
     aligned = alignment_check(simulator)
 
@@ -667,27 +679,31 @@ def _row_sum_rows_kernel(simulator):
         load_values, _ = accessors(simulator, vec)
 
         def loop(out, x, rows, R, mean, shift, buf):
-            vals = cuda.local.array(WARP_CACHE, float32)
+            vals = cuda.local.array(ROW_SUM_CACHE, float32)
             lanes = 1 << shift
             lane = cuda.threadIdx.x & (lanes - 1)
             group = cuda.threadIdx.x >> shift
             per_block = cuda.blockDim.x >> shift
             first = lane * vec
             stride = lanes * vec
+            span = ROW_SUM_CACHE * lanes
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
                 r = r0 + group
                 live = r < rows
                 base = r * R
-                for j in range(0, WARP_CACHE, vec):
-                    i = first + (j // vec) * stride
-                    if live and i < R:
-                        load_values(vals, j, x, base + i)
                 acc = float32(0.0)
-                for j in range(0, WARP_CACHE, vec):
-                    if live and first + (j // vec) * stride < R:
-                        for k in range(j, j + vec):
-                            acc += vals[k]
+                p = 0
+                while p < R:  # the same passes for every group of the block
+                    for j in range(0, ROW_SUM_CACHE, vec):
+                        i = p + first + (j // vec) * stride
+                        if live and i < R:
+                            load_values(vals, j, x, base + i)
+                    for j in range(0, ROW_SUM_CACHE, vec):
+                        if live and p + first + (j // vec) * stride < R:
+                            for k in range(j, j + vec):
+                                acc += vals[k]
+                    p += span
                 total = reduce(buf, acc, False, lane, group, lanes)
                 if live and lane == 0:
                     out[_u(r)] = total / float32(R) if mean else total
@@ -714,10 +730,10 @@ _ROW_SUM_ROWS.launch_bounds = (ROWS_BLOCK, 8)
 
 def launch_row_sums(target, out, x, *, mean: bool) -> int:
     """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1: many short rows on groups of
-    lanes, others on a block per row."""
+    lanes, many longer ones on a warp each, few long ones on a block each."""
     rows, R = (int(d) for d in x.shape)
     x1 = target.reshape(x, (rows * R,))
-    lanes = row_lanes(rows, R, _itemsize(x))
+    lanes = row_lanes(rows, R, _itemsize(x)) or (WARP if rows >= MIN_WARP_SUM_ROWS else None)
     if lanes:
         target.launch(_ROW_SUM_ROWS, _rows_grid(rows, lanes), ROWS_BLOCK, out, x1, rows, R, int(mean),
                       lanes.bit_length() - 1)

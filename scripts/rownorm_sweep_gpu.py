@@ -1,6 +1,7 @@
 """Time layouts of the row-wise softmax and layer norm kernels on a GPU, beside torch's.
 
-    python scripts/rownorm_sweep_gpu.py OUT_DIR [--bounds | --before OLD_normalization.py]
+    python scripts/rownorm_sweep_gpu.py OUT_DIR [--bounds | --before OLD_normalization.py
+                                                 [--ops softmax,layer_norm,row_sum] [--shapes 32768x3136,...]]
 
 kernels/normalization.py's kernels are built by factories whose values-per-thread (`cache`)
 is a parameter. Each variant here is such a kernel, compiled with numba-cuda for the GPU
@@ -14,7 +15,8 @@ With --bounds, the layouts are the ones the launchers pick and the launch bounds
 With --before, the launchers themselves are compared instead: an earlier version of
 kernels/normalization.py (a copy of the file, loaded in the package beside the shipped one),
 the shipped launchers on 16-byte aligned tensors (vector accesses) and on views one element
-off that alignment (the element-wise loop), for softmax, layer norm and row sums.
+off that alignment (the element-wise loop), for softmax, layer norm and row sums (or the ops and
+shapes named: a short run to profile, e.g. under Nsight Compute).
 """
 import functools
 import importlib.util
@@ -105,15 +107,15 @@ def load_before(path):
 
 
 VECTOR_SHAPES = [(32768, 1024), (8192, 4096), (65536, 512), (16384, 2048), (4096, 8192), (262144, 64),
-                 (1024, 32000), (2048, 768), (8192, 1001)]
+                 (1024, 32000), (2048, 768), (8192, 1001), (32768, 3136)]
 
 
-def compare_before(out_dir, before_path):
+def compare_before(out_dir, before_path, ops=("softmax", "layer_norm", "row_sum"), shapes=VECTOR_SHAPES):
     """The launchers before and after, aligned and off the alignment, beside torch."""
     before = load_before(before_path)
     target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
     results = []
-    for rows, D in VECTOR_SHAPES:
+    for rows, D in shapes:
         torch.manual_seed(0)
         x = torch.randn(rows, D, device="cuda")
         g = torch.rand(D, device="cuda") + 0.5
@@ -140,6 +142,8 @@ def compare_before(out_dir, before_path):
                         "shipped, off alignment": lambda: n.launch_row_sums(target, A(sums_off), A(off), mean=False)},
         }
         for op, peer in peers.items():
+            if op not in ops:
+                continue
             want = peer()
             torch_us = events_us(peer)
             moved = (rows * D + (rows if op == "row_sum" else rows * D)) * 4
@@ -216,6 +220,10 @@ def main(out_dir, bounds=False):
 if __name__ == "__main__":
     if "--before" in sys.argv[2:]:
         Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)
-        compare_before(sys.argv[1], sys.argv[sys.argv.index("--before") + 1])
+        def option(name):
+            return sys.argv[sys.argv.index(name) + 1].split(",") if name in sys.argv else None
+        shapes = [tuple(int(d) for d in s.split("x")) for s in option("--shapes") or []] or VECTOR_SHAPES
+        compare_before(sys.argv[1], sys.argv[sys.argv.index("--before") + 1],
+                       option("--ops") or ("softmax", "layer_norm", "row_sum"), shapes)
     else:
         main(sys.argv[1], "--bounds" in sys.argv[2:])

@@ -654,7 +654,8 @@ def row_threads(request, monkeypatch):
     """The three ways the row kernels spread rows over threads: a block per row with one
     vector (4 elements) per thread (launches of few rows, as here) or ROW_CACHE per thread (from
     MIN_CACHED_ROWS rows, forced), and a group of lanes per row (from MIN_WARP_ROWS rows of at
-    most 256, forced: rows longer than that stay on the cached block kernel)."""
+    most 256, forced: softmax's and layer norm's longer rows stay on the cached block kernel,
+    row sums' take a warp each from MIN_WARP_SUM_ROWS rows, forced too)."""
     from simaccel.kernels import normalization
 
     if request.param == "cached":
@@ -662,6 +663,7 @@ def row_threads(request, monkeypatch):
     if request.param == "warp-per-row":
         monkeypatch.setattr(normalization, "MIN_CACHED_ROWS", 1)
         monkeypatch.setattr(normalization, "MIN_WARP_ROWS", 1)
+        monkeypatch.setattr(normalization, "MIN_WARP_SUM_ROWS", 1)
     return request.param
 
 
@@ -1072,12 +1074,16 @@ def test_reductions_of_nothing_and_of_nan_are_tvms():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean"])
 @pytest.mark.parametrize("shape,axes", [((3, 7), [1]), ((2, 3, 4, 5), [2, 3]), ((4, 1, 3), [1, 2]), ((5, 256), [1]),
-                                        ((3, 100), [1])], ids=str)
+                                        ((3, 100), [1]), ((3, 257), [1]), ((2, 1100), [1]), ((2, 4, 16, 33), [2, 3]),
+                                        ((3, 1536), [1])], ids=str)
 def test_row_sums_on_groups_of_lanes(name, shape, axes, dtype, monkeypatch):
-    # Many short rows (a global average pool's 7 x 7) take a group of lanes each: forced here.
+    # Many short rows (a global average pool's 7 x 7) take a group of lanes each, many longer
+    # ones a warp each, in passes of 16 values a lane (a partial last pass, an element loop
+    # where the length is odd, whole passes at 1536): forced here.
     from simaccel.kernels import normalization
 
     monkeypatch.setattr(normalization, "MIN_WARP_ROWS", 1)
+    monkeypatch.setattr(normalization, "MIN_WARP_SUM_ROWS", 1)
     x = _random(np.random.default_rng(8), shape, dtype)
     target = PlanOnlyTarget()
     out = np.empty(np.sum(x, axis=tuple(axes)).shape, dtype)
@@ -1234,6 +1240,13 @@ def test_launch_shapes():
     mean.kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), **mean.all_attrs({"axes": [2, 3], "keepdims": True}))
     assert [(fn, grid, block, args[-1]) for fn, grid, block, args in target.launches] == [
         (n._ROW_SUM_ROWS, 64 * 2048 // 16, 128, 3)]
+    # Many longer rows take a warp each (a mean over 56 x 56), few a block each.
+    target = PlanOnlyTarget()
+    for shape, out_shape in (((64, 512, 56, 56), (64, 512, 1, 1)), ((1, 2047, 56, 56), (1, 2047, 1, 1))):
+        mean.kernel(target, FakeCUDAArray(np.empty(out_shape, np.float32)), FakeCUDAArray(np.empty(shape, np.float32)),
+                    **mean.all_attrs({"axes": [2, 3], "keepdims": True}))
+    assert [(fn, grid, block, args[-1]) for fn, grid, block, args in target.launches] == [
+        (n._ROW_SUM_ROWS, 64 * 512 // 4, 128, 5), (n._row_sum_kernel, 2047, 256, 1)]
 
 
 def test_shape_mismatch_is_refused_by_the_isa_before_any_launch():
