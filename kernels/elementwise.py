@@ -15,6 +15,12 @@ shapes become one flat dim, a bias add two), so common cases skip most index div
 a thread's ILP elements only the first is divided into its indices, the next ones (a block
 apart) add the block's step while they stay in the innermost dim's row. Inputs may be float32 or
 float16 (also mixed); math is float32 and the result is stored in the out dtype.
+
+Each kernel holds two copies of its loop (kernels/vector.py, `both_ways`): where a launch has
+ILP elements a thread, the innermost dim is a multiple of VEC and the arrays are 16-byte
+aligned, a thread's ILP elements are ILP / VEC runs of VEC, each moved by one 16-byte access
+(an input broadcast along the innermost dim: one element, repeated); elsewhere the element copy
+runs.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .activation import ACTIVATIONS, apply_activation
+from .target import with_simulator_twin
+from .vector import VEC, accessors, alignment_check, both_ways
 
 BLOCK = 256
 ILP = 8  # output elements per thread and chunk, loaded before any is stored
@@ -75,66 +83,140 @@ def _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, s
     return i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3, i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3, i3
 
 
-def _binary_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3,
-                   sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total, ilp):
-    va = cuda.local.array(ILP, float32)
-    vb = cuda.local.array(ILP, float32)
-    block = cuda.blockDim.x
-    start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
-    step = cuda.gridDim.x * block * ilp
-    while start < total:
-        # The first element's offsets by division, each next one (a block further) by adding
-        # the block's step along the innermost dim while it stays in that dim's row.
-        ia, ib, i3 = _binary_offsets(start, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
-        for k in range(ILP):
-            idx = start + k * block
-            if k < ilp and idx < total:
-                if k > 0:
-                    i3 += block
-                    if i3 < d3:
-                        ia += block * sa3
-                        ib += block * sb3
-                    else:
-                        ia, ib, i3 = _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3,
-                                                     sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
-                va[k] = float32(a[ia])
-                vb[k] = float32(b[ib])
-        for k in range(ILP):
-            idx = start + k * block
-            if k < ilp and idx < total:
-                x = va[k]
-                y = vb[k]
-                if op == 0:
-                    r = x + y
-                elif op == 1:
-                    r = x * y
-                elif op == 2:
-                    r = x - y
-                elif op == 3:
-                    r = x / y
-                elif op == 5:
-                    r = x ** y  # powf on the GPU; numpy's float32 power (C's semantics) on the simulator
-                else:  # OP_FIRST: the first operand, broadcast (broadcast_to, and copies)
-                    r = x
-                out[idx] = r
-        start += step
+def _binary_kernel_for(simulator):
+    """The broadcasting binary kernel. Its vector copy (`both_ways`) moves VEC consecutive
+    output elements per access: taken where every launch has ILP elements a thread, the
+    innermost (collapsed) dim is a multiple of VEC and each input either runs along it
+    (stride 1: one vector load) or is broadcast along it (stride 0: one element, repeated), and
+    every array moved in vectors is `aligned`."""
+    aligned = alignment_check(simulator)
+
+    def chunk_loop(vec):
+        load_values, store_values = accessors(simulator, vec)
+
+        def loop(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total, ilp):
+            va = cuda.local.array(ILP, float32)
+            vb = cuda.local.array(ILP, float32)
+            block = cuda.blockDim.x
+            hop = block * vec  # from one of a thread's accesses to its next
+            start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x * vec
+            step = cuda.gridDim.x * block * ilp
+            while start < total:
+                # The first access's offsets by division, each next one (a block further) by
+                # adding the block's step along the innermost dim while it stays in that dim's row.
+                ia, ib, i3 = _binary_offsets(start, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
+                for j in range(0, ILP, vec):
+                    idx = start + (j // vec) * hop
+                    if j < ilp and idx < total:
+                        if j > 0:
+                            i3 += hop
+                            if i3 < d3:
+                                ia += hop * sa3
+                                ib += hop * sb3
+                            else:
+                                ia, ib, i3 = _binary_offsets(idx, nd, d1, d2, d3, inv1, inv2, inv3,
+                                                             sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3)
+                        if vec == 1 or sa3 == 1:
+                            load_values(va, j, a, ia)
+                        else:  # broadcast along the row: one value for the whole vector
+                            x = float32(a[ia])
+                            for k in range(j, j + vec):
+                                va[k] = x
+                        if vec == 1 or sb3 == 1:
+                            load_values(vb, j, b, ib)
+                        else:
+                            y = float32(b[ib])
+                            for k in range(j, j + vec):
+                                vb[k] = y
+                for j in range(0, ILP, vec):
+                    idx = start + (j // vec) * hop
+                    if j < ilp and idx < total:
+                        for k in range(j, j + vec):
+                            x = va[k]
+                            y = vb[k]
+                            if op == 0:
+                                r = x + y
+                            elif op == 1:
+                                r = x * y
+                            elif op == 2:
+                                r = x - y
+                            elif op == 3:
+                                r = x / y
+                            elif op == 5:
+                                r = x ** y  # powf on the GPU; numpy's float32 power (C's semantics) on the simulator
+                            else:  # OP_FIRST: the first operand, broadcast (broadcast_to, and copies)
+                                r = x
+                            va[k] = r
+                        store_values(out, idx, va, j)
+                start += step
+
+        return loop
+
+    vector_loop, element_loop = both_ways(chunk_loop)
+
+    def kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total, ilp):
+        if (ilp == ILP and d3 % VEC == 0 and (sa3 == 0 or sa3 == 1) and (sb3 == 0 or sb3 == 1)
+                and aligned(out) and (sa3 == 0 or aligned(a)) and (sb3 == 0 or aligned(b))):
+            vector_loop(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total, ilp)
+        else:
+            element_loop(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total, ilp)
+
+    kernel.__name__ = kernel.__qualname__ = "_binary_kernel"
+    return kernel
 
 
-def _unary_kernel(out, x, act, total, ilp):
-    v = cuda.local.array(ILP, float32)
-    block = cuda.blockDim.x
-    start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
-    step = cuda.gridDim.x * block * ilp
-    while start < total:
-        for k in range(ILP):
-            idx = start + k * block
-            if k < ilp and idx < total:
-                v[k] = float32(x[idx])
-        for k in range(ILP):
-            idx = start + k * block
-            if k < ilp and idx < total:
-                out[idx] = apply_activation(v[k], act)
-        start += step
+def _map_kernel_for(clip, simulator):
+    """A one-input kernel: activation `param` (a code of ACTIVATIONS) of each element, or with
+    `clip` TVM's clip to [low, high] (max(min(x, high), low) as selects: NaN gives `high`).
+    Its vector copy runs where every launch has ILP elements a thread, the element count is a
+    multiple of VEC and both arrays are `aligned`."""
+    aligned = alignment_check(simulator)
+
+    def chunk_loop(vec):
+        load_values, store_values = accessors(simulator, vec)
+
+        def loop(out, x, act, low, high, total, ilp):
+            lo = float32(low)
+            hi = float32(high)
+            v = cuda.local.array(ILP, float32)
+            block = cuda.blockDim.x
+            hop = block * vec
+            start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x * vec
+            step = cuda.gridDim.x * block * ilp
+            while start < total:
+                for j in range(0, ILP, vec):
+                    idx = start + (j // vec) * hop
+                    if j < ilp and idx < total:
+                        load_values(v, j, x, idx)
+                for j in range(0, ILP, vec):
+                    idx = start + (j // vec) * hop
+                    if j < ilp and idx < total:
+                        for k in range(j, j + vec):
+                            if clip:
+                                c = v[k] if v[k] < hi else hi
+                                v[k] = c if c > lo else lo
+                            else:
+                                v[k] = apply_activation(v[k], act)
+                        store_values(out, idx, v, j)
+                start += step
+
+        return loop
+
+    vector_loop, element_loop = both_ways(chunk_loop)
+
+    def kernel(out, x, act, low, high, total, ilp):
+        if ilp == ILP and total % VEC == 0 and aligned(out) and aligned(x):
+            vector_loop(out, x, act, low, high, total, ilp)
+        else:
+            element_loop(out, x, act, low, high, total, ilp)
+
+    kernel.__name__ = kernel.__qualname__ = "_clip_kernel" if clip else "_unary_kernel"
+    return kernel
+
+
+_binary_kernel = with_simulator_twin(_binary_kernel_for)
+_unary_kernel = with_simulator_twin(_map_kernel_for, False)
+_clip_kernel = with_simulator_twin(_map_kernel_for, True)
 
 
 def _size(shape) -> int:
@@ -229,7 +311,7 @@ def _launch_unary(target, out, data, act) -> int:
     ilp = per_thread(total)
     grid, block = _grid(total, ilp)
     target.launch(_unary_kernel, grid, block, target.reshape(out, (total,)),
-                  target.reshape(data, (total,)), act, total, ilp)
+                  target.reshape(data, (total,)), act, 0.0, 0.0, total, ilp)
     return 1
 
 
@@ -259,27 +341,6 @@ def launch_activation(target, out, data, *, activation) -> int:
     return _launch_unary(target, out, data, ACTIVATIONS[activation])
 
 
-def _clip_kernel(out, x, low, high, total, ilp):
-    # TVM's clip: max(min(x, high), low) as selects, so NaN gives `high`.
-    lo = float32(low)
-    hi = float32(high)
-    v = cuda.local.array(ILP, float32)
-    block = cuda.blockDim.x
-    start = cuda.blockIdx.x * block * ilp + cuda.threadIdx.x
-    step = cuda.gridDim.x * block * ilp
-    while start < total:
-        for k in range(ILP):
-            idx = start + k * block
-            if k < ilp and idx < total:
-                v[k] = float32(x[idx])
-        for k in range(ILP):
-            idx = start + k * block
-            if k < ilp and idx < total:
-                c = v[k] if v[k] < hi else hi
-                out[idx] = c if c > lo else lo
-        start += step
-
-
 def launch_clip(target, out, data, *, min, max) -> int:
     """out = clip(data, min, max), TVM's semantics (NaN -> max)."""
     total = _size(data.shape)
@@ -288,12 +349,12 @@ def launch_clip(target, out, data, *, min, max) -> int:
     ilp = per_thread(total)
     grid, block = _grid(total, ilp)
     target.launch(_clip_kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)),
-                  float(min), float(max), total, ilp)
+                  0, float(min), float(max), total, ilp)
     return 1
 
 
 # At most 85 registers, so that 3 blocks (768 threads, each with ILP loads in flight) share
 # an SM: left alone, the float32 unary kernel took 106 (the index of each of its ILP elements
 # is 64-bit). tests/test_aot.py checks that it does not spill (at 64 it did, by 8 bytes, and
-# so did the clip kernel).
-_unary_kernel.launch_bounds = (BLOCK, 3)
+# so did the clip kernel, its twin).
+_unary_kernel.launch_bounds = _clip_kernel.launch_bounds = (BLOCK, 3)

@@ -625,7 +625,11 @@ ILP_CASES = [("simaccel.add", [(3, 1500), (1500,)], {}), ("simaccel.multiply", [
              # A thread's next elements step along the innermost dim from its first one's
              # indices: an innermost dim of 1500 with a stride-0 operand (the step adds 0 to it),
              # and one of 9, shorter than a block (every step divides again), rank 4.
-             ("simaccel.subtract", [(2, 3, 5, 300), (3, 1, 1)], {}), ("simaccel.divide", [(3, 5, 7, 9), (5, 1, 9)], {})]
+             ("simaccel.subtract", [(2, 3, 5, 300), (3, 1, 1)], {}), ("simaccel.divide", [(3, 5, 7, 9), (5, 1, 9)], {}),
+             # Lengths a multiple of 4: the vector copies (a bias along rows of 48, broadcast
+             # into vectors; a clip; a relu with the NaN rule).
+             ("simaccel.add", [(2, 4, 6, 8), (4, 1, 1)], {}), ("simaccel.clip", [(2, 2052)], {"min": -0.5, "max": 0.5}),
+             ("simaccel.relu", [(4112,)], {})]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -636,7 +640,51 @@ def test_elementwise_kernels_with_several_elements_per_thread(name, shapes, attr
     monkeypatch.setattr(elementwise, "MIN_ILP_TOTAL", 0)
     assert elementwise.per_thread(5) == elementwise.ILP
     rng = np.random.default_rng(21)
-    check(name, [_random(rng, s, dtype) for s in shapes], attrs)
+    arrays = [_random(rng, s, dtype) for s in shapes]
+    if name in ("simaccel.relu", "simaccel.clip"):  # TVM's NaN rules (0, and max), in both copies
+        arrays[0].reshape(-1)[[3, 700]] = np.nan
+    check(name, arrays, attrs)
+
+
+# (op, input shapes, attrs, the misplaced arrays with which the vector copy still runs): the
+# innermost collapsed dim a multiple of 4 with each input along it or broadcast along it (one
+# element a vector: its alignment does not matter); none where an input strides across it or
+# the length is odd.
+VECTOR_CASES = [("simaccel.add", [(3, 1500), (1500,)], {}, {None}), ("simaccel.multiply", [(4100,), ()], {}, {None, -1}),
+                ("simaccel.subtract", [(2, 3, 5, 300), (3, 1, 1)], {}, {None, -1}),
+                ("simaccel.add", [(5, 1, 7), (1, 4, 7)], {}, set()), ("simaccel.divide", [(3, 5, 7, 12), (5, 1, 12)], {}, {None}),
+                ("simaccel.relu", [(4112,)], {}, {None}), ("simaccel.gelu", [(4111,)], {}, set()),
+                ("simaccel.clip", [(2, 2052)], {"min": -0.5, "max": 0.5}, {None}),
+                ("simaccel.broadcast_to", [(1, 600)], {"shape": [7, 600]}, {None})]
+
+
+@pytest.mark.parametrize("misplaced", [None, 0, -1, "out"])
+@pytest.mark.parametrize("name, shapes, attrs, vector", VECTOR_CASES, ids=[f"{c[0]}{c[1]}" for c in VECTOR_CASES])
+def test_elementwise_vector_copies_only_on_aligned_arrays(name, shapes, attrs, vector, misplaced, monkeypatch):
+    """Large launches move 4 elements per access where the shapes allow and every array read
+    or written in vectors is 16-byte aligned (the simulator's stand-ins check each access the
+    GPU would fault on); an array off the alignment (an input or the output, a view into a
+    larger buffer) takes the element copy, with the same results."""
+    from simaccel.kernels import elementwise, vector as vector_module
+
+    monkeypatch.setattr(elementwise, "MIN_ILP_TOTAL", 0)
+    taken = []
+    check_vector = vector_module._check_vector
+    monkeypatch.setattr(vector_module, "_check_vector", lambda array, index, count: (count > 1 and taken.append(count))
+                        or check_vector(array, index, count))
+    rng = np.random.default_rng(5)
+    arrays = [_random(rng, s, "float32") for s in shapes]
+    if misplaced in (0, -1):
+        arrays[misplaced] = _misaligned(arrays[misplaced])
+    op = get_op(name)
+    attrs = op.all_attrs(attrs)
+    shape_out, dtype = op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **attrs)
+    out = np.full(shape_out, np.nan, dtype)
+    if misplaced == "out":
+        out = _misaligned(out)
+    op.kernel(RecordingTarget(), FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **attrs)
+    np.testing.assert_allclose(out, op.reference(*arrays, **attrs), rtol=1e-6, atol=1e-6)
+    assert bool(taken) == (misplaced in vector), (taken, misplaced)
 
 
 # ---------------------------------------------------------------------------------------
