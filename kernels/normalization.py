@@ -28,7 +28,7 @@ chosen by the row length D:
   Launches of fewer rows have a thread per VEC elements (up to FEW_ROWS_BLOCK), so short rows
   do not spawn idle threads (each one a Python thread on the simulator).
 * **Row sums of many longer rows** (from MIN_WARP_SUM_ROWS rows: a global average pool over
-  56 x 56) take a warp per row, in passes of ROW_SUM_CACHE values a lane: nothing is kept
+  56 x 56) take a warp per row, in passes of WARP_CACHE values a lane: nothing is kept
   between passes, so a block's barriers would buy nothing.
 
 Every kernel holds two copies of its row loop (kernels/vector.py, `both_ways`). Where the row
@@ -73,10 +73,9 @@ ROWS_BLOCK = 128
 WARP_CACHE = 8
 MIN_WARP_ROWS = 1024
 SECTOR = 32  # bytes: the least a group reads of its row in one access
-# Row sums on groups of lanes: ROW_SUM_CACHE values a lane per pass (16 float32 a lane, 2 KB a
-# warp in flight), and a warp per row of any length from MIN_WARP_SUM_ROWS rows (16 warps an SM
-# of an H200 or more).
-ROW_SUM_CACHE = 12
+# Row sums take a warp per row of any length from MIN_WARP_SUM_ROWS rows (16 warps an SM of an
+# H200 or more), WARP_CACHE values a lane per pass: on the H200 12 a lane were slower or even
+# at every shape of scripts/rownorm_sweep_gpu.py (65536 x 512: 40.3 us against 35.5).
 MIN_WARP_SUM_ROWS = 2048
 _u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
@@ -668,7 +667,7 @@ _row_sum_kernel = with_simulator_twin(_row_sum_block_kernel)
 def _row_sum_rows_kernel(simulator):
     """Row sums (or means) of many rows, a group of 2**shift lanes per row (as
     `_softmax_rows_kernel`; a global average pool's 7 x 7 rows: 8 lanes), a pass of
-    ROW_SUM_CACHE values a lane issued before any is added. Rows longer than a pass (a whole
+    WARP_CACHE values a lane issued before any is added. Rows longer than a pass (a whole
     warp per row, from MIN_WARP_SUM_ROWS rows) loop over passes: a warp's shuffles replace
     the block reduction, whose barriers and shared memory left a block per row of 3136
     elements issue-bound (82% SM throughput, 64% of HBM on the H200)."""
@@ -679,14 +678,14 @@ def _row_sum_rows_kernel(simulator):
         load_values, _ = accessors(simulator, vec)
 
         def loop(out, x, rows, R, mean, shift, buf):
-            vals = cuda.local.array(ROW_SUM_CACHE, float32)
+            vals = cuda.local.array(WARP_CACHE, float32)
             lanes = 1 << shift
             lane = cuda.threadIdx.x & (lanes - 1)
             group = cuda.threadIdx.x >> shift
             per_block = cuda.blockDim.x >> shift
             first = lane * vec
             stride = lanes * vec
-            span = ROW_SUM_CACHE * lanes
+            span = WARP_CACHE * lanes
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
                 r = r0 + group
@@ -695,11 +694,11 @@ def _row_sum_rows_kernel(simulator):
                 acc = float32(0.0)
                 p = 0
                 while p < R:  # the same passes for every group of the block
-                    for j in range(0, ROW_SUM_CACHE, vec):
+                    for j in range(0, WARP_CACHE, vec):
                         i = p + first + (j // vec) * stride
                         if live and i < R:
                             load_values(vals, j, x, base + i)
-                    for j in range(0, ROW_SUM_CACHE, vec):
+                    for j in range(0, WARP_CACHE, vec):
                         if live and p + first + (j // vec) * stride < R:
                             for k in range(j, j + vec):
                                 acc += vals[k]

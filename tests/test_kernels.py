@@ -1126,8 +1126,8 @@ def test_reductions_of_nothing_and_of_nan_are_tvms():
                                         ((3, 1536), [1])], ids=str)
 def test_row_sums_on_groups_of_lanes(name, shape, axes, dtype, monkeypatch):
     # Many short rows (a global average pool's 7 x 7) take a group of lanes each, many longer
-    # ones a warp each, in passes of 16 values a lane (a partial last pass, an element loop
-    # where the length is odd, whole passes at 1536): forced here.
+    # ones a warp each, in passes of 8 values a lane (a partial last pass, an element loop
+    # where the length is odd, whole passes at 1536 = 6 x 256): forced here.
     from simaccel.kernels import normalization
 
     monkeypatch.setattr(normalization, "MIN_WARP_ROWS", 1)
