@@ -1106,6 +1106,32 @@ def test_reductions(name, shape, axes, keepdims, dtype):
     np.testing.assert_allclose(out.astype(np.float64), want, **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean"])
+@pytest.mark.parametrize("shape,axes", [((2, 128, 5), [1]), ((3, 203, 40), [1]), ((37, 11, 17), [0, 1]),
+                                        ((2, 300, 1, 3), [1, 2])], ids=str)
+def test_sums_of_few_outputs_split_over_slices(name, shape, axes, dtype):
+    """Few outputs over long reductions: SLICES threads an output (whole batches of 8 loads,
+    a tail, a block's outputs across two outer indices, 2 x 3 outputs of a 256-thread
+    block), a NaN and an infinity in separate slices."""
+    from simaccel.kernels import reduction
+
+    x = _random(np.random.default_rng(7), shape, dtype)
+    target = PlanOnlyTarget()
+    op = get_op(name)
+    attrs = op.all_attrs({"axes": axes, "keepdims": False})
+    op.kernel(target, FakeCUDAArray(np.empty(np.sum(x, axis=tuple(axes)).shape, dtype)), FakeCUDAArray(x), **attrs)
+    assert [fn for fn, *_ in target.launches] == [reduction._split_reduction_kernel]
+    out, _ = check(name, [x], {"axes": axes, "keepdims": False})
+    numpy_fn = {"sum": np.sum, "mean": np.mean}[name.split(".")[1]]
+    np.testing.assert_allclose(out.astype(np.float64), numpy_fn(x.astype(np.float64), axis=tuple(axes)), **TOL[dtype])
+    flat = x.reshape(-1)
+    flat[0], flat[-1] = np.nan, np.inf
+    out, ref = run_op(name, [x], {"axes": axes, "keepdims": False})
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
+
+
 def test_reductions_of_nothing_and_of_nan_are_tvms():
     empty = np.zeros((2, 0, 3), np.float32)
     assert run_op("simaccel.sum", [empty], {"axes": [1], "keepdims": False})[0].tolist() == [[0.0] * 3] * 2
