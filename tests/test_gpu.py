@@ -304,6 +304,7 @@ KERNEL_CASES = [
     ("simaccel.mean", [(8, 512, 7, 7)], {"axes": [2, 3], "keepdims": True}),
     ("simaccel.sum", [(64, 1000)], {"axes": [1], "keepdims": False}),
     ("simaccel.max", [(4, 1000, 33)], {"axes": [1], "keepdims": False}),
+    ("simaccel.mean", [(8, 300, 1001)], {"axes": [1], "keepdims": False}),  # 8 threads an output, a tail
     ("simaccel.reshape", [(4, 77, 768)], {"shape": [308, 768]}),
     ("simaccel.concat", [(8, 64, 28, 28), (8, 3, 28, 28), (8, 128, 28, 28)], {"axis": 1}),
     # Large launches: elementwise and gather kernels with ILP elements per thread (>= 2^20
