@@ -36,8 +36,14 @@ _I32 = ir.IntType(32)
 
 def _access_type(nbytes: int):
     """The LLVM type one access of `nbytes` moves: 32-bit words from 8 bytes on (NVVM splits a
-    vector of 8 halves into two 8-byte accesses, never one of four words)."""
+    vector of 8 halves into two 8-byte accesses, never one of four words). 32 bytes (VEC
+    float64s) are two 16-byte accesses: no wider one exists."""
     return ir.VectorType(_I32, nbytes // 4) if nbytes >= 8 else ir.IntType(8 * nbytes)
+
+
+def _alignment(nbytes: int) -> int:
+    """The alignment an access of `nbytes` is issued with (and needs): its size, at most ALIGNMENT."""
+    return min(nbytes, ALIGNMENT)
 
 
 def _vector_typing(global_array, local_array, count):
@@ -48,7 +54,7 @@ def _vector_typing(global_array, local_array, count):
     if global_array.layout != "C" or global_array.ndim != 1:  # the address is data + index: flat views only
         return None
     nbytes = count.literal_value * np.dtype(str(global_array.dtype)).itemsize
-    return (count.literal_value, nbytes) if nbytes in (2, 4, 8, 16) else None
+    return (count.literal_value, nbytes) if nbytes in (2, 4, 8, 16, 32) else None
 
 
 def _element_pointer(context, builder, array_type, array, index):
@@ -69,7 +75,7 @@ def load_vector(typingctx, dst, j, src, index, count):
     def codegen(context, builder, signature, args):
         dst_type, _, src_type, _, _ = signature.args
         pointer = _element_pointer(context, builder, src_type, args[2], args[3])
-        words = builder.load(builder.bitcast(pointer, _access_type(nbytes).as_pointer()), align=nbytes)
+        words = builder.load(builder.bitcast(pointer, _access_type(nbytes).as_pointer()), align=_alignment(nbytes))
         element = context.get_data_type(src_type.dtype)
         values = builder.bitcast(words, ir.VectorType(element, n)) if n > 1 else builder.bitcast(words, element)
         for k in range(n):
@@ -104,7 +110,7 @@ def store_vector(typingctx, dst, index, src, j, count):
         words = builder.bitcast(values if n > 1 else builder.extract_element(values, ir.Constant(_I32, 0)),
                                 _access_type(nbytes))
         pointer = _element_pointer(context, builder, dst_type, args[0], args[1])
-        builder.store(words, builder.bitcast(pointer, _access_type(nbytes).as_pointer()), align=nbytes)
+        builder.store(words, builder.bitcast(pointer, _access_type(nbytes).as_pointer()), align=_alignment(nbytes))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -141,8 +147,8 @@ def _check_vector(array, index, count):
     where it should not would fault there, or read the wrong bytes)."""
     nbytes = count * array.dtype.itemsize
     address = _address(array) + int(index) * array.dtype.itemsize
-    if address % nbytes:
-        raise AssertionError(f"a {nbytes}-byte vector access at {address:#x}, not aligned to its size")
+    if address % _alignment(nbytes):
+        raise AssertionError(f"a {nbytes}-byte vector access at {address:#x}, not aligned to {_alignment(nbytes)} bytes")
 
 
 def _address(array) -> int:
