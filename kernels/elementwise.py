@@ -166,7 +166,7 @@ def _binary_kernel_for(simulator):
 
 
 def _map_kernel_for(clip, simulator):
-    """A one-input kernel: activation `param` (a code of ACTIVATIONS) of each element, or with
+    """A one-input kernel: activation `act` (a code of ACTIVATIONS) of each element, or with
     `clip` TVM's clip to [low, high] (max(min(x, high), low) as selects: NaN gives `high`).
     Its vector copy runs where every launch has ILP elements a thread, the element count is a
     multiple of VEC and both arrays are `aligned`."""

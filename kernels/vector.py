@@ -54,7 +54,7 @@ def _vector_typing(global_array, local_array, count):
     if global_array.layout != "C" or global_array.ndim != 1:  # the address is data + index: flat views only
         return None
     nbytes = count.literal_value * np.dtype(str(global_array.dtype)).itemsize
-    return (count.literal_value, nbytes) if nbytes in (2, 4, 8, 16, 32) else None
+    return (count.literal_value, nbytes) if nbytes in (1, 2, 4, 8, 16, 32) else None
 
 
 def _element_pointer(context, builder, array_type, array, index):
@@ -78,11 +78,12 @@ def load_vector(typingctx, dst, j, src, index, count):
         words = builder.load(builder.bitcast(pointer, _access_type(nbytes).as_pointer()), align=_alignment(nbytes))
         element = context.get_data_type(src_type.dtype)
         values = builder.bitcast(words, ir.VectorType(element, n)) if n > 1 else builder.bitcast(words, element)
-        for k in range(n):
+        for k in range(n):  # each element from its in-memory form (a bool's byte) to its value, converted
             value = builder.extract_element(values, ir.Constant(_I32, k)) if n > 1 else values
+            value = context.data_model_manager[src_type.dtype].from_data(builder, value)
             value = context.cast(builder, value, src_type.dtype, dst_type.dtype)
             slot = builder.add(args[1], ir.Constant(args[1].type, k))
-            builder.store(value, _element_pointer(context, builder, dst_type, args[0], slot))
+            context.pack_value(builder, dst_type.dtype, value, _element_pointer(context, builder, dst_type, args[0], slot))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -104,8 +105,9 @@ def store_vector(typingctx, dst, index, src, j, count):
         values = ir.Constant(ir.VectorType(element, n), ir.Undefined)
         for k in range(n):
             slot = builder.add(args[3], ir.Constant(args[3].type, k))
-            value = builder.load(_element_pointer(context, builder, src_type, args[2], slot))
+            value = context.unpack_value(builder, src_type.dtype, _element_pointer(context, builder, src_type, args[2], slot))
             value = context.cast(builder, value, src_type.dtype, dst_type.dtype)
+            value = context.data_model_manager[dst_type.dtype].as_data(builder, value)
             values = builder.insert_element(values, value, ir.Constant(_I32, k))
         words = builder.bitcast(values if n > 1 else builder.extract_element(values, ir.Constant(_I32, 0)),
                                 _access_type(nbytes))

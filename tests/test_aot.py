@@ -230,6 +230,34 @@ def test_bandwidth_kernels_keep_their_loads_in_registers(name, shapes, attrs, dt
         assert used["registers"] <= bound, used
 
 
+# The vector instruction one 16-byte (or 4-element) access of each element size compiles to.
+VECTOR_ACCESS = {"bool": "v4.u8", "int8": "v4.u8", "float16": "v4.u16", "float32": "v4.f32", "float64": "v2.f64",
+                 "int64": "v2.u64"}
+
+
+@pytest.mark.parametrize("dtype", list(VECTOR_ACCESS))
+@pytest.mark.parametrize("name, inputs", [("simaccel.relu", 1), ("simaccel.clip", 1), ("simaccel.add", 2),
+                                          ("simaccel.softmax", 1), ("simaccel.sum", 1)])
+def test_vector_accesses_compile_for_every_element_size(name, inputs, dtype):
+    """The kernels with vector copies compile for arrays of any element size, not only the
+    ISA's float32 and float16: Programs outside the ISA reach them (the sanitizer's tests run a
+    float64 and an int32 relu), and the element copy of a 1-byte array or the vector copy of a
+    32-byte one (four float64s: two 16-byte accesses) once failed to type."""
+    import re
+
+    from simaccel.program import OpNode, Program, TensorSpec
+
+    attrs = {"min": 0.0, "max": 1.0} if name == "simaccel.clip" else {"axes": [1], "keepdims": False} if name == "simaccel.sum" else {}
+    out_shape = (3,) if name == "simaccel.sum" else (3, 8)
+    specs = tuple(TensorSpec(f"x{i}", (3, 8), dtype) for i in range(inputs)) + (TensorSpec("y", out_shape, dtype),)
+    program = Program(f"{dtype}_program", specs, tuple(range(inputs)), (inputs,),
+                      (OpNode(name, tuple(range(inputs)), inputs, attrs),))
+    [launch] = plan_launches(program)
+    kernel = compile_kernel(launch.kernel, signature(launch, program), SM90)
+    no_spills(kernel)
+    assert f"ld.global.{VECTOR_ACCESS[dtype]}" in kernel.ptx, sorted(set(re.findall(r"\w+\.global\.v\d\.\w+", kernel.ptx)))
+
+
 def test_a_user_op_compiles_like_a_built_in_one(isolated_isa, monkeypatch):
     import pathlib
 
