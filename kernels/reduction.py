@@ -117,14 +117,14 @@ def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
     flat_out = target.reshape(out, (total,))
     if inner == 1 and R > 1 and reduction != "max":
         return launch_row_sums(target, flat_out, target.reshape(data, (total, R)), mean=reduction == "mean")
+    # Reducing nothing reads nothing: `out` stands in for the empty input.
+    flat_in = target.reshape(data, (math.prod(shape),)) if R else flat_out
     if reduction != "max" and total < MIN_THREAD_OUTPUTS and R >= 2 * ILP * SLICES:
-        target.launch(_split_reduction_kernel, min(-(-total // _COLUMNS), 1 << 20), BLOCK, flat_out,
-                      target.reshape(data, (math.prod(shape),)), R, inner, 1.0 / inner, int(reduction == "mean"), total)
+        target.launch(_split_reduction_kernel, min(-(-total // _COLUMNS), 1 << 20), BLOCK, flat_out, flat_in, R,
+                      inner, 1.0 / inner, int(reduction == "mean"), total)
         return 1
     lowest = float(np.finfo(np.dtype(data.dtype)).min)
     grid, block = _grid(total)
-    # Reducing nothing reads nothing: `out` stands in for the empty input.
-    flat_in = target.reshape(data, (math.prod(shape),)) if R else flat_out
     target.launch(_reduction_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner,
                   REDUCTIONS[reduction], lowest, total)
     return 1
