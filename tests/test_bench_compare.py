@@ -1,6 +1,7 @@
-"""`simaccel bench --compare`: each mode against TVM alone in its own run, flagged when more
-than 10% worse than an earlier report; checked on synthetic reports and on two committed H200
-runs between which the matmul kernel regressed."""
+"""`simaccel bench --compare`: each mode against its peer in its own run (TVM alone for regions,
+torch for kernels), flagged when more than 10% worse than an earlier report; checked on
+synthetic reports and on committed H200 runs between which the matmul region and the row-sum
+kernels regressed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPU = ROOT / "results" / "gpu"
 BEFORE = GPU / "2026-11-30-h200-native" / "runtime-only-x2" / "bench" / "bench.json"  # before batched matmul
 REGRESSED = GPU / "2026-11-30-h200-nvvm13" / "bench" / "bench.json"  # after it: matmul 2.3x slower
+# Kernel reports (ops.json): the first vector row sums made the spatial means 13-22% slower
+# against torch; the warp-per-row sums then made them faster again.
+OPS_BEFORE = GPU / "2026-12-03-h200-rownorm" / "after" / "ops.json"
+OPS_REGRESSED = GPU / "2026-12-04-h200-vector-conv" / "ops-first" / "ops" / "ops.json"
+OPS_MENDED = GPU / "2026-12-04-h200-warp-row-sums" / "final" / "ops.json"
 
 
 def report(tmp_path, name, cases) -> pathlib.Path:
@@ -51,6 +57,8 @@ def test_cases_and_modes_in_one_report_only_are_listed_not_compared(tmp_path):
     ("not json", "not valid JSON"),
     ("[]", 'no "cases" object'),
     ('{"cases": {}}', 'no "cases" object'),
+    ('{"ops": {"relu": {"torch_us": 3}}}', "op case 'relu' has no median_us"),
+    ('{"ops": {"relu": {"median_us": 2, "torch_us": -1}}}', "case 'relu' has a median that is not > 0"),
     ('{"cases": {"mm": {"modes": {"tvm_only": {}}}}}', "case 'mm' has no modes with a median_us each"),
     ('{"cases": {"mm": {"modes": {"tvm_only": {"median_us": 0}}}}}', "case 'mm' has a median that is not > 0"),
 ])
@@ -78,7 +86,34 @@ def test_the_committed_matmul_regression_is_flagged_and_its_fix_is_not():
     (("bench", "--report", "/nonexistent.json", "--compare", str(BEFORE)), "bench report /nonexistent.json: no such file"),
     # Timing would need a GPU and prebuilt libraries: a bad --compare is refused before that.
     (("bench", "--artifacts", "/nonexistent", "--compare", "/old.json"), "bench report /old.json: no such file"),
+    (("bench", "--artifacts", "/nonexistent", "--compare", str(OPS_BEFORE)), "a kernel report (ops.json)"),
+    (("bench", "--report", str(OPS_REGRESSED), "--compare", str(BEFORE)),
+     "a report against torch cannot be compared with one against TVM alone"),
 ])
 def test_bench_compare_user_errors(args, message):
     result = simaccel(*args)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_kernel_is_compared_by_its_ratio_to_torch_and_one_without_torch_is_listed(tmp_path):
+    def ops(name, rows):
+        path = tmp_path / name
+        path.write_text(json.dumps({"ops": rows}))
+        return load_report(path)
+
+    old = ops("old.json", {"relu": {"median_us": 10, "torch_us": 10}, "pool": {"median_us": 5}})
+    new = ops("new.json", {"relu": {"median_us": 24, "torch_us": 20}, "pool": {"median_us": 5}})
+    assert old.peer == new.peer == "torch"
+    changes, notes = compare(new, old)  # relu: 1.0x torch before, 1.2x now; the machine is not the cause
+    assert [(c.case, c.mode, round(c.change, 6), c.regressed()) for c in changes] == [("relu", "simaccel", 0.2, True)]
+    assert notes == ["pool: no torch time to compare against"]
+
+
+def test_the_committed_row_sum_regression_is_flagged_and_its_fix_is_not():
+    result = simaccel("bench", "--report", str(OPS_REGRESSED), "--compare", str(OPS_BEFORE))
+    assert result.returncode == 1, result.stdout + result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert last == ("2 of 26 figures more than 10% worse against torch: mean spatial b64x2048x7x7 simaccel, "
+                    "mean spatial b64x512x56x56 simaccel")
+    mended = simaccel("bench", "--report", str(OPS_MENDED), "--compare", str(OPS_REGRESSED))
+    assert mended.returncode == 0 and mended.stdout.strip().splitlines()[-1] == "0 of 26 figures more than 10% worse against torch"

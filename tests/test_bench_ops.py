@@ -5,6 +5,7 @@ work counts are right, and it refuses what it cannot do. The timing itself needs
 from __future__ import annotations
 
 import math
+import pathlib
 
 import pytest
 
@@ -13,6 +14,8 @@ from simaccel.tvm_integration.tools.bench_ops import (CASES, LIMITS, MAX_REL_ERR
                                                       roofline_row, work_of)
 from test_cli import simaccel
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 
 @pytest.mark.parametrize("case", CASES, ids=[c.label for c in CASES])
 def test_every_case_is_an_op_of_the_isa_at_a_valid_shape(case):
@@ -20,7 +23,6 @@ def test_every_case_is_an_op_of_the_isa_at_a_valid_shape(case):
     shape, dtype = op.infer(list(case.shapes), [case.dtype] * len(case.shapes), **op.all_attrs(case.attrs))
     assert dtype == case.dtype and math.prod(shape) > 0
     assert case.work == ("flops" if case.op.startswith(("simaccel.matmul", "simaccel.dense", "simaccel.conv2d")) else "bytes")
-
 
 def test_work_counts():
     gemm = OpCase("g", "simaccel.matmul", ((64, 32), (32, 16)), {}, "flops")
@@ -63,7 +65,11 @@ def test_a_kernel_off_its_reference_is_marked_not_timed_as_the_op():
 
 @pytest.mark.parametrize("args, message", [
     (("bench", "--ops", "--artifacts", "x"), "bench --ops: times the ISA's kernels alone"),
-    (("bench", "--ops", "--compare", "old.json"), "it takes no --artifacts, --report or --compare"),
+    (("bench", "--ops", "--report", "new.json"), "it takes no --artifacts or --report"),
+    # An earlier report is read before anything is timed (here, before the GPU is looked for).
+    (("bench", "--ops", "--compare", "/nonexistent.json"), "bench report /nonexistent.json: no such file"),
+    (("bench", "--ops", "--compare", str(ROOT / "results/gpu/2026-12-01-h200-main-loops/bench/bench.json")),
+     "a region report (bench.json); give an ops.json"),
 ])
 def test_bench_ops_user_errors(args, message):
     result = simaccel(*args)

@@ -30,7 +30,7 @@ from ...errors import SimAccelError
 from ...runtime import get_runtime
 from . import deploy
 from .artifacts import case_inputs, load_manifest, require_cases
-from .bench_compare import compare, format_comparison, load_report
+from .bench_compare import PEER, compare, format_comparison, load_report
 
 CASES = ["mm8", "mm1024", "mm4096", "conv56", "conv28", "conv14", "dwconv112", "demo_f32"]
 MODES = ["tvm_only", "simaccel_native", "simaccel_zero_copy", "simaccel_staged"]
@@ -55,6 +55,9 @@ def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, compare
     bench.json) also compare (simaccel.tvm_integration.tools.bench_compare). Returns 1 when a
     figure is more than 10% worse than before, else 0."""
     old = load_report(compare_with) if compare_with else None  # a bad file fails before any timing
+    if old is not None and old.peer != PEER:
+        raise SimAccelError(f"bench --compare {compare_with}: a kernel report (ops.json); compare it with "
+                            "`bench --ops --compare` or give a bench.json")
     manifest = load_manifest(artifacts_dir)
     require_cases(artifacts_dir, manifest, CASES)
     out = _output_folder(out_dir)

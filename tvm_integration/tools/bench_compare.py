@@ -1,11 +1,14 @@
 """`simaccel bench --compare OLD.json`: flag every figure more than 10% worse than an earlier run.
 
-A bench report (`bench.json`, written by simaccel.tvm_integration.tools.bench) holds, per case,
-the median time of each mode; "tvm_only" is TVM alone in the same run. Machines and runs
-differ in clocks and load, so a mode is compared by its ratio to TVM alone in its own run:
-a mode whose ratio grew by more than the tolerance is a regression. TVM alone's own time is
-shown beside it, so that a change of the machine is visible too. Cases or modes present in
-only one of the two reports are listed, not compared.
+Two kinds of report are compared, each with its peer timed in the same run:
+- a region report (`bench.json`, simaccel.tvm_integration.tools.bench) holds, per case, the
+  median time of each mode; its peer is "tvm_only", TVM alone;
+- a kernel report (`ops.json`, simaccel.tvm_integration.tools.bench_ops) holds, per case, the
+  simaccel kernel's median GPU time and its peer "torch", PyTorch's kernel.
+Machines and runs differ in clocks and load, so a mode is compared by its ratio to the peer in
+its own run: a mode whose ratio grew by more than the tolerance is a regression. The peer's own
+time is shown beside it, so that a change of the machine is visible too. Cases or modes present
+in only one of the two reports are listed, not compared.
 """
 
 from __future__ import annotations
@@ -16,8 +19,18 @@ from pathlib import Path
 
 from ...errors import SimAccelError
 
-PEER = "tvm_only"
+PEER = "tvm_only"  # a region report's peer
+KERNEL_PEER = "torch"  # a kernel report's peer
+PEER_NAMES = {PEER: "TVM alone", KERNEL_PEER: "torch"}
 TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report's medians, {case: {mode: median_us}}, and the mode every other is divided by."""
+
+    peer: str
+    medians: dict
 
 
 @dataclass(frozen=True)
@@ -40,8 +53,8 @@ class Change:
         return self.change > tolerance
 
 
-def load_report(path) -> dict:
-    """A bench report's cases as {case: {mode: median_us}}; SimAccelError naming the file."""
+def load_report(path) -> Report:
+    """A region report (bench.json) or a kernel report (ops.json); SimAccelError naming the file."""
     try:
         report = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -50,9 +63,11 @@ def load_report(path) -> dict:
         raise SimAccelError(f"bench report {path}: cannot read it: {e}") from None
     except json.JSONDecodeError as e:
         raise SimAccelError(f"bench report {path}: not valid JSON ({e})") from None
+    if isinstance(report, dict) and isinstance(report.get("ops"), dict) and report["ops"]:
+        return Report(KERNEL_PEER, _kernel_medians(path, report["ops"]))
     cases = report.get("cases") if isinstance(report, dict) else None
     if not isinstance(cases, dict) or not cases:
-        raise SimAccelError(f'bench report {path}: no "cases" object (is it a bench.json?)')
+        raise SimAccelError(f'bench report {path}: no "cases" object (bench.json) or "ops" object (ops.json)')
     medians = {}
     for case, entry in cases.items():
         modes = entry.get("modes") if isinstance(entry, dict) else None
@@ -60,47 +75,73 @@ def load_report(path) -> dict:
             medians[case] = {mode: float(value["median_us"]) for mode, value in modes.items()}
         except (AttributeError, KeyError, TypeError, ValueError):
             raise SimAccelError(f"bench report {path}: case {case!r} has no modes with a median_us each") from None
-        if any(not us > 0 for us in medians[case].values()):
-            raise SimAccelError(f"bench report {path}: case {case!r} has a median that is not > 0")
+    _check_positive(path, medians)
+    return Report(PEER, medians)
+
+
+def _kernel_medians(path, ops: dict) -> dict:
+    """An ops.json's cases as {case: {"simaccel": us, "torch": us}} (torch where it was timed)."""
+    medians = {}
+    for case, row in ops.items():
+        try:
+            medians[case] = {"simaccel": float(row["median_us"])}
+            if row.get("torch_us") is not None:
+                medians[case][KERNEL_PEER] = float(row["torch_us"])
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise SimAccelError(f"bench report {path}: op case {case!r} has no median_us") from None
+    _check_positive(path, medians)
     return medians
 
 
-def compare(new: dict, old: dict) -> tuple[list[Change], list[str]]:
-    """The modes both reports (`load_report`) time against TVM alone, and a note for each case or
-    mode only one of them has."""
-    changes, notes = [], []
-    for case in sorted(set(new) | set(old)):
-        if case not in new or case not in old:
-            notes.append(f"{case}: only in the {'new' if case in new else 'old'} report")
+def _check_positive(path, medians: dict) -> None:
+    for case, modes in medians.items():
+        if any(not us > 0 for us in modes.values()):
+            raise SimAccelError(f"bench report {path}: case {case!r} has a median that is not > 0")
+
+
+def compare(new: Report, old: Report) -> tuple[list[Change], list[str]]:
+    """The modes both reports time against their peer, and a note for each case or mode only one
+    of them has."""
+    if new.peer != old.peer:
+        raise SimAccelError(f"bench --compare: a report against {PEER_NAMES[new.peer]} cannot be compared with "
+                            f"one against {PEER_NAMES[old.peer]} (bench.json with bench.json, ops.json with ops.json)")
+    peer, changes, notes = new.peer, [], []
+    for case in sorted(set(new.medians) | set(old.medians)):
+        if case not in new.medians or case not in old.medians:
+            notes.append(f"{case}: only in the {'new' if case in new.medians else 'old'} report")
             continue
-        if PEER not in new[case] or PEER not in old[case]:
-            notes.append(f"{case}: no {PEER} time to compare against")
+        now, before = new.medians[case], old.medians[case]
+        if peer not in now or peer not in before:
+            notes.append(f"{case}: no {peer} time to compare against")
             continue
-        for mode in sorted(set(new[case]) | set(old[case])):
-            if mode == PEER:
+        for mode in sorted(set(now) | set(before)):
+            if mode == peer:
                 continue
-            if mode not in new[case] or mode not in old[case]:
-                notes.append(f"{case} {mode}: only in the {'new' if mode in new[case] else 'old'} report")
+            if mode not in now or mode not in before:
+                notes.append(f"{case} {mode}: only in the {'new' if mode in now else 'old'} report")
                 continue
-            changes.append(Change(case, mode, old[case][mode] / old[case][PEER], new[case][mode] / new[case][PEER],
-                                  old[case][mode], new[case][mode]))
+            changes.append(Change(case, mode, before[mode] / before[peer], now[mode] / now[peer],
+                                  before[mode], now[mode]))
     return changes, notes
 
 
-def format_comparison(changes: list[Change], notes: list[str], new: dict, old: dict,
+def format_comparison(changes: list[Change], notes: list[str], new: Report, old: Report,
                       tolerance: float = TOLERANCE) -> list[str]:
     """The comparison as lines of text: a table, then the notes and a verdict."""
-    lines = [f"{'case':<12} {'mode':<20} {'old':>10} {'new':>10} {'x TVM old':>10} {'x TVM new':>10} {'change':>8}"]
+    peer, short = new.peer, "TVM" if new.peer == PEER else new.peer
+    width = max([12] + [len(c.case) for c in changes])
+    lines = [f"{'case':<{width}} {'mode':<20} {'old':>10} {'new':>10} {'x ' + short + ' old':>10} "
+             f"{'x ' + short + ' new':>10} {'change':>8}"]
     for c in changes:
         flag = "  REGRESSION" if c.regressed(tolerance) else ""
-        lines.append(f"{c.case:<12} {c.mode:<20} {c.old_us:>8.1f}us {c.new_us:>8.1f}us {c.old_ratio:>10.2f} "
+        lines.append(f"{c.case:<{width}} {c.mode:<20} {c.old_us:>8.1f}us {c.new_us:>8.1f}us {c.old_ratio:>10.2f} "
                      f"{c.new_ratio:>10.2f} {c.change:>+8.1%}{flag}")
-    for case in sorted(set(new) & set(old)):
-        if PEER in new[case] and PEER in old[case]:
-            lines.append(f"{case:<12} {PEER:<20} {old[case][PEER]:>8.1f}us {new[case][PEER]:>8.1f}us "
-                         "(the peer: its change is the machine's)")
+    for case in sorted(set(new.medians) & set(old.medians)):
+        if peer in new.medians[case] and peer in old.medians[case]:
+            lines.append(f"{case:<{width}} {peer:<20} {old.medians[case][peer]:>8.1f}us "
+                         f"{new.medians[case][peer]:>8.1f}us (the peer: its change is the machine's)")
     lines += notes
     worse = [c for c in changes if c.regressed(tolerance)]
-    lines.append(f"{len(worse)} of {len(changes)} figures more than {tolerance:.0%} worse against TVM alone"
+    lines.append(f"{len(worse)} of {len(changes)} figures more than {tolerance:.0%} worse against {PEER_NAMES[peer]}"
                  + (": " + ", ".join(f"{c.case} {c.mode}" for c in worse) if worse else ""))
     return lines

@@ -132,13 +132,20 @@ def roofline_row(case: OpCase, out_shape, us: float, limits: dict | None) -> dic
     return row
 
 
-def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
+def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None, log=print) -> int:
+    """Time every case, write ops.json and ops.png; with `compare_with` (an earlier ops.json)
+    also compare each kernel's ratio to its torch peer (simaccel.tvm_integration.tools.bench_compare).
+    Returns 1 when a kernel differs from its reference or is more than 10% worse than before."""
     from numba import cuda
 
     from ...kernels import KernelTarget
-    from .bench import _output_folder, _version
+    from .bench import _output_folder, _version, compare_reports
+    from .bench_compare import KERNEL_PEER, load_report
     from .deploy import gpu_name
 
+    old = load_report(compare_with) if compare_with else None  # a bad file fails before any timing
+    if old is not None and old.peer != KERNEL_PEER:
+        raise SimAccelError(f"bench --ops --compare {compare_with}: a region report (bench.json); give an ops.json")
     if not cuda.is_available():
         raise SimAccelError("bench --ops: needs an NVIDIA GPU with a working CUDA driver (numba.cuda finds none)")
     out = _output_folder(out_dir)
@@ -172,12 +179,13 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, log=print) -> int:
     (out / "ops.json").write_text(json.dumps(report, indent=1))
     _chart(report, out / "ops.png")
     log(f"wrote {out / 'ops.json'}")
+    regressed = 0 if old is None else compare_reports(out / "ops.json", compare_with, log=log)
     wrong = [label for label, row in rows.items() if not row["matches_reference"]]
     if wrong:
         log(f"RESULT: MISMATCH: {', '.join(wrong)} differ from their references by more than {MAX_REL_ERROR:g} "
             f"(float16: {MAX_REL_ERROR_FLOAT16:g}) of the result's scale")
         return 1
-    return 0
+    return regressed
 
 
 @dataclass

@@ -147,7 +147,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--artifacts", help="folder made by `python -m simaccel.tvm_integration.tools.artifacts`")
     bench.add_argument("--compare", metavar="OLD.json",
-                       help="an earlier bench.json: flag (and exit 1 on) every mode more than 10%% slower against TVM alone")
+                       help="an earlier bench.json (or, with --ops, ops.json): flag (and exit 1 on) every mode more than 10%% "
+                       "slower against its peer in the same run (TVM alone; for kernels, torch)")
     bench.add_argument("--ops", action="store_true",
                        help="instead: each op's kernel at real sizes against the GPU's FP32 peak or memory bandwidth "
                        "(ops.json, ops.png in --out; needs no artifacts)")
@@ -324,8 +325,8 @@ def check_args(args) -> None:
         raise SimAccelError(f"--seed {args.seed}: must be >= 0 (numpy seeds are non-negative)")
     if args.command == "bench" and args.repeat < 1:
         raise SimAccelError(f"--repeat {args.repeat}: must be >= 1")
-    if args.command == "bench" and args.ops and (args.artifacts or args.report or args.compare):
-        raise SimAccelError("bench --ops: times the ISA's kernels alone; it takes no --artifacts, --report or --compare")
+    if args.command == "bench" and args.ops and (args.artifacts or args.report):
+        raise SimAccelError("bench --ops: times the ISA's kernels alone; it takes no --artifacts or --report")
     if args.command == "bench" and not (args.ops or args.artifacts or args.report):
         raise SimAccelError("bench: say what to do: --artifacts DIR (time prebuilt libraries against TVM alone on a GPU), "
                             "--ops (time each op's kernel on a GPU) or --report NEW.json --compare OLD.json (compare "
@@ -415,7 +416,7 @@ def _run_command(args) -> int:
         if args.ops:
             from .bench_ops import run_bench_ops
 
-            return run_bench_ops(args.out, repeat=args.repeat)
+            return run_bench_ops(args.out, repeat=args.repeat, compare_with=args.compare)
         if args.report:
             return compare_reports(args.report, args.compare)
         return run_bench(args.artifacts, args.out, repeat=args.repeat, compare_with=args.compare)
