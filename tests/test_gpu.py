@@ -447,6 +447,39 @@ def test_row_kernels_on_views_off_the_vector_alignment(name, shapes, attrs, dtyp
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float64", "int64"])
+@pytest.mark.parametrize("name, inputs, attrs", [("simaccel.relu", 1, {}), ("simaccel.clip", 1, {"min": 0.0, "max": 1.0}),
+                                                 ("simaccel.add", 2, {}), ("simaccel.softmax", 1, {}),
+                                                 ("simaccel.sum", 1, {"axes": [1], "keepdims": False})],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_vector_copies_of_every_element_size(name, inputs, attrs, dtype):
+    # Arrays outside the ISA's dtypes (Programs a user or the sanitizer builds) take the vector
+    # copies too: 1-byte elements (bool's byte through numba's data model) and 32-byte vectors
+    # (four float64s as two 16-byte accesses); test_aot checks the instructions, this the values.
+    from numba import cuda
+
+    from simaccel.kernels import KernelTarget
+    from simaccel.ops import get_op
+
+    op = get_op(name)
+    rng = np.random.default_rng(5)
+    # int8 values in -1..1: sums of a row stay far inside int8 (wrapping is not the question here).
+    scale = 1 if dtype == "int8" else 3
+    values = [rng.standard_normal((512, 1024)) * scale for _ in range(inputs)]
+    arrays = [(v if dtype == "float64" else np.rint(v).clip(-scale, scale)).astype(dtype) for v in values]
+    attrs = op.all_attrs(attrs)
+    want = op.reference(*arrays, **attrs)
+    stream = cuda.stream()
+    out = cuda.device_array(want.shape, dtype=want.dtype)
+    op.kernel(KernelTarget("cuda", stream), out, *[cuda.to_device(a, stream=stream) for a in arrays], **attrs)
+    got = out.copy_to_host(stream=stream)
+    stream.synchronize()
+    if dtype == "float64" or name in ("simaccel.softmax", "simaccel.sum"):  # float32 arithmetic inside
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 # float16 GEMMs whose tiles, K slices and rows are partial, in both forms of B, batched and
 # broadcast: on the H200 the cubin's main loop is wgmma (sm_90a), its accumulator layout and
 # shared-memory descriptors differ from mma.sync's, and a wrong one is wrong only in places.
