@@ -417,8 +417,9 @@ class OpDef:
                 b = np.asarray(arrays[core], dtype=np.float32).reshape(-1)
                 y = y + (b.reshape(1, -1, 1, 1) if self.family.bias == "channel" else b)
             y = activate(y, self.activation)
-        dtypes = [str(np.asarray(a).dtype) for a in arrays]
-        return np.asarray(y).astype(self.result_dtype(dtypes, attrs))
+        if self.family.out_dtype is None and not self.family.role_dtypes:  # most ops: the first input's
+            return np.asarray(y).astype(np.asarray(arrays[0]).dtype)
+        return np.asarray(y).astype(self.result_dtype([str(np.asarray(a).dtype) for a in arrays], attrs))
 
     def kernel(self, target, out, *arrays, **attrs) -> int:
         """Launch the family's kernel: `arrays` in role order (the bias last), every attribute."""
