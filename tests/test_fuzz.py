@@ -304,6 +304,37 @@ def test_a_case_that_kills_the_process_is_left_behind_as_a_reproduction(tmp_path
     assert replay(left, log=lambda _: None) == 0  # the same case, checked again, passes
 
 
+def test_a_batch_lost_twice_is_split_and_its_case_at_fault_reported_on_its_third_loss(tmp_path):
+    """The retry rule, with a cluster whose workers die on case 3 (fuzz.campaign._run): its batch
+    is retried once as it was, then its cases run one by one; case 3, lost alone, is reported as
+    a crash; its batch-mate is checked as any other case and nothing is lost twice more."""
+    from simaccel.tvm_integration.tools.executors import InProcess, Lost
+    from simaccel.tvm_integration.tools.fuzz.campaign import Campaign, _run
+
+    class DiesOnCase3(InProcess):
+        def __init__(self):
+            super().__init__()
+            self.tasks = []
+
+        def completed(self):
+            while self.queue:
+                key, fn, args = self.queue.pop(0)
+                self.tasks.append(key)
+                first, count = key[1], key[2]
+                yield key, Lost("the worker died") if first <= 3 < first + count else fn(*args)
+
+    executor, lines = DiesOnCase3(), []
+    campaign = Campaign(seed=11, cases=6, engines=("ref",), dtypes=("float32",), export_every=0, batch_size=2)
+    assert _run(campaign, executor, tmp_path, 0, False, lines.append) == 1
+    assert executor.tasks == [("batch", 0, 2), ("batch", 2, 2), ("batch", 4, 2), ("batch", 2, 2),
+                              ("case", 2, 1), ("case", 3, 1)]
+    summary = json.loads((tmp_path / "fuzz-summary.json").read_text())
+    [crash] = summary["failures"]
+    assert crash["stage"] == "crash" and crash["cases"] == [3] and "died" in crash["reason"], crash
+    assert summary["counts"]["failed"] == 1 and sum(summary["counts"].values()) == 6, summary["counts"]
+    assert summary["retried_batches"] == 1 and sum("retrying the batch" in line for line in lines) == 1
+
+
 def test_the_gpu_configuration_draws_no_empty_slices():
     """TVM 0.27's CUDA build dies on a lone strided_slice with an empty result
     (results/gpu/2026-11-30-h200-torch/tvm-empty-slice): where zero-size tensors are off,

@@ -6,9 +6,9 @@ with numpy's generator seeded with (seed, i) (fuzz/models.py), so a campaign is 
 wherever and in whatever order its cases run. The cases go out in batches, tasks of
 `check_batch`, to an executor: this process, or a Dask cluster (tools/executors.py), whose
 workers keep TVM and the compiled kernels warm between tasks. A batch whose worker dies or
-hangs is retried once; lost again, its cases run one by one (each retried once), and the one
-that kills its worker is reported as a crash (or a hang past the per-case time limit) with its
-index. Every finished
+hangs is retried once; lost again, its cases run one by one, and the one that kills its worker
+(a third time: twice in its batch, once alone) is reported as a crash (or a hang past the
+per-case time limit) with its index. Every finished
 batch is saved in OUT/batches/, so an interrupted campaign resumes (`--resume`).
 
 Failures are told apart by signature: stage (build, run, output, reload, crash, hang), error
@@ -333,8 +333,9 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
                 log(f"fuzz: the worker checking cases {first}..{first + count - 1} was lost ({result}); retrying the "
                     + ("batch" if kind == "batch" else "case"))
                 executor.submit(key, check_batch, campaign.to_json(), first, count, *where)
-            elif count > 1:  # lost twice: one case at a time (each retried once too) finds the one at fault
-                for index in range(first, first + count):
+            elif count > 1:  # lost twice: one case at a time finds the one at fault; a case lost alone,
+                for index in range(first, first + count):  # after its batch was lost twice, is not retried
+                    attempts[("case", index, 1)] = 1
                     executor.submit(("case", index, 1), check_batch, campaign.to_json(), index, 1, *where)
             else:
                 crashes.append(_crash(campaign, first, executor.events(), str(result)))
