@@ -64,7 +64,7 @@ setup(
         # setuptools: tests/test_packaging.py lists what an install holds (setup.py build_py).
         # dask: tests/test_fuzz_cluster.py starts a real scheduler and worker processes.
         # DOCS: tests/test_site.py builds the documentation site with warnings as errors.
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "setuptools>=65", "matplotlib>=3.8", *DASK, *AOT, *DOCS],
+        "test": ["pytest>=8", "pytest-xdist>=3.8", "setuptools>=65", "matplotlib>=3.8", *DASK, *AOT, *DOCS],
         # The documentation site: python -m sphinx docs docs/_build/html
         "docs": DOCS,
         # `simaccel fuzz --jobs N / --cluster`: campaigns on Dask distributed (checked with 2026.8).
