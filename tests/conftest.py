@@ -49,12 +49,15 @@ def pytest_collection_finish(session):
 
 
 ORDER_ENV = "SIMACCEL_TEST_ORDER"  # "reverse" or "shuffle:SEED": tests are isolated, any order passes
-# The files that take longest (seconds on a 2-core machine, 2026-12-04), collected first, in
-# this order: `--dist loadfile` hands files to idle workers in collection order (pytest.ini
-# turns off xdist's own order, by test count, which put the three-test Dask file last), and
-# starting the longest first keeps one worker from running alone at the end.
-LONGEST_FILES = ("test_aot.py", "test_fuzz_cluster.py", "test_fuzz.py", "test_conformance.py", "test_faults.py",
-                 "test_native.py", "test_cli.py", "test_untuned_models.py", "test_torch_models.py", "test_tutorials.py")
+# The files that take longest (seconds of one worker on a 2-core machine, 2026-12-05: aot 292,
+# fuzz 147, fuzz_cluster 126, faults 111, conformance 101, native 80, cli 72, untuned_models 56,
+# torch_models 48, mask_models 39, end_to_end 39, examples 37, tutorials 30), collected first, in
+# this order: `--dist loadfile` hands files to idle workers in collection order (pytest.ini turns
+# off xdist's own order, by test count, which handed the three-test Dask file out last: one
+# worker then ran it alone for its last 126 s, measured with per-test start and end times).
+LONGEST_FILES = ("test_aot.py", "test_fuzz.py", "test_fuzz_cluster.py", "test_faults.py", "test_conformance.py",
+                 "test_native.py", "test_cli.py", "test_untuned_models.py", "test_torch_models.py",
+                 "test_mask_models.py", "test_end_to_end.py", "test_examples.py", "test_tutorials.py")
 
 
 def _reorder(items) -> None:
