@@ -317,25 +317,21 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
     for result in done.values():
         tally.add(result["counts"])
     crashes: list[dict] = []
-    retried = 0
+    retried: set = set()  # the batches lost once and submitted again
     where = (executor.case_seconds, executor.running)
-    attempts: dict = {}
     for first, count in campaign.batches():
         if first not in done:
-            attempts[("batch", first, count)] = 0
             executor.submit(("batch", first, count), check_batch, campaign.to_json(), first, count, *where)
     for key, result in executor.completed():
         kind, first, count = key
         if isinstance(result, Lost):
-            if attempts.get(key, 0) == 0:  # lost once: retried as it was
-                attempts[key] = 1
-                retried += 1
-                log(f"fuzz: the worker checking cases {first}..{first + count - 1} was lost ({result}); retrying the "
-                    + ("batch" if kind == "batch" else "case"))
+            if kind == "batch" and key not in retried:  # lost once: retried as it was
+                retried.add(key)
+                log(f"fuzz: the worker checking cases {first}..{first + count - 1} was lost ({result}); "
+                    "retrying the batch")
                 executor.submit(key, check_batch, campaign.to_json(), first, count, *where)
-            elif count > 1:  # lost twice: one case at a time finds the one at fault; a case lost alone,
-                for index in range(first, first + count):  # after its batch was lost twice, is not retried
-                    attempts[("case", index, 1)] = 1
+            elif count > 1:  # lost twice: one case at a time finds the one at fault
+                for index in range(first, first + count):
                     executor.submit(("case", index, 1), check_batch, campaign.to_json(), index, 1, *where)
             else:
                 crashes.append(_crash(campaign, first, executor.events(), str(result)))
@@ -353,7 +349,7 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
     failures = _distinct_failures(campaign, [f for f in found if f["verdict"] == FAIL], executor, shrink_seconds, log)
     saved = _save(campaign, failures, [f for f in found if f["verdict"] == TVM_OFF], out)
     seconds = time.monotonic() - start
-    summary = _summary(campaign, executor, results, tally, saved, retried, seconds, drawn)
+    summary = _summary(campaign, executor, results, tally, saved, len(retried), seconds, drawn)
     (out / "fuzz-summary.json").write_text(json.dumps(summary, indent=1))
     (out / "fuzz-report.md").write_text(_report(summary))
     for failure in saved:
