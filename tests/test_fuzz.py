@@ -305,7 +305,8 @@ def test_a_case_that_kills_the_process_is_left_behind_as_a_reproduction(tmp_path
     assert replay(left, log=lambda _: None) == 0  # the same case, checked again, passes
 
 
-def test_a_batch_lost_twice_is_split_and_its_case_at_fault_reported_on_its_third_loss(tmp_path):
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 6])
+def test_a_batch_lost_twice_is_split_and_its_case_at_fault_reported_on_its_third_loss(tmp_path, batch_size):
     """The retry rule, with a cluster whose workers die on case 3 (fuzz.campaign._run): its batch
     is retried once as it was, then its cases run one by one; case 3, lost alone, is reported as
     a crash; its batch-mate is checked as any other case and nothing is lost twice more."""
@@ -325,10 +326,12 @@ def test_a_batch_lost_twice_is_split_and_its_case_at_fault_reported_on_its_third
                 yield key, Lost("the worker died") if first <= 3 < first + count else fn(*args)
 
     executor, lines = DiesOnCase3(), []
-    campaign = Campaign(seed=11, cases=6, engines=("ref",), dtypes=("float32",), export_every=0, batch_size=2)
+    campaign = Campaign(seed=11, cases=6, engines=("ref",), dtypes=("float32",), export_every=0, batch_size=batch_size)
     assert _run(campaign, executor, tmp_path, 0, False, lines.append) == 1
-    assert executor.tasks == [("batch", 0, 2), ("batch", 2, 2), ("batch", 4, 2), ("batch", 2, 2),
-                              ("case", 2, 1), ("case", 3, 1)]
+    batches = [("batch", first, count) for first, count in campaign.batches()]
+    [lost] = [b for b in batches if b[1] <= 3 < b[1] + b[2]]
+    alone = [("case", index, 1) for index in range(lost[1], lost[1] + lost[2])] if lost[2] > 1 else []
+    assert executor.tasks == batches + [lost] + alone  # a batch of one case lost twice is the crash itself
     summary = json.loads((tmp_path / "fuzz-summary.json").read_text())
     [crash] = summary["failures"]
     assert crash["stage"] == "crash" and crash["cases"] == [3] and "died" in crash["reason"], crash
