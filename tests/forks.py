@@ -4,9 +4,11 @@ Each `python -m simaccel.tvm_integration.tools.cli ...`, `python SCRIPT.py` or `
 a test starts imports TVM's FFI, numba and (through tvm-ffi) torch: 4-7 s of CPU on 2 cores before its
 first line runs, which the suite paid some two hundred times. `run` and `start` take the argv
 `subprocess` would (`[sys.executable, ...]`) and hand it to a server: a process, one per test
-process (pytest-xdist worker), started on first use, that has imported exactly what the
-command line imports before it reads an argument (`simaccel.tvm_integration.tools.cli`) and
-nothing else (no TVM module built, no kernel compiled, no thread started). For each command it
+process (pytest-xdist worker), started on first use, that has imported what the command line
+imports before it reads an argument (`simaccel.tvm_integration.tools.cli`) and what nearly
+every command imports next (TVM's Relax and simaccel's build pipeline: 1.4 s more per command,
+paid a hundred times a run), and nothing else (no TVM module built, no kernel compiled, no
+thread started). For each command it
 forks a child that takes the command's environment (all of it, `os.environ` replaced),
 folder, argv, `sys.path[0]` and `__main__`, with stdout and stderr in files of their own (or
 one, as `stderr=STDOUT` merges them), runs the module, script or code as Python would, then
@@ -41,7 +43,9 @@ import time
 from pathlib import Path
 
 CLI = "simaccel.tvm_integration.tools.cli"
-WARM = [CLI]  # what the server imports: exactly what `python -m CLI` imports before main() runs
+# What the server imports: what `python -m CLI` imports before main() runs, then what its
+# commands import to build or run a model.
+WARM = [CLI, "tvm.relax", "simaccel.tvm_integration.backend.pipeline"]
 
 # Variables that act when an interpreter starts or a native library loads, whatever Python code
 # reads: a command that sets one of these differently gets a process of its own.
@@ -246,12 +250,15 @@ class _RecordingEnviron(type(os.environ)):
                          environ.decodevalue)
         self._read = read
 
+    def _note(self, key):
+        self._read.add(key.decode(errors="replace") if isinstance(key, bytes) else str(key))
+
     def __getitem__(self, key):
-        self._read.add(key)
+        self._note(key)
         return super().__getitem__(key)
 
     def __contains__(self, key):
-        self._read.add(key)
+        self._note(key)
         return super().__contains__(key)
 
 
