@@ -9,11 +9,12 @@ import pytest
 
 from simaccel import errors, names
 from simaccel.native.build import compile_object
-from simaccel.native.source import NativeRegion, library_source
+from simaccel.native.source import NativeRegion, library_source, runtime_source
 from test_launch_plan import one_op_program
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 REGION_H = ROOT / "simaccel" / "native" / "region.h"
+TABLES_H = ROOT / "simaccel" / "native" / "tables.h"
 SHARED = [value for _, value in names.CPP_NAMES] + [names.CODEGEN_FUNC]
 PYTHON_SOURCES = sorted(p for d in ("simaccel", "kernels", "tvm_integration") for p in (ROOT / d).rglob("*.py"))
 
@@ -55,26 +56,28 @@ def test_the_forwarder_and_the_registration_read_the_same_names():
 
 
 def test_every_constant_region_h_uses_is_defined_once_by_the_generator():
-    """Each k<Name> that region.h reads but does not define comes from the generated file."""
+    """Each k<Name> that region.h reads but neither it nor tables.h defines comes from the generated runtime file."""
     code = cpp_code(REGION_H)
     used = set(re.findall(r"\bk[A-Z]\w*", code))
-    defined_here = set(re.findall(r"constexpr\s+\w+\s+(k[A-Z]\w*)", code))
+    defined_here = set(re.findall(r"constexpr\s+\w+\s+(k[A-Z]\w*)", code + cpp_code(TABLES_H)))
     generated = {line.split()[3].removesuffix("[]") for line in names.cpp_constants()}
     assert len(generated) == len(names.cpp_constants())
     assert {names.error_kind_constant(k) for k in errors.__all__} <= generated
-    sizes = {"kMaxWords", "kMaxBoundary", "kMaxTensors"}  # written by source.py from the plans
     tvm_ffi_enums = {n for n in used if n.startswith(("kTVMFFI", "kDL"))}
-    assert used - defined_here - tvm_ffi_enums - sizes <= generated
+    assert used - defined_here - tvm_ffi_enums <= generated
     assert {constant for constant, _ in names.CPP_NAMES} <= used  # and region.h uses each shared name
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_the_generated_cpp_defines_the_names_before_region_h_and_compiles(dtype):
-    source = library_source([NativeRegion("r_relu", one_op_program("simaccel.relu", [(3, 5)], dtype, {}))], ((9, 0),))
-    lines = source.splitlines()
+def test_the_runtime_defines_the_names_before_region_h_and_a_library_compiles_with_it(dtype):
+    """The names are the runtime's (the file holding region.h, compiled once); a library's own file
+    holds tables and region functions only, and links with it."""
+    lines = runtime_source().splitlines()
     include = lines.index('#include "region.h"')
     for constant in names.cpp_constants():
         assert lines.index(constant) < include
     for value in [value for _, value in names.CPP_NAMES] + list(errors.__all__):
         assert sum(line.count(f'"{value}"') for line in lines) == 1  # once, in its constant
+    source = library_source([NativeRegion("r_relu", one_op_program("simaccel.relu", [(3, 5)], dtype, {}))], ((9, 0),))
+    assert '#include "region.h"' not in source and not any(constant in source for constant in names.cpp_constants())
     assert compile_object(source)[:4] == b"\x7fELF"

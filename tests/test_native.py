@@ -79,7 +79,17 @@ def masks_program() -> Program:
     return Program("masks", t, (0, 1, 2, 3, 4), (7, 8), ops).validate()
 
 
+def wide_program(inputs: int = 70) -> Program:
+    """x0 + x1 + ... + x69, one add at a time: more boundary tensors (71) and tensors (139) than
+    the runtime keeps on its stack per call (64 and 128: region.h's CallArray), so its heap path runs."""
+    t = tuple(TensorSpec(f"x{i}", (4, 8), "float32") for i in range(inputs)) + \
+        tuple(TensorSpec(f"s{i}", (4, 8), "float32") for i in range(1, inputs))
+    ops = tuple(OpNode("simaccel.add", (inputs + i - 2 if i > 1 else 0, i), inputs + i - 1) for i in range(1, inputs))
+    return Program("wide", t, tuple(range(inputs)), (len(t) - 1,), ops).validate()
+
+
 PROGRAMS = {region_symbol(n, d): one_op_program(n, s, d, a) for n, s, a in CASES for d in ("float32", "float16")}
+PROGRAMS["r_wide"] = wide_program()
 PROGRAMS["r_masks"] = masks_program()
 PROGRAMS["r_chain"] = chain_program()
 PROGRAMS["r_views"] = views_program()

@@ -1,17 +1,20 @@
 // simaccel native regions: the run-time half, shared by every generated region library.
 //
 // Where it sits: simaccel.native.source writes one C++ file per TVM library. That file holds
-// each region's tables (tensors, kernel launches with their argument words, cubins) and
-// includes this header, which supplies `run_region`: check the tensors TVM passes, take TVM's
-// current stream for the device, and launch the region's kernels there through the CUDA
-// driver, opened at run time with dlopen. The library links no CUDA library, so it builds
-// and exports on a machine without a GPU, and it needs neither Python nor numba to run.
+// each region's tables (tensors, kernel launches with their argument words, cubins: tables.h)
+// and one TVM-FFI function per region, which calls `run_region`, defined here: check the tensors
+// TVM passes, take TVM's current stream for the device, and launch the region's kernels there
+// through the CUDA driver, opened at run time with dlopen. The library links no CUDA library,
+// so it builds and exports on a machine without a GPU, and it needs neither Python nor numba
+// to run.
 //
-// Everything here is in an anonymous namespace: two region libraries in one process each
-// keep their own copy (their own loaded modules, memory and counters).
+// This file is the same for every library: simaccel.native.build compiles it once per compiler
+// and header text, caches the object and links it into each library's object. Everything here
+// is hidden: two region libraries in one process each keep their own copy (their own loaded
+// modules, memory and counters).
 //
 // Names shared with simaccel's Python (global functions, error kinds, environment variables)
-// are constants the generated file defines before including this header (kInvokeFunc,
+// are constants the compiled file defines before including this header (kInvokeFunc,
 // kDeviceError, ...: simaccel/names.py); this file spells none of them.
 #pragma once
 
@@ -27,101 +30,19 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-namespace {
+#include "tables.h"
+
+#pragma GCC visibility push(hidden)
 namespace simaccel_native {
-
-// ---------------------------------------------------------------------------------------------
-// The tables the generator writes (see simaccel/native/source.py).
-
-struct TensorSpec {
-  const char* name;
-  uint8_t code;   // DLDataTypeCode
-  uint8_t bits;
-  int32_t ndim;
-  const int64_t* shape;
-  int64_t nbytes;
-  int64_t alignment;  // bytes its data pointer must be aligned to: element size or the profile's
-  const uint32_t* value;  // a constant's bits (one word, two for 8 bytes), nullptr for other tensors
-};
-
-// A compute capability as the tables hold it: major * 10 + minor (sm_90 -> 90, sm_120 -> 120).
-struct Cubin {
-  int32_t arch;
-  const unsigned char* image;  // an ELF image: it knows its size
-  const char* entry;           // the kernel's mangled name in this image
-  uint32_t shared_bytes;       // dynamic shared memory this image needs besides a launch's own
-};
-
-struct Kernel {
-  const Cubin* cubins;  // one per architecture the library was built for, lowest first
-  int32_t num_cubins;
-  const char* ptx;      // the kernel as PTX for `ptx_arch` (the lowest built), JIT-compiled
-  int32_t ptx_arch;     // where no cubin fits the GPU
-  const char* ptx_entry;
-  uint32_t ptx_shared_bytes;  // dynamic shared memory the PTX's code needs besides a launch's own
-  const char* name;  // the Numba kernel's name, for messages
-};
-
-struct Launch {
-  int32_t op;      // index of the op in the Program
-  int32_t kernel;  // index into the library's kernels
-  uint32_t grid[3];
-  uint32_t block[3];
-  uint32_t shared_bytes;
-  int32_t num_words;    // 8-byte kernel parameters
-  const int64_t* words; // their values; the data pointers are patched in per call
-  int32_t num_patches;
-  const int32_t* patch_word;    // which word holds a data pointer ...
-  const int32_t* patch_tensor;  // ... of which Program tensor
-};
-
-struct OpSpec {  // for the sanitizer's and the trace's messages
-  const char* name;       // the Program op, "simaccel.dense_bias"
-  int32_t output;         // its output tensor (a view's: kind -1, never launched)
-  int32_t num_inputs;
-  const int32_t* inputs;  // the tensors it reads, views as their owners
-};
-
-struct Region {
-  const char* symbol;
-  const char* key;           // "symbol:fingerprint", as the Python runtime keys Programs
-  const char* program_json;  // for the Python engines and the ledger
-  int32_t num_tensors;
-  const TensorSpec* tensors;
-  int32_t num_inputs;
-  const int32_t* inputs;
-  int32_t num_outputs;
-  const int32_t* outputs;
-  int32_t num_launches;
-  const Launch* launches;
-  const int8_t* kinds;          // per tensor: -3 fused value, -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
-  const char* launches_per_op;  // "1,1,2": for the ledger
-  int32_t num_ops;
-  const OpSpec* ops;
-  int32_t sanitize;  // 1: built with sanitize=True (Program.sanitize): every call is sanitized
-  // The launches a sanitized call runs: every op on its own (no fused groups, so each op's
-  // output is stored and checked); the same as `launches` where nothing fused.
-  int32_t num_checked_launches;
-  const Launch* checked_launches;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The CUDA driver API, the few entry points used, opened once per library.
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st* CUcontext;
-typedef struct CUmod_st* CUmodule;
-typedef struct CUfunc_st* CUfunction;
-typedef struct CUstream_st* CUstream;
-typedef struct CUevent_st* CUevent;
-typedef unsigned long long CUdeviceptr;
-
-constexpr int kMaxDevices = 64;
 constexpr int kComputeMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kComputeMinor = 76;
 constexpr int kSharedOptIn = 97;    // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
@@ -271,13 +192,8 @@ std::string hex(uint64_t value) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Counters and the route to the Python engines, both shared with simaccel's Python runtime
-// when it is installed (simaccel.tvm_integration.backend.bridge); else kept here.
-
-struct Counters {
-  std::atomic<int64_t> calls{0}, nanoseconds{0}, copied_bytes{0};
-};
-static_assert(sizeof(Counters) == 3 * sizeof(int64_t), "counters are read as three int64 by Python");
+// The route to the Python engines and the counters (tables.h), both shared with simaccel's
+// Python runtime when it is installed (simaccel.tvm_integration.backend.bridge); else kept here.
 
 // A global function of simaccel's Python runtime, or nullptr where simaccel is not installed.
 TVMFFIObjectHandle global_function(const char* name) {
@@ -337,43 +253,6 @@ const std::atomic<int32_t>* debug_word() {
   return word;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Per-library state: kernels loaded per device, memory per region, device and stream.
-
-struct DeviceState {
-  CUcontext context = nullptr;
-  std::vector<CUfunction> functions;
-  std::vector<uint32_t> shared_bytes;  // per function: the dynamic shared memory its image needs
-};
-
-// One region's intermediates (and aliased-output scratch) on one device and stream. Its lock
-// is held while a call queues its kernels: calls from several threads on one stream share
-// this memory, so each call's launches must reach the stream together, never interleaved.
-struct Memory {
-  Memory(int32_t device, void* stream, int32_t tensors) : device(device), stream(stream), slots(tensors, 0) {}
-  const int32_t device;
-  void* const stream;
-  std::vector<CUdeviceptr> slots;  // by tensor id; 0 where not allocated
-  std::vector<CUdeviceptr> guarded;  // sanitizer: by tensor id, its scratch with guard bands (base)
-  std::vector<CUevent> events;       // trace: two per launch, created on the first traced call
-  std::mutex lock;
-};
-
-struct RegionState {
-  std::once_flag once;
-  Counters local;  // used where simaccel's Python runtime is not installed
-  Counters* counters = &local;
-  std::mutex lock;  // guards `memory`, whose entries never move or go away
-  std::deque<Memory> memory;
-};
-
-struct Library {  // what one generated library holds besides its regions
-  const Kernel* kernels;
-  int32_t num_kernels;
-  const char* held;  // "cubins for sm_80, sm_90 and PTX for sm_80", for messages
-  std::mutex lock;
-  std::atomic<DeviceState*> devices[kMaxDevices];
-};
 
 // The tensor a TVM-FFI argument holds, or nullptr.
 DLTensor* as_tensor(const TVMFFIAny& a) {
@@ -548,6 +427,20 @@ struct Call {
   std::string where() const { return std::string("region ") + r.symbol + " on cuda:" + std::to_string(device); }
 };
 
+// A per-call array of `n` elements, each `fill`: on the stack up to N, else on the heap (the
+// sizes come from the library's tables, so the runtime is compiled once for every library).
+template <typename T, int N>
+struct CallArray {
+  CallArray(int32_t n, T fill) : heap(n > N ? new T[n] : nullptr), data(n > N ? heap.get() : stack) {
+    std::fill(data, data + std::max<int32_t>(n, 0), fill);
+  }
+  CallArray(const CallArray&) = delete;
+  CallArray& operator=(const CallArray&) = delete;
+  T stack[N];
+  std::unique_ptr<T[]> heap;
+  T* const data;
+};
+
 // The shared memory launch `launch` runs with: its own and what its kernel's image needs.
 uint32_t shared_bytes(const Call& c, const Launch& launch) { return launch.shared_bytes + c.state.shared_bytes[launch.kernel]; }
 
@@ -556,8 +449,10 @@ uint32_t shared_bytes(const Call& c, const Launch& launch) { return launch.share
 CUresult launch_kernel(const Call& c, int32_t l, bool traced = true) {
   const Driver& d = driver();
   const Launch& launch = c.launches[l];
-  int64_t words[kMaxWords];
-  void* params[kMaxWords];
+  CallArray<int64_t, 256> word_array(launch.num_words, 0);
+  CallArray<void*, 256> param_array(launch.num_words, nullptr);
+  int64_t* words = word_array.data;
+  void** params = param_array.data;
   std::memcpy(words, launch.words, sizeof(int64_t) * launch.num_words);
   for (int32_t p = 0; p < launch.num_patches; ++p) words[launch.patch_word[p]] = static_cast<int64_t>(c.data[launch.patch_tensor[p]]);
   for (int32_t w = 0; w < launch.num_words; ++w) params[w] = &words[w];
@@ -1083,7 +978,8 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   }
 
   // Check every tensor TVM passed against the Program.
-  uint64_t address[kMaxBoundary];
+  CallArray<uint64_t, 64> address_array(n, 0);
+  uint64_t* address = address_array.data;
   int32_t device = -1;
   for (int32_t i = 0; i < n; ++i) {
     const TensorSpec& spec = r.tensors[i < n_in ? r.inputs[i] : r.outputs[i - n_in]];
@@ -1126,7 +1022,8 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   }
   // An output sharing memory with an input is computed into scratch and copied at the end;
   // two outputs sharing memory are refused.
-  bool aliased[kMaxBoundary] = {};
+  CallArray<bool, 64> aliased_array(n, false);
+  bool* aliased = aliased_array.data;
   for (int32_t i = n_in; i < n; ++i) {
     const int64_t bytes_i = r.tensors[r.outputs[i - n_in]].nbytes;
     if (bytes_i == 0) continue;
@@ -1157,7 +1054,8 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   CUstream stream = static_cast<CUstream>(TVMFFIEnvGetStream(kDLCUDA, device));
 
   // Device memory of every tensor: TVM's for the boundary, this region's for the rest.
-  uint64_t data[kMaxTensors] = {};
+  CallArray<uint64_t, 128> data_array(r.num_tensors, 0);
+  uint64_t* data = data_array.data;
   for (int32_t i = 0; i < n; ++i) data[i < n_in ? r.inputs[i] : r.outputs[i - n_in]] = address[i];
   Memory* memory = nullptr;
   {
@@ -1187,4 +1085,4 @@ int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
 }
 
 }  // namespace simaccel_native
-}  // namespace
+#pragma GCC visibility pop

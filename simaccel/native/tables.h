@@ -1,0 +1,162 @@
+// simaccel native regions: what a generated region library and the runtime (region.h) share.
+//
+// Where it sits: simaccel.native.source writes one C++ file per TVM library, holding each
+// region's tables (tensors, kernel launches with their argument words, cubins) and the state
+// beside them, and one TVM-FFI function per region that calls `run_region`. The runtime,
+// region.h, is the same for every library: it is compiled once per compiler and header text
+// (simaccel.native.build caches its object) and linked into each library's object.
+//
+// Both halves are hidden (not exported from the model's shared library): two region libraries
+// in one process each keep their own copy (their own loaded modules, memory and counters).
+#pragma once
+
+#include <tvm/ffi/c_api.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+#pragma GCC visibility push(hidden)
+namespace simaccel_native {
+
+// ---------------------------------------------------------------------------------------------
+// The tables the generator writes (see simaccel/native/source.py).
+
+struct TensorSpec {
+  const char* name;
+  uint8_t code;   // DLDataTypeCode
+  uint8_t bits;
+  int32_t ndim;
+  const int64_t* shape;
+  int64_t nbytes;
+  int64_t alignment;  // bytes its data pointer must be aligned to: element size or the profile's
+  const uint32_t* value;  // a constant's bits (one word, two for 8 bytes), nullptr for other tensors
+};
+
+// A compute capability as the tables hold it: major * 10 + minor (sm_90 -> 90, sm_120 -> 120).
+struct Cubin {
+  int32_t arch;
+  const unsigned char* image;  // an ELF image: it knows its size
+  const char* entry;           // the kernel's mangled name in this image
+  uint32_t shared_bytes;       // dynamic shared memory this image needs besides a launch's own
+};
+
+struct Kernel {
+  const Cubin* cubins;  // one per architecture the library was built for, lowest first
+  int32_t num_cubins;
+  const char* ptx;      // the kernel as PTX for `ptx_arch` (the lowest built), JIT-compiled
+  int32_t ptx_arch;     // where no cubin fits the GPU
+  const char* ptx_entry;
+  uint32_t ptx_shared_bytes;  // dynamic shared memory the PTX's code needs besides a launch's own
+  const char* name;  // the Numba kernel's name, for messages
+};
+
+struct Launch {
+  int32_t op;      // index of the op in the Program
+  int32_t kernel;  // index into the library's kernels
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_bytes;
+  int32_t num_words;    // 8-byte kernel parameters
+  const int64_t* words; // their values; the data pointers are patched in per call
+  int32_t num_patches;
+  const int32_t* patch_word;    // which word holds a data pointer ...
+  const int32_t* patch_tensor;  // ... of which Program tensor
+};
+
+struct OpSpec {  // for the sanitizer's and the trace's messages
+  const char* name;       // the Program op, "simaccel.dense_bias"
+  int32_t output;         // its output tensor (a view's: kind -1, never launched)
+  int32_t num_inputs;
+  const int32_t* inputs;  // the tensors it reads, views as their owners
+};
+
+struct Region {
+  const char* symbol;
+  const char* key;           // "symbol:fingerprint", as the Python runtime keys Programs
+  const char* program_json;  // for the Python engines and the ledger
+  int32_t num_tensors;
+  const TensorSpec* tensors;
+  int32_t num_inputs;
+  const int32_t* inputs;
+  int32_t num_outputs;
+  const int32_t* outputs;
+  int32_t num_launches;
+  const Launch* launches;
+  const int8_t* kinds;          // per tensor: -3 fused value, -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
+  const char* launches_per_op;  // "1,1,2": for the ledger
+  int32_t num_ops;
+  const OpSpec* ops;
+  int32_t sanitize;  // 1: built with sanitize=True (Program.sanitize): every call is sanitized
+  // The launches a sanitized call runs: every op on its own (no fused groups, so each op's
+  // output is stored and checked); the same as `launches` where nothing fused.
+  int32_t num_checked_launches;
+  const Launch* checked_launches;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA driver's types, as far as the state below needs them (region.h opens the driver).
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st* CUcontext;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+typedef unsigned long long CUdeviceptr;
+
+constexpr int kMaxDevices = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Per-library state: kernels loaded per device, memory per region, counters.
+
+// Shared with simaccel's Python runtime when it is installed (simaccel.tvm_integration.backend.bridge);
+// else kept here.
+struct Counters {
+  std::atomic<int64_t> calls{0}, nanoseconds{0}, copied_bytes{0};
+};
+static_assert(sizeof(Counters) == 3 * sizeof(int64_t), "counters are read as three int64 by Python");
+
+struct DeviceState {
+  CUcontext context = nullptr;
+  std::vector<CUfunction> functions;
+  std::vector<uint32_t> shared_bytes;  // per function: the dynamic shared memory its image needs
+};
+
+// One region's intermediates (and aliased-output scratch) on one device and stream. Its lock
+// is held while a call queues its kernels: calls from several threads on one stream share
+// this memory, so each call's launches must reach the stream together, never interleaved.
+struct Memory {
+  Memory(int32_t device, void* stream, int32_t tensors) : device(device), stream(stream), slots(tensors, 0) {}
+  const int32_t device;
+  void* const stream;
+  std::vector<CUdeviceptr> slots;  // by tensor id; 0 where not allocated
+  std::vector<CUdeviceptr> guarded;  // sanitizer: by tensor id, its scratch with guard bands (base)
+  std::vector<CUevent> events;       // trace: two per launch, created on the first traced call
+  std::mutex lock;
+};
+
+struct RegionState {
+  std::once_flag once;
+  Counters local;  // used where simaccel's Python runtime is not installed
+  Counters* counters = &local;
+  std::mutex lock;  // guards `memory`, whose entries never move or go away
+  std::deque<Memory> memory;
+};
+
+struct Library {  // what one generated library holds besides its regions
+  const Kernel* kernels;
+  int32_t num_kernels;
+  const char* held;  // "cubins for sm_80, sm_90 and PTX for sm_80", for messages
+  std::mutex lock;
+  std::atomic<DeviceState*> devices[kMaxDevices];
+};
+
+// Run region `r` of library `lib` on the tensors TVM passed (inputs, then outputs): region.h.
+int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* args, int32_t num_args);
+
+}  // namespace simaccel_native
+#pragma GCC visibility pop
