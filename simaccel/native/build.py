@@ -17,6 +17,7 @@ one codegen call, into each).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shlex
@@ -89,12 +90,21 @@ def _runtime_key() -> str:
     from .source import runtime_source
 
     command = compiler()
-    version = subprocess.run([*command, "--version"], capture_output=True, text=True).stdout
+    path = shutil.which(command[0]) or ""
+    stat = os.stat(path) if path else None
+    version = _compiler_version(tuple(command), path, stat and (stat.st_mtime_ns, stat.st_size))
     digest = hashlib.sha256()
-    for part in (shlex.join(command), shutil.which(command[0]) or "", version, *FLAGS, *_include_flags(),
+    for part in (shlex.join(command), path, version, *FLAGS, *_include_flags(),
                  runtime_source(), *((HERE / header).read_text() for header in HEADERS)):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=16)
+def _compiler_version(command: tuple, path: str, stamp) -> str:
+    """`command --version`, asked once per compiler file (`path` and its `stamp`: a replaced
+    compiler is asked again), not once per build."""
+    return subprocess.run([*command, "--version"], capture_output=True, text=True).stdout
 
 
 def _runtime_object(tmp: Path) -> Path:
