@@ -193,7 +193,9 @@ def run_fresh(jobs: list, workdir: Path, device: str = "cpu"):
 _FRESH_PROCESS = """
 import json, sys
 import numpy as np
+sys.modules["torch"] = None  # tvm-ffi imports torch where installed (2 s a process); loading a library needs none
 import tvm
+del sys.modules["torch"]  # a user op's code that imports torch still can
 device = tvm.device(sys.argv[2], 0)
 for lib, inputs, out in json.load(open(sys.argv[1])):
     try:
