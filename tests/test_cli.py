@@ -103,15 +103,15 @@ def test_demo_exits_1_on_a_mismatch(monkeypatch):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """A folder with the demo model exported once, its inputs and output, and bad files of every kind."""
-    from harness import run_vm
-    from simaccel.tvm_integration import build, build_tvm_only
+    from harness import tvm_alone
+    from simaccel.tvm_integration import build
     from simaccel.tvm_integration.tools.models import demo_cnn, random_inputs
 
     d = tmp_path_factory.mktemp("cli")
     mod = demo_cnn(batch=1)
     build(mod).export_library(str(d / "demo.so"))
     inputs = random_inputs(mod, 5)
-    want = run_vm(build_tvm_only(mod), inputs)
+    want = tvm_alone(mod, inputs)
     np.savez(d / "in.npz", **{f"arg{i}": a for i, a in enumerate(inputs)})
     np.savez(d / "good.npz", arg0=want)
     np.savez(d / "bad.npz", arg0=want[:, ::-1])
@@ -219,8 +219,7 @@ def load_model_file(path):
 def test_build_makes_a_library_that_run_checks(tmp_path, source, regions):
     """`simaccel build` then `simaccel run` as its last line says: the library matches the
     outputs it wrote, and those are the outputs of TVM alone (rebuilt here) on its inputs."""
-    from harness import run_vm
-    from simaccel.tvm_integration import build_tvm_only
+    from harness import tvm_alone
     from simaccel.tvm_integration.tools.models import demo_cnn
 
     (tmp_path / "model.py").write_text(BUILD_MODEL)
@@ -236,7 +235,7 @@ def test_build_makes_a_library_that_run_checks(tmp_path, source, regions):
 
     mod = demo_cnn() if source == "--demo" else load_model_file(tmp_path / source)
     inputs = read_arrays(tmp_path / "lib.inputs.npz")
-    want = run_vm(build_tvm_only(mod), inputs)
+    want = tvm_alone(mod, inputs)
     want = want if isinstance(want, list) else [want]
     expected, got = read_arrays(tmp_path / "lib.expect.npz"), read_arrays(tmp_path / "got.npz")
     assert len(expected) == len(want) == len(got) == (2 if source == "model.py" else 1)

@@ -8,9 +8,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from harness import run_vm
+from harness import run_vm, tvm_alone
 from model_zoo import random_model
-from simaccel.tvm_integration import build, build_tvm_only
+from simaccel.tvm_integration import build
 from simaccel.tvm_integration.tools.models import demo_cnn, random_inputs
 
 LOAD_AND_RUN = textwrap.dedent(
@@ -50,7 +50,7 @@ def test_exported_demo_runs_in_a_fresh_process(tmp_path, engine):
     assert result.returncode == 0, result.stderr
     assert "simaccel.runtime" in result.stdout  # the regions really ran through simaccel
     got = np.load(tmp_path / "out.npy")
-    want = run_vm(build_tvm_only(mod), arrays)
+    want = tvm_alone(mod, arrays)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
@@ -59,7 +59,7 @@ def test_exported_random_model(tmp_path, seed):
     mod = random_model(seed)
     result, arrays = export_and_run(tmp_path, mod, seed)
     assert result.returncode == 0, result.stderr
-    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), run_vm(build_tvm_only(mod), arrays), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), tvm_alone(mod, arrays), rtol=1e-4, atol=1e-5)
 
 
 def test_missing_runtime_is_a_clear_error(tmp_path):
@@ -86,7 +86,7 @@ def test_build_and_run_need_no_cpp_compiler(tmp_path, monkeypatch):
     monkeypatch.delenv("CC", raising=False)
     mod = demo_cnn(batch=1)
     arrays = random_inputs(mod)
-    np.testing.assert_allclose(run_vm(build(mod), arrays), run_vm(build_tvm_only(mod), arrays), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(run_vm(build(mod), arrays), tvm_alone(mod, arrays), rtol=1e-4, atol=1e-5)
 
 
 def test_tensor_objects_from_older_libraries_are_accepted(clean_runtime):

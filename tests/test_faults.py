@@ -24,12 +24,12 @@ from tvm import relax, te
 import forks
 import simaccel
 from conftest import HAS_GPU
-from harness import assert_same, compare_with_tvm, offloaded_ops, run_vm
+from harness import assert_same, compare_with_tvm, offloaded_ops, run_vm, tvm_alone
 from model_zoo import single_op
 from simaccel import LayoutError, ProgramError, SimAccelError
 from simaccel.program import OpNode, Program, TensorSpec
 from simaccel.runtime import Runtime
-from simaccel.tvm_integration import build, build_tvm_only, partition_report
+from simaccel.tvm_integration import build, partition_report
 
 op = relax.op
 F32, F16 = "float32", "float16"
@@ -579,7 +579,7 @@ def test_soak_10000_calls_with_flat_memory(clean_runtime):
     arrays = [np.random.default_rng(5).standard_normal(s).astype(F32) for s in ((4, 16), (8, 16), (8,))]
     vm = relax.VirtualMachine(build(mod), tvm.cpu())
     tensors = [tvm.runtime.tensor(a) for a in arrays]
-    want = run_vm(build_tvm_only(mod), arrays)
+    want = tvm_alone(mod, arrays)
     for _ in range(500):
         out = vm["main"](*tensors)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)  # its first call allocates caches

@@ -9,6 +9,8 @@ torchvision's squeezenet1_1 at 64x64) skip without the torch extra.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import tvm
@@ -162,15 +164,21 @@ def _models():
     }
 
 
+@functools.lru_cache(maxsize=None)
+def _exported(name):
+    """Model `name` (seeded weights), its example inputs and its Relax module: once per test process."""
+    _torch().manual_seed(0)
+    module, args = _models()[name]
+    return module, args, _export(module, *args)
+
+
 # squeezenet on the simulator would take minutes (every CUDA thread interpreted in Python).
 @pytest.mark.parametrize("name, engine", [("causal_block", "ref"), ("causal_block", "sim"), ("padding_mask", "ref"),
                                           ("padding_mask", "sim"), ("transformer_decoder", "ref"),
                                           ("transformer_decoder", "sim"), ("squeezenet1_1", "ref")])
 def test_a_masked_or_fire_module_model_offloads_whole_and_matches_tvm_and_torch(name, engine):
     torch = _torch()
-    torch.manual_seed(0)
-    module, args = _models()[name]
-    mod = _export(module, *args)
+    module, args, mod = _exported(name)
     one_region_nothing_kept(mod)
     arrays = [a.numpy() for a in args]
     got, _, ledger = compare_with_tvm(mod, engine, arrays=arrays)

@@ -14,10 +14,10 @@ import pytest
 import tvm
 from tvm import relax
 
-from harness import run_vm
+from harness import run_vm, tvm_alone
 from native_support import cuda_tensor
 from simaccel.names import AUTOLOAD_ENV, INSTALL, INVOKE_FUNC
-from simaccel.tvm_integration import build, build_tvm_only, partition_for_simaccel
+from simaccel.tvm_integration import build, partition_for_simaccel
 from simaccel.tvm_integration.backend import bridge
 from simaccel.tvm_integration.backend.native import gpu_hint
 from simaccel.tvm_integration.tools.models import demo_cnn, matmul_relu, random_inputs
@@ -157,7 +157,7 @@ def test_region_functions_pass_the_hint_of_their_build(monkeypatch, model, bare)
         got = run_vm(executable, arrays)
     assert seen and set(seen) == {gpu_hint({}) if bare else ""}
     assert gpu_warnings(record) == []
-    np.testing.assert_allclose(got, run_vm(build_tvm_only(mod), arrays), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got, tvm_alone(mod, arrays), rtol=1e-4, atol=1e-5)
 
 
 def test_an_install_holds_every_module_and_kernel_source_of_the_checkout(tmp_path):

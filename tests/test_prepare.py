@@ -9,8 +9,8 @@ import pytest
 from tvm import relax
 
 from compare import assert_same
-from harness import compare_with_tvm, offloaded_ops, run_vm
-from simaccel.tvm_integration import build, build_tvm_only, partition_report
+from harness import compare_with_tvm, offloaded_ops, run_vm, tvm_alone
+from simaccel.tvm_integration import build, partition_report
 from simaccel.tvm_integration.tools.models import random_inputs
 
 
@@ -59,7 +59,7 @@ def test_an_inference_batch_norm_joins_the_conv_in_one_region(clean_runtime, dty
     # TVM 0.27's CPU build returns a float16 batch_norm's result as float32 (the module says
     # float16): compare the values in float16.
     arrays = random_inputs(mod, 0)
-    want = run_vm(build_tvm_only(mod), arrays)
+    want = tvm_alone(mod, arrays)
     with clean_runtime.use_engine(engine):
         got = run_vm(build(mod), arrays)
     assert got.dtype == np.float16

@@ -16,9 +16,9 @@ from tvm import relax
 
 import forks
 import simaccel
-from harness import run_vm
+from harness import run_vm, tvm_alone
 from simaccel.errors import CodegenError, SanitizerError
-from simaccel.tvm_integration import build, build_tvm_only
+from simaccel.tvm_integration import build
 
 PLANTED = str(Path(__file__).resolve().parent / "user_ops" / "planted_defects.py")
 
@@ -60,7 +60,7 @@ def test_build_with_sanitize_catches_a_defect_with_the_switch_off(planted, clean
     assert f"region {error.region}: op 0 (planted.skip_last) left 1 of 10 elements of its output 'lv' (2, 5)" in str(error)
     # built without it, the same defect gives a wrong answer and no error
     got = run_vm(build(mod, "llvm"), inputs())
-    want = run_vm(build_tvm_only(mod), inputs())
+    want = tvm_alone(mod, inputs())
     assert not np.allclose(got, want, equal_nan=True)
     np.testing.assert_allclose(got.reshape(-1)[:-1], want.reshape(-1)[:-1], rtol=1e-5, atol=1e-6)
 
@@ -69,7 +69,7 @@ def test_build_with_sanitize_catches_a_defect_with_the_switch_off(planted, clean
 def test_a_clean_sanitized_build_matches_tvm_alone(clean_runtime, engine):
     mod = model(relax.op.exp, shape=(2, 3, 4))
     arrays = inputs((2, 3, 4))
-    want = run_vm(build_tvm_only(mod), arrays)
+    want = tvm_alone(mod, arrays)
     clean_runtime.set_engine(engine)
     got = run_vm(build(mod, "llvm", sanitize=True), arrays)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -79,7 +79,7 @@ def test_a_clean_sanitized_build_matches_tvm_alone(clean_runtime, engine):
 @pytest.mark.parametrize("engine", ["ref", "sim"])
 def test_a_sanitized_build_with_a_scalar_constant_matches_tvm_alone(clean_runtime, engine):
     mod = model(lambda x: relax.op.multiply(x, relax.const(0.5, "float32")))  # the constant is the Program's own
-    want = run_vm(build_tvm_only(mod), inputs())
+    want = tvm_alone(mod, inputs())
     clean_runtime.set_engine(engine)
     np.testing.assert_allclose(run_vm(build(mod, "llvm", sanitize=True), inputs()), want, rtol=1e-5, atol=1e-6)
 

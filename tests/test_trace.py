@@ -13,12 +13,12 @@ from tvm import relax
 
 import simaccel
 from compare import assert_same
-from harness import run_vm
+from harness import tvm_alone
 from simaccel.debug import flags, hooks
 from simaccel.debug.timeline import (COPY, LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION, Trace, TraceWatcher,
                                   current)
 from simaccel.debug.timeline_summary import format_summary, load, summarize, write_png
-from simaccel.tvm_integration import build, build_tvm_only
+from simaccel.tvm_integration import build
 from simaccel.tvm_integration.tools.cli import main
 from simaccel.tvm_integration.tools.models import random_inputs
 from simaccel.tvm_integration.tools.trace_tvm import traced_vm
@@ -50,7 +50,7 @@ def two_regions():
 def model():
     mod = two_regions()
     arrays = random_inputs(mod, 0)
-    return build(mod), run_vm(build_tvm_only(mod), arrays), arrays
+    return build(mod), tvm_alone(mod, arrays), arrays
 
 
 def spans(document, cat=None):

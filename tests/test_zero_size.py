@@ -22,13 +22,13 @@ import tvm_ffi
 from tvm import relax
 
 from compare import assert_same
-from harness import offloaded_ops, run_vm
+from harness import offloaded_ops, tvm_alone
 from model_zoo import single_op
 from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
 from simaccel.native.source import NativeRegion
 from simaccel.ops import list_ops
 from simaccel.tensors import is_compact
-from simaccel.tvm_integration import build, build_tvm_only, partition_for_simaccel
+from simaccel.tvm_integration import build, partition_for_simaccel
 from simaccel.tvm_integration.backend.codegen import region_program
 from simaccel.tvm_integration.backend.patterns import sync_patterns
 from simaccel.tvm_integration.tools.models import random_inputs
@@ -160,7 +160,7 @@ def tvm_result(case: str):
     mod = model(case)
     arrays = random_inputs(mod, 0)
     expect = BY_ID[case][3] if len(BY_ID[case]) > 3 else None
-    return arrays, expect(arrays) if expect else run_vm(build_tvm_only(mod), arrays)
+    return arrays, expect(arrays) if expect else tvm_alone(mod, arrays)
 
 
 def regions(mod):
