@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import OrderedDict
 
@@ -58,6 +59,16 @@ def tvm_alone(mod, arrays, func: str = "main"):
     _TVM_ALONE.move_to_end(key)
     outputs = seen[1]
     return [o.copy() for o in outputs] if isinstance(outputs, list) else outputs.copy()
+
+
+@functools.lru_cache(maxsize=None)
+def small_torch_model(name: str):
+    """torch_models' model `name` at its small size and its Relax module: exported once per
+    test process (the torch extra's tests run each model on several engines)."""
+    from simaccel.tvm_integration.tools import torch_models
+
+    model = torch_models.load(name, "small")
+    return model, model.to_relax()
 
 
 def _scale(array) -> float:

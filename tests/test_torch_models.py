@@ -10,8 +10,6 @@ scripts/torch_models_gpu.py's (results/gpu/).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
@@ -20,7 +18,7 @@ pytest.importorskip("torch", reason="the torch.export tests need torch and torch
 pytest.importorskip("torchvision", reason="the torch.export tests need torchvision: pip install '.[torch]'")
 
 from compare import assert_same  # noqa: E402
-from harness import compare_with_tvm  # noqa: E402
+from harness import compare_with_tvm, small_torch_model  # noqa: E402
 from simaccel.tvm_integration import partition_report  # noqa: E402
 from simaccel.tvm_integration.tools import torch_models  # noqa: E402
 from simaccel.tvm_integration.tools.models import random_inputs  # noqa: E402
@@ -45,20 +43,13 @@ def test_a_whole_model_is_at_most_its_target_of_regions(name):
 ATOL_SCALE = 1e-4
 
 
-@functools.lru_cache(maxsize=None)
-def small(name):
-    """Model `name` at its small size and its Relax module: exported once per test process."""
-    model = torch_models.load(name, "small")
-    return model, model.to_relax()
-
-
 @pytest.mark.parametrize("engine", ["ref", "sim"])
 @pytest.mark.parametrize("name", torch_models.MODEL_NAMES)
 def test_a_model_matches_tvm_alone_and_torch(name, engine):
     # These run only where the torch extra is installed. A whole model's float32 outputs
     # differ from TVM alone's and torch's by their sums' order: errors are judged against the
     # output's scale (mobilenet_v2's class 7, 0.00136 of a largest 0.247, is 1.08e-5 off torch's).
-    model, mod = small(name)
+    model, mod = small_torch_model(name)
     arrays = random_inputs(mod, seed=1)
     got, _, ledger = compare_with_tvm(mod, engine, arrays=arrays, atol_scale=ATOL_SCALE)
     assert ledger["offloaded_calls"] >= 1
@@ -69,7 +60,7 @@ def test_a_model_matches_tvm_alone_and_torch(name, engine):
 
 
 def test_views_in_a_real_model_cost_no_kernel_and_no_copy(clean_runtime):
-    _, mod = small("mlp_mixer")
+    _, mod = small_torch_model("mlp_mixer")
     _, _, ledger = compare_with_tvm(mod, "sim")
     assert ledger["ops"]["simaccel.reshape"] >= 4
     assert ledger["kernel_launches"].get("simaccel.reshape", 0) == 0  # every reshape was a view

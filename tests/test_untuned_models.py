@@ -10,7 +10,6 @@ builds for the CPU and one run of each: about 5-15 s here, most of it TVM's LLVM
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -23,7 +22,7 @@ pytest.importorskip("torch", reason="the torch.export tests need torch and torch
 pytest.importorskip("torchvision", reason="the torch.export tests need torchvision: pip install '.[torch]'")
 
 from compare import assert_same  # noqa: E402
-from harness import compare_with_tvm  # noqa: E402
+from harness import compare_with_tvm, small_torch_model  # noqa: E402
 from simaccel.tvm_integration import partition_report  # noqa: E402
 from simaccel.tvm_integration.tools import model_bench, torch_models  # noqa: E402
 from simaccel.tvm_integration.tools.models import random_inputs  # noqa: E402
@@ -47,12 +46,6 @@ RECORDED = {
 # Built on simaccel, these do not compile yet; strict, so the fix shows and the mark goes.
 
 
-@functools.lru_cache(maxsize=None)
-def exported(name):
-    model = torch_models.load(name, "small")
-    return model, model.to_relax()
-
-
 def test_every_model_has_a_recorded_partition():
     assert set(RECORDED) == set(torch_models.UNTUNED_NAMES)
     assert not set(torch_models.UNTUNED_NAMES) & set(torch_models.MODEL_NAMES)
@@ -61,7 +54,7 @@ def test_every_model_has_a_recorded_partition():
 
 @pytest.mark.parametrize("name", torch_models.UNTUNED_NAMES)
 def test_an_untuned_model_partitions_into_few_regions_and_says_why_it_keeps_ops(name):
-    _, mod = exported(name)
+    _, mod = small_torch_model(name)
     partitioned, report = partition_report(mod)
     max_regions, may_stay = RECORDED[name]
     assert 1 <= len(report.regions) <= max_regions, report.format()
@@ -76,7 +69,7 @@ def test_an_untuned_model_partitions_into_few_regions_and_says_why_it_keeps_ops(
 
 @pytest.mark.parametrize("name", torch_models.UNTUNED_NAMES)
 def test_an_untuned_model_matches_tvm_alone_and_torch(name):
-    model, mod = exported(name)
+    model, mod = small_torch_model(name)
     arrays = random_inputs(mod, seed=1)
     got, _, ledger = compare_with_tvm(mod, "ref", arrays=arrays)
     assert ledger["offloaded_calls"] >= 1
@@ -87,7 +80,7 @@ def test_an_untuned_model_matches_tvm_alone_and_torch(name):
 @pytest.mark.parametrize("name", torch_models.UNTUNED_NAMES)
 def test_outputs_neither_vanish_nor_explode(name):
     # Random weights with calibrated statistics: the outputs are real numbers to compare.
-    model, _ = exported(name)
+    model, _ = small_torch_model(name)
     out = model.run(np.random.default_rng(0).standard_normal(model.input_shape).astype(np.float32))
     assert np.isfinite(out).all()
     assert 1e-3 < float(out.std()) < 1e2, (name, float(out.std()))
