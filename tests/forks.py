@@ -22,6 +22,9 @@ its own (plain `subprocess`) where that could show:
   library loads (PYTHON*, LD_*, TVM_*, CUDA_*, NUMBA_*, OMP_*, ...);
 - its `sys.path[0]` (the script's folder; the working folder for -m and -c) holds a module
   or package named like one the server has imported (a source checkout's `simaccel/`).
+And no command is forked where the server's imports loaded the CUDA driver (a machine with a
+GPU and its driver): a process forked after CUDA started in its parent cannot use CUDA
+(`cudaErrorInitializationError`), so there every command runs in a process of its own.
 Tests whose point is what a process imports (tests/test_imports.py, a deployed library that
 needs neither simaccel nor numba, which simaccel modules a reload loads, import-time warnings)
 call `subprocess` themselves.
@@ -71,7 +74,10 @@ class _Server:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the fork server did not start: {Path(self.folder, 'server.log').read_text()}")
             time.sleep(0.05)
-        self.read_at_import = set(json.loads(Path(ready).read_text())["read"])
+        state = json.loads(Path(ready).read_text())
+        self.read_at_import = set(state["read"])
+        # Forks of a process that loaded the CUDA driver cannot use CUDA: then no command is forked.
+        self.forks = not state["cuda_driver"]
         atexit.register(self.close)
 
     def close(self):
@@ -189,7 +195,7 @@ def start(args, *, env=None, cwd="/", text=True, stderr_to_stdout=False):
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if stderr_to_stdout else subprocess.PIPE,
                                 text=text, env=env, cwd=cwd)
 
-    if server is None or server.acts_at_start(env):
+    if server is None or not server.forks or server.acts_at_start(env):
         return own_process()
     folder = tempfile.mkdtemp(prefix="cmd-", dir=server.folder)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -275,6 +281,17 @@ def _warm_up() -> set[str]:
     finally:
         os.environ = plain
     return read
+
+
+def cuda_driver_loaded(pid: int | str = "self") -> bool:
+    """Whether the process (default: this one) has mapped the CUDA driver (libcuda), which its
+    imports may have initialised: a fork of it could not use CUDA."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:  # no /proc: assume the worst
+        return True
+    return any(os.path.basename(line.split()[-1]).startswith("libcuda.so") for line in maps.splitlines()
+               if "/" in line)
 
 
 def _exit_status(code) -> int:
@@ -394,7 +411,7 @@ def _serve(address: str) -> None:
     listener.bind(address)
     listener.listen(64)
     folder = os.path.dirname(address)
-    Path(folder, "ready.tmp").write_text(json.dumps({"read": sorted(read)}))
+    Path(folder, "ready.tmp").write_text(json.dumps({"read": sorted(read), "cuda_driver": cuda_driver_loaded()}))
     os.rename(os.path.join(folder, "ready.tmp"), os.path.join(folder, "ready.json"))
     import select
 
