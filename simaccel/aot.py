@@ -119,14 +119,32 @@ class CompiledKernel:
 
 
 def toolchain_missing() -> str | None:
-    """None when NVVM, NVRTC and nvJitLink can be loaded here, else what is missing."""
-    try:
-        from cuda.bindings import nvjitlink  # noqa: F401
+    """None when NVVM, NVRTC and nvJitLink load here, else which one does not and why.
+
+    Each library is loaded, not only its binding module imported: a toolkit can be partial
+    (NVVM present, NVRTC absent), and an import succeeds without the library behind it.
+    """
+    def nvvm():
         from numba.cuda.cudadrv.nvvm import NVVM
 
         NVVM()
-    except Exception as e:  # what is missing, as the loader says it
-        return f"the CUDA compiler toolchain is not installed (pip install '.[aot]'): {type(e).__name__}: {e}"
+
+    def nvrtc():
+        from cuda.bindings import nvrtc as binding
+
+        binding.nvrtcVersion()
+
+    def nvjitlink():
+        from cuda.bindings import nvjitlink as binding
+
+        binding.version()
+
+    for name, load in (("NVVM", nvvm), ("NVRTC", nvrtc), ("nvJitLink", nvjitlink)):
+        try:
+            load()
+        except Exception as e:  # what is missing, as the loader says it
+            return (f"the CUDA compiler toolchain is not installed (pip install '.[aot]'): {name} does not load: "
+                    f"{type(e).__name__}: {e}")
     return None
 
 
