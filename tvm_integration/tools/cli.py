@@ -128,13 +128,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Load LIB (made by export_library; works with a runtime-only TVM), run its main "
         "function and, with --expect, compare. Exits 1 on a mismatch.",
     )
-    run.add_argument("library", help="the exported .so")
-    run.add_argument("--inputs", required=True, help=".npz with the arguments, named arg0, arg1, ... (or arr_0, ...)")
-    run.add_argument("--expect", help=".npz with the expected outputs in order (named like --inputs)")
-    run.add_argument("--save", help="write the outputs to this .npz")
+    run.add_argument("library", metavar="LIB.so", help="the exported library")
+    run.add_argument("--inputs", required=True, metavar="IN.npz",
+                     help=".npz with the arguments, named arg0, arg1, ... (or arr_0, ...)")
+    run.add_argument("--expect", metavar="OUT.npz", help=".npz with the expected outputs in order (named like --inputs)")
+    run.add_argument("--save", metavar="OUT.npz", help="write the outputs to this .npz")
     run.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    run.add_argument("--rtol", type=float, default=1e-4)
-    run.add_argument("--atol", type=float, default=1e-5)
+    run.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --expect (default 1e-4)")
+    run.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance of --expect (default 1e-5)")
     run.add_argument("--trace", metavar="PATH", help=TRACE_HELP)
     run.add_argument("--sanitize", action="store_true",
                      help="check every region call for unwritten outputs, out-of-bounds writes, writes into inputs, "
