@@ -16,8 +16,8 @@ the runtime from the declarations. This first stage needs no GPU and no kernel:
 
 Run it with ``python tutorials/01_first_accelerator.py`` (about half a minute on a 2-core
 CPU). Every claim below is checked by an ``assert`` beside it, so the file fails when one
-stops being true; the exercises at the end have their answers in functions the tutorial
-calls and checks.
+stops being true. The exercises at the end come with answers that run only when you ask for
+them (``--answers``), so that you can try each one first.
 """
 
 # %%
@@ -27,7 +27,8 @@ calls and checks.
 # process that never imports them cannot run a mynpu region (step 5 shows it). The folder
 # goes on ``sys.path`` (a notebook runs in its own folder, which is there already).
 # ``show`` prints a definition of that module as its file has it; ``single`` makes a Relax
-# module of one expression, and ``tvm_alone`` runs one with TVM alone.
+# module of one expression, and ``tvm_alone`` runs one with TVM alone. ``ANSWERS``: whether the
+# exercises' answers run (``python tutorials/01_first_accelerator.py --answers``).
 
 import ast
 import os
@@ -46,11 +47,13 @@ from simaccel.tvm_integration import build, build_tvm_only, partition_report
 
 HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 sys.path.insert(0, str(HERE))
+ANSWERS = "--answers" in sys.argv[1:] or os.environ.get("SIMACCEL_TUTORIAL_ANSWERS") == "1"
 
 
 def show(module, *names):
     """Print the top-level definitions `names` of `module`, as its source file has them."""
     source = Path(module.__file__).read_text()
+    print(f"# {Path(module.__file__).name}: {', '.join(names)}")
     for node in ast.parse(source).body:
         defined = [node.name] if hasattr(node, "name") else [t.id for t in getattr(node, "targets", [])]
         if set(defined) & set(names):
@@ -81,6 +84,7 @@ def tvm_alone(expression, data):
 
 both = single(lambda x: relax.op.nn.log_softmax(relax.op.nn.leakyrelu(x, alpha=0.1)), (2, 4))
 _, before = partition_report(both)
+print("partition report, before any declaration:")
 print(before.format())
 assert before.regions == {} and [reason for _, _, reason in before.kept] == [
     "simaccel has no pattern for relax.nn.leakyrelu", "simaccel has no pattern for relax.nn.log_softmax"]
@@ -94,6 +98,7 @@ import mynpu_ops  # noqa: E402  declares mynpu.leaky_relu and mynpu.log_softmax
 
 assert {"mynpu.leaky_relu", "mynpu.log_softmax"} <= set(list_ops())
 _, after = partition_report(both)
+print("partition report, after importing mynpu_ops:")
 print(after.format())
 assert list(after.regions.values()) == [["mynpu.leaky_relu", "mynpu.log_softmax"]] and after.kept == []
 
@@ -113,7 +118,7 @@ show(mynpu_ops, "leaky_relu", "leaky_relu_from_relax", "same_shape", "LEAKY_RELU
 x = np.array([[-2.0, -0.0, 0.5, 3.0]], dtype="float32")
 y = mynpu_ops.leaky_relu(x, alpha=0.1)
 by_tvm = tvm_alone(lambda v: relax.op.nn.leakyrelu(v, alpha=0.1), x)
-print("reference:", y, "TVM alone:", by_tvm)
+print(f"leaky_relu(x, alpha=0.1) of x = {x}: reference {y}, TVM alone {by_tvm}")
 np.testing.assert_array_equal(y, by_tvm)
 assert np.signbit(y[0, 1]) and np.signbit(by_tvm[0, 1]), "leaky_relu(-0.0) is -0.0"
 
@@ -130,7 +135,7 @@ try:
     mynpu_ops.last_axis([()])
     raise AssertionError("a 0-d tensor has no last axis to normalise")
 except ShapeError as e:
-    print("ShapeError:", e)
+    print(f"expected: the shape rule refuses a 0-d tensor with a ShapeError: {e}")
 
 # %%
 # The kernels are *named*: ``kernel="mynpu_kernels:launch_leaky_relu"``. simaccel imports that
@@ -159,6 +164,7 @@ show(mynpu_model, "model")
 model = mynpu_model.model
 
 mod = model()
+print("the model, as TVMScript:")
 print(mod.script())
 
 # %%
@@ -168,6 +174,7 @@ print(mod.script())
 # merging neighbouring matches into regions) and says where every op went:
 
 partitioned, report = partition_report(mod)
+print("partition report of the model:")
 print(report.format())
 
 # %%
@@ -192,7 +199,7 @@ assert kept == {
 function = partitioned[region]
 assert function.attrs["Codegen"] == "simaccel"
 returned = function.ret_ty  # the Relax type it returns
-print(returned)
+print("the region returns:", returned)
 assert len(returned.fields) == 2
 
 # %%
@@ -232,7 +239,8 @@ for name, g, w in zip("yz", got, want):
 # imported:
 
 ledger = runtime.ledger.snapshot()
-print({key: ledger[key] for key in ("offloaded_calls", "ops", "kernel_launches", "bytes")})
+print("ledger after one call on ref:",
+      {key: ledger[key] for key in ("offloaded_calls", "ops", "kernel_launches", "bytes")})
 assert ledger["offloaded_calls"] == 1
 assert ledger["ops"] == {"simaccel.dense_bias": 1, "mynpu.leaky_relu": 1, "mynpu.log_softmax": 1}
 assert sum(ledger["kernel_launches"].values()) == 0
@@ -284,11 +292,13 @@ def deploy(env):
 
 without = {k: v for k, v in os.environ.items() if k != "SIMACCEL_OPS"}
 done, outputs = deploy(without)
-error = done.stderr.strip().splitlines()[-1]
-print(error[:200], "...")
+error = done.stderr.strip().splitlines()[-1]  # the exception's last line: "module.Class: message"
+kind, _, message = error.partition(": ")
+print(f"expected: without $SIMACCEL_OPS the fresh process fails (exit status {done.returncode}) "
+      f"with {kind.rsplit('.', 1)[-1]}: {message.split('; known ops:')[0]}")
 assert done.returncode != 0 and outputs is None
-assert "UnsupportedOpError: op 'mynpu.leaky_relu' is not in the simaccel ISA" in error
-assert "name it in $SIMACCEL_OPS" in error
+assert kind == "simaccel.errors.UnsupportedOpError"
+assert message.startswith("op 'mynpu.leaky_relu' is not in the simaccel ISA") and "name it in $SIMACCEL_OPS" in message
 
 # %%
 # With ``$SIMACCEL_OPS`` naming the module (a ``.py`` path, or a module name on the path),
@@ -296,7 +306,7 @@ assert "name it in $SIMACCEL_OPS" in error
 # exactly the outputs it gave in this process:
 
 done, outputs = deploy({**without, "SIMACCEL_OPS": str(HERE / "mynpu_ops.py")})
-print(done.stdout.strip())
+print(f"with $SIMACCEL_OPS the fresh process exits {done.returncode}; it printed: {done.stdout.strip()}")
 assert done.returncode == 0, done.stderr
 assert "simaccel loaded by import tvm: True" in done.stdout
 for g, o in zip(got, outputs):
@@ -305,17 +315,34 @@ for g, o in zip(got, outputs):
 # %%
 # Exercises
 # ---------
-# Try each one before reading its answer; the tutorial runs the answers and checks them.
+# Try each one before you read its answer, in the next section. The answers run only when you
+# ask: ``python tutorials/01_first_accelerator.py --answers`` (or ``SIMACCEL_TUTORIAL_ANSWERS=1``
+# in the environment) runs them and checks them, as the tests do.
 #
 # **Exercise 1: add a third instruction.** mynpu also has a running sum over the last axis.
 # Declare ``mynpu.cumsum`` so that ``cumsum`` joins the region, and check the result against
 # TVM alone.
 #
-# *Answer.* The same parts as the other two: the reference is numpy's cumsum and ``from_relax``
-# refuses any axis but the last. The kernel is named but not written yet (``mynpu_kernels``
-# has no ``launch_cumsum``; stage 2's exercise writes one): the ``ref`` engine never looks a
-# kernel up. ``declared`` declares the family for a ``with`` block and forgets it after, so the
-# rest of the tutorial sees the ISA as before.
+# **Exercise 2: which op stays on TVM, and how would you move it?** After exercise 1 the only
+# op left is the log_softmax over axis 0. Rewrite the model so that mynpu runs it, and show
+# that the result does not change.
+#
+# **Exercise 3: float16.** Does the same model in float16 go to mynpu too?
+
+if not ANSWERS:
+    print("answers: not run (run this file with --answers, or SIMACCEL_TUTORIAL_ANSWERS=1, to run and check them)")
+
+# %%
+# Next: ``02_kernels_and_constraints.py`` writes the kernels and gives mynpu a device profile.
+
+# %%
+# Answers
+# -------
+# **Exercise 1.** The same parts as the other two: the reference is numpy's cumsum and
+# ``from_relax`` refuses any axis but the last. The kernel is named but not written yet
+# (``mynpu_kernels`` has no ``launch_cumsum``; stage 2's exercise writes one): the ``ref``
+# engine never looks a kernel up. ``declared`` declares the family for a ``with`` block and
+# forgets it after, so the rest of the tutorial sees the ISA as before.
 
 from simaccel.ops import OpFamily, Reject, relax_op  # noqa: E402
 
@@ -347,20 +374,17 @@ def exercise_1():
     return list(report.regions.values()), [op for _, op, _ in report.kept], error
 
 
-regions, kept_ops, error = exercise_1()
-print(regions, kept_ops, f"{error:.2g}")
-assert regions == [["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax", "mynpu.cumsum"]]
-assert kept_ops == ["relax.nn.log_softmax"] and error < 1e-5
-assert "mynpu.cumsum" not in list_ops()  # forgotten after the with-block
-assert "mynpu_kernels" not in sys.modules  # the named kernel was never looked up
+if ANSWERS:
+    regions, kept_ops, error = exercise_1()
+    print(f"exercise 1: regions {regions}; kept on TVM {kept_ops}; max abs difference from TVM alone {error:.2g}")
+    assert regions == [["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax", "mynpu.cumsum"]]
+    assert kept_ops == ["relax.nn.log_softmax"] and error < 1e-5
+    assert "mynpu.cumsum" not in list_ops()  # forgotten after the with-block
+    assert "mynpu_kernels" not in sys.modules  # the named kernel was never looked up
 
 # %%
-# **Exercise 2: which op stays on TVM, and how would you move it?** After exercise 1 the only
-# op left is the log_softmax over axis 0. Rewrite the model so that mynpu runs it, and show
-# that the result does not change.
-#
-# *Answer.* It stays because mynpu normalises the last axis only (its ``from_relax`` says so).
-# A log_softmax over axis 0 is the transpose of a log_softmax over the last axis of the
+# **Exercise 2.** It stays because mynpu normalises the last axis only (its ``from_relax`` says
+# so). A log_softmax over axis 0 is the transpose of a log_softmax over the last axis of the
 # transpose, and ``permute_dims`` is a built-in instruction, so transposing around it moves the
 # whole chain to mynpu.
 
@@ -387,19 +411,20 @@ def exercise_2():
     return list(report.regions.values()), report.kept, outputs
 
 
-regions, kept, outputs = exercise_2()
-print(regions)
-assert kept == []
-assert [op for ops in regions for op in ops].count("mynpu.log_softmax") == 2
-for o, w in zip(outputs, want):
-    np.testing.assert_allclose(o, w, rtol=1e-5, atol=1e-6)
+if ANSWERS:
+    regions, kept, outputs = exercise_2()
+    errors = [float(np.abs(o - w).max()) for o, w in zip(outputs, want)]
+    print(f"exercise 2: regions {regions}; kept on TVM {kept}; max abs difference of y, z from TVM alone "
+          f"{errors[0]:.2g}, {errors[1]:.2g}")
+    assert kept == []
+    assert [op for ops in regions for op in ops].count("mynpu.log_softmax") == 2
+    for o, w in zip(outputs, want):
+        np.testing.assert_allclose(o, w, rtol=1e-5, atol=1e-6)
 
 # %%
-# **Exercise 3: float16.** Does the same model in float16 go to mynpu too?
-#
-# *Answer.* Yes: a family takes float32 and float16 unless it declares ``dtypes``, and the
-# default device profile takes both, so the partition is the same. (Stage 2 makes a device that
-# takes float32 only.)
+# **Exercise 3.** Yes: a family takes float32 and float16 unless it declares ``dtypes``, and
+# the default device profile takes both, so the partition is the same. (Stage 2 makes a device
+# that takes float32 only.)
 
 
 def exercise_3():
@@ -407,9 +432,9 @@ def exercise_3():
     return list(report.regions.values()), [op for _, op, _ in report.kept]
 
 
-assert exercise_3() == ([ops], ["relax.cumsum", "relax.nn.log_softmax"])
-assert mynpu_ops.LEAKY_RELU.dtypes == mynpu_ops.LOG_SOFTMAX.dtypes == ("float32", "float16")
-assert {"float32", "float16"} <= set(simaccel.DEFAULT_PROFILE.dtypes)
-
-# %%
-# Next: ``02_kernels_and_constraints.py`` writes the kernels and gives mynpu a device profile.
+if ANSWERS:
+    f16_regions, f16_kept = exercise_3()
+    print(f"exercise 3: the float16 model's regions {f16_regions}; kept on TVM {f16_kept}")
+    assert (f16_regions, f16_kept) == ([ops], ["relax.cumsum", "relax.nn.log_softmax"])
+    assert mynpu_ops.LEAKY_RELU.dtypes == mynpu_ops.LOG_SOFTMAX.dtypes == ("float32", "float16")
+    assert {"float32", "float16"} <= set(simaccel.DEFAULT_PROFILE.dtypes)

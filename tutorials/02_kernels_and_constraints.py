@@ -14,14 +14,16 @@ get kernels, and mynpu gets limits:
 4. fuzz the new instructions against TVM alone, briefly.
 
 Run it with ``python tutorials/02_kernels_and_constraints.py`` (under a minute on a 2-core
-CPU). No GPU is needed: stage 3 is about the GPU.
+CPU). No GPU is needed: stage 3 is about the GPU. The exercises' answers, at the end, run only
+when you ask for them (``--answers``), so that you can try each exercise first.
 """
 
 # %%
 # Set-up
 # ------
 # As in stage 1: ``mynpu_ops`` declares the instructions, ``show`` prints definitions from a
-# module's source, and ``model`` is stage 1's model.
+# module's source, ``model`` is stage 1's model, and ``ANSWERS`` says whether the exercises'
+# answers run (``python tutorials/02_kernels_and_constraints.py --answers``).
 
 import ast
 import json
@@ -49,10 +51,13 @@ HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd(
 sys.path.insert(0, str(HERE))
 import mynpu_ops  # noqa: E402  declares mynpu.leaky_relu and mynpu.log_softmax
 
+ANSWERS = "--answers" in sys.argv[1:] or os.environ.get("SIMACCEL_TUTORIAL_ANSWERS") == "1"
+
 
 def show(module, *names):
     """Print the top-level definitions `names` of `module`, as its source file has them."""
     source = Path(module.__file__).read_text()
+    print(f"# {Path(module.__file__).name}: {', '.join(names)}")
     for node in ast.parse(source).body:
         defined = [node.name] if hasattr(node, "name") else [t.id for t in getattr(node, "targets", [])]
         if set(defined) & set(names):
@@ -127,7 +132,9 @@ for name, launcher, reference, attrs in [
         np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3 if dtype == "float16" else 1e-6)
         assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()
     print(f"{name}: kernel == reference on the simulator, float32 and float16")
-print(want[1:4])  # rows with +inf or only -inf are NaN, as in TVM; a -inf beside finite values is -inf
+# rows with +inf or only -inf are NaN, as in TVM; a -inf beside finite values is -inf
+print("log_softmax's float16 reference on the rows with +inf, with -inf beside finite values, with -inf only:")
+print(want[1:4])
 assert np.isnan(want[1]).all() and np.isnan(want[3]).all() and want[2, 0] == -np.inf
 
 # %%
@@ -145,7 +152,7 @@ assert on_simulator(mynpu_kernels.launch_log_softmax, np.zeros((3, 0), "float32"
 
 runs = assert_matches_tvm(mod, engines=["ref", "sim"])
 for run in runs:
-    print(run.engine, run.ledger["kernel_launches"])
+    print(f"kernel launches on {run.engine}: {run.ledger['kernel_launches']}")
 assert runs[0].ledger["kernel_launches"] == {"simaccel.dense_bias": 0, "mynpu.leaky_relu": 0, "mynpu.log_softmax": 0}
 assert runs[1].ledger["kernel_launches"] == {"simaccel.dense_bias": 1, "mynpu.leaky_relu": 1, "mynpu.log_softmax": 1}
 
@@ -158,11 +165,12 @@ assert runs[1].ledger["kernel_launches"] == {"simaccel.dense_bias": 1, "mynpu.le
 # must fit in it together.
 
 mynpu_v1 = DeviceProfile(name="mynpu-v1", dtypes=("float32",), alignment=64, max_region_bytes=2048)
-print(mynpu_v1.to_dict())
+print("mynpu v1:", mynpu_v1.to_dict())
 
 _, default_report = partition_report(mod)
 _, v1_report = partition_report(mod, mynpu_v1)
-print(default_report.format(), v1_report.format(), sep="\n\n")
+print("partition report, default profile:", default_report.format(), "", "partition report, mynpu v1:",
+      v1_report.format(), sep="\n")
 
 # %%
 # Stage 1's region touches x, w and b (its inputs), h and a (intermediates, a also an output)
@@ -203,6 +211,7 @@ assert len(addresses) == 6 and all(a % 64 == 0 for a in addresses)  # part 0: x,
 # The dtype list: in float16, mynpu v1 runs nothing, and the report says why for each op.
 
 _, f16_report = partition_report(model("float16"), mynpu_v1)
+print("partition report of the float16 model, mynpu v1:")
 print(f16_report.format())
 assert f16_report.regions == {}
 assert all(reason.endswith("data dtype float16 is not supported (profile mynpu-v1: float32)")
@@ -223,19 +232,37 @@ os.environ["SIMACCEL_OPS"] = str(HERE / "mynpu_ops.py")
 status = run_fuzz(cases=5, seed=2, engines=("ref", "sim"), dtypes=("float32",), out_dir=str(workdir / "fuzz"),
                   export_every=0, shrink_seconds=60)
 summary = json.loads((workdir / "fuzz" / "fuzz-summary.json").read_text())
-print(summary["counts"], summary["user_ops_in_models"])
+print(f"fuzz-summary.json: counts {summary['counts']}; users' ops in the models {summary['user_ops_in_models']}")
 assert status == 0 and summary["counts"]["failed"] == 0
 assert set(summary["user_ops_in_models"]) == {"mynpu.leaky_relu", "mynpu.log_softmax"}
 
 # %%
 # Exercises
 # ---------
+# Try each one before you read its answer, in the next section. The answers run only when you
+# ask: ``python tutorials/02_kernels_and_constraints.py --answers`` (or
+# ``SIMACCEL_TUTORIAL_ANSWERS=1`` in the environment) runs them and checks them, as the tests do.
+#
 # **Exercise 1: a kernel for the third instruction.** Stage 1's exercise declared
 # ``mynpu.cumsum`` (a running sum along the last axis) with a kernel it named but never
 # wrote. Write it, run it on the simulator against the reference, and run stage 1's model with
 # cumsum on mynpu on ``sim``.
 #
-# *Answer.* One thread per row, summing in float32 as it goes. The kernel stays at module
+# **Exercise 2: three regions.** Make the scratchpad small enough that stage 1's region
+# splits into three. Which sizes do it, and what happens below them?
+#
+# **Exercise 3: a DMA that needs 128-byte alignment.** What does mynpu run then?
+
+if not ANSWERS:
+    print("answers: not run (run this file with --answers, or SIMACCEL_TUTORIAL_ANSWERS=1, to run and check them)")
+
+# %%
+# Next: ``03_on_the_gpu.py`` runs the same regions natively on a GPU, zero-copy.
+
+# %%
+# Answers
+# -------
+# **Exercise 1.** One thread per row, summing in float32 as it goes. The kernel stays at module
 # scope (a kernel defined inside a function would be compiled again on every call), and the
 # declaration takes the launcher itself rather than its name.
 
@@ -282,15 +309,14 @@ def exercise_1():
     return float(np.abs(got - CUMSUM.reference(data)).max()), run.ledger
 
 
-error, ledger = exercise_1()
-print(f"cumsum kernel vs reference: {error:.2g}; launches {ledger['kernel_launches']}")
-assert error < 1e-5 and ledger["kernel_launches"]["mynpu.cumsum"] == 1
+if ANSWERS:
+    error, ledger = exercise_1()
+    print(f"exercise 1: cumsum kernel vs reference on the simulator, max abs difference {error:.2g}; "
+          f"kernel launches on sim {ledger['kernel_launches']}")
+    assert error < 1e-5 and ledger["kernel_launches"]["mynpu.cumsum"] == 1
 
 # %%
-# **Exercise 2: three regions.** Make the scratchpad small enough that stage 1's region
-# splits into three. Which sizes do it, and what happens below them?
-#
-# *Answer.* The cut is greedy, in execution order. Three regions means dense + bias alone
+# **Exercise 2.** The cut is greedy, in execution order. Three regions means dense + bias alone
 # (x, w, b and h: 1,312 bytes) must fit, and leaky ReLU with log_softmax (h, a and y: 1,536
 # bytes) must not: any size from 1,312 to 1,535 bytes. Below 1,312 the fused dense + bias fits
 # in no region, so the matmul and the add are matched as two instructions: four regions.
@@ -301,17 +327,19 @@ def exercise_2(scratchpad):
     return list(report.regions.values())
 
 
-assert size["x"] + size["w"] + size["b"] + size["h"] == 1312 and size["h"] + size["a"] + size["y"] == 1536
-for scratchpad in (1312, 1400, 1535):
-    assert exercise_2(scratchpad) == [["simaccel.dense_bias"], ["mynpu.leaky_relu"], ["mynpu.log_softmax"]]
-assert len(exercise_2(1536)) == 2
-assert exercise_2(1311) == [["simaccel.dense"], ["simaccel.add"], ["mynpu.leaky_relu"], ["mynpu.log_softmax"]]
+if ANSWERS:
+    assert size["x"] + size["w"] + size["b"] + size["h"] == 1312 and size["h"] + size["a"] + size["y"] == 1536
+    split = {scratchpad: exercise_2(scratchpad) for scratchpad in (1311, 1312, 1400, 1535, 1536)}
+    for scratchpad, regions in split.items():
+        print(f"exercise 2: a {scratchpad}-byte scratchpad: {len(regions)} regions {regions}")
+    for scratchpad in (1312, 1400, 1535):
+        assert split[scratchpad] == [["simaccel.dense_bias"], ["mynpu.leaky_relu"], ["mynpu.log_softmax"]]
+    assert len(split[1536]) == 2
+    assert split[1311] == [["simaccel.dense"], ["simaccel.add"], ["mynpu.leaky_relu"], ["mynpu.log_softmax"]]
 
 # %%
-# **Exercise 3: a DMA that needs 128-byte alignment.** What does mynpu run then?
-#
-# *Answer.* Nothing: TVM aligns its buffers to 64 bytes only, so no tensor it hands over can be
-# relied on to meet 128, and every op mynpu could run stays on TVM with that reason.
+# **Exercise 3.** Nothing: TVM aligns its buffers to 64 bytes only, so no tensor it hands over
+# can be relied on to meet 128, and every op mynpu could run stays on TVM with that reason.
 
 
 def exercise_3():
@@ -319,10 +347,10 @@ def exercise_3():
     return report
 
 
-report = exercise_3()
-assert report.regions == {}
-assert all(reason.endswith("profile mynpu-dma128 needs 128-byte aligned tensors; TVM aligns its buffers to 64 bytes")
-           for _, op, reason in report.kept if op != "relax.cumsum")
-
-# %%
-# Next: ``03_on_the_gpu.py`` runs the same regions natively on a GPU, zero-copy.
+if ANSWERS:
+    report = exercise_3()
+    print("exercise 3: partition report with a 128-byte DMA alignment:")
+    print(report.format())
+    assert report.regions == {}
+    assert all(reason.endswith("profile mynpu-dma128 needs 128-byte aligned tensors; TVM aligns its buffers to 64 bytes")
+               for _, op, reason in report.kept if op != "relax.cumsum")

@@ -14,17 +14,25 @@ trip through host memory. This stage shows that on stage 1's model:
    the ledger (0 bytes copied), TVM's stream (a stream of your own), a CUDA graph, and what
    staging every region tensor through host memory (``use_staged``) costs.
 
-Run it with ``python tutorials/03_on_the_gpu.py``. Whether TVM finds a GPU
-(``tvm.cuda(0).exist``) decides what runs: without one, every GPU step prints that it is
-skipped and why, and steps 1 and 2 still run (about half a minute on a 2-core CPU, most of it
-compiling the kernels for the GPU).
+Run it with ``python tutorials/03_on_the_gpu.py``. What runs depends on the machine: the
+CUDA build of step 1 needs NVIDIA's compiler libraries (NVVM, NVRTC and nvJitLink, from pip:
+``pip install '.[aot]'``), and the GPU steps need those and a GPU that TVM finds
+(``tvm.cuda(0).exist``). Where a step cannot run, it says why and shows what it printed when
+this tutorial ran on an NVIDIA H200, read from the committed result files
+(``results/gpu/2026-12-03-h200-tutorials/``) and marked as such. Step 2 runs everywhere (about
+half a minute on a 2-core CPU with the compiler libraries, most of it compiling the kernels for
+the GPU).
 """
 
 # %%
 # Set-up
 # ------
-# Stage 1's instructions and model, and the inputs. ``GPU`` decides the rest.
+# Stage 1's instructions and model, and the inputs. ``BUILD`` (the compiler libraries load)
+# and ``GPU`` (they do, and TVM finds a GPU) decide what runs; ``mynpu_recorded``, a module
+# beside this tutorial, shows a step's recorded output where it cannot. The exercises'
+# answers, at the end, run only when asked: with ``--answers`` (see "Exercises").
 
+import os
 import statistics
 import sys
 import tempfile
@@ -37,6 +45,7 @@ from tvm import relax
 
 import simaccel
 from simaccel import DeviceProfile
+from simaccel.aot import toolchain_missing
 from simaccel.debug.timeline_summary import format_summary, load, summarize
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
 from simaccel.tvm_integration.backend.native import has_native_regions
@@ -45,6 +54,7 @@ from simaccel.tvm_integration.tools.trace_tvm import traced_vm
 HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 sys.path.insert(0, str(HERE))
 import mynpu_ops  # noqa: E402,F401  declares mynpu.leaky_relu and mynpu.log_softmax
+import mynpu_recorded  # noqa: E402  what each step printed on the GPU, for where it cannot run
 
 
 from mynpu_model import model  # noqa: E402  stage 1's model
@@ -56,15 +66,23 @@ runtime = simaccel.get_runtime()
 workspace = tempfile.TemporaryDirectory(prefix="mynpu-tutorial-")  # removed when Python exits
 workdir = Path(workspace.name)
 
-GPU = bool(tvm.cuda(0).exist)
+ANSWERS = "--answers" in sys.argv[1:] or os.environ.get("SIMACCEL_TUTORIAL_ANSWERS") == "1"
+NO_COMPILERS = toolchain_missing()  # None where NVVM, NVRTC and nvJitLink load, else why not
+BUILD = NO_COMPILERS is None
+GPU = BUILD and bool(tvm.cuda(0).exist)
+missing = [why for why, lacking in [("no CUDA compiler libraries", not BUILD),
+                                     ("no CUDA GPU", not tvm.cuda(0).exist)] if lacking]
+WHY = ", ".join(missing)  # what a GPU step that cannot run here says
 
-
-def skipped(step):
-    """Say that a GPU step did not run here, and why."""
-    print(f"{step}: skipped, TVM finds no CUDA GPU on this machine (tvm.cuda(0).exist is False)")
-
-
-print("GPU:", tvm.cuda(0).device_name if GPU else "none; the GPU steps below are skipped and say so")
+if GPU:
+    print("GPU:", tvm.cuda(0).device_name)
+else:
+    if not tvm.cuda(0).exist:
+        print("no CUDA GPU: TVM finds none here (tvm.cuda(0).exist is False)")
+    if not BUILD:
+        print("no CUDA compiler libraries:", NO_COMPILERS)
+    print(f"so the GPU steps{'' if BUILD else ' and the CUDA build'} do not run here; each shows instead what it "
+          f"printed on {mynpu_recorded.where()}")
 
 # %%
 # Step 1: a CUDA build, without a GPU
@@ -74,24 +92,30 @@ print("GPU:", tvm.cuda(0).device_name if GPU else "none; the GPU steps below are
 # launchers, run once against placeholders), compiles every kernel it launches to a cubin for
 # the target's architecture and to PTX with NVIDIA's compilers from pip (the ``aot`` extra),
 # and writes the region as C++ that TVM links into the library. Most of this step's time is
-# that compile; a build machine needs no GPU and no CUDA driver.
+# that compile; a build machine needs no GPU and no CUDA driver, but it needs those compilers.
 
 target = default_target("cuda")
-start = time.perf_counter()
-cuda_exec = build(mod, target)
-print(f"built for {target.attrs['arch']} in {time.perf_counter() - start:.1f} s")
-assert has_native_regions(cuda_exec), "no native regions: install the aot extra (pip install '.[aot]') and g++"
-assert GPU or target.attrs["arch"] == "sm_90a"
+if BUILD:
+    start = time.perf_counter()
+    cuda_exec = build(mod, target)
+    print(f"built for {target.attrs['arch']} in {time.perf_counter() - start:.1f} s")
+    assert has_native_regions(cuda_exec), "no native regions: install the aot extra (pip install '.[aot]') and g++"
+    assert GPU or target.attrs["arch"] == "sm_90a"
+else:
+    mynpu_recorded.show("a CUDA build", "no CUDA compiler libraries")
 
 # %%
 # The library exports like any TVM library, on this machine. Its native regions call no Python;
 # ``docs/native-regions.md`` says where such a library runs (a GPU it was built for, NVIDIA
 # driver 580 or newer, with neither simaccel nor Numba installed there).
 
-library = workdir / "mynpu_model_cuda.so"
-cuda_exec.export_library(str(library))
-print(f"{library.name}: {library.stat().st_size:,} bytes")
-assert library.stat().st_size > 0
+if BUILD:
+    library = workdir / "mynpu_model_cuda.so"
+    cuda_exec.export_library(str(library))
+    print(f"{library.name}: {library.stat().st_size:,} bytes")
+    assert library.stat().st_size > 0
+else:
+    mynpu_recorded.show("the exported library", "no CUDA compiler libraries")
 
 # %%
 # Step 2: the trace of a run
@@ -107,6 +131,7 @@ trace_path = workdir / "trace_cpu.json"
 with simaccel.trace(str(trace_path)):
     traced_vm(cpu_exec, tvm.cpu())["main"](*[tvm.runtime.tensor(a) for a in inputs])
 document = load(trace_path)
+print("the trace, summed up (as `simaccel trace --summary` prints it):")
 print(format_summary(summarize(document)))
 
 # %%
@@ -116,6 +141,7 @@ print(format_summary(summarize(document)))
 
 spans = sorted((e for e in document["traceEvents"] if e.get("ph") == "X"), key=lambda e: e["ts"])
 timeline = [(e["cat"], e["name"]) for e in spans if e["cat"] != "tvm.builtin"]
+print("the trace's spans in time order, TVM's builtins left out (category, name):")
 for cat, name in timeline:
     print(f"  {cat:18} {name}")
 region_call, region, *ops = timeline[:5]
@@ -142,13 +168,13 @@ if GPU:
     runtime.ledger.reset()
     got = [t.numpy() for t in vm["main"](*tensors)]
     ledger = runtime.ledger.snapshot()
-    print({key: ledger[key] for key in ("offloaded_calls", "ops", "bytes")})
+    print("ledger after one call:", {key: ledger[key] for key in ("offloaded_calls", "ops", "bytes")})
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     assert ledger["offloaded_calls"] == 1
     assert ledger["bytes"] == {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
 else:
-    skipped("native regions against TVM alone")
+    mynpu_recorded.show("native regions against TVM alone", WHY)
 
 # %%
 # **Zero-copy, by pointer identity.** With ``ledger.tracing`` on, every tensor a region is
@@ -169,13 +195,14 @@ if GPU:
     seen = runtime.ledger.trace()
     read = {e["address"] for e in seen if e["role"] == "input"}
     written = {e["address"] for e in seen if e["role"] == "output"}
-    print(f"read {sorted(map(hex, read))}, wrote {sorted(map(hex, written))}")
+    print(f"the region read {sorted(map(hex, read))}, wrote {sorted(map(hex, written))}; "
+          f"the caller's x, w, b: {[hex(t.data_ptr()) for t in tensors]}; y: {hex(y.data_ptr())}")
     assert {t.data_ptr() for t in tensors} <= read and y.data_ptr() in written
     assert all(e["device"] == "cuda:0" for e in seen)
     assert sum(runtime.ledger.snapshot()["bytes"].values()) == 0
     np.testing.assert_array_equal(y.numpy(), got[0])
 else:
-    skipped("zero-copy by pointer identity")
+    mynpu_recorded.show("zero-copy by pointer identity", WHY)
 
 # %%
 # **TVM's stream.** A native region queues its kernels on TVM's current stream for the
@@ -204,7 +231,7 @@ if GPU:
     assert len(regions) == 10
     assert all(e["args"]["engine"] == "native" and e["args"]["stream"] == int(stream) for e in regions)
 else:
-    skipped("TVM's stream")
+    mynpu_recorded.show("TVM's stream", WHY)
 
 # %%
 # **A CUDA graph.** Built with TVM's ``relax.backend.use_cuda_graph``, TVM runs the model once,
@@ -268,7 +295,7 @@ if GPU:
     print(f"returning y: 4 runs, {calls} region calls: y is allocated per call, so not captured")
     assert calls == 4
 else:
-    skipped("a CUDA graph")
+    mynpu_recorded.show("a CUDA graph", WHY)
 
 # %%
 # **What host staging costs.** ``use_staged`` is simaccel's comparison mode, the flow of an
@@ -308,18 +335,37 @@ if GPU:
     assert copied["host-staged"] == {"host_to_device": border, "device_to_host": border, "device_to_device": 0}
     assert seconds["host-staged"] > seconds["zero-copy"]
 else:
-    skipped("the cost of host staging")
+    mynpu_recorded.show("the cost of host staging", WHY)
 
 # %%
 # Exercises
 # ---------
+# Try each one before you read its answer, in the next section. The answers run only when you
+# ask: ``python tutorials/03_on_the_gpu.py --answers`` (or ``SIMACCEL_TUTORIAL_ANSWERS=1`` in
+# the environment) runs them and checks them, as the tests do.
+#
 # **Exercise 1: predict the staging traffic.** How many bytes would host staging move each
 # way per call for stage 2's device profile, mynpu v1, whose 2 KiB scratchpad splits the
 # region in two? Work it out from the partition, then check it against the ledger.
 #
-# *Answer.* Staging copies what crosses a region's border: each part's parameters and
+# **Exercise 2: inside the region call.** In the CPU trace of step 2, which spans lie inside
+# TVM's call of the region, and how much of that call did the three ops take?
+
+if not ANSWERS:
+    print("answers: not run (run this file with --answers, or SIMACCEL_TUTORIAL_ANSWERS=1, to run and check them)")
+
+# %%
+# That is the whole track: your instructions declared, given kernels and limits, fuzzed, and
+# run natively on the GPU in TVM's own buffers. ``docs/adding-an-op.md`` and
+# ``docs/native-regions.md`` hold the details.
+
+# %%
+# Answers
+# -------
+# **Exercise 1.** Staging copies what crosses a region's border: each part's parameters and
 # results. Part 0 takes x, w and b and returns a; part 1 takes a and returns y. So a crosses
-# twice: 1,312 + 1,024 = 2,336 bytes each way, 512 more than the single region's 1,824.
+# twice: 1,312 + 1,024 = 2,336 bytes each way, 512 more than the single region's 1,824. On a
+# GPU the ledger counts what the split model's host-staged call copied.
 
 mynpu_v1 = DeviceProfile(name="mynpu-v1", dtypes=("float32",), alignment=64, max_region_bytes=2048)
 
@@ -339,27 +385,28 @@ def exercise_1(profile):
     return total
 
 
-assert exercise_1(mynpu_v1) == 2336
-assert exercise_1(None) == 1824  # the single region: x, w, b in; a, y out
-if GPU:
-    split_vm = relax.VirtualMachine(build(mod, target, profile=mynpu_v1, native=False), dev)
-    with runtime.use_engine("cuda"), runtime.use_staged(True):
-        runtime.ledger.reset()
-        split_vm["main"](*tensors)
-        dev.sync()
-    assert runtime.ledger.snapshot()["bytes"]["host_to_device"] == exercise_1(mynpu_v1)
-else:
-    skipped("exercise 1, checked against the ledger")
+if ANSWERS:
+    staged = {"mynpu v1 (two regions)": exercise_1(mynpu_v1), "the default profile (one region)": exercise_1(None)}
+    print("exercise 1: bytes staged each way per call, from the partition:", staged)
+    assert staged == {"mynpu v1 (two regions)": 2336, "the default profile (one region)": 1824}
+    if GPU:
+        split_vm = relax.VirtualMachine(build(mod, target, profile=mynpu_v1, native=False), dev)
+        with runtime.use_engine("cuda"), runtime.use_staged(True):
+            runtime.ledger.reset()
+            split_vm["main"](*tensors)
+            dev.sync()
+        counted = runtime.ledger.snapshot()["bytes"]
+        print("exercise 1: bytes the ledger counted in one host-staged call of mynpu v1's split model:", counted)
+        assert counted["host_to_device"] == counted["device_to_host"] == exercise_1(mynpu_v1)
+    else:
+        mynpu_recorded.show("exercise 1, checked against the ledger", WHY)
 
 # %%
-# **Exercise 2: inside the region call.** In the CPU trace of step 2, which spans lie inside
-# TVM's call of the region, and how much of that call did the three ops take?
-#
-# *Answer.* The simaccel region and its three ops lie inside the ``tvm.region_call`` span (the
-# trace nests them so); the ops take only part of the call: the rest is simaccel's runtime
-# around them (the forwarder, finding the region's plan, binding TVM's tensors). On ``ref``
-# these are numpy's and Python's times, not an accelerator's; a GPU trace times the kernels
-# with CUDA events.
+# **Exercise 2.** The simaccel region and its three ops lie inside the ``tvm.region_call``
+# span (the trace nests them so); the ops take only part of the call: the rest is simaccel's
+# runtime around them (the forwarder, finding the region's plan, binding TVM's tensors). On
+# ``ref`` these are numpy's and Python's times, not an accelerator's; a GPU trace times the
+# kernels with CUDA events.
 
 
 def exercise_2(document):
@@ -371,11 +418,7 @@ def exercise_2(document):
     return [(e["cat"], e["name"]) for e in sorted(inside, key=lambda e: e["ts"])], ops / call["dur"]
 
 
-inside, share = exercise_2(document)
-print(f"inside the region call: {[name for _, name in inside]}; its ops took {share:.0%} of it")
-assert inside == [region, *ops] and 0 < share < 1
-
-# %%
-# That is the whole track: your instructions declared, given kernels and limits, fuzzed, and
-# run natively on the GPU in TVM's own buffers. ``docs/adding-an-op.md`` and
-# ``docs/native-regions.md`` hold the details.
+if ANSWERS:
+    inside, share = exercise_2(document)
+    print(f"exercise 2: inside the region call: {[name for _, name in inside]}; its ops took {share:.0%} of it")
+    assert inside == [region, *ops] and 0 < share < 1
