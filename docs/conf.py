@@ -3,9 +3,11 @@
 Where it sits: the site is built from the repository itself. The pages are the Markdown files
 of docs/ (MyST), the tutorials are tutorials/*.py rendered by sphinx-gallery (executed unless
 `-D plot_gallery=0`; the tests execute them anyway), the API reference comes from the
-docstrings (autodoc, numpydoc sections through napoleon), and the results page is written at
-build time from the committed result files (docs/site_results.py). tests/test_site.py builds
-it with warnings as errors.
+docstrings (autodoc, numpydoc sections through napoleon). The results' tables are generated
+blocks of the committed pages (docs/site_results.py writes them from the files that
+results/current.json names); the site_results extension draws their charts from the same files
+when the build starts and places each after its table. tests/test_site.py builds it with
+warnings as errors.
 """
 
 from __future__ import annotations
@@ -40,8 +42,6 @@ nitpicky = False  # type references in docstrings name numpy, tvm and numba type
 
 html_theme = "furo"
 html_title = "simaccel"
-html_static_path = ["_static"]  # holds only what the build writes (site_results: the kernel chart)
-os.makedirs(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_static"), exist_ok=True)
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

@@ -1,15 +1,17 @@
 """The documentation site (docs/, Sphinx): it builds with warnings as errors, from the repository.
 
 The build renders the Markdown pages, the tutorials (sphinx-gallery; not executed here:
-tests/test_tutorials.py runs them), the API reference from the docstrings and the results
-page from the committed result files. A broken cross-reference between pages, a docstring
-Sphinx cannot parse or a missing result file fails it.
+tests/test_tutorials.py runs them), the API reference from the docstrings, and the results'
+charts drawn from the current result files (docs/site_results.py; tests/test_results_pages.py
+checks the generated tables). A broken cross-reference between pages, a docstring Sphinx
+cannot parse or a missing result file fails it.
 """
 
 from __future__ import annotations
 
-import json
+import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +40,7 @@ def site(tmp_path_factory):
 
 
 def test_the_site_builds_without_warnings_and_has_every_part(site):
-    for page in ("index.html", "api.html", "generated_results.html", "timing-model.html", "design.html",
+    for page in ("index.html", "api.html", "gpu.html", "timing-model.html", "design.html",
                  "generated_tutorials/index.html"):
         assert (site / page).is_file(), page
     tutorials = sorted(p.name for p in (ROOT / "tutorials").glob("[0-9][0-9]_*.py"))
@@ -51,10 +53,28 @@ def test_the_api_reference_documents_the_public_calls(site):
         assert f'<span class="pre">{name}</span>' in text, name
 
 
-def test_the_results_page_shows_the_committed_figures(site):
-    text = (site / "generated_results.html").read_text(encoding="utf-8")
-    ops = json.loads((ROOT / "results/gpu/2026-12-03-h200-fp16-gemm/tests-ops/ops.json").read_text())["ops"]
-    for case, row in ops.items():
+def test_the_results_pages_show_the_current_figures_and_their_charts(site):
+    sys.path.insert(0, str(ROOT / "docs"))
+    import site_results
+
+    text = (site / "gpu.html").read_text(encoding="utf-8")
+    kernels = site_results.entry("kernels")
+    for case, row in site_results.read(kernels["file"])["ops"].items():
         assert f"{row['median_us']:.1f} us" in text, case
-    gemm = json.loads((ROOT / "results/gpu/2026-12-03-h200-fp16-gemm/final/fp16_gemm.json").read_text())["rows"]
-    assert all(f"{row['ms'] * 1e3:.1f} us" in text for row in gemm)
+    for row in site_results.read(site_results.entry("fp16_gemm")["file"])["rows"]:
+        assert f"{row['ms'] * 1e3:.1f} us" in text, row["case"]
+    pages = {"kernels": "gpu.html", "models": "gpu.html", "timing": "timing-model.html"}
+    assert set(pages) == set(site_results.CHARTS)
+    for block, (name, _) in site_results.CHARTS.items():
+        assert f'src="_images/{name}"' in (site / pages[block]).read_text(encoding="utf-8"), name
+        assert (site / "_images" / name).stat().st_size > 10_000, name
+
+
+def test_the_front_page_opens_with_the_problem_the_commands_and_the_flow(site):
+    article = (site / "index.html").read_text(encoding="utf-8").split("<article", 1)[1].split("</article>", 1)[0]
+    article = re.sub(r'<img[^>]*src="_images/flow.svg"[^>]*>', "[the flow]", article)
+    text = html.unescape(re.sub(r"<[^>]+>", "", article))
+    places = [text.index(s) for s in ("through BYOC", "[the flow]", "pip install . && simaccel demo",
+                                      'pip install ".[test,torch]" && pytest -n auto --dist loadfile', "Tutorials")]
+    assert places == sorted(places), places
+    assert (site / "_images" / "flow.svg").is_file()
