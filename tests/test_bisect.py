@@ -7,7 +7,10 @@ fresh process. A clean model must give no culprit; a wrong built-in op and resul
 a region's boundary or after it must be found too; bad inputs are SimAccelErrors.
 """
 
+import json
 import os
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from harness import plant_reference
 from simaccel.debug import Capture, Watcher, bisect, watching
 from simaccel.errors import DtypeError, EngineError, ShapeError, SimAccelError
 from simaccel.tvm_integration import partition_report
-from simaccel.tvm_integration.tools.bisect import Difference
+from simaccel.tvm_integration.tools.bisect import Difference, NothingOffloaded
 from simaccel.tvm_integration.tools.models import random_inputs
 
 from test_runtime import mlp_inputs, mlp_program
@@ -234,18 +237,8 @@ def test_capture_keeps_each_op_s_inputs_and_output(clean_runtime):
             clean_runtime.run(mlp_program(), x, w, b, y)
 
 
-BISECT_MODEL = '''
-from tvm import relax
-
-bb = relax.BlockBuilder()
-x = relax.Var("x", relax.TensorType((2, 8), "float32"))
-with bb.function("main", [x]):
-    with bb.dataflow():
-        h = bb.emit(relax.op.nn.log_softmax(bb.emit(relax.op.tanh(x))))
-        out = bb.emit_output(bb.emit(relax.op.exp(bb.emit(relax.op.abs(bb.emit(relax.op.sigmoid(h)))))))
-    bb.emit_func_output(out)
-mod = bb.get()
-'''
+ROOT = Path(__file__).resolve().parent.parent
+BISECT_MODEL = (ROOT / "examples" / "bisect_model.py").read_text()  # the model docs/debugging.md bisects
 
 
 def cli(*args, env=None, cwd="/"):
@@ -312,3 +305,68 @@ def test_a_region_with_scalar_constants_is_checked_op_by_op(wrong_op, tmp_path):
     assert c is not None and c.level == "op" and (c.op, c.op_index) == ("wrongaccel.abs", 3), report.format()
     assert report.checked["ops"] == 4 and not report.notes, report.notes  # every op checked, none skipped
     assert c.max_error == pytest.approx(0.25, abs=1e-6) and c.where == (0, 5)
+
+
+def test_the_documented_failing_bisect_works_as_written(tmp_path):
+    """docs/debugging.md's failing-bisect example: its command line, run in a folder holding the
+    files it names at the same paths as the checkout (the example model, the planted op), exits 1
+    and prints every line the doc shows (paths printed relative to that folder)."""
+    doc = (ROOT / "docs" / "debugging.md").read_text()
+    found = re.search(r"^    \$ (SIMACCEL_OPS=\S+ simaccel bisect .*)\n((?:    .*\n)+)", doc, re.M)
+    assert found, "docs/debugging.md shows no failing `simaccel bisect` run"
+    env, program, *args = shlex.split(found.group(1))
+    assert program == "simaccel"
+    name, value = env.split("=", 1)
+    for path in (value, *[a for a in args if a.endswith(".py")]):
+        assert (ROOT / path).is_file(), f"the documented command names {path}, which the checkout does not hold"
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text((ROOT / path).read_text())
+    result = forks.run([sys.executable, "-m", forks.CLI, *args], timeout=600, cwd=str(tmp_path),
+                       env={**{k: v for k, v in os.environ.items() if k != "SIMACCEL_OPS"}, name: value})
+    assert result.returncode == 1, result.stdout + result.stderr
+    printed = {line.strip().replace(f"{tmp_path}/", "") for line in result.stdout.splitlines()}
+    shown = [line.strip() for line in found.group(2).splitlines() if line.strip() != "..."]
+    assert len(shown) >= 10 and [line for line in shown if line not in printed] == [], result.stdout
+    assert (tmp_path / args[args.index("-o") + 1] / "repro.py").is_file()
+
+
+CUMSUM_ONLY = """
+from tvm import relax
+
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+with bb.function("main", [x]):
+    with bb.dataflow():
+        out = bb.emit_output(relax.op.cumsum(x, axis=1))
+    bb.emit_func_output(out)
+mod = bb.get()
+"""
+ADD_RELU = CUMSUM_ONLY.replace("relax.op.cumsum(x, axis=1)", "relax.op.nn.relu(relax.op.add(x, x))")
+
+
+@pytest.mark.parametrize("model, profile, reason", [
+    (CUMSUM_ONLY, None, "relax.cumsum: simaccel has no pattern for relax.cumsum"),
+    (ADD_RELU, {"name": "matmul-only", "ops": ["simaccel.matmul"]},
+     "relax.nn.relu: simaccel.relu rejected: op simaccel.relu is not enabled in profile matmul-only"),
+    (ADD_RELU, {"name": "fp16-only", "dtypes": ["float16"]}, "lhs dtype float32 is not supported (profile fp16-only"),
+], ids=["an op simaccel lacks", "ops a profile leaves out", "a dtype a profile leaves out"])
+def test_bisect_of_a_model_with_nothing_offloaded_says_so(tmp_path, model, profile, reason):
+    (tmp_path / "model.py").write_text(model)
+    args = [str(tmp_path / "model.py")]
+    if profile is not None:
+        (tmp_path / "profile.json").write_text(json.dumps(profile))
+        args += ["--profile", str(tmp_path / "profile.json")]
+    result = cli(*args, cwd=str(tmp_path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "nothing was offloaded to simaccel" in line and "nothing to bisect" in line and reason in line, line
+    assert "internal error" not in line and not list(tmp_path.glob("simaccel-bisect-*"))
+
+
+def test_bisect_from_python_of_a_model_with_nothing_offloaded_raises():
+    namespace = {}
+    exec(CUMSUM_ONLY, namespace)  # noqa: S102 - the test's own model text
+    mod = namespace["mod"]
+    with pytest.raises(NothingOffloaded, match=r"nothing was offloaded .* relax.cumsum") as raised:
+        bisect(mod, random_inputs(mod, 0))
+    assert isinstance(raised.value, SimAccelError) and raised.value.partition.kept

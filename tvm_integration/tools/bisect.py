@@ -195,6 +195,8 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
     dev = tvm.device("cuda" if target.kind.name == "cuda" else "cpu", 0)
     arrays = check_inputs(mod, inputs)
     partitioned, partition = partition_report(mod, profile)
+    if not partition.regions:
+        raise NothingOffloaded(partition)
     say(f"bisect: {len(partition.regions)} region(s) offloaded; building with simaccel and with TVM alone ({target.kind.name})")
     executable = build(mod, target, profile=profile)
     want = run_vm(build_tvm_only(mod, target), arrays, dev)
@@ -253,7 +255,18 @@ def bisect_command(args, out=print) -> int:
 
 
 def dev_type(dev) -> str:
-    return "cuda" if dev.device_type == 2 else "cpu"
+    return "cuda" if dev.dlpack_device_type() == 2 else "cpu"  # DLPack's kDLCUDA
+
+
+class NothingOffloaded(SimAccelError):
+    """A model of which simaccel runs nothing: every op stays on TVM, so there is nothing to bisect."""
+
+    def __init__(self, partition):
+        self.partition = partition
+        kept = "; ".join(f"{op}: {reason}" for _, op, reason in partition.kept[:5])
+        more = f" (and {len(partition.kept) - 5} more)" if len(partition.kept) > 5 else ""
+        super().__init__(f"bisect: nothing was offloaded to simaccel (profile {partition.profile}), so there is "
+                         f"nothing to bisect: the whole model runs on TVM alone. Kept on TVM: {kept or 'no op'}{more}")
 
 
 class _Checker:
