@@ -255,12 +255,56 @@ def test_an_op_family_is_one_declaration_in_the_isa():
     ({"from_relax": lambda match: match.attrs["no_such_attribute"]}, "testaccel.broken: from_relax failed .*KeyError"),
     ({"from_relax": lambda match: ["not", "a", "dict"]}, "from_relax returned list, not a dict"),
     ({"infer": lambda shapes: shapes[5]}, "testaccel.broken: its shape rule \\(infer\\) failed .*IndexError"),
+    ({"from_relax": lambda match: {"alpha": 0.5}}, "from_relax returned attributes \\['alpha'\\]; the family declares \\[\\]"),
+    ({"out_dtype": lambda dtypes: {"float16": "float32"}[dtypes[0]]},
+     "testaccel.broken: its out_dtype rule failed for inputs data=float32: KeyError"),
+    ({"out_dtype": lambda dtypes: None}, "testaccel.broken: its out_dtype rule gave None for inputs data=float32, which is no dtype"),
+    ({"out_dtype": lambda dtypes: "floot32"}, "its out_dtype rule gave 'floot32' .*which is no dtype"),
 ])
 def test_a_bug_in_a_declaration_is_named_not_hidden(hook, message):
     """A user's hook that crashes stops partitioning with an error naming the family and the hook."""
     declare(family(name="testaccel.broken", pattern=relax_op("relax.tanh", "data"), **hook))
     with pytest.raises(OpDeclarationError, match=message):
         partition_report(single_op(lambda x: relax.op.tanh(x), [((4, 8), F32)]))
+
+
+@pytest.mark.parametrize("hook, reason", [
+    ({"out_dtype": lambda dtypes: "float64"},
+     "testaccel.wide rejected: testaccel.wide: its out_dtype rule gave float64 for inputs data=float32, a dtype the ISA "
+     "does not compute in (float32, float16, int64, int32, int8, bool)"),
+    ({"attrs": {"slope": attrs.positive_float}, "from_relax": lambda match: {"slope": -1.0}},
+     "testaccel.wide rejected: testaccel.wide: attribute slope read from the Relax call must be a finite number > 0, "
+     "got -1.0"),
+])
+def test_a_rule_s_answer_the_isa_cannot_take_keeps_the_op_on_tvm_saying_what_it_gave(hook, reason):
+    """For an input the family takes, a rule giving what the accelerator cannot compute (a dtype
+    outside the ISA, an attribute its kind refuses) is the op's limit, not a broken declaration:
+    the match stays on TVM with the rule's answer in the reason (the built-in tanh is not in the
+    profile, so the reason is the kept op's)."""
+    from simaccel.profile import DeviceProfile
+
+    declare(family(name="testaccel.wide", pattern=relax_op("relax.tanh", "data"), **hook))
+    mod = single_op(lambda x: relax.op.tanh(x), [((4, 8), F32)])
+    _, report = partition_report(mod, DeviceProfile(name="wide-only", ops={"testaccel.wide"}))
+    assert report.regions == {} and [r for _, op, r in report.kept if op == "relax.tanh"] == [reason], report.format()
+
+
+def test_a_family_s_rules_never_see_a_dtype_it_does_not_take():
+    """A float32-only family whose from_relax would fail on float16 (its author's rules assume
+    its dtypes): a float16 match stays on TVM for its dtype, before from_relax runs."""
+    from simaccel.profile import DeviceProfile
+
+    def from_relax(match):
+        assert match.dtypes["data"] == F32, "from_relax ran on a dtype the family does not take"
+        return {}
+
+    declare(family(name="testaccel.f32only", pattern=relax_op("relax.tanh", "data"), dtypes=(F32,), from_relax=from_relax))
+    only = DeviceProfile(name="f32only", ops={"testaccel.f32only"})
+    _, report = partition_report(single_op(lambda x: relax.op.tanh(x), [((4, 8), "float16")]), only)
+    assert [r for _, _, r in report.kept] == ["testaccel.f32only rejected: testaccel.f32only: data has dtype float16; "
+                                              "it takes float32"], report.format()
+    _, report = partition_report(single_op(lambda x: relax.op.tanh(x), [((4, 8), F32)]), only)
+    assert list(report.regions.values()) == [["testaccel.f32only"]]
 
 
 # -- a user family with fused variants (bias and activation flags) --------------------------------

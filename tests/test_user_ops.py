@@ -303,3 +303,117 @@ def test_fuzz_refuses_a_user_op_other_processes_would_not_know(user_ops, tmp_pat
     assert not (tmp_path / "out").exists()
     assert run_fuzz(cases=2, seed=0, engines=["ref"], dtypes=["float32"], out_dir=tmp_path / "here", export_every=0,
                     log=lambda _: None) == 0
+
+
+# -- a reference's result is checked against the op's declared output ----------------------------
+def _unused_kernel(target, out, *arrays, **attrs):
+    raise AssertionError("the ref engine runs no kernel")
+
+
+def _refcheck_family(reference, dtypes=("float32", "float16"), activations=(), name="refcheck.op", **changes):
+    """An elementwise user op on relax.abs whose numpy reference is `reference`."""
+    from simaccel.ops import OpFamily, relax_op
+
+    return OpFamily(name=name, inputs=("data",), pattern=relax_op("relax.abs", "data"), infer=lambda shapes: shapes[0],
+                    reference=reference, kernel=_unused_kernel, dtypes=dtypes, activations=activations, **changes)
+
+
+def _run_on_ref(runtime, name, x, out_dtype=None):
+    """Run op `name` alone on `x` through the runtime (a Program, the ref engine); the output."""
+    from simaccel.ops import get_op
+    from simaccel.program import OpNode, Program, TensorSpec
+
+    op = get_op(name)
+    shape, dtype = op.infer([x.shape], [str(x.dtype)], **op.all_attrs({}))
+    program = Program(f"refcheck_{abs(hash(name))}", (TensorSpec("x", x.shape, str(x.dtype)), TensorSpec("y", shape, dtype)),
+                      (0,), (1,), (OpNode(name, (0,), 1, {}),))
+    out = np.zeros(shape, dtype)
+    with runtime.use_engine("ref"):
+        runtime.run(program, x, out)
+    return out
+
+
+X = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+
+# (id, reference, what the error says it returned): each a result numpy could broadcast or cast into
+# the (2, 3) output without a word, or one that is no array at all.
+WRONG_RESULTS = [
+    ("none", lambda data: None, "None, not a numpy array"),
+    ("python-scalar", lambda data: 2.0, r"float \(2\.0\), not a numpy array"),
+    ("list", lambda data: np.abs(data).tolist(), r"a list of 2 \(list, list\), not a numpy array"),
+    ("tuple-of-two", lambda data: (np.abs(data), np.abs(data)), r"a tuple of 2 \(array \(2, 3\) float32, array \(2, 3\) float32\), not a numpy array"),
+    ("tuple-of-one", lambda data: (np.abs(data),), r"a tuple of 1 \(array \(2, 3\) float32\), not a numpy array"),
+    ("row", lambda data: np.abs(data)[0], r"an array of shape \(3,\) \(numpy broadcasting would spread it silently\)"),
+    ("column", lambda data: np.abs(data)[:, :1], r"an array of shape \(2, 1\) \(numpy broadcasting"),
+    ("numpy-scalar", lambda data: np.float32(1.0), r"an array of shape \(\) \(numpy broadcasting"),
+    ("transposed", lambda data: np.abs(data).T, r"an array of shape \(3, 2\) for inputs"),
+    ("flat", lambda data: np.abs(data).reshape(-1), r"an array of shape \(6,\) for inputs"),
+    ("objects", lambda data: np.abs(data).astype(object), r"an array of dtype object, which does not cast to float32 \(a float output"),
+    ("complex", lambda data: np.abs(data).astype(np.complex64), r"an array of dtype complex64, which does not cast to float32 \(a float output takes a float, integer"),
+]
+
+
+@pytest.mark.parametrize("activations", [(), ("relu",)], ids=["plain", "fused-relu"])
+@pytest.mark.parametrize("reference, returned", [c[1:] for c in WRONG_RESULTS], ids=[c[0] for c in WRONG_RESULTS])
+def test_a_reference_whose_result_is_not_the_declared_output_is_an_error_naming_the_op(isolated_isa, clean_runtime,
+                                                                                       reference, returned, activations):
+    """The ref engine would copy such a result into the output (broadcast, cast, or NaN for a
+    None made float for the fused relu): an OpDeclarationError names the op, what its reference
+    returned and what the output is, for the plain op and for its fused variant alike."""
+    isolated_isa.declare(_refcheck_family(reference, activations=activations))
+    for name in ["refcheck.op", *(f"refcheck.op_{a}" for a in activations)]:
+        with pytest.raises(OpDeclarationError, match=rf"{name}: its numpy reference returned {returned}") as error:
+            _run_on_ref(clean_runtime, name, X)
+        assert "for inputs data=(2, 3) float32; the output is an array of shape (2, 3) and dtype float32" in str(error.value)
+
+
+@pytest.mark.parametrize("reference, dtypes, x, returned", [
+    (lambda data: np.abs(data).astype(np.float32), ("int64",), X.astype(np.int64),
+     "an array of dtype float32, which does not cast to int64 without loss"),
+    (lambda data: np.abs(data), ("int8",), X.astype(np.int64).astype(np.int8), None),  # int8 to int8: fine
+    (lambda data: np.abs(data).astype(np.int64), ("int8",), X.astype(np.int8),
+     "an array of dtype int64, which does not cast to int8 without loss"),
+    (lambda data: np.abs(data) > 1, ("bool",), X > 0, None),  # bool to bool
+    (lambda data: data.astype(np.int8), ("bool",), X > 0, "an array of dtype int8, which does not cast to bool without loss"),
+    (lambda data: np.abs(data).astype(np.float64), ("float16",), X.astype(np.float16), None),  # float64 rounds to float16
+    (lambda data: np.abs(data).astype(np.int32), ("float32",), X, None),  # an integer result into a float output
+], ids=["float-for-int64", "int8-for-int8", "int64-for-int8", "bool-for-bool", "int8-for-bool", "float64-for-float16",
+        "int32-for-float32"])
+def test_a_reference_s_dtype_must_cast_to_the_output_s_without_changing_its_kind(isolated_isa, clean_runtime, reference,
+                                                                                dtypes, x, returned):
+    """A float output takes any float, integer or bool result (the cast rounds, as the
+    declaration says); an integer or bool one, computed exactly, only a dtype that casts to it
+    without loss."""
+    isolated_isa.declare(_refcheck_family(reference, dtypes=dtypes))
+    if returned is None:
+        got = _run_on_ref(clean_runtime, "refcheck.op", x)
+        np.testing.assert_array_equal(got, np.asarray(reference(x)).astype(x.dtype))
+        return
+    with pytest.raises(OpDeclarationError, match=f"refcheck.op: its numpy reference returned {returned}"):
+        _run_on_ref(clean_runtime, "refcheck.op", x)
+
+
+def test_a_numpy_scalar_is_the_result_of_an_op_with_a_0_d_output(isolated_isa, clean_runtime):
+    """numpy's reductions give a numpy scalar, not a 0-d array: that is a result of shape ()."""
+    isolated_isa.declare(_refcheck_family(lambda data: np.sum(data)))
+    got = _run_on_ref(clean_runtime, "refcheck.op", np.array(2.5, np.float32))
+    assert got.shape == () and got == np.float32(2.5)
+
+
+def test_a_wrong_reference_stops_a_tvm_build_s_run_naming_the_op(isolated_isa, clean_runtime):
+    """End to end: the region's op, run by the ref engine inside TVM's VM, raises the same error
+    class across TVM's FFI, where the broadcast row would have been a wrong answer."""
+    from harness import run_vm
+    from simaccel.tvm_integration import build
+
+    isolated_isa.declare(_refcheck_family(lambda data: np.abs(data)[0]))
+    builder = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+    with builder.function("main", [x]):
+        with builder.dataflow():
+            out = builder.emit_output(relax.op.abs(x))
+        builder.emit_func_output(out)
+    with clean_runtime.use_engine("ref"):
+        executable = build(builder.get())
+        with pytest.raises(OpDeclarationError, match=r"refcheck.op: its numpy reference returned an array of shape \(3,\)"):
+            run_vm(executable, [X])

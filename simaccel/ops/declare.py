@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import DtypeError, OpDeclarationError, ShapeError, SimAccelError
 from .activation import ACTIVATIONS, activate
-from .rules import FLOAT_DTYPES, ISA_DTYPES, is_bias_for
+from .rules import FLOAT_DTYPES, ISA_DTYPES, is_bias_for, is_dtype_name
 
 BIAS_KINDS = ("channel", "row")  # one value per NCHW channel (axis 1) / per column (last axis)
 _NAME = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
@@ -154,7 +154,11 @@ class OpFamily:
         puts the op's name in front).
     reference:
         ``reference(*arrays, **attrs) -> array``: the numpy semantics. The result is cast to
-        the output dtype; compute in float32 (the accelerator's accumulator) or wider.
+        the output dtype; compute in float32 (the accelerator's accumulator) or wider. It
+        must be a numpy array (or numpy scalar) of the output's shape, never one numpy would
+        broadcast, in a dtype that casts to the output's: any float, integer or bool one for
+        a float output, one that casts without loss for an integer or bool output; anything
+        else (None, a list, a tuple) is an OpDeclarationError naming the op when it runs.
     kernel:
         ``kernel(target, out, *arrays, **attrs) -> launches``, or ``"module:function"``
         imported on first launch. Arrays are device arrays (Numba) of validated shapes;
@@ -182,7 +186,9 @@ class OpFamily:
     out_dtype:
         The output's dtype where it is not the shared input dtype: a dtype (comparisons:
         ``"bool"``) or ``out_dtype(dtypes, **attrs) -> dtype`` (the inputs' dtypes in call
-        order and the Program attributes: ``astype``'s ``dtype`` attribute).
+        order and the Program attributes: ``astype``'s ``dtype`` attribute). Where the rule
+        gives a dtype outside the ISA (a cast to float64), the match stays on TVM, the reason
+        saying what it gave; a rule that fails or gives no dtype is an OpDeclarationError.
     view:
         True for an op whose output is its one input's elements in the same order under
         another shape (reshape, squeeze, expand_dims, flatten). Such an op runs no kernel
@@ -358,8 +364,11 @@ class OpDef:
         """The Program's attributes plus the variant's fixed ones (what rules and kernels get)."""
         return {**attrs, **self.fixed}
 
-    def infer(self, shapes, dtypes, **attrs) -> tuple[tuple[int, ...], str]:
-        """(output shape, dtype); DtypeError / ShapeError naming the op and the input."""
+    def check_dtypes(self, dtypes) -> None:
+        """DtypeError naming the op and the input unless inputs of `dtypes` (call order) are
+        ones it takes: each one of its dtypes (or its role's own), the shared ones equal.
+        Partitioning checks this before the family's `from_relax` runs, so that a family's
+        rules only ever see inputs it claims to take."""
         roles = self.roles(len(dtypes))
         own = self.family.role_dtypes
         shared = [d for r, d in zip(roles, dtypes) if r.split("[")[0] not in own]
@@ -373,18 +382,13 @@ class OpDef:
                     f"{self.name}: inputs must share one dtype, got "
                     + ", ".join(f"{r}={d}" for r, d in zip(roles, dtypes) if r.split("[")[0] not in own)
                 )
+
+    def infer(self, shapes, dtypes, **attrs) -> tuple[tuple[int, ...], str]:
+        """(output shape, dtype); DtypeError / ShapeError naming the op and the input (or the
+        output dtype, where the family's `out_dtype` rule gives one the ISA does not have)."""
+        self.check_dtypes(dtypes)
         core = self._core(len(shapes))
-        try:
-            shape = tuple(int(d) for d in self.family.infer([tuple(s) for s in shapes[:core]], **self._core_attrs(attrs)))
-        except ShapeError as e:  # name the op (the variant) once, whatever the rule said
-            text = str(e)
-            text = text[len(self.family.name) + 2:] if text.startswith(self.family.name + ": ") else text
-            raise ShapeError(text if text.startswith(self.name + ":") else f"{self.name}: {text}") from None
-        except SimAccelError:
-            raise
-        except Exception as e:  # a bug in the declaration's rule, not bad input: say whose
-            raise OpDeclarationError(f"{self.name}: its shape rule (infer) failed on shapes {list(shapes)} with "
-                                     f"attributes {attrs}: {type(e).__name__}: {e}") from e
+        shape = self._core_shape(shapes, attrs)
         if self.family.view and math.prod(shape) != math.prod(shapes[0]):
             raise OpDeclarationError(f"{self.name}: a view op, but its shape rule gives {shape} "
                                      f"({math.prod(shape)} elements) for data {tuple(shapes[0])}")
@@ -394,32 +398,100 @@ class OpDef:
                              f"of the {shape} result (numpy broadcasting would change the result)")
         return shape, self.result_dtype(dtypes, attrs)
 
+    def _core_shape(self, shapes, attrs) -> tuple[int, ...]:
+        """The family's shape rule on the core inputs' `shapes`: ShapeError naming the op (the
+        variant) for shapes it does not take, OpDeclarationError where the rule itself fails."""
+        core = self._core(len(shapes))
+        try:
+            return tuple(int(d) for d in self.family.infer([tuple(s) for s in shapes[:core]], **self._core_attrs(attrs)))
+        except ShapeError as e:  # name the op (the variant) once, whatever the rule said
+            text = str(e)
+            text = text[len(self.family.name) + 2:] if text.startswith(self.family.name + ": ") else text
+            raise ShapeError(text if text.startswith(self.name + ":") else f"{self.name}: {text}") from None
+        except SimAccelError:
+            raise
+        except Exception as e:  # a bug in the declaration's rule, not bad input: say whose
+            raise OpDeclarationError(f"{self.name}: its shape rule (infer) failed on shapes {list(shapes)} with "
+                                     f"attributes {attrs}: {type(e).__name__}: {e}") from e
+
     def result_dtype(self, dtypes, attrs) -> str:
-        """The output's dtype for inputs of `dtypes` (call order): the shared one, or `out_dtype`'s."""
+        """The output's dtype for inputs of `dtypes` (call order): the shared one, or `out_dtype`'s.
+
+        Where the `out_dtype` rule gives a dtype the ISA does not compute in (a cast to
+        float64, a ``full`` of bfloat16), DtypeError saying what the rule gave: the call stays
+        on TVM. A rule that fails, or gives something that is no dtype, is the declaration's
+        bug: OpDeclarationError.
+        """
         rule = self.family.out_dtype
         if rule is None:
             own = self.family.role_dtypes
             return next(d for r, d in zip(self.roles(len(dtypes)), dtypes) if r.split("[")[0] not in own)
         if isinstance(rule, str):
             return rule
-        dtype = str(rule(list(dtypes), **self._core_attrs(attrs)))
+        inputs = ", ".join(f"{r}={d}" for r, d in zip(self.roles(len(dtypes)), dtypes))
+        core_attrs = self._core_attrs(attrs)
+        given_for = f"for inputs {inputs}" + (f" and attributes {core_attrs}" if core_attrs else "")
+        try:
+            given = rule(list(dtypes), **core_attrs)
+        except SimAccelError:
+            raise
+        except Exception as e:  # a bug in the declaration's rule, not bad input: say whose
+            raise OpDeclarationError(f"{self.name}: its out_dtype rule failed {given_for}: {type(e).__name__}: {e}") from e
+        dtype = str(given) if isinstance(given, (str, np.dtype)) else None
+        if dtype is None or not is_dtype_name(dtype):
+            raise OpDeclarationError(f"{self.name}: its out_dtype rule gave {given!r} {given_for}, which is no dtype")
         if dtype not in ISA_DTYPES:
-            raise OpDeclarationError(f"{self.name}: its out_dtype rule gave {dtype!r}, not one of {ISA_DTYPES}")
+            raise DtypeError(f"{self.name}: its out_dtype rule gave {dtype} {given_for}, a dtype the ISA does not "
+                             f"compute in ({', '.join(ISA_DTYPES)})")
         return dtype
 
     def reference(self, *arrays, **attrs) -> np.ndarray:
-        """The numpy result: the family's reference, then the fused bias and activation, in float32."""
+        """The numpy result: the family's reference, then the fused bias and activation, in float32.
+
+        The family's own result is checked first (`_check_result`): a numpy array of the
+        output's shape in a dtype that casts to the output's; else OpDeclarationError naming
+        the op, what the reference returned and what the output is.
+        """
         core = self._core(len(arrays))
         y = self.family.reference(*arrays[:core], **self._core_attrs(attrs))
+        plain = self.family.out_dtype is None and not self.family.role_dtypes  # most ops: the first input's
+        out_dtype = (np.asarray(arrays[0]).dtype if plain else
+                     np.dtype(self.result_dtype([str(np.asarray(a).dtype) for a in arrays], attrs)))
+        self._check_result(y, arrays, attrs, out_dtype)
         if self.bias or self.activation != "none":
             y = np.asarray(y, dtype=np.float32)
             if self.bias:
                 b = np.asarray(arrays[core], dtype=np.float32).reshape(-1)
                 y = y + (b.reshape(1, -1, 1, 1) if self.family.bias == "channel" else b)
             y = activate(y, self.activation)
-        if self.family.out_dtype is None and not self.family.role_dtypes:  # most ops: the first input's
-            return np.asarray(y).astype(np.asarray(arrays[0]).dtype)
-        return np.asarray(y).astype(self.result_dtype([str(np.asarray(a).dtype) for a in arrays], attrs))
+        return np.asarray(y).astype(out_dtype)
+
+    def _check_result(self, result, arrays, attrs, out_dtype: np.dtype) -> None:
+        """OpDeclarationError unless the family's reference gave a numpy array (or numpy scalar)
+        of the output's shape (the family's shape rule on `arrays`) whose dtype is the output's
+        or casts to it as the declaration says it may: a float output takes any float, integer
+        or bool result (the reference computes in float32 or wider, the cast rounds); an
+        integer or bool output, which the ISA computes exactly, only a dtype that casts to it
+        without loss (int8 into int64, not int64 into int8 nor float into int). A result of
+        another shape is never broadcast: numpy would spread a wrong answer silently."""
+        shape = self._core_shape([np.shape(a) for a in arrays], attrs)
+        wanted = f"an array of shape {shape} and dtype {out_dtype}"
+        inputs = ", ".join(f"{r}={np.shape(a)} {np.asarray(a).dtype}"
+                           for r, a in zip(self.roles(len(arrays)), arrays))
+
+        def bad(returned: str):
+            raise OpDeclarationError(f"{self.name}: its numpy reference returned {returned} for inputs {inputs}; "
+                                     f"the output is {wanted}")
+
+        if not isinstance(result, (np.ndarray, np.generic)):
+            bad(f"{_describe(result)}, not a numpy array")
+        if result.shape != shape:
+            bad(f"an array of shape {result.shape}" + (" (numpy broadcasting would spread it silently)"
+                                                       if _broadcasts(result.shape, shape) else ""))
+        casting = "same_kind" if out_dtype.kind == "f" else "safe"
+        if result.dtype != out_dtype and (result.dtype.kind not in "biuf" or not np.can_cast(result.dtype, out_dtype, casting)):
+            bad(f"an array of dtype {result.dtype}, which does not cast to {out_dtype} "
+                + ("(a float output takes a float, integer or bool result)" if casting == "same_kind" else "without loss"))
 
     def kernel(self, target, out, *arrays, **attrs) -> int:
         """Launch the family's kernel: `arrays` in role order (the bias last), every attribute."""
@@ -432,6 +504,25 @@ class OpDef:
     def _core_attrs(self, attrs):
         """What the family's own infer and reference take: not the fused activation."""
         return {k: v for k, v in attrs.items() if k != "activation" or not self.family.activations}
+
+
+def _describe(value) -> str:
+    """What a reference returned, in a few words on one line: None, ``float (2.0)``, ``a tuple of 2
+    (array (2, 3) float32, array (2, 3) float32)``."""
+    if value is None:
+        return "None"
+    if isinstance(value, (tuple, list)):
+        items = [f"array {v.shape} {v.dtype}" if isinstance(v, np.ndarray) else type(v).__name__ for v in value[:3]]
+        return f"a {type(value).__name__} of {len(value)} ({', '.join(items)}{', ...' if len(value) > 3 else ''})"
+    text = " ".join(repr(value).split())
+    return f"{type(value).__name__} ({text if len(text) <= 40 else text[:37] + '...'})"
+
+
+def _broadcasts(shape, target) -> bool:
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
 
 
 _LAUNCHERS: dict[str, Callable] = {}

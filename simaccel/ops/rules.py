@@ -5,6 +5,8 @@ A rule raises ShapeError saying what is wrong; `OpDef.infer` puts the op's name 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -15,6 +17,17 @@ INT_DTYPES = ("int64", "int32", "int8")
 # op computes in (float32 accumulation), and the integer and bool ones of index and mask
 # arithmetic (simaccel/ops/builtin/masks.py), which are computed exactly in their own type.
 ISA_DTYPES = FLOAT_DTYPES + INT_DTYPES + ("bool",)
+
+# A dtype's name as TVM and numpy write it: bool, int8 ... uint64, float16 ... float64, bfloat16,
+# the narrow floats (float8_e4m3fn, float6_e2m3fn, float4_e2m1fn, ...), with lanes (float4_e2m1fnx2).
+_DTYPE_NAME = re.compile(r"(bool|u?int\d+|b?float\d+(_e\d+m\d+[a-z]*)?)(x\d+)?")
+
+
+def is_dtype_name(name) -> bool:
+    """Whether `name` names an element type (any, not only the ISA's): what tells a rule that
+    gives a dtype the ISA lacks (the op stays on TVM) from one that gives no dtype at all (a
+    bug in the declaration)."""
+    return isinstance(name, str) and _DTYPE_NAME.fullmatch(name) is not None
 
 
 def check_rank(role: str, shape, low: int, high: int) -> None:

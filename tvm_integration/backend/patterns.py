@@ -279,6 +279,23 @@ def program_attrs(spec: OpPattern, annotated, shapes: dict, dtypes: dict) -> dic
     return attrs
 
 
+def check_attrs(op: OpDef, attrs: dict) -> None:
+    """The Program attributes `from_relax` gave for one match, checked as the Program's
+    validation will check them (simaccel.program), so that what partitioning offloads the
+    codegen can compile: other attribute names than the family declares are the declaration's
+    bug (OpDeclarationError); a value its kind refuses (simaccel.ops.attrs: a dtype the ISA
+    lacks, a stride of 0) keeps this match on TVM (Reject, saying what from_relax gave)."""
+    names = set(attrs)
+    if names != set(op.attrs):
+        raise OpDeclarationError(f"{op.family.name}: from_relax returned attributes {sorted(names)}; the family "
+                                 f"declares {sorted(op.attrs)}")
+    for name, kind in op.attrs.items():
+        try:
+            kind(attrs[name])
+        except ValueError as e:
+            raise Reject(f"{op.name}: attribute {name} read from the Relax call {e}") from None
+
+
 def why_not(spec: OpPattern, annotated, context=None) -> str | None:
     """The reason the match `annotated` (annotation name -> matched expression) stays on TVM, or None."""
     op = spec.op
@@ -303,7 +320,9 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
             return reason
     in_shapes, in_dtypes = [s for s, _ in infos], [d for _, d in infos]
     try:
+        op.check_dtypes(in_dtypes)  # the family's rules only ever see dtypes it takes
         attrs = program_attrs(spec, annotated, *match_infos(op, infos))
+        check_attrs(op, attrs)
         shape, dtype = op.infer(in_shapes, in_dtypes, **op.all_attrs(attrs))
     except OpDeclarationError:
         raise  # the declaration is wrong: stop, do not quietly keep every match on TVM
