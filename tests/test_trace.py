@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ from harness import tvm_alone
 from simaccel.debug import flags, hooks
 from simaccel.debug.timeline import (COPY, LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION, Trace, TraceWatcher,
                                   current)
-from simaccel.debug.timeline_summary import format_summary, load, summarize, write_png
+from simaccel.debug.timeline_summary import draw_timeline, format_summary, load, summarize, write_png
 from simaccel.tvm_integration import build
 from simaccel.tvm_integration.tools.cli import main
 from simaccel.tvm_integration.tools.models import random_inputs
@@ -295,3 +296,103 @@ def test_the_png_without_matplotlib_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(simaccel.SimAccelError, match=r"simaccel\[trace\]"):
         write_png({"traceEvents": []}, tmp_path / "x.png")
+
+
+SPAN = {"name": "simaccel.relu", "cat": OP, "ph": "X", "ts": 1.0, "dur": 2.0, "pid": 0, "tid": 1, "args": {}}
+THREAD = {"name": "thread_name", "ph": "M", "pid": 0, "tid": 1, "args": {"name": "host"}}
+# (the document's JSON text, what the one-line error must say): JSON that is not a trace
+NOT_A_TRACE = [
+    ("[1, 2]", "event 0 is a number, not an object"),
+    ("3", "the top level is a number, not an object with traceEvents"),
+    ('"trace"', "the top level is a string"),
+    ('{"events": []}', "no traceEvents list"),
+    ('{"traceEvents": {}}', "traceEvents is an object, not a list"),
+    ('{"traceEvents": [1]}', "event 0 is a number, not an object"),
+    ('{"traceEvents": [null]}', "event 0 is null, not an object"),
+    (json.dumps({"traceEvents": [THREAD, "span"]}), "event 1 is a string, not an object"),
+    (json.dumps({"traceEvents": [{k: v for k, v in SPAN.items() if k != "ph"}]}),
+     "event 0 ('simaccel.relu'), field 'ph': expected a string (the event's phase"),
+    (json.dumps({"traceEvents": [{**SPAN, "ph": 7}]}), "field 'ph': expected a string"),
+    (json.dumps({"traceEvents": [THREAD, {k: v for k, v in SPAN.items() if k != "name"}]}),
+     "event 1, field 'name': expected a string, got missing"),
+    (json.dumps({"traceEvents": [{**SPAN, "name": 5}]}), "event 0, field 'name': expected a string, got a number 5"),
+    (json.dumps({"traceEvents": [{k: v for k, v in SPAN.items() if k != "ts"}]}),
+     "event 0 ('simaccel.relu'), field 'ts': expected a finite number of microseconds, got missing"),
+    (json.dumps({"traceEvents": [{**SPAN, "ts": "12"}]}), "field 'ts': expected a finite number of microseconds, got a string \"12\""),
+    (json.dumps({"traceEvents": [{**SPAN, "ts": True}]}), "field 'ts': expected a finite number of microseconds, got a boolean"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": NaN, "dur": 1, "pid": 0, "tid": 1}]}',
+     "event 0 ('a'), field 'ts': expected a finite number of microseconds, got a number NaN"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": Infinity, "pid": 0, "tid": 1}]}',
+     "field 'dur': expected a finite number of microseconds, got a number Infinity"),
+    (json.dumps({"traceEvents": [{k: v for k, v in SPAN.items() if k != "dur"}]}), "field 'dur': expected a finite number"),
+    (json.dumps({"traceEvents": [{**SPAN, "dur": -3.0}]}), "field 'dur': expected a duration >= 0, got a number -3.0"),
+    (json.dumps({"traceEvents": [{k: v for k, v in SPAN.items() if k != "pid"}]}),
+     "field 'pid': expected an integer or a string (the track's id), got missing"),
+    (json.dumps({"traceEvents": [{**SPAN, "tid": [1]}]}), "field 'tid': expected an integer or a string"),
+    (json.dumps({"traceEvents": [{**SPAN, "cat": 3}]}), "field 'cat': expected a string, got a number 3"),
+    (json.dumps({"traceEvents": [{**SPAN, "args": [1]}]}), "field 'args': expected an object, got a list"),
+    (json.dumps({"traceEvents": [{**SPAN, "args": {"modeled_us": "fast"}}]}),
+     "field 'args.modeled_us': expected a finite number, got a string"),
+    (json.dumps({"traceEvents": [{k: v for k, v in THREAD.items() if k != "args"}, SPAN]}),
+     "event 0 ('thread_name'), field 'args': expected an object holding the track's name, got missing"),
+    (json.dumps({"traceEvents": [{**THREAD, "args": {"label": "host"}}, SPAN]}),
+     "event 0 ('thread_name'), field 'args.name': expected a string, got missing"),
+    (json.dumps({"traceEvents": [{k: v for k, v in THREAD.items() if k != "tid"}, SPAN]}), "field 'tid': expected an integer"),
+    (json.dumps({"traceEvents": [{"name": "process_name", "ph": "M", "args": {"name": "cpu:0"}}, SPAN]}),
+     "event 0 ('process_name'), field 'pid': expected an integer or a string"),
+]
+
+
+@pytest.mark.parametrize("text, message", NOT_A_TRACE, ids=[m[:50] for _, m in NOT_A_TRACE])
+def test_json_that_is_not_a_trace_is_one_line_naming_the_event_and_field(tmp_path, capsys, text, message):
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    for argv in (["trace", "--summary", str(path)], ["trace", "--png", str(tmp_path / "t.png"), str(path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and f"trace {path}" in err and "internal error" not in err, err
+    assert not (tmp_path / "t.png").exists()
+    if text.startswith('{"traceEvents": ['):  # a document handed over in Python is checked the same way
+        with pytest.raises(simaccel.SimAccelError, match=re.escape(message)):
+            summarize(json.loads(text))
+
+
+def test_what_the_summary_does_not_read_is_not_checked(tmp_path):
+    """Other phases (counters, instants, flows) and other metadata pass as they are; ids may be
+    strings; a span may start before the trace's 0 (Chrome's format allows it)."""
+    document = {"traceEvents": [
+        {"name": "process_sort_index", "ph": "M", "pid": 0},
+        {"ph": "C", "name": "ledger", "ts": "later", "args": 3},
+        {"ph": "i", "s": "t", "ts": None},
+        {"name": "thread_name", "ph": "M", "pid": "gpu", "tid": "s1", "args": {"name": "stream 1"}},
+        {**SPAN, "pid": "gpu", "tid": "s1", "ts": -5.0},
+        {**SPAN, "ts": 10.0},
+    ]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(document))
+    summary = summarize(load(path))
+    assert [(k["kind"], k["count"]) for k in summary["kinds"]] == [("simaccel.relu", 2)]
+    assert sorted(t["track"] for t in summary["tracks"]) == ["0 / 1", "gpu / stream 1"]
+
+
+def test_the_png_legend_sits_outside_the_spans(clean_runtime, tmp_path):
+    """The legend is above the axes (it covered the latest spans when drawn inside them), and
+    names the categories drawn."""
+    pytest.importorskip("matplotlib", reason="matplotlib (the trace extra) draws the PNG")
+    import matplotlib.pyplot as plt
+
+    x, w, b = mlp_inputs()
+    y = np.zeros((4, 6), np.float32)
+    with clean_runtime.use_engine("ref"), simaccel.trace(tmp_path / "t.json"):
+        clean_runtime.run(mlp_program(), x, w, b, y)
+    document = load(tmp_path / "t.json")
+    fig = draw_timeline(document)
+    try:
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        legend, axes = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        assert legend.y0 >= axes.y1, (legend, axes)  # wholly above the axes, where no span is drawn
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels and set(labels) <= {e.get("cat") for e in spans(document)}
+    finally:
+        plt.close(fig)

@@ -2,7 +2,11 @@
 
 Where it sits: beside `simaccel.debug.timeline` (`simaccel.trace`), which writes the JSON; `simaccel trace --summary`
 and `simaccel trace --png` call `summarize` / `format_summary` and `write_png`. Works on any
-Chrome trace-event JSON whose spans ("X" events) carry simaccel's categories.
+Chrome trace-event JSON whose spans ("X" events) carry simaccel's categories; a document that
+is JSON but not such a trace (an event that is not an object, a span without a name or with a
+time that is not a finite number, a track name without its args, ...) is a SimAccelError naming
+the event and field (`check_document`), not a crash halfway through. The PNG's legend sits
+above the axes, outside them, so it hides no span.
 
 Kinds: a simaccel op's kind is its op name (`simaccel.conv2d_bias_relu`), a TVM kernel's its
 symbol, a builtin's its name; views (reshapes that launch nothing) are counted apart. Kernels,
@@ -14,6 +18,7 @@ end and the next one's start on the same track, when positive.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import defaultdict
 
@@ -35,10 +40,92 @@ def load(path) -> dict:
         raise SimAccelError(f"trace {path}: cannot read it ({e})") from None
     except json.JSONDecodeError as e:
         raise SimAccelError(f"trace {path}: not JSON ({e})") from None
+    if isinstance(document, dict) and "traceEvents" not in document:
+        raise SimAccelError(f"trace {path}: no traceEvents list (not a Chrome trace-event file)")
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
-        raise SimAccelError(f"trace {path}: no traceEvents list (not a Chrome trace-event file)")
-    return {"traceEvents": events}
+        what = (f"traceEvents is {_kind(events)}, not a list" if isinstance(document, dict)
+                else f"the top level is {_kind(document)}, not an object with traceEvents (or a list of events)")
+        raise SimAccelError(f"trace {path}: {what} (not a Chrome trace-event file)")
+    document = {"traceEvents": events}
+    check_document(document, f"trace {path}")
+    return document
+
+
+def check_document(document: dict, where: str = "trace") -> None:
+    """A SimAccelError naming the first event (its index, and name where it has one) and field
+    that the summary or the PNG could not read; what they do not read is not checked.
+
+    Every event: an object with a string `ph`. Spans ("X"): a string `name`, finite numbers
+    `ts` and `dur` (`dur` >= 0; `ts` may be negative, as Chrome's format allows), `pid` and
+    `tid` (integers or strings), and where present a string `cat` and an object `args` (its
+    `modeled_us` a finite number). Track names ("M" events named process_name or thread_name):
+    `pid` (and for a thread `tid`), and `args` an object whose `name` is a string."""
+    events = document.get("traceEvents") if isinstance(document, dict) else None
+    if not isinstance(events, list):
+        raise SimAccelError(f"{where}: no traceEvents list (not a Chrome trace-event document)")
+    for i, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise SimAccelError(f"{where}: event {i} is {_kind(event)}, not an object")
+        label = f"event {i}" + (f" ({event['name']!r})" if isinstance(event.get("name"), str) else "")
+
+        def bad(field, want):
+            got = "missing" if field not in event else f"{_kind(event[field])} {_shown(event[field])}"
+            return SimAccelError(f"{where}: {label}, field {field!r}: expected {want}, got {got}")
+
+        phase = event.get("ph")
+        if not isinstance(phase, str):
+            raise bad("ph", "a string (the event's phase: X, M, C, i, ...)")
+        if phase == "X":
+            if not isinstance(event.get("name"), str):
+                raise bad("name", "a string")
+            for field in ("ts", "dur"):
+                if not _finite(event.get(field)):
+                    raise bad(field, "a finite number of microseconds")
+            if event["dur"] < 0:
+                raise bad("dur", "a duration >= 0")
+            _check_track(event, ("pid", "tid"), bad)
+            if "cat" in event and not isinstance(event["cat"], str):
+                raise bad("cat", "a string")
+            if "args" in event:
+                if not isinstance(event["args"], dict):
+                    raise bad("args", "an object")
+                if "modeled_us" in event["args"] and not _finite(event["args"]["modeled_us"]):
+                    raise SimAccelError(f"{where}: {label}, field 'args.modeled_us': expected a finite number, got "
+                                        f"{_kind(event['args']['modeled_us'])} {_shown(event['args']['modeled_us'])}")
+        elif phase == "M" and event.get("name") in ("process_name", "thread_name"):
+            _check_track(event, ("pid",) if event["name"] == "process_name" else ("pid", "tid"), bad)
+            if not isinstance(event.get("args"), dict):
+                raise bad("args", "an object holding the track's name")
+            if not isinstance(event["args"].get("name"), str):
+                raise SimAccelError(f"{where}: {label}, field 'args.name': expected a string, got "
+                                    + ("missing" if "name" not in event["args"] else _kind(event["args"]["name"])))
+
+
+def _track_order(key: tuple) -> tuple:
+    """A sort key for (pid, tid) whose ids may be integers or strings (never compared with each other)."""
+    return tuple((isinstance(v, str), v) for v in key)
+
+
+def _check_track(event: dict, fields, bad) -> None:
+    for field in fields:
+        value = event.get(field)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise bad(field, "an integer or a string (the track's id)")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)  # NaN and Infinity as JSON files write them
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _spans(document: dict) -> list[dict]:
@@ -62,6 +149,7 @@ def track_names(document: dict) -> dict:
 
 def summarize(document: dict, largest: int = 5) -> dict:
     """Per kind: count and total microseconds; per track: kernels, busy and idle time, largest gaps."""
+    check_document(document)
     kinds: dict[tuple[str, str], dict] = {}
     for e in _spans(document):
         cat = e.get("cat", "")
@@ -81,7 +169,7 @@ def summarize(document: dict, largest: int = 5) -> dict:
         if e.get("cat") in KERNEL_CATEGORIES and not e.get("args", {}).get("view"):
             by_track[(e["pid"], e["tid"])].append(e)
     tracks = []
-    for key, kernels in sorted(by_track.items()):
+    for key, kernels in sorted(by_track.items(), key=lambda item: _track_order(item[0])):
         kernels.sort(key=lambda e: e["ts"])
         gaps = []
         for before, after in zip(kernels, kernels[1:]):
@@ -130,6 +218,19 @@ COLOURS = {OP: "tab:blue", LAUNCH: "tab:cyan", REGION: "tab:green", VM_CALL: "ta
 
 def write_png(document: dict, out) -> None:
     """A timeline (one row per track, spans drawn by nesting depth) as a PNG; needs matplotlib."""
+    fig = draw_timeline(document)
+    import matplotlib.pyplot as plt  # there: draw_timeline says so where matplotlib is missing
+
+    try:
+        fig.savefig(os.fspath(out), dpi=110, bbox_inches="tight")  # "tight": the legend outside the axes is kept
+    except OSError as e:
+        raise SimAccelError(f"--png {out}: cannot write it ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
+
+
+def draw_timeline(document: dict):
+    """The matplotlib figure `write_png` saves (close it with matplotlib.pyplot.close)."""
     try:
         import matplotlib
 
@@ -138,8 +239,9 @@ def write_png(document: dict, out) -> None:
     except ImportError:
         raise SimAccelError("simaccel trace --png draws with matplotlib, which is not installed; "
                             "install it with pip install 'simaccel[trace]'") from None
+    check_document(document)
     names = track_names(document)
-    rows = sorted(names)
+    rows = sorted(names, key=_track_order)
     spans = _spans(document)
     fig, ax = plt.subplots(figsize=(14, 1 + 0.9 * max(len(rows), 1)))
     for row, key in enumerate(rows):
@@ -159,11 +261,13 @@ def write_png(document: dict, out) -> None:
     ax.invert_yaxis()
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=c, label=cat) for cat, c in COLOURS.items()], loc="upper right", fontsize="small")
+    # The legend above the axes, outside them (inside, it hid spans): the categories drawn, in one row.
+    drawn = {e.get("cat") for e in spans}
+    handles = [Patch(color=c, label=cat) for cat, c in COLOURS.items() if cat in drawn]
+    if drawn - set(COLOURS):
+        handles.append(Patch(color="tab:purple", label="other"))
+    if handles:
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.02), ncol=len(handles), borderaxespad=0,
+                  fontsize="small", frameon=False)
     fig.tight_layout()
-    try:
-        fig.savefig(os.fspath(out), dpi=110)
-    except OSError as e:
-        raise SimAccelError(f"--png {out}: cannot write it ({e.strerror or e})") from None
-    finally:
-        plt.close(fig)
+    return fig
