@@ -75,6 +75,20 @@ def read(relative: str, member: str | None = None):
         return f.read()
 
 
+def test_counts(relative: str) -> dict[str, int]:
+    """passed / skipped / failed of a test run: a JUnit XML file, or a pytest log's summary line."""
+    content = read(relative)
+    if isinstance(content, dict):
+        failed = content["failures"] + content["errors"]
+        return {"passed": content["tests"] - failed - content["skipped"], "skipped": content["skipped"], "failed": failed}
+    summaries = [line for line in content.splitlines() if re.search(r"\d+ (passed|failed)\b.* in [\d.]+s", line)]
+    if not summaries:
+        raise ResultsError(f"{relative}: no pytest summary line ('N passed ... in S s')")
+    found = {word: int(n) for n, word in re.findall(r"(\d+) (passed|skipped|failed|errors?)\b", summaries[-1])}
+    return {"passed": found.get("passed", 0), "skipped": found.get("skipped", 0),
+            "failed": found.get("failed", 0) + found.get("error", 0) + found.get("errors", 0)}
+
+
 def current(kind: str):
     """(manifest entry, content) of the current result of `kind`."""
     e = entry(kind)
@@ -283,6 +297,23 @@ def model_table() -> str:
     return "\n".join(lines + ["", markdown_table(data["models"])])
 
 
+def pytorch_models_table() -> str:
+    """The `simaccel demo --model` table of docs/pytorch.md (its four models) from the current models file.
+    Not yet in PAGES: docs/pytorch.md has no markers for it."""
+    from simaccel.tvm_integration.tools.torch_models import MODEL_NAMES
+
+    e, data = current("models")
+    lines = [f"| `--model` | input | regions (kept on TVM) | {e['device']}, native regions vs TVM alone |",
+             "| --- | --- | --- | --- |"]
+    for name in MODEL_NAMES:
+        m = data["models"][name]
+        kept = ", ".join(f"{op} x{k['count']}" for op, k in m["partition"].get("kept", {}).items()) or "none"
+        ratio = m["median_us"]["simaccel_native"] / m["median_us"]["tvm_only"]
+        lines.append(f"| `{name}` | {'x'.join(map(str, m['input']))} | {m['partition']['regions']} ({kept}) | "
+                     f"{ratio:.2f}x, max error {m['max_abs_error_vs_tvm_only']:.1e} |")
+    return "\n".join(lines + ["", f"The GPU figures: {data['method']} ({source('models')})."])
+
+
 def _region_case(name: str) -> str:
     """A `simaccel bench` case as words, from bench's own shapes."""
     from simaccel.tvm_integration.tools.bench import CONV_SHAPE, GEMM_SIZE
@@ -321,15 +352,14 @@ def _counts(counts: dict) -> str:
 
 
 def runs_list() -> str:
-    tests_entry, tests = current("gpu_tests")
-    failed = tests["failures"] + tests["errors"]
-    passed = tests["tests"] - failed - tests["skipped"]
+    tests_entry = entry("gpu_tests")
+    tests = test_counts(tests_entry["file"])
     fuzz_entry, fuzz = current("fuzz")
     conf_entry, conf = current("conformance")
     tutorial = entry("tutorials")
     return "\n".join([
-        f"- **Tests** ({source('gpu_tests')}): {tests_entry['what']}: **{passed} passed**, {tests['skipped']} skipped, "
-        f"{failed} failed.",
+        f"- **Tests** ({source('gpu_tests')}): {tests_entry['what']}: **{tests['passed']} passed**, "
+        f"{tests['skipped']} skipped, {tests['failed']} failed.",
         f"- **Fuzz** ({source('fuzz')}): {fuzz['cases']} cases, engines {' and '.join(fuzz['engines'])}, "
         f"{' and '.join(fuzz['dtypes'])}, on {fuzz['executor']}: {_counts(fuzz['counts'])}.",
         f"- **Conformance** ({source('conformance')}): {len(conf['models'])} models of the zoo "
@@ -419,15 +449,14 @@ def readme_sentence() -> str:
     from simaccel.tvm_integration.tools.torch_models import UNTUNED_NAMES
 
     s, models, tests_entry = model_summary(), entry("models"), entry("gpu_tests")
-    tests = read(tests_entry["file"])
-    failed = tests["failures"] + tests["errors"]
+    tests = test_counts(tests_entry["file"])
     untuned = sum(1 for name in s["ratio"] if name in UNTUNED_NAMES)
     each = "all" if s["at_or_below"] == s["timed"] else f"{s['at_or_below']} of"
     return (f"on an {models['device']} ({models['date']}) {s['matched']} of {s['models']} torch.export models "
             f"({untuned} that the project never tuned for) match TVM alone and {each} {s['timed']} run at or below "
             f"TVM alone's time ({s['ratio'][s['fastest']]:.2f}x to {s['ratio'][s['slowest']]:.2f}x of it); the "
             f"latest GPU test run ({tests_entry['device']}, {tests_entry['date']}): "
-            f"{tests['tests'] - failed - tests['skipped']} passed, {failed} failed")
+            f"{tests['passed']} passed, {tests['failed']} failed")
 
 
 # Each page's generated blocks: name -> the function that writes it.

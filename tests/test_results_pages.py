@@ -97,6 +97,21 @@ def test_the_dates_result_files_write_are_read(text, expected):
     assert site_results.parse_date(text) == expected
 
 
+def test_a_test_run_s_counts_are_read_from_junit_or_from_a_pytest_log(tmp_path, monkeypatch):
+    e = site_results.entry("gpu_tests")
+    junit = site_results.read(e["file"]) if e["file"].endswith(".xml") else None
+    if junit:
+        assert sum(site_results.test_counts(e["file"]).values()) == junit["tests"]
+    monkeypatch.setattr(site_results, "ROOT", str(tmp_path))
+    (tmp_path / "a.log").write_text("....\n===== 1 failed, 228 passed, 1 skipped, 22 deselected in 418.33s (0:06:58) =====\n")
+    assert site_results.test_counts("a.log") == {"passed": 228, "skipped": 1, "failed": 1}
+    (tmp_path / "b.log").write_text("3 passed, 2 errors in 1.00s\n")
+    assert site_results.test_counts("b.log") == {"passed": 3, "skipped": 0, "failed": 2}
+    (tmp_path / "c.log").write_text("collected 0 items\n")
+    with pytest.raises(site_results.ResultsError, match="c.log: no pytest summary line"):
+        site_results.test_counts("c.log")
+
+
 def test_a_date_that_cannot_be_read_is_an_error_naming_it():
     with pytest.raises(site_results.ResultsError, match="cannot read the date 'yesterday'"):
         site_results.parse_date("yesterday")
@@ -130,6 +145,16 @@ def test_the_readme_states_what_the_models_file_says():
     each = "all" if at_or_below == len(ratios) else f"{at_or_below} of"
     assert f"{each} {len(ratios)} run at or below TVM alone's time" in sentence
     assert f"{min(ratios):.2f}x to {max(ratios):.2f}x" in sentence
+
+
+def test_the_pytorch_page_s_table_would_show_the_current_models_file():
+    """docs/pytorch.md's table as the generator writes it (the page has no markers for it yet)."""
+    e = site_results.entry("models")
+    models = site_results.read(e["file"], e.get("member"))["models"]
+    table = site_results.pytorch_models_table()
+    for name in ("resnet18", "mobilenet_v2", "transformer_encoder", "mlp_mixer"):
+        ratio = models[name]["median_us"]["simaccel_native"] / models[name]["median_us"]["tvm_only"]
+        assert f"| `{name}` |" in table and f"{ratio:.2f}x, max error" in table, name
 
 
 def test_the_timing_model_page_s_profile_figures_are_the_h200_profile_s():
