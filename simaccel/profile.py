@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .errors import DtypeError, LayoutError, ShapeError, SimAccelError, UnsupportedOpError
-from .timing import Performance
+from .timing import Performance, shown
 
 # TVM allocates every buffer at a multiple of this (kAllocAlignment in TVM's runtime), so a
 # region's tensors always meet a profile alignment up to it.
@@ -36,8 +36,9 @@ class DeviceProfile:
         Op names or family names this device runs (e.g. ``{"simaccel.conv2d",
         "simaccel.add"}``: conv2d with all its fused variants); None means every declared op.
     dtypes:
-        Element types the accelerator handles: float ones compute in float32; integer and
-        bool ones (masks, indices) exactly in their own type.
+        Element types the accelerator handles, of the ISA's (`simaccel.ops.rules.ISA_DTYPES`):
+        float ones compute in float32; integer and bool ones (masks, indices) exactly in their
+        own type.
     max_rank:
         Largest tensor rank an op accepts.
     max_tensor_bytes:
@@ -54,6 +55,10 @@ class DeviceProfile:
         How fast it is (simaccel.timing.Performance: peak operations per second per dtype,
         memory and scratchpad bandwidth, dispatch costs, the DMA of host-staged data), for
         the timing model; None: no modeled times. In JSON, an object of those fields.
+
+    Every field is checked when a profile is made (in Python, `from_dict`, `load`): a bad one
+    is a SimAccelError naming the profile, the field (``performance.peak_flops``...) and what
+    is wrong with it; `performance` is checked against `simaccel.timing.SCHEMA`.
     """
 
     name: str = "simaccel-default"
@@ -67,44 +72,42 @@ class DeviceProfile:
     performance: Performance | None = None
 
     def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise SimAccelError(f"profile: name must be a non-empty string, got {shown(self.name)}")
         if self.ops is not None:
-            if isinstance(self.ops, str) or not all(isinstance(o, str) for o in self.ops):
-                raise SimAccelError(f"profile {self.name}: ops must be a set of op or family names, got {self.ops!r}")
+            if not isinstance(self.ops, (list, tuple, set, frozenset)) or not all(isinstance(o, str) for o in self.ops):
+                raise SimAccelError(f"profile {self.name}: ops must be a set of op or family names, got {shown(self.ops)}")
             object.__setattr__(self, "ops", frozenset(self.ops))
-        object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        object.__setattr__(self, "dtypes", _dtypes(self.name, self.dtypes))
         for name in ("max_rank", "max_tensor_bytes", "max_region_bytes", "alignment", "max_elements"):
             value = getattr(self, name)
             if value is None and name in ("max_tensor_bytes", "max_region_bytes", "alignment"):
                 continue
             if type(value) is not int or value < (0 if name == "max_rank" else 1):
-                raise SimAccelError(f"profile {self.name}: {name} must be a positive integer, got {value!r}")
+                raise SimAccelError(f"profile {self.name}: {name} must be a positive integer"
+                                    f"{' (or 0)' if name == 'max_rank' else ''}, got {shown(value)}")
         if self.alignment is not None and self.alignment & (self.alignment - 1):
             raise SimAccelError(f"profile {self.name}: alignment must be a power of two, got {self.alignment}")
-        if isinstance(self.performance, dict):
-            try:
+        if self.performance is not None and not isinstance(self.performance, Performance):
+            try:  # an object of its fields (a profile's JSON), checked against simaccel.timing.SCHEMA
                 object.__setattr__(self, "performance", Performance.from_dict(self.performance))
             except SimAccelError as e:
                 raise SimAccelError(f"profile {self.name}: {e}") from e
-        elif self.performance is not None and not isinstance(self.performance, Performance):
-            raise SimAccelError(f"profile {self.name}: performance must be a simaccel.timing.Performance or an object "
-                                f"of its fields, got {type(self.performance).__name__}")
 
     # -- reading and writing -------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict) -> "DeviceProfile":
         known = {f.name for f in fields(cls)}
         if not isinstance(data, dict):
-            shown = repr(data) if len(repr(data)) <= 60 else repr(data)[:57] + "..."
+            text = repr(data) if len(repr(data)) <= 60 else repr(data)[:57] + "..."
             raise SimAccelError(f"a device profile is an object of the fields {sorted(known)}, "
-                                f"got a {type(data).__name__}: {shown}")
-        if set(data) - known:
-            raise SimAccelError(f"a device profile takes the fields {sorted(known)}; unknown: {sorted(set(data) - known)}")
-        data = dict(data)
-        if isinstance(data.get("ops"), list):
-            data["ops"] = frozenset(data["ops"])
-        if isinstance(data.get("dtypes"), list):
-            data["dtypes"] = tuple(data["dtypes"])
-        return cls(**data)
+                                f"got a {type(data).__name__}: {text}")
+        unknown = [name for name in data if name not in known]
+        if unknown:
+            who = f"profile {data['name']}" if isinstance(data.get("name"), str) and data["name"] else "a device profile"
+            raise SimAccelError(f"{who}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                                f"(fields: {', '.join(f.name for f in fields(cls))})")
+        return cls(**data)  # every field checked by __post_init__ (JSON lists for ops and dtypes too)
 
     @classmethod
     def load(cls, path: str) -> "DeviceProfile":
@@ -188,6 +191,21 @@ class DeviceProfile:
         if self.alignment is not None and address % self.alignment:
             raise LayoutError(f"{where} data pointer {address:#x} is not aligned to the {self.alignment} bytes "
                               f"profile {self.name} needs")
+
+
+def _dtypes(name: str, dtypes) -> tuple[str, ...]:
+    """A profile's `dtypes` checked: a list of the ISA's dtypes (simaccel.ops.rules.ISA_DTYPES: no
+    op may declare another), so that a misspelt one is not a dtype quietly left on TVM."""
+    from .ops.rules import ISA_DTYPES
+
+    if not isinstance(dtypes, (list, tuple)) or not all(isinstance(d, str) for d in dtypes):
+        raise SimAccelError(f"profile {name}: dtypes must be a list of dtype names (known: {', '.join(ISA_DTYPES)}), "
+                            f"got {shown(dtypes)}")
+    unknown = [d for d in dtypes if d not in ISA_DTYPES]
+    if unknown:
+        raise SimAccelError(f"profile {name}: dtypes: unknown dtype{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(map(repr, unknown))} (known: {', '.join(ISA_DTYPES)})")
+    return tuple(dtypes)
 
 
 DEFAULT_PROFILE = DeviceProfile()

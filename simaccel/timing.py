@@ -3,7 +3,8 @@
 Where it sits: beside the profile (simaccel.profile), in the core (no TVM). A profile may carry
 a `Performance`: peak throughput per dtype, memory and scratchpad bandwidth, a dispatch cost per
 op and per region call, and the DMA that host-staged data would cross. The model is a
-roofline per op, read off a Program and its ops' declarations:
+roofline per op, read off a Program and its ops' declarations (the figures are checked against
+`SCHEMA` whenever a `Performance` is made: a profile's JSON, a dict, Python):
 
     op      = op_dispatch + max(flops / peak[dtype], boundary bytes / memory + scratch bytes / scratchpad)
     region  = region_dispatch + sum of its ops (+ staging: 2 transfers' latency + boundary bytes / DMA)
@@ -30,23 +31,31 @@ from dataclasses import dataclass, field
 
 from .errors import SimAccelError
 
-# A profile's performance fields: name -> what it is, for messages and `simaccel whatif`.
-FIELDS = {
-    "peak_flops": "operations per second, per dtype",
-    "memory_bandwidth": "bytes per second between the accelerator and the memory its regions' tensors are in",
-    "scratchpad_bandwidth": "bytes per second of the scratchpad holding a region's intermediates",
-    "op_dispatch": "seconds to start one op",
-    "region_dispatch": "seconds to start one region call",
-    "dma_bandwidth": "bytes per second of the DMA that host-staged data crosses",
-    "dma_latency": "seconds each host-staged transfer waits before moving data",
+# A profile's performance fields, its schema: name -> (kind, required, what it is). Kinds: RATE, a
+# positive finite number per second; TIME, a finite number of seconds >= 0; PER_DTYPE, an object
+# of ISA dtypes (simaccel.ops.rules.ISA_DTYPES) to RATEs. Checked by `Performance` whenever one is
+# made (from a profile's JSON, a dict or Python), each error naming the field's path.
+RATE, TIME, PER_DTYPE = "rate", "time", "per-dtype rate"
+SCHEMA = {
+    "peak_flops": (PER_DTYPE, True, "operations per second, per dtype"),
+    "memory_bandwidth": (RATE, True, "bytes per second between the accelerator and the memory its regions' tensors are in"),
+    "scratchpad_bandwidth": (RATE, False, "bytes per second of the scratchpad holding a region's intermediates"),
+    "op_dispatch": (TIME, False, "seconds to start one op"),
+    "region_dispatch": (TIME, False, "seconds to start one region call"),
+    "dma_bandwidth": (RATE, False, "bytes per second of the DMA that host-staged data crosses"),
+    "dma_latency": (TIME, False, "seconds each host-staged transfer waits before moving data"),
 }
+# name -> what it is, for messages and `simaccel whatif`.
+FIELDS = {name: what for name, (_, _, what) in SCHEMA.items()}
 
 
 @dataclass(frozen=True)
 class Performance:
     """The performance figures of a simulated accelerator (all rates per second, times in
-    seconds). `peak_flops` maps a dtype to its peak operations per second; ops of a dtype it
-    does not name are modeled at its lowest figure."""
+    seconds). `peak_flops` maps a dtype of the ISA to its peak operations per second (a dict, or
+    (dtype, figure) pairs); ops of a dtype it does not name are modeled at its lowest figure.
+    Every field is checked against `SCHEMA`: SimAccelError naming ``performance.FIELD`` and what
+    is wrong with it."""
 
     peak_flops: tuple[tuple[str, float], ...]
     memory_bandwidth: float
@@ -57,35 +66,25 @@ class Performance:
     dma_latency: float = 0.0
 
     def __post_init__(self):
-        peaks = self.peak_flops
-        if isinstance(peaks, dict):
-            peaks = tuple(sorted(peaks.items()))
-        if not peaks or not all(isinstance(k, str) and _positive(v) for k, v in peaks):
-            raise SimAccelError(f"performance: peak_flops must map dtypes to positive numbers, got {self.peak_flops!r}")
-        object.__setattr__(self, "peak_flops", tuple((k, float(v)) for k, v in peaks))
-        for name in ("memory_bandwidth", "scratchpad_bandwidth", "dma_bandwidth"):
+        for name, (kind, required, _) in SCHEMA.items():
             value = getattr(self, name)
-            if value is None and name != "memory_bandwidth":
+            if value is None and not required and kind == RATE:  # an optional rate: not given
                 continue
-            if not _positive(value):
-                raise SimAccelError(f"performance: {name} ({FIELDS[name]}) must be a positive number, got {value!r}")
-            object.__setattr__(self, name, float(value))
-        for name in ("op_dispatch", "region_dispatch", "dma_latency"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise SimAccelError(f"performance: {name} ({FIELDS[name]}) must be a number >= 0, got {value!r}")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, _checked(name, kind, value))
 
     @classmethod
     def from_dict(cls, data) -> "Performance":
+        """From a profile's JSON object of `SCHEMA`'s fields (every one checked)."""
         if not isinstance(data, dict):
-            raise SimAccelError(f"performance: an object of the fields {sorted(FIELDS)}, got {type(data).__name__}")
-        unknown = set(data) - set(FIELDS)
+            raise SimAccelError(f"performance: must be an object of the fields {', '.join(SCHEMA)}, "
+                                f"got {shown(data)}")
+        unknown = [name for name in data if name not in SCHEMA]
         if unknown:
-            raise SimAccelError(f"performance takes the fields {sorted(FIELDS)}; unknown: {sorted(unknown)}")
-        missing = {"peak_flops", "memory_bandwidth"} - set(data)
-        if missing:
-            raise SimAccelError(f"performance: {sorted(missing)} missing ({'; '.join(FIELDS[m] for m in sorted(missing))})")
+            raise SimAccelError(f"performance: unknown field{'s' if len(unknown) > 1 else ''} "
+                                f"{', '.join(map(repr, unknown))} (fields: {', '.join(SCHEMA)})")
+        for name, (_, required, what) in SCHEMA.items():
+            if required and name not in data:
+                raise SimAccelError(f"performance.{name}: missing ({what})")
         return cls(**data)
 
     def to_dict(self) -> dict:
@@ -100,8 +99,54 @@ class Performance:
         return peaks.get(dtype, min(peaks.values()))
 
 
-def _positive(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+def shown(value) -> str:
+    """A value read from a profile's JSON, in a message: a number as it is, anything else with its
+    JSON type; cut to some 60 characters."""
+    text = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return text
+    kind = {bool: "a boolean", str: "a string", list: "a list", tuple: "a list", dict: "an object",
+            type(None): "null"}.get(type(value), f"a {type(value).__name__}")
+    return kind if value is None else f"{kind}: {text}"
+
+
+def _number(path: str, kind: str, what: str, value) -> float:
+    """`value` as a float if it is a finite number in `kind`'s range, else SimAccelError naming `path`."""
+    want = "a positive finite number" if kind == RATE else "a finite number >= 0"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SimAccelError(f"{path}: must be {want} ({what}), got {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    if not math.isfinite(number) or number < 0 or (kind == RATE and number == 0):
+        raise SimAccelError(f"{path}: must be {want} ({what}), got {shown(value)}")
+    return number
+
+
+def _checked(name: str, kind: str, value):
+    """Field `name`'s value checked against its `kind`, in its stored form."""
+    path, what = f"performance.{name}", FIELDS[name]
+    if kind != PER_DTYPE:
+        return _number(path, kind, what, value)
+    from .ops.rules import ISA_DTYPES  # the dtypes an op may declare: the ISA's (users' ops too)
+
+    pairs = value
+    if isinstance(value, dict):
+        pairs = list(value.items())
+    elif not isinstance(value, (list, tuple)) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value):
+        raise SimAccelError(f"{path}: must be an object of dtype -> {what.split(',')[0]} "
+                            f"(e.g. {{\"float32\": 1e12}}), got {shown(value)}")
+    if not pairs:
+        raise SimAccelError(f"{path}: names no dtype; give at least one (e.g. {{\"float32\": 1e12}})")
+    seen = {}
+    for dtype, figure in pairs:
+        if dtype not in ISA_DTYPES:
+            raise SimAccelError(f"{path}: unknown dtype {dtype!r} (known: {', '.join(ISA_DTYPES)})")
+        if dtype in seen:
+            raise SimAccelError(f"{path}: dtype {dtype!r} given twice")
+        seen[dtype] = _number(f"{path}.{dtype}", RATE, what, figure)
+    return tuple(sorted(seen.items()))
 
 
 @dataclass(frozen=True)
@@ -212,25 +257,35 @@ class Comparison:
     missing: list[str] = field(default_factory=list)  # regions not modeled, each with the reason
 
     def format(self) -> str:
-        lines = [f"{'region':44s} {'calls':>5s} {'measured/call':>14s} {'modeled/call':>13s} {'bound by':>9s}"]
+        """A table, one region a row: its numbers first, then its whole name (names TVM gives
+        regions share long prefixes; cut, two regions would look alike)."""
+        lines = [f"{'calls':>5s} {'measured/call':>14s} {'modeled/call':>13s} {'bound by':>9s}  region"]
         for row in self.rows:
-            lines.append(f"{_short(row['region'], 44):44s} {row['calls']:5d} {row['measured_s'] * 1e6:11.1f} us "
-                         f"{row['modeled_s'] * 1e6:10.2f} us {row['bound']:>9s}")
+            lines.append(f"{row['calls']:5d} {row['measured_s'] * 1e6:11.1f} us {row['modeled_s'] * 1e6:10.2f} us "
+                         f"{row['bound']:>9s}  {row['region']}")
         measured = sum(row["calls"] * row["measured_s"] for row in self.rows)
         modeled = sum(row["calls"] * row["modeled_s"] for row in self.rows)
-        lines.append(f"{'all calls':44s} {sum(r['calls'] for r in self.rows):5d} {measured * 1e6:11.1f} us "
-                     f"{modeled * 1e6:10.2f} us")
+        lines.append(f"{sum(r['calls'] for r in self.rows):5d} {measured * 1e6:11.1f} us {modeled * 1e6:10.2f} us "
+                     f"{'':>9s}  all calls")
         lines += [f"not modeled: {reason}" for reason in self.missing]
         return "\n".join(lines)
 
 
-def region_bound(region: RegionTime) -> str:
-    """What bounds most of a region's modeled time: "compute", "memory" or "dispatch"."""
+def region_shares(region: RegionTime) -> dict[str, float]:
+    """A region call's modeled seconds split by what they are spent on: "dispatch" (the region's
+    and its ops' dispatch, and host-staged transfers), "compute" and "memory" (each op's roofline
+    time, under what bounds it). They add up to `region.seconds`."""
     share = {"compute": 0.0, "memory": 0.0, "dispatch": region.dispatch + region.staging}
     for op in region.ops:
         share["dispatch"] += op.dispatch
         if op.bound != "dispatch":
             share[op.bound] += max(op.compute, op.memory)
+    return share
+
+
+def region_bound(region: RegionTime) -> str:
+    """What bounds most of a region's modeled time: "compute", "memory" or "dispatch"."""
+    share = region_shares(region)
     return max(share, key=share.get)
 
 
@@ -254,6 +309,3 @@ def compare(snapshot: dict, programs: dict, performance: Performance, staged: bo
                             "modeled_s": modeled.seconds, "bound": region_bound(modeled)})
     return result
 
-
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
