@@ -253,7 +253,7 @@ def gemm_table() -> str:
              "| GEMM | tile | simaccel | TFLOP/s | cuBLAS | TFLOP/s | simaccel / cuBLAS | error |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in data["rows"]:
-        lines.append(f"| {row['case']} | 128 x {row['bn']} | {row['ms'] * 1e3:.1f} us | {row['tflops']:.0f} | "
+        lines.append(f"| {row['case']} | 128x{row['bn']} | {row['ms'] * 1e3:.1f} us | {row['tflops']:.0f} | "
                      f"{row['cublas_ms'] * 1e3:.1f} us | {row['cublas_tflops']:.0f} | {row['ratio']:.2f}x | "
                      f"{row['max_rel_error']:.1e} |")
     return "\n".join(lines)
@@ -282,8 +282,6 @@ def model_summary() -> dict:
 
 
 def model_table() -> str:
-    from simaccel.tvm_integration.tools.model_bench import markdown_table
-
     s, (_, data) = model_summary(), current("models")
     n, r = s["models"], s["ratio"]
     lines = [f"{s['matched']} of {n} models match TVM alone; {s['one_region']} of {n} run as one region with "
@@ -294,7 +292,23 @@ def model_table() -> str:
         slower = "; ".join(f"{name} ({ours:,.0f} against {theirs:,.0f} us)" for name, (ours, theirs) in s["kernel_slower"].items())
         lines[0] += (f" In GPU kernel time {len(s['kernel_slower'])} of {n} take longer than TVM alone's kernels: "
                      f"{slower}.")
-    return "\n".join(lines + ["", markdown_table(data["models"])])
+    lines += ["", "| model | TVM alone | simaccel | simaccel / TVM alone | GPU kernels, TVM alone / simaccel | regions "
+              "| ops left on TVM | result |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, m in data["models"].items():
+        times, kernels = m.get("median_us", {}), m.get("kernels") or {}
+        tvm, ours = times.get("tvm_only"), times.get("simaccel_native")
+        k_tvm, k_ours = (kernels.get(mode, {}).get("kernel_us_per_call") for mode in ("tvm_only", "simaccel_native"))
+        partition = m.get("partition", {})
+        kept = ", ".join(f"{op} x{k['count']}" for op, k in partition.get("kept", {}).items()) or "none"
+        lines.append(f"| {name} | {_us(tvm)} | {_us(ours)} | {f'{ours / tvm:.2f}x' if tvm and ours else '-'} | "
+                     f"{_us(k_tvm)} / {_us(k_ours)} | {partition.get('regions', '-')} | {kept} | "
+                     f"{m.get('check', '-') if 'error' not in m else 'failed'} |")
+    return "\n".join(lines + ["", "Each model's partition, kernel launches and slowest kernels are in the run's "
+                              "`untuned-models.md`, beside its JSON report."])
+
+
+def _us(value) -> str:
+    return "-" if value is None else f"{value:,.0f} us"
 
 
 def pytorch_models_table() -> str:
