@@ -97,10 +97,14 @@ CASES = [
     *[(f"{name}_of_{t}", lambda x, t=t, name=name: getattr(op, name)(x, t), [(2, 3)])
       for name in ("zeros_like", "ones_like") for t in CAST_DTYPES],
     *[(f"full_like_of_{t}", lambda x, v, t=t: op.full_like(x, v, t), [(2, 3), ()]) for t in CAST_DTYPES],
+    *[(f"matmul_out_{t}", lambda x, w, t=t: op.matmul(x, w, out_dtype=t), [(2, 3), (3, 4)]) for t in CAST_DTYPES],
+    *[(f"conv2d_out_{t}", lambda x, w, t=t: op.nn.conv2d(x, w, out_dtype=t), [(1, 2, 4, 4), (3, 2, 3, 3)])
+      for t in CAST_DTYPES],
 ]
 BY_ID = {case[0]: case for case in CASES}
 
 
+@functools.lru_cache(maxsize=None)
 def model(case_id: str, dtype: str) -> tvm.IRModule | None:
     """The case's one-op model with its inputs in `dtype`; None where Relax refuses it (its
     type inference rejects the dtype: sigmoid of int32, logical_and of float32)."""

@@ -3,7 +3,9 @@
 The ops are tests/user_ops/*.py, written from docs/adding-an-op.md alone: hard swish
 (x * clip(x + 3, 0, 6) / 6: two scalar ``R.const`` values and clip's two bounds, all checked)
 and max(x, slope * x) (a scalar ``R.const`` slope, offloaded only in [0, 1]). Every result is
-compared with the same model built by TVM alone.
+compared with the same model built by TVM alone. Last, a user op's numpy reference whose result
+is not the op's declared output (None, a scalar, a list, a tuple, a shape numpy would broadcast,
+a dtype that does not cast) is an error naming the op on the ref engine, never a wrong answer.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 The fast hardware-free path (no Numba import, no kernels) and the oracle the others are
 tested against. Results are written into the caller's buffers in place. IEEE special values
 (NaN, inf, overflow) are results here, not events: numpy's warnings about them are silenced.
+A reference's result is checked against the op's declared output before it is copied
+(`OpDef.reference`: an array of the output's shape, never broadcast, in a dtype that casts to
+the output's), so a user's reference that returns None, a list or a wrong shape is an
+OpDeclarationError naming the op, not a wrong answer.
 """
 
 from __future__ import annotations
