@@ -291,7 +291,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Partition MODEL.py's Relax IRModule (or the demo model) for each --profile, turn its regions "
         "into Programs and model each call's time on the accelerator the profile describes (its `performance` "
         "figures: peak operations per second per dtype, memory and scratchpad bandwidth, dispatch costs). "
-        "Nothing runs. Ops left on TVM are counted, not modeled.",
+        "Nothing runs. Each op left on TVM is listed with its reason (not modeled); a region called several times "
+        "counts once per call.",
     )
     whatif.add_argument("model", nargs="?", metavar="MODEL.py",
                         help="a Python file defining a Relax IRModule `mod` whose main takes static shapes")

@@ -153,5 +153,5 @@ def _format_ledger(snapshot: dict) -> str:
         f"device->device {b['device_to_device']}"
     )
     for name, region in snapshot["regions"].items():
-        lines.append(f"region {name[:60]}{'...' if len(name) > 60 else ''}: {region['calls']} call(s), {region['seconds'] * 1e3:.2f} ms")
+        lines.append(f"region {name}: {region['calls']} call(s), {region['seconds'] * 1e3:.2f} ms")
     return "\n".join(lines)
