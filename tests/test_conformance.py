@@ -205,3 +205,37 @@ def test_a_failure_with_no_message_is_reported_with_the_place_that_raised_it():
     assert line.startswith("AssertionError in ") and line.endswith("(rule)"), line
     assert "test_conformance.py:" in line
     assert error_line(ValueError("first\nlast")) == "ValueError: last"
+
+
+CONSTANT_WEIGHTS = """
+import numpy as np
+from tvm import relax
+
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType((4, 8), "float32"))
+w = relax.const(np.random.default_rng(0).standard_normal((8, 8)).astype("float32"))
+with bb.function("main", [x]):
+    with bb.dataflow():
+        h = bb.emit(relax.op.nn.relu(bb.emit(relax.op.matmul(x, w))))
+        out = bb.emit_output(relax.op.nn.log_softmax(h))
+    bb.emit_func_output(out)
+mod = bb.get()
+"""
+
+
+def test_tvm_s_log_lines_stay_off_the_console_and_are_kept_with_the_model(tmp_path):
+    """Exporting a model with a constant makes TVM's C++ write "Scope Saving:" on stderr (fd 2):
+    the line is in the model's record, not on the console."""
+    import re
+
+    (tmp_path / "constant_weights.py").write_text(CONSTANT_WEIGHTS)
+    result = _cli("conformance", "--zoo", "", "--models", str(tmp_path / "constant_weights.py"), "--reload-every", "1",
+                  "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    console = result.stdout + result.stderr
+    assert "Scope Saving" not in console and not re.search(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ", console, re.M), console
+    assert "conformance: 1 models in" in result.stdout
+    [model] = _results(tmp_path / "out")["models"]
+    assert model["engines"]["ref"]["reload"]["verdict"] == "passed"
+    assert model["stderr_lines"] >= 1 and any("executable.cc:276: Warning: Scope Saving:" in line
+                                              for line in model["stderr"]), model.get("stderr")

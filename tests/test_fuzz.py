@@ -348,3 +348,51 @@ def test_the_gpu_configuration_draws_no_empty_slices():
               if v.op in ("strided_slice", "take")]
     assert len(slices) >= 50 and any(v.op == "strided_slice" and v.attrs["strides"] == [-1] for v in slices)
     assert all(0 not in v.shape for v in slices)
+
+
+# TVM's C++ log lines, as it writes them to file descriptor 2 (not through Python's sys.stderr)
+TVM_LOG_LINE = r"^\[\d\d:\d\d:\d\d\] \S+:\d+: Warning: "
+
+
+def test_tvm_s_log_lines_stay_off_the_console_and_are_kept_with_the_campaign(tmp_path):
+    """Seed 3's first three cases, each exported, make TVM's C++ write "Scope Saving:" (an
+    exported constant) and TOPI's "Fast mode segfaults" warning on stderr: captured per case, not shown."""
+    import re
+
+    result = simaccel_cli("fuzz", "--cases", "3", "--seed", "3", "--export-every", "1", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    console = result.stdout + result.stderr
+    assert not re.search(TVM_LOG_LINE, console, re.M) and "Scope Saving" not in console, console
+    assert "fuzz: 3 cases in" in result.stdout
+    summary = json.loads((tmp_path / "fuzz-summary.json").read_text())
+    assert summary["case_stderr_lines"] >= 2, summary["case_stderr_lines"]
+    sample = "\n".join(summary["case_stderr_sample"])
+    assert "executable.cc:276: Warning: Scope Saving:" in sample and "Fast mode segfaults" in sample, sample
+
+
+def test_what_a_block_writes_on_stderr_is_captured_at_the_file_descriptor(tmp_path, capfd):
+    """C++ code writes to fd 2 itself (os.write stands for it); Python's stderr (sys.__stderr__: pytest
+    has its own sys.stderr here) ends there too."""
+    from simaccel.tvm_integration.tools.fuzz.check import LOG_LINES_KEPT, stderr_captured
+
+    with stderr_captured(tmp_path) as log:
+        os.write(2, b"[06:21:16] /project/src/runtime/vm/executable.cc:276: Warning: Scope Saving:\n")
+        print("a Python warning", file=sys.__stderr__)
+        for i in range(LOG_LINES_KEPT + 5):
+            os.write(2, f"line {i}\n".encode())
+    print("after the block", file=sys.stderr)
+    out, err = capfd.readouterr()
+    assert err == "after the block\n" and out == ""
+    assert log.count == LOG_LINES_KEPT + 7 and len(log.lines) == LOG_LINES_KEPT
+    assert log.lines[-1] == f"line {LOG_LINES_KEPT + 4}"
+    assert log.distinct[:2] == ["/project/src/runtime/vm/executable.cc:276: Warning: Scope Saving:", "a Python warning"]
+    assert log.to_json()["stderr_lines"] == log.count and not list(tmp_path.iterdir())  # no file left behind
+
+
+def test_a_process_that_dies_while_captured_leaves_its_last_words_in_the_folder(tmp_path):
+    code = ("import os, sys\nfrom simaccel.tvm_integration.tools.fuzz.check import stderr_captured\n"
+            "with stderr_captured(sys.argv[1]):\n    os.write(2, b'terminate called: last words\\n')\n    os._exit(3)\n")
+    result = forks.run([sys.executable, "-c", code, str(tmp_path)], timeout=300)
+    assert result.returncode == 3 and "last words" not in result.stderr
+    [left] = tmp_path.glob("stderr-*.txt")
+    assert left.read_text() == "terminate called: last words\n"

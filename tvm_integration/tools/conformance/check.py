@@ -25,7 +25,7 @@ from ....runtime import get_runtime
 from ..backends import Backend, engine_device
 from ..deploy import error_line
 from ..fuzz.check import (BUILD, FAIL, ContextLost, OUTPUT, PASS, RELOAD, RUN, RUNTIME_ENGINE, SKIP, TVM_OFF, run_fresh, run_vm,
-                          stop_if_context_lost, tail)
+                          stderr_captured, stop_if_context_lost, tail)
 from ..fuzz.settings import saved_settings
 from .zoo import load
 
@@ -69,14 +69,17 @@ def check_model(job: dict) -> dict:
     calls on a GPU, 0: none), the users' op modules and the device profile."""
     start = time.monotonic()
     result = {"model": job["model"], "backend": Backend(job["partition"]).name, "engines": {}}
-    with saved_settings(job.get("user_op_modules") or [], job.get("profile"), "conformance worker", log=lambda _: None):
-        try:
-            _check(job, result)
-        except Exception as e:  # noqa: BLE001 - a model that breaks the check is that model's failure
-            if isinstance(e, ContextLost):
-                raise  # the task's executor ends the worker: no later model could run in it
-            result["error"] = f"{type(e).__name__}: {e}"
-            result["traceback"] = traceback.format_exc()[-4000:]
+    with saved_settings(job.get("user_op_modules") or [], job.get("profile"), "conformance worker", log=lambda _: None), \
+            tempfile.TemporaryDirectory(prefix="simaccel-conformance-log-") as folder:
+        with stderr_captured(folder) as log:  # TVM's C++ log and the like: kept in the result, off the console
+            try:
+                _check(job, result)
+            except Exception as e:  # noqa: BLE001 - a model that breaks the check is that model's failure
+                if isinstance(e, ContextLost):
+                    raise  # the task's executor ends the worker: no later model could run in it
+                result["error"] = f"{type(e).__name__}: {e}"
+                result["traceback"] = traceback.format_exc()[-4000:]
+        result.update(log.to_json())
     result["seconds"] = round(time.monotonic() - start, 2)
     return result
 

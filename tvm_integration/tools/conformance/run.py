@@ -20,7 +20,7 @@ from pathlib import Path
 from ....errors import SimAccelError
 from ....profile import PROFILE_ENV, active_profile
 from ..backends import SIMACCEL, Backend, check_engines, engine_device
-from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, time_limit
+from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, parse_cluster, time_limit
 from ..fuzz.check import CRASH, FAIL, HANG, ContextLost
 from ..fuzz.settings import user_op_modules
 from .check import check_model, verdict
@@ -71,6 +71,8 @@ def run_conformance(sources=("relax", "torch"), user_models=(), engines=None, pa
     backend = Backend(partition)
     engines = list(engines or default_engines(partition))
     check_engines(engines, backend, "conformance")
+    if cluster is not None:
+        parse_cluster(cluster)  # a malformed address: said before any model loads
     old = load_results(compare_with) if compare_with else None
     chosen = zoo(sources, user_models, size, only)
     out = Path(out_dir)

@@ -9,7 +9,9 @@ workers keep TVM and the compiled kernels warm between tasks. A batch whose work
 hangs is retried once; lost again, its cases run one by one, and the one that kills its worker
 (a third time: twice in its batch, once alone) is reported as a crash (or a hang past the
 per-case time limit) with its index. Every finished
-batch is saved in OUT/batches/, so an interrupted campaign resumes (`--resume`).
+batch is saved in OUT/batches/, so an interrupted campaign resumes (`--resume`). The console
+carries progress and results only: what the cases write on stderr (TVM's C++ log) is kept
+with their records (`check_batch`).
 
 Failures are told apart by signature: stage (build, run, output, reload, crash, hang), error
 (the exception's class, or "mismatch") and the op kinds of the model. One of each signature is
@@ -37,9 +39,9 @@ from ....errors import EngineError, SimAccelError
 from ....ops import USER_OPS_ENV
 from ....profile import PROFILE_ENV, active_profile
 from ....runtime import AUTO, ENGINE_ENV
-from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, time_limit
+from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, parse_cluster, time_limit
 from ..backends import SIMACCEL, Backend, check_engines, engine_device
-from .check import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, Checker, ContextLost, Outcome
+from .check import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, Checker, ContextLost, Outcome, LOG_DISTINCT_KEPT, stderr_captured
 from .models import Case, Config, Draw, draw_case, drawable_user_families, user_families
 from .repro import save_reproduction
 from .settings import saved_settings, user_op_modules, user_ops_environ
@@ -105,18 +107,22 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
 
     `case_seconds`: a case running longer ends this process (a cluster's worker: its nanny
     starts a new one, and the campaign learns of it). `running`: a folder where the case being
-    checked is saved first and removed after, so a case that kills this process is left there."""
+    checked is saved first and removed after, so a case that kills this process is left there.
+    What a case writes on stderr (TVM's C++ log, written to file descriptor 2) is captured
+    (`check.stderr_captured`), not shown: counted, a few distinct lines kept for the summary, a
+    case that does not pass keeps its last lines in its record."""
     campaign = Campaign.from_json(campaign_json)
     start = time.monotonic()
     with _worker_checker(campaign, "simaccel-fuzz-") as checker:
         counts: Counter = Counter()
         found: dict[int, dict] = {}
+        logged, sample = 0, []  # lines the cases wrote on stderr (TVM's C++ log among them), kept off the console
         for index in range(first, first + count):
             case, made = draw(campaign, index)
             export = index if campaign.export_every and index % campaign.export_every == 0 else None
             left = save_reproduction(case, Outcome("crashed", "the process died while checking this case"),
                                      campaign.engines, running, partition=campaign.partition) if running else None
-            with time_limit(case_seconds, _hang(index, case_seconds)):
+            with time_limit(case_seconds, _hang(index, case_seconds)), stderr_captured(left or checker.workdir) as log:
                 try:
                     outcome = checker.check(case, export=export)
                 except ContextLost as e:
@@ -128,8 +134,10 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
                 if not any(left.parent.iterdir()):
                     left.parent.rmdir()  # no case left running: no empty folder left behind
             counts[outcome.verdict] += 1
+            logged += log.count
+            sample += [line for line in log.distinct if line not in sample][:LOG_DISTINCT_KEPT - len(sample)]
             if outcome.verdict != PASS:
-                found[index] = _result(index, case, made, outcome)
+                found[index] = {**_result(index, case, made, outcome), **log.to_json()}
         reloaded = len(checker.exported)
         reloaded_user = sum(bool(case.user_ops) for _, case, _, _ in checker.exported)
         for index, case, outcome in checker.check_exported():
@@ -137,7 +145,8 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
             counts[FAIL] += 1
             found[index] = _result(index, case, draw(campaign, index)[1], outcome)
     return {"first": first, "count": count, "counts": dict(counts), "found": [found[i] for i in sorted(found)],
-            "reloaded": reloaded, "reloaded_with_user_ops": reloaded_user,
+            "reloaded": reloaded, "reloaded_with_user_ops": reloaded_user, "stderr_lines": logged,
+            "stderr_sample": sample,
             "with_regions": checker.with_regions, "ops": dict(checker.ops), "user_ops": dict(checker.user_ops),
             "seconds": round(time.monotonic() - start, 2), "worker": f"{os.uname().nodename}:{os.getpid()}",
             "profile": active_profile().name}
@@ -155,7 +164,7 @@ def shrink_failure(campaign_json: dict, failure: dict, seconds: float, case_seco
 
         def fails(candidate):
             case, made = draw(campaign, failure["index"], candidate)
-            with time_limit(case_seconds, _hang(failure["index"], case_seconds)):
+            with time_limit(case_seconds, _hang(failure["index"], case_seconds)), stderr_captured(checker.workdir):
                 outcome = checker.check(case, count=False, export=0 if stage == RELOAD else None)
                 if stage == RELOAD and outcome.verdict != FAIL:
                     outcome = next((o for _, _, o in checker.check_exported()), outcome)
@@ -230,6 +239,8 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     _check_settings(campaign)
     if cluster is None and jobs > 1:
         cluster = f"local:{jobs}"
+    if cluster is not None:
+        parse_cluster(cluster)  # a malformed address: said before any work
     _check_reachable(campaign, bool(campaign.export_every) or cluster is not None)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -442,6 +453,10 @@ def _summary(campaign: Campaign, executor, results, tally: Tally, saved, retried
         "counts": tally.counts, "examples": examples,
         "reloaded_in_fresh_process": sum(r["reloaded"] for r in results),
         "reloaded_with_user_ops": sum(r["reloaded_with_user_ops"] for r in results),
+        # what the cases wrote on stderr (TVM's C++ log: "Scope Saving:", ...), kept off the console:
+        # how many lines, and some distinct ones (a failing case's last lines are in its record)
+        "case_stderr_lines": sum(r.get("stderr_lines", 0) for r in results),
+        "case_stderr_sample": list(dict.fromkeys(line for r in results for line in r.get("stderr_sample", [])))[:10],
         "cases_with_simaccel_regions": sum(r["with_regions"] for r in results),
         "simaccel_ops_run": dict(sorted(ops.items())), "user_op_modules": list(campaign.user_op_modules),
         "user_ops_in_models": _user_op_counts(drawn, user_ops), "profile": active_profile().to_dict(),
