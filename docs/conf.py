@@ -49,7 +49,10 @@ autodoc_default_options = {"members": True, "undoc-members": False, "show-inheri
 napoleon_numpy_docstring = True
 napoleon_google_docstring = False
 
+
+
 sphinx_gallery_conf = {
+    "reset_argv": "tutorial_argv.answers",  # the answers too (docs/tutorial_argv.py)
     "examples_dirs": [os.path.join(ROOT, "tutorials")],
     "gallery_dirs": ["generated_tutorials"],
     "filename_pattern": r"/\d\d_",  # the numbered stages run; their helper modules do not

@@ -311,8 +311,7 @@ def _us(value) -> str:
 
 
 def pytorch_models_table() -> str:
-    """The `simaccel demo --model` table of docs/pytorch.md (its four models) from the current models file.
-    Not yet in PAGES: docs/pytorch.md has no markers for it."""
+    """The `simaccel demo --model` table of docs/pytorch.md (its four models) from the current models file."""
     from simaccel.tvm_integration.tools.torch_models import MODEL_NAMES
 
     e, data = current("models")
@@ -477,6 +476,7 @@ PAGES = {
     "README.md": {"gpu-sentence": readme_sentence},
     "docs/gpu.md": {"sources": sources_table, "kernels": kernel_table, "fp16-gemm": gemm_table,
                     "models": model_table, "regions": regions_table, "runs": runs_list, "history": history_table},
+    "docs/pytorch.md": {"pytorch-models": pytorch_models_table},
     "docs/timing-model.md": {"timing-source": timing_source, "timing": timing_table,
                              "timing-conclusions": timing_conclusions},
 }

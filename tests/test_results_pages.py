@@ -148,7 +148,7 @@ def test_the_readme_states_what_the_models_file_says():
 
 
 def test_the_pytorch_page_s_table_would_show_the_current_models_file():
-    """docs/pytorch.md's table as the generator writes it (the page has no markers for it yet)."""
+    """docs/pytorch.md's table shows each model's ratio from the current models file."""
     e = site_results.entry("models")
     models = site_results.read(e["file"], e.get("member"))["models"]
     table = site_results.pytorch_models_table()
@@ -190,3 +190,55 @@ def test_the_front_page_gives_the_readme_s_set_up_commands():
     index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     assert len(readme) == 2 and commands(index) == readme
     assert index.index("](flow.svg)") < index.index("```{toctree}")
+
+
+# -- figures in prose --------------------------------------------------------------------------
+# A measurement: a number (or a range such as 1.07-1.37) with a unit; a ratio needs a decimal
+# point ("1.35x"), so that shapes ("128 x 64") are not taken for one.
+FIGURE = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)(?:\s*(?:-|/|->)\s*\d[\d,]*(?:\.\d+)?)*\s*"
+                    r"(us|ms|TFLOP/s|TB/s|GB/s|MiB|x)(?![\w])")
+CITATION = re.compile(r"results/(?:gpu|fuzz)/[\w./-]+")
+GENERATED = re.compile(r"<!-- results:([\w-]+) -->.*?<!-- /results:\1 -->", re.S)
+ON_A_DEVICE = re.compile(r"H100|H200|cuBLAS|cuDNN")
+RECORD_SUFFIXES = {".json", ".md", ".log", ".txt", ".csv", ".out", ".xml"}
+
+
+def _record_text(citation: str) -> str:
+    path = ROOT / citation.rstrip(".,):`")
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+    return "".join(f.read_text(errors="replace") for f in files if f.suffix in RECORD_SUFFIXES).replace(",", "")
+
+
+def prose_figures(text: str):
+    """(figure, citations, the text around it) of every measurement on a device left in a page's
+    prose (outside generated blocks and code): its citations are the result folders or files its
+    list item names, else its paragraph's, else its section's."""
+    body = re.sub(r"```.*?```", "", GENERATED.sub("", text), flags=re.S)
+    for section in re.split(r"\n(?=#)", body):
+        for paragraph in re.split(r"\n\s*\n", section):
+            if not ON_A_DEVICE.search(paragraph) or "examples/profiles/" in paragraph:
+                continue  # no device measured; a profile's figures: test_the_timing_model_page_s_profile_figures
+            for item in re.split(r"\n(?=\s*- )", paragraph):
+                cited = CITATION.findall(item) or CITATION.findall(paragraph) or CITATION.findall(section)
+                for number, unit in FIGURE.findall(item):
+                    if unit != "x" or "." in number:
+                        yield f"{number} {unit}", cited, item
+
+
+@pytest.mark.parametrize("page", ["README.md", *sorted(p.name for p in (ROOT / "docs").glob("*.md"))])
+def test_every_figure_left_in_prose_is_in_the_results_it_cites(page):
+    """A measured figure typed into prose (history, design notes) must be found in the committed
+    result folder or file its item, paragraph or section cites: a figure with no source, or one
+    whose source says otherwise, fails."""
+    path = ROOT / page if page == "README.md" else ROOT / "docs" / page
+    wrong = [(figure, cited, item[:100]) for figure, cited, item in prose_figures(path.read_text(encoding="utf-8"))
+             if figure.split()[0].replace(",", "") not in "".join(map(_record_text, cited))]
+    assert not wrong, wrong
+
+
+def test_a_figure_its_cited_results_do_not_hold_is_found():
+    page = ("# One\n\nOn the H200 the GEMM ran at 99.9 TFLOP/s (`results/gpu/2026-11-30-h200-gemm/`).\n\n"
+            "# Two\n\nAn H100 gave 1.23x with no source.\n")
+    found = {figure: cited for figure, cited, _ in prose_figures(page)}
+    assert found == {"99.9 TFLOP/s": ["results/gpu/2026-11-30-h200-gemm/"], "1.23 x": []}
+    assert "99.9" not in _record_text("results/gpu/2026-11-30-h200-gemm/")
