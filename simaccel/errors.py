@@ -56,7 +56,10 @@ class CodegenError(SimAccelError):
 
 
 class OpDeclarationError(SimAccelError):
-    """An op declaration (simaccel.ops.OpFamily) that is malformed, or a name already taken."""
+    """An op declaration (simaccel.ops.OpFamily) that is malformed, or a name already taken, or
+    one of its hooks that fails or answers what no declaration may (a `from_relax` returning
+    other attributes, an `out_dtype` rule giving no dtype, a reference whose result is not the
+    op's declared output)."""
 
 
 class SanitizerError(SimAccelError):

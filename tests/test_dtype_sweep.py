@@ -303,3 +303,31 @@ def test_simaccel_build_of_a_model_in_a_dtype_the_isa_lacks_exits_0(tmp_path, so
     assert built.returncode == 0, built.stdout + built.stderr
     kept = [line for line in built.stdout.splitlines() if "rejected:" in line]
     assert kept and names(kept[0], dtype), built.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"])
+def test_constants_narrower_than_a_byte_are_left_to_tvm_not_folded(dtype):
+    """TVM's FoldConstant ends the process (a segfault, no exception) on float6/float4 data, so
+    partitioning must not hand it such constants: a model that creates and casts them partitions
+    in a process of its own (a crash would only show there) and keeps those ops on TVM."""
+    code = f"""
+import tvm
+from tvm import relax
+from simaccel.tvm_integration import partition_report
+op = relax.op
+bb = relax.BlockBuilder()
+x = relax.Var("x", relax.TensorType((2, 3), "float32"))
+with bb.function("main", [x]):
+    with bb.dataflow():
+        z = bb.emit(op.zeros((2, 3), "{dtype}"))
+        y = bb.emit(op.add(x, op.astype(z, "float32")))
+        out = bb.emit_output(op.nn.relu(y))
+    bb.emit_func_output(out)
+_, report = partition_report(bb.get())
+print("kept", len(report.kept))
+"""
+    import sys
+
+    result = forks.run([sys.executable, "-c", code], timeout=300)
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert result.stdout.startswith("kept ")

@@ -72,6 +72,8 @@ def _foldable(value, known, derived) -> bool:
         return False
     if not value.op.name.startswith("relax.") or not all(_constant_arg(a, known) for a in value.args):
         return False
+    if _sub_byte_float(value) or any(_sub_byte_float(known[a]) for a in value.args if a in known):
+        return False  # TVM's FoldConstant crashes the process (not an exception) on float6/float4 data
     if value.op.name in CREATION:
         return True
     tensors = [a for a in value.args if isinstance(a, relax.Var) or isinstance(a, tvm.ir.GenericConst)]
@@ -80,6 +82,12 @@ def _foldable(value, known, derived) -> bool:
     dtypes = [tensor_info(value)[1]] + [tensor_info(known[a])[1] for a in value.args if a in known]
     dtypes += [str(a.ty.dtype) for a in value.args if isinstance(a, tvm.ir.GenericConst)]
     return any(d is not None and not d.startswith(("float", "bfloat")) for d in dtypes)
+
+
+def _sub_byte_float(expr) -> bool:
+    """Whether `expr` is a tensor of a float type narrower than a byte (float6_*, float4_*)."""
+    dtype = tensor_info(expr)[1]
+    return dtype is not None and dtype.startswith(("float6_", "float4_"))
 
 
 def _is_scalar(expr) -> bool:
