@@ -2,8 +2,9 @@
 
 ``03_on_the_gpu.py``'s GPU steps need a CUDA GPU and NVIDIA's compiler libraries (NVVM, NVRTC,
 nvJitLink: the ``aot`` extra); its CUDA build needs the libraries. Where they are missing, each
-such step shows instead what it printed in the run committed in
-``results/gpu/2026-12-03-h200-tutorials/``: ``03_on_the_gpu.out``, the tutorial's whole output
+such step shows instead what it printed in the run that
+``results/current.json`` names as the current tutorials run (today
+``results/gpu/2026-12-03-h200-tutorials/03_on_the_gpu.out``), the tutorial's whole output
 on the GPU machine, marked with the device its ``devices.txt`` names and the date its
 ``date.txt`` holds. The lines are that run's own, as the tutorial printed them then.
 tests/test_tutorials.py checks that what the tutorial shows is that file's text.
@@ -11,12 +12,15 @@ tests/test_tutorials.py checks that what the tutorial shows is that file's text.
 
 import csv
 import functools
+import json
 from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
-RUN = ROOT / "results" / "gpu" / "2026-12-03-h200-tutorials"
-OUTPUT = "03_on_the_gpu.out"
+# The run results/current.json names as the current tutorials run (docs/gpu.md's figures come
+# from the same manifest).
+_CURRENT = Path(ROOT / json.loads((ROOT / "results" / "current.json").read_text())["results"]["tutorials"]["file"])
+RUN, OUTPUT = _CURRENT.parent, _CURRENT.name
 
 # The steps of 03_on_the_gpu.py in the order they printed in that run, each with the start of
 # the first line it printed there; a step's lines run up to the next step's first line. None:

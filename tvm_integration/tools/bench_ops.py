@@ -350,9 +350,9 @@ def _chart(report, path) -> None:
         return
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(labels) + 1.5))
     ax.barh(labels, [100 * report["ops"][k]["fraction_of_limit"] for k in labels])
-    ax.set_xlabel("% of the limit (FP32 or tensor-core peak for GEMM-like ops, memory bandwidth for the rest)")
+    ax.set_xlabel("% of the limit\n(GEMM-like ops: FP32 or tensor-core peak; the rest: memory bandwidth)")
     ax.invert_yaxis()
     ax.set_title(f"simaccel kernels, {report['device']}, {report['date']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # long case names and the label stay inside the PNG
     plt.close(fig)
