@@ -181,7 +181,8 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--jobs", type=int, default=1,
                       help="worker processes: more than 1 runs on a local Dask cluster (--cluster local:N; default 1)")
     fuzz.add_argument("--cluster", metavar="SPEC", help="where the cases run: local[:N] (a Dask cluster of N worker "
-                      "processes here; one per GPU with dask-cuda) or tcp://HOST:PORT (a running Dask scheduler); "
+                      "processes here; one per GPU with dask-cuda) or tcp://HOST:PORT (a running Dask scheduler, which must "
+                      "answer within $SIMACCEL_CLUSTER_CONNECT_SECONDS, default 10 s); "
                       "needs the dask extra (default: this process)")
     fuzz.add_argument("--batch-size", type=int, help="cases per task (default: about four tasks per worker, at most 10)")
     fuzz.add_argument("--case-seconds", type=float, default=600,
@@ -224,7 +225,8 @@ def _parser() -> argparse.ArgumentParser:
     conformance.add_argument("--jobs", type=int, default=1,
                              help="worker processes: more than 1 runs on a local Dask cluster (default 1)")
     conformance.add_argument("--cluster", metavar="SPEC", help="where the models run: local[:N] or tcp://HOST:PORT "
-                             "(a running Dask scheduler); needs the dask extra (default: this process)")
+                             "(a running Dask scheduler, which must answer within $SIMACCEL_CLUSTER_CONNECT_SECONDS, default "
+                             "10 s); needs the dask extra (default: this process)")
     conformance.add_argument("--model-seconds", type=float, default=1800,
                              help="on a cluster, a model running longer ends its worker and is reported as a hang "
                              "(default 1800)")
