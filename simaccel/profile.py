@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from .errors import DtypeError, LayoutError, ShapeError, SimAccelError, UnsupportedOpError
-from .timing import Performance, shown
+from .timing import Performance, shown, unknown_names
 
 # TVM allocates every buffer at a multiple of this (kAllocAlignment in TVM's runtime), so a
 # region's tensors always meet a profile alignment up to it.
@@ -105,8 +105,7 @@ class DeviceProfile:
         unknown = [name for name in data if name not in known]
         if unknown:
             who = f"profile {data['name']}" if isinstance(data.get("name"), str) and data["name"] else "a device profile"
-            raise SimAccelError(f"{who}: unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-                                f"(fields: {', '.join(f.name for f in fields(cls))})")
+            raise SimAccelError(f"{who}: " + unknown_names("field", unknown, "fields", [f.name for f in fields(cls)]))
         return cls(**data)  # every field checked by __post_init__ (JSON lists for ops and dtypes too)
 
     @classmethod
@@ -203,8 +202,7 @@ def _dtypes(name: str, dtypes) -> tuple[str, ...]:
                             f"got {shown(dtypes)}")
     unknown = [d for d in dtypes if d not in ISA_DTYPES]
     if unknown:
-        raise SimAccelError(f"profile {name}: dtypes: unknown dtype{'s' if len(unknown) > 1 else ''} "
-                            f"{', '.join(map(repr, unknown))} (known: {', '.join(ISA_DTYPES)})")
+        raise SimAccelError(f"profile {name}: dtypes: " + unknown_names("dtype", unknown, "known", ISA_DTYPES))
     return tuple(dtypes)
 
 

@@ -80,8 +80,7 @@ class Performance:
                                 f"got {shown(data)}")
         unknown = [name for name in data if name not in SCHEMA]
         if unknown:
-            raise SimAccelError(f"performance: unknown field{'s' if len(unknown) > 1 else ''} "
-                                f"{', '.join(map(repr, unknown))} (fields: {', '.join(SCHEMA)})")
+            raise SimAccelError("performance: " + unknown_names("field", unknown, "fields", SCHEMA))
         for name, (_, required, what) in SCHEMA.items():
             if required and name not in data:
                 raise SimAccelError(f"performance.{name}: missing ({what})")
@@ -97,6 +96,12 @@ class Performance:
         """Peak operations per second for `dtype` (the lowest figure for a dtype not named)."""
         peaks = dict(self.peak_flops)
         return peaks.get(dtype, min(peaks.values()))
+
+
+def unknown_names(kind: str, names, known_label: str, known) -> str:
+    """"unknown field 'x' (fields: a, b)" / "unknown dtypes 'p', 'q' (known: ...)", for a message."""
+    return (f"unknown {kind}{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))} "
+            f"({known_label}: {', '.join(known)})")
 
 
 def shown(value) -> str:
