@@ -637,6 +637,7 @@ def test_aliased_output_on_the_gpu(clean_runtime):
     assert clean_runtime.ledger.snapshot()["bytes"] == {**ZERO, "device_to_device": x.nbytes}
 
 
+@pytest.mark.device_alone
 def test_evicted_plans_give_device_memory_back():
     import tvm
     from numba import cuda
