@@ -156,8 +156,8 @@ class OpFamily:
         ``reference(*arrays, **attrs) -> array``: the numpy semantics. The result is cast to
         the output dtype; compute in float32 (the accelerator's accumulator) or wider. It
         must be a numpy array (or numpy scalar) of the output's shape, never one numpy would
-        broadcast, in a dtype that casts to the output's: any float, integer or bool one for
-        a float output, one that casts without loss for an integer or bool output; anything
+        broadcast, in a float, integer or bool dtype (cast to the output's as a kernel rounds
+        on store: a float op applied to integers computes in float32 too); anything
         else (None, a list, a tuple) is an OpDeclarationError naming the op when it runs.
     kernel:
         ``kernel(target, out, *arrays, **attrs) -> launches``, or ``"module:function"``
@@ -468,12 +468,10 @@ class OpDef:
 
     def _check_result(self, result, arrays, attrs, out_dtype: np.dtype) -> None:
         """OpDeclarationError unless the family's reference gave a numpy array (or numpy scalar)
-        of the output's shape (the family's shape rule on `arrays`) whose dtype is the output's
-        or casts to it as the declaration says it may: a float output takes any float, integer
-        or bool result (the reference computes in float32 or wider, the cast rounds); an
-        integer or bool output, which the ISA computes exactly, only a dtype that casts to it
-        without loss (int8 into int64, not int64 into int8 nor float into int). A result of
-        another shape is never broadcast: numpy would spread a wrong answer silently."""
+        of the output's shape (the family's shape rule on `arrays`) in a float, integer or bool
+        dtype, which is cast to the output's as a kernel's store rounds (the built-in float ops
+        compute in float32 for any input, integers included). A result of another shape is
+        never broadcast: numpy would spread a wrong answer silently."""
         shape = self._core_shape([np.shape(a) for a in arrays], attrs)
         wanted = f"an array of shape {shape} and dtype {out_dtype}"
         inputs = ", ".join(f"{r}={np.shape(a)} {np.asarray(a).dtype}"
@@ -488,10 +486,9 @@ class OpDef:
         if result.shape != shape:
             bad(f"an array of shape {result.shape}" + (" (numpy broadcasting would spread it silently)"
                                                        if _broadcasts(result.shape, shape) else ""))
-        casting = "same_kind" if out_dtype.kind == "f" else "safe"
-        if result.dtype != out_dtype and (result.dtype.kind not in "biuf" or not np.can_cast(result.dtype, out_dtype, casting)):
-            bad(f"an array of dtype {result.dtype}, which does not cast to {out_dtype} "
-                + ("(a float output takes a float, integer or bool result)" if casting == "same_kind" else "without loss"))
+        if result.dtype.kind not in "biuf":
+            bad(f"an array of dtype {result.dtype}, which does not cast to {out_dtype} (an output takes a float, "
+                "integer or bool result)")
 
     def kernel(self, target, out, *arrays, **attrs) -> int:
         """Launch the family's kernel: `arrays` in role order (the bias last), every attribute."""
