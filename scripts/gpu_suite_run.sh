@@ -6,7 +6,8 @@
 #   2. `pytest -m gpu tests` (every test marked gpu; -n N workers when pytest-xdist is there; the
 #      device_alone ones, which measure the whole GPU, after the rest and alone).
 # It writes into OUT_DIR: commit.txt (given as $SIMACCEL_COMMIT, or read from git), date.txt,
-# devices.txt (nvidia-smi -L), demo.log, gpu-tests.log, junit.xml (and -alone) and summary.txt (the counts).
+# devices.txt (nvidia-smi -L), demo.log, gpu-tests.log (and -alone), junit.xml (both runs' test suites;
+# junit-rest.xml and junit-alone.xml apart) and summary.txt (the counts).
 # Python runs with -P so that the installed package, not the source folder, is imported.
 # Usage, in the project root there: scripts/gpu_suite_run.sh OUT_DIR [WORKERS]
 set -uo pipefail
@@ -25,7 +26,7 @@ echo "exit status: $?" >> "$out/demo.log"
 parallel=()
 if python3 -c "import xdist" 2>/dev/null; then parallel=(-n "$workers" --dist loadfile); fi
 python3 -P -m pytest -m "gpu and not device_alone" tests "${parallel[@]}" -q -rs -p no:cacheprovider \
-  --junitxml="$out/junit.xml" > "$out/gpu-tests.log" 2>&1
+  --junitxml="$out/junit-rest.xml" > "$out/gpu-tests.log" 2>&1
 status=$?
 echo "exit status: $status" >> "$out/gpu-tests.log"
 python3 -P -m pytest -m "gpu and device_alone" tests -q -rs -p no:cacheprovider --junitxml="$out/junit-alone.xml" \
@@ -38,12 +39,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 out = Path(sys.argv[1])
-counts = [0, 0, 0, 0]
-for name in ("junit.xml", "junit-alone.xml"):
-    suite = ET.parse(out / name).getroot()
-    suite = suite.find("testsuite") if suite.tag == "testsuites" else suite
-    counts = [c + int(suite.get(k, 0)) for c, k in zip(counts, ("tests", "failures", "errors", "skipped"))]
-tests, failures, errors, skipped = counts
+# junit.xml: both runs' test suites in one file, the record of the whole gpu test set
+merged = ET.Element("testsuites")
+for name in ("junit-rest.xml", "junit-alone.xml"):
+    merged.extend(ET.parse(out / name).getroot().iter("testsuite"))
+ET.ElementTree(merged).write(out / "junit.xml", encoding="utf-8", xml_declaration=True)
+tests, failures, errors, skipped = (sum(int(s.get(k, 0)) for s in merged) for k in ("tests", "failures", "errors",
+                                                                                     "skipped"))
 print(f"commit {(out / 'commit.txt').read_text().strip()}, {(out / 'date.txt').read_text().strip()}")
 print(f"device {(out / 'devices.txt').read_text().splitlines()[0]}")
 print(f"demo: {[l for l in (out / 'demo.log').read_text().splitlines() if l.startswith('RESULT')]}")
