@@ -8,13 +8,14 @@ import re
 import pytest
 
 from simaccel import errors, names
-from simaccel.native.build import compile_object
+from simaccel.native.build import HEADERS, compile_object
 from simaccel.native.source import NativeRegion, library_source, runtime_source
 from test_launch_plan import one_op_program
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-REGION_H = ROOT / "simaccel" / "native" / "region.h"
-TABLES_H = ROOT / "simaccel" / "native" / "tables.h"
+NATIVE = ROOT / "simaccel" / "native"
+TABLES_H = NATIVE / "tables.h"
+RUNTIME_HEADERS = [NATIVE / name for name in HEADERS if name != "tables.h"]  # region.h and the headers it includes
 SHARED = [value for _, value in names.CPP_NAMES] + [names.CODEGEN_FUNC]
 PYTHON_SOURCES = sorted(p for d in ("simaccel", "kernels", "tvm_integration") for p in (ROOT / d).rglob("*.py"))
 
@@ -25,18 +26,23 @@ def cpp_code(path: pathlib.Path) -> str:
     return re.sub(r"//[^\n]*", "", text)
 
 
+def runtime_code() -> str:
+    """The runtime's C++ (region.h and the headers it includes) without comments."""
+    return "\n".join(cpp_code(path) for path in RUNTIME_HEADERS)
+
+
 @pytest.mark.parametrize("name", SHARED)
 def test_region_h_spells_no_shared_name(name):
-    assert name not in cpp_code(REGION_H), f"region.h has its own copy of {name!r}: use its constant (simaccel/names.py)"
+    assert name not in runtime_code(), f"region.h has its own copy of {name!r}: use its constant (simaccel/names.py)"
 
 
 @pytest.mark.parametrize("kind", errors.__all__)
 def test_region_h_spells_no_error_kind(kind):
-    assert f'"{kind}"' not in cpp_code(REGION_H)
+    assert f'"{kind}"' not in runtime_code()
 
 
 def test_region_h_raises_only_through_error_kind_constants():
-    code = cpp_code(REGION_H)
+    code = runtime_code()
     kinds = re.findall(r"\breturn fail\(\s*([^,]*),", code)
     assert len(kinds) > 10 and set(kinds) <= {names.error_kind_constant(k) for k in errors.__all__}, set(kinds)
 
@@ -57,7 +63,7 @@ def test_the_forwarder_and_the_registration_read_the_same_names():
 
 def test_every_constant_region_h_uses_is_defined_once_by_the_generator():
     """Each k<Name> that region.h reads but neither it nor tables.h defines comes from the generated runtime file."""
-    code = cpp_code(REGION_H)
+    code = runtime_code()
     used = set(re.findall(r"\bk[A-Z]\w*", code))
     defined_here = set(re.findall(r"constexpr\s+\w+\s+(k[A-Z]\w*)", code + cpp_code(TABLES_H)))
     generated = {line.split()[3].removesuffix("[]") for line in names.cpp_constants()}

@@ -7,12 +7,12 @@ the model's shared library. Only a C++ compiler and tvm-ffi's headers are needed
 links no CUDA library.
 
 The object is two files linked into one (`-r`): the library's tables and region functions,
-compiled per library (half a second), and the runtime (region.h), the same for every library
-and two seconds of -O2 code generation, compiled once per compiler, flags and header text and
-kept in a cache folder ($SIMACCEL_CACHE_DIR, else $XDG_CACHE_HOME/simaccel, else
-~/.cache/simaccel; where it cannot be written, the runtime is compiled each time). Its symbols
-are hidden: each model's shared library keeps its own runtime (TVM links one region object, from
-one codegen call, into each).
+compiled per library (half a second), and the runtime (region.h and the headers it includes,
+every `*.h` of this folder), the same for every library and two seconds of -O2 code
+generation, compiled once per compiler, flags and header text and kept in a cache folder
+($SIMACCEL_CACHE_DIR, else $XDG_CACHE_HOME/simaccel, else ~/.cache/simaccel; where it cannot
+be written, the runtime is compiled each time). Its symbols are hidden: each model's shared
+library keeps its own runtime (TVM links one region object, from one codegen call, into each).
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ HERE = Path(__file__).resolve().parent
 CXX_ENV = "CXX"
 CACHE_ENV = "SIMACCEL_CACHE_DIR"
 FLAGS = ("-std=c++17", "-O2", "-fPIC", "-fvisibility=hidden")
-HEADERS = ("tables.h", "region.h")  # the runtime's text, with runtime_source's
+# The runtime's text, with runtime_source's: every header of this folder (region.h includes
+# the others), all of it in the cache key.
+HEADERS = tuple(sorted(path.name for path in HERE.glob("*.h")))
 _RUNTIMES: dict[str, bytes] = {}  # cache key -> the runtime's object, in this process
 _RUNTIME_LOCK = threading.Lock()
 
@@ -108,8 +110,8 @@ def _compiler_version(command: tuple, path: str, stamp) -> str:
 
 
 def _runtime_object(tmp: Path) -> Path:
-    """The runtime's object (region.h) as a file in `tmp`: from this process, the cache folder
-    or, where neither has it, compiled (and cached)."""
+    """The runtime's object (region.h and its headers) as a file in `tmp`: from this process,
+    the cache folder or, where neither has it, compiled (and cached)."""
     from .source import runtime_source
 
     key = _runtime_key()
