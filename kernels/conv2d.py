@@ -39,13 +39,12 @@ from .activation import ACTIVATIONS, apply_activation
 from .elementwise import divmod_fast
 from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
+from .grid import launch_grid
 from .main_loop import HERE, data_pointer, same
 from .matmul import (MIN_SLICED_K, MIN_SMALL_TILES, NTHREADS, SLICED, SLICED_LD, SMALL, THREADS_X, THREADS_Y,
                      launch_gemm, result_tile_store, tile_arrays, tile_column, tile_steps)
 from .target import shared_alignment, with_simulator_twin
 
-BLOCK = 256
-_MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
 _MAX_GRID_YZ = 65535
 
 # Output channels per group and output pixels per image from which the implicit GEMM runs
@@ -429,8 +428,7 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
         return conv2d_grouped.launch_grouped_conv2d(target, out, data, weight, b1, has_bias, strides=strides,
                                                     padding=padding, dilation=dilation, groups=groups,
                                                     activation=activation, epilogue=epilogue)
-    block = min(BLOCK, total)
-    grid = min((total + block - 1) // block, _MAX_BLOCKS)
+    grid, block = launch_grid(total)
     target.launch(
         _direct(epilogue), grid, block,
         target.reshape(out, (total,)), target.reshape(data, (N * C * H * W,)), target.reshape(weight, (O * CG * KH * KW,)),

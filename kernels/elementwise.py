@@ -30,15 +30,13 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .activation import ACTIVATIONS, apply_activation
+from .grid import BLOCK, broadcast_strides, collapse_dims, launch_grid, padded, size
 from .target import with_simulator_twin
 from .vector import VEC, accessors, alignment_check, both_ways
 
-BLOCK = 256
 ILP = 8  # output elements per thread and chunk, loaded before any is stored
 # From this many elements on, a launch has ILP per thread (an H200: 132 SMs x 1024 threads x 8).
 MIN_ILP_TOTAL = 1 << 20
-_MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
-_RANK = 4
 
 OP_ADD = 0
 OP_MULTIPLY = 1
@@ -219,20 +217,6 @@ _unary_kernel = with_simulator_twin(_map_kernel_for, False)
 _clip_kernel = with_simulator_twin(_map_kernel_for, True)
 
 
-def _size(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
-
-
-def _grid(total: int, elements_per_thread: int = 1):
-    """(blocks, threads per block) for `total` elements, `elements_per_thread` per thread and
-    pass of a grid-stride loop."""
-    block = min(BLOCK, total)
-    return min(-(-total // (block * elements_per_thread)), _MAX_BLOCKS), block
-
-
 def per_thread(total: int) -> int:
     """Elements per thread (the kernels' `ilp` argument, <= ILP) for `total` elements: ILP for
     launches that fill the GPU with threads even so, else 1, so a small tensor is spread over
@@ -240,64 +224,21 @@ def per_thread(total: int) -> int:
     return ILP if total >= MIN_ILP_TOTAL else 1
 
 
-def _broadcast_strides(shape, out_shape):
-    """Element strides of a C-contiguous array of `shape` broadcast to rank-4 `out_shape`."""
-    shape = (1,) * (_RANK - len(shape)) + tuple(int(d) for d in shape)
-    strides = [0] * _RANK
-    s = 1
-    for i in range(_RANK - 1, -1, -1):
-        if shape[i] != 1:
-            if shape[i] != out_shape[i]:
-                raise ValueError(f"shape {shape} does not broadcast to {out_shape}")
-            strides[i] = s
-        s *= shape[i]
-    return strides
-
-
-def collapse_dims(out_shape, sa, sb):
-    """Merge the rank-4 iteration space into as few dims as possible.
-
-    Size-1 dims are dropped, and an outer dim is merged into its inner neighbour when both
-    inputs continue contiguously across them (or are broadcast along both). Returns
-    (nd, dims, sa, sb): `nd` dims used, right-aligned and left-padded to rank 4 with size
-    1 / stride 0. The element offsets stay those of the original strides.
-    """
-    dims = [(d, x, y) for d, x, y in zip(out_shape, sa, sb) if d != 1]
-    merged = []
-    for d, x, y in dims:
-        if merged:
-            pd, px, py = merged[-1]
-            if px == x * d and py == y * d:
-                merged[-1] = (pd * d, x, y)
-                continue
-        merged.append((d, x, y))
-    nd = len(merged)
-    merged = [(1, 0, 0)] * (_RANK - nd) + merged
-    return (
-        nd,
-        [d for d, _, _ in merged],
-        [x for _, x, _ in merged],
-        [y for _, _, y in merged],
-    )
-
-
 def _launch_binary(target, out, a, b, op) -> int:
     """Shapes come validated by the ISA: `a` and `b` broadcast (numpy rules) to `out`, rank <= 4."""
     a_shape = tuple(int(d) for d in a.shape)
     b_shape = tuple(int(d) for d in b.shape)
     out_shape = tuple(int(d) for d in out.shape)
-    total = _size(out_shape)
+    total = size(out_shape)
     if total == 0:
         return 0
-    o4 = (1,) * (_RANK - len(out_shape)) + out_shape
-    nd, dims, sa, sb = collapse_dims(
-        o4, _broadcast_strides(a_shape, o4), _broadcast_strides(b_shape, o4)
-    )
-    a1 = target.reshape(a, (_size(a_shape),))
-    b1 = target.reshape(b, (_size(b_shape),))
+    o4 = padded(out_shape)
+    nd, dims, (sa, sb) = collapse_dims(o4, broadcast_strides(a_shape, o4), broadcast_strides(b_shape, o4))
+    a1 = target.reshape(a, (size(a_shape),))
+    b1 = target.reshape(b, (size(b_shape),))
     o1 = target.reshape(out, (total,))
     ilp = per_thread(total)
-    grid, block = _grid(total, ilp)
+    grid, block = launch_grid(total, ilp)
     target.launch(_binary_kernel, grid, block, o1, a1, b1, nd, dims[1], dims[2], dims[3],
                   1.0 / dims[1], 1.0 / dims[2], 1.0 / dims[3], *sa, *sb, op, total, ilp)
     return 1
@@ -305,11 +246,11 @@ def _launch_binary(target, out, a, b, op) -> int:
 
 def _launch_unary(target, out, data, act) -> int:
     shape = tuple(int(d) for d in data.shape)
-    total = _size(shape)
+    total = size(shape)
     if total == 0:
         return 0
     ilp = per_thread(total)
-    grid, block = _grid(total, ilp)
+    grid, block = launch_grid(total, ilp)
     target.launch(_unary_kernel, grid, block, target.reshape(out, (total,)),
                   target.reshape(data, (total,)), act, 0.0, 0.0, total, ilp)
     return 1
@@ -329,7 +270,7 @@ def launch_broadcast_to(target, out, data, *, shape) -> int:
 def launch_copy(target, out, data, **_) -> int:
     """out = data's elements in order (a view op whose output is a region output), any rank;
     the view's attributes (its shape) are out's shape already."""
-    total = _size(data.shape)
+    total = size(data.shape)
     if total == 0:
         return 0
     flat = target.reshape(data, (total,))
@@ -343,11 +284,11 @@ def launch_activation(target, out, data, *, activation) -> int:
 
 def launch_clip(target, out, data, *, min, max) -> int:
     """out = clip(data, min, max), TVM's semantics (NaN -> max)."""
-    total = _size(data.shape)
+    total = size(data.shape)
     if total == 0:
         return 0
     ilp = per_thread(total)
-    grid, block = _grid(total, ilp)
+    grid, block = launch_grid(total, ilp)
     target.launch(_clip_kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)),
                   0, float(min), float(max), total, ilp)
     return 1

@@ -33,10 +33,10 @@ from numba.cuda.extending import register_jitable
 
 from .activation import scalar_function
 
-from .elementwise import _broadcast_strides, _grid, _size, divmod_fast, per_thread
+from .elementwise import divmod_fast, per_thread
+from .grid import RANK, broadcast_strides, launch_grid, padded, size
 
 MAX_EXTRAS = 3  # tensors a group reads besides its producer's value
-_RANK = 4
 PARAMS = 21  # what `args` gives: 3 arrays, 3 dims, 3 reciprocals, 3 x 4 strides
 
 
@@ -217,17 +217,17 @@ def args(target, epilogue, out) -> tuple:
     the output's rank-4 dims (., d1, d2, d3) with their reciprocals, and each extra's element
     strides over them (0 on broadcast dims)."""
     shape = tuple(int(d) for d in out.shape)
-    flat_out = target.reshape(out, (_size(shape),))
+    flat_out = target.reshape(out, (size(shape),))
     extras = list(epilogue.extras) if epilogue is not None else []
-    o4 = (1,) * (_RANK - len(shape)) + shape
+    o4 = padded(shape)
     arrays, strides = [], []
     for e in extras:
         eshape = tuple(int(d) for d in e.shape)
-        arrays.append(target.reshape(e, (_size(eshape),)))
-        strides += _broadcast_strides(eshape, o4)
+        arrays.append(target.reshape(e, (size(eshape),)))
+        strides += broadcast_strides(eshape, o4)
     while len(arrays) < MAX_EXTRAS:
         arrays.append(flat_out)
-        strides += [0] * _RANK
+        strides += [0] * RANK
     d1, d2, d3 = (max(d, 1) for d in o4[1:])
     return (*arrays, d1, d2, d3, 1.0 / d1, 1.0 / d2, 1.0 / d3, *strides)
 
@@ -253,11 +253,11 @@ def _group_kernel(epilogue_fn):
 def launch_group(target, out, *, epilogue) -> int:
     """out = a group of elementwise ops with no producer (every operand a tensor of the
     region or a constant), one generated kernel; returns the launch count."""
-    total = _size(out.shape)
+    total = size(out.shape)
     if total == 0:
         return 0
     kernel = fused_kernel(("group",), epilogue, _group_kernel)
     ilp = per_thread(total)
-    grid, block = _grid(total, ilp)
+    grid, block = launch_grid(total, ilp)
     target.launch(kernel, grid, block, target.reshape(out, (total,)), total, ilp, *args(target, epilogue, out))
     return 1

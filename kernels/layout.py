@@ -33,11 +33,10 @@ import numpy as np
 from numba import cuda
 from numba.cuda.extending import register_jitable
 
-from .elementwise import ILP, _grid, _size, divmod_fast, per_thread
+from .elementwise import ILP, divmod_fast, per_thread
+from .grid import BLOCK, MAX_BLOCKS, launch_grid, pow2_at_least, size
 
 RANK = 6
-BLOCK = 256
-_MAX_BLOCKS = 1 << 20  # grid-stride loops cover the rest
 # Tiled transpose: TILE_A output positions along A (the input's contiguous axis) by TILE_B
 # along B (the output's), a block of TILE_A x TILE_ROWS threads, TILE_B / TILE_ROWS elements each.
 TILE_A = 32
@@ -207,17 +206,10 @@ def _min_lanes(dtype) -> int:
     return max(1, min(32, SECTOR // np.dtype(str(dtype)).itemsize))
 
 
-def _pow2_at_least(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
 def plan_copy_rows(rows: int, L: int, dtype, total: int) -> tuple[int, int, int]:
     """(lanes, elements a lane per chunk, chunks per row) of the row copy of `rows` rows of L."""
     ilp = per_thread(total)
-    lanes = max(_min_lanes(dtype), min(32, _pow2_at_least(-(-L // ilp))))
+    lanes = max(_min_lanes(dtype), min(32, pow2_at_least(-(-L // ilp))))
     return lanes, ilp, -(-L // (lanes * ilp))
 
 
@@ -227,8 +219,7 @@ def _launch_copy_rows(target, out, x, rows, L, outer_dims, outer_strides, offset
     lanes, ilp, chunks = plan_copy_rows(rows, L, x.dtype, rows * L)
     items = rows * chunks
     threads = items * lanes
-    block = min(BLOCK, threads)
-    grid = min(-(-threads // block), _MAX_BLOCKS)
+    grid, block = launch_grid(threads)
     dims, inv, strides, nd = _padded(outer_dims, outer_strides, RANK - 1)
     target.launch(_copy_rows_kernel, grid, block, out, x, L, chunks, 1.0 / chunks, lanes.bit_length() - 1, ilp,
                   items, nd, *dims[1:], *inv[1:], *strides, offset, out_row, out_offset)
@@ -253,21 +244,21 @@ def _launch_transpose(target, out, x, dims, strides, q, offset):
     bdims, binv, bin_strides, nb = _padded([dims[k] for k in batch], [strides[k] for k in batch], RANK - 1)
     _, _, bout_strides, _ = _padded([dims[k] for k in batch], [out_strides[k] for k in batch], RANK - 1)
     tiles_a, tiles_b = -(-A // TILE_A), -(-B // TILE_B)
-    tiles = tiles_a * tiles_b * _size(bdims)
-    target.launch(_transpose_kernel, min(tiles, _MAX_BLOCKS), (TILE_A, TILE_ROWS), out, x, A, B, strides[q],
+    tiles = tiles_a * tiles_b * size(bdims)
+    target.launch(_transpose_kernel, min(tiles, MAX_BLOCKS), (TILE_A, TILE_ROWS), out, x, A, B, strides[q],
                   strides[-1], out_strides[q], tiles_a, tiles_b, 1.0 / tiles_a, 1.0 / tiles_b, tiles, nb,
                   *bdims[1:], *binv[1:], *bin_strides, *bout_strides, offset)
     return 1
 
 
 def _launch_gather(target, out, data, dims, strides, offset) -> int:
-    total = _size(dims)
+    total = size(dims)
     if total == 0:
         return 0
     dims, strides = merged_dims(dims, strides)
     nd = max(1, sum(d > 1 for d in dims))
     flat_out = target.reshape(out, (total,))
-    flat_in = target.reshape(data, (_size(data.shape),))
+    flat_in = target.reshape(data, (size(data.shape),))
     if strides[-1] == 1 and dims[-1] >= _min_lanes(data.dtype):
         L = dims[-1]
         return _launch_copy_rows(target, flat_out, flat_in, total // L, L, dims[RANK - nd:-1],
@@ -276,7 +267,7 @@ def _launch_gather(target, out, data, dims, strides, offset) -> int:
     if q is not None:
         return _launch_transpose(target, flat_out, flat_in, dims, strides, q, offset)
     ilp = per_thread(total)
-    grid, block = _grid(total, ilp)
+    grid, block = launch_grid(total, ilp)
     target.launch(_gather_kernel, grid, block, flat_out, flat_in, nd, *dims[1:], *(1.0 / d for d in dims[1:]),
                   *strides, offset, total, ilp)
     return 1
@@ -313,13 +304,13 @@ def launch_concat(target, out, *data, axis) -> int:
     """out = concatenate(data, axis): one launch per non-empty input (shapes validated by the ISA).
     An input's rows of at least a sector are row copies, shorter ones one thread per element."""
     shape = tuple(int(d) for d in out.shape)
-    inner = _size(shape[axis + 1:])
+    inner = size(shape[axis + 1:])
     out_row = shape[axis] * inner
-    flat_out = target.reshape(out, (_size(shape),))
+    flat_out = target.reshape(out, (size(shape),))
     launches, offset = 0, 0
     for x in data:
         row = int(x.shape[axis]) * inner
-        total = _size(x.shape)
+        total = size(x.shape)
         if total:
             flat_x = target.reshape(x, (total,))
             outer = total // row
@@ -327,7 +318,7 @@ def launch_concat(target, out, *data, axis) -> int:
                 _launch_copy_rows(target, flat_out, flat_x, outer, row, [outer] if outer > 1 else [], [row] if outer > 1 else [],
                                   0, out_row, offset)
             else:
-                grid, block = _grid(total)
+                grid, block = launch_grid(total)
                 target.launch(_concat_kernel, grid, block, flat_out, flat_x, row, 1.0 / row, out_row, offset, total)
             launches += 1
         offset += row

@@ -19,10 +19,10 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
-from .elementwise import _broadcast_strides, _grid, _size, divmod_fast, launch_copy as launch_float_copy
+from .elementwise import divmod_fast, launch_copy as launch_float_copy
+from .grid import broadcast_strides, collapse_dims, launch_grid, padded, size
 from .layout import _launch_gather
 
-_RANK = 4
 COMPARE = {"less": 0, "less_equal": 1, "greater": 2, "greater_equal": 3, "equal": 4, "not_equal": 5}
 LOGICAL = {"logical_and": 0, "logical_or": 1, "logical_not": 2, "bitwise_not": 2}
 INTEGER = {"add": 0, "subtract": 1, "multiply": 2}
@@ -186,34 +186,16 @@ def _fill_number_kernel(out, value, total):
         idx += step
 
 
-def collapse(out_shape, *strides):
-    """The rank-4 iteration space with size-1 dims dropped and a dim merged into its inner
-    neighbour where every input continues contiguously across them (or is broadcast along
-    both): (nd, dims, [strides per input]), right-aligned and left-padded to rank 4."""
-    merged: list = []
-    for k, d in enumerate(out_shape):
-        if d == 1:
-            continue
-        ss = [s[k] for s in strides]
-        if merged and all(p == x * d for p, x in zip(merged[-1][1], ss)):
-            merged[-1] = (merged[-1][0] * d, ss)
-            continue
-        merged.append((d, ss))
-    nd = len(merged)
-    merged = [(1, [0] * len(strides))] * (_RANK - nd) + merged
-    return nd, [d for d, _ in merged], [[ss[i] for _, ss in merged] for i in range(len(strides))]
-
-
 def _broadcast_args(target, out, *arrays):
     """(flat out, flat inputs, index arguments, total) for `arrays` broadcast to `out`, rank <= 4
     (validated by the ISA); None where `out` is empty."""
     out_shape = tuple(int(d) for d in out.shape)
-    total = _size(out_shape)
+    total = size(out_shape)
     if total == 0:
         return None
-    o4 = (1,) * (_RANK - len(out_shape)) + out_shape
-    nd, dims, strides = collapse(o4, *(_broadcast_strides(tuple(int(d) for d in a.shape), o4) for a in arrays))
-    flats = [target.reshape(a, (_size(a.shape),)) for a in arrays]
+    o4 = padded(out_shape)
+    nd, dims, strides = collapse_dims(o4, *(broadcast_strides(a.shape, o4) for a in arrays))
+    flats = [target.reshape(a, (size(a.shape),)) for a in arrays]
     index = [nd, dims[1], dims[2], dims[3], 1.0 / dims[1], 1.0 / dims[2], 1.0 / dims[3]]
     return target.reshape(out, (total,)), flats, index, [s for ss in strides for s in ss], total
 
@@ -223,7 +205,7 @@ def _launch_pair(target, kernel, out, a, b, op) -> int:
     if args is None:
         return 0
     o1, (a1, b1), index, strides, total = args
-    grid, block = _grid(total)
+    grid, block = launch_grid(total)
     target.launch(kernel, grid, block, o1, a1, b1, *index, *strides, op, total)
     return 1
 
@@ -251,7 +233,7 @@ def launch_where(target, out, condition, lhs, rhs) -> int:
     if args is None:
         return 0
     o1, (c1, a1, b1), index, strides, total = args
-    grid, block = _grid(total)
+    grid, block = launch_grid(total)
     target.launch(_where_kernel, grid, block, o1, c1, a1, b1, *index, *strides, total)
     return 1
 
@@ -259,13 +241,13 @@ def launch_where(target, out, condition, lhs, rhs) -> int:
 def launch_integer_max(target, out, data, *, axes, keepdims) -> int:
     """out = max of integer data over `axes` (one run of neighbouring axes, the ISA's)."""
     shape = tuple(int(d) for d in data.shape)
-    outer, R, inner = _size(shape[: axes[0]]), _size(shape[axes[0]: axes[-1] + 1]), _size(shape[axes[-1] + 1:])
+    outer, R, inner = size(shape[: axes[0]]), size(shape[axes[0]: axes[-1] + 1]), size(shape[axes[-1] + 1:])
     total = outer * inner
     if total == 0:
         return 0
     flat_out = target.reshape(out, (total,))
-    flat_in = target.reshape(data, (_size(shape),)) if R else flat_out  # reducing nothing reads nothing
-    grid, block = _grid(total)
+    flat_in = target.reshape(data, (size(shape),)) if R else flat_out  # reducing nothing reads nothing
+    grid, block = launch_grid(total)
     lowest = int(np.iinfo(np.dtype(str(data.dtype))).min)
     target.launch(_integer_max_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner, lowest, total)
     return 1
@@ -273,10 +255,10 @@ def launch_integer_max(target, out, data, *, axes, keepdims) -> int:
 
 def launch_astype(target, out, data, *, dtype) -> int:
     """out = data converted to out's dtype (`dtype`)."""
-    total = _size(data.shape)
+    total = size(data.shape)
     if total == 0:
         return 0
-    grid, block = _grid(total)
+    grid, block = launch_grid(total)
     kernel = _astype_float_kernel if np.dtype(str(data.dtype)).kind == "f" else _astype_kernel
     target.launch(kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)), total)
     return 1
@@ -285,10 +267,10 @@ def launch_astype(target, out, data, *, dtype) -> int:
 def launch_fill(target, out, *arrays, dtype, shape=None, value=None) -> int:
     """out = one value everywhere: `value` (zeros_like, ones_like) or the last input, a 0-d
     tensor (full, full_like); any other input is read for its shape only, by the ISA."""
-    total = _size(out.shape)
+    total = size(out.shape)
     if total == 0:
         return 0
-    grid, block = _grid(total)
+    grid, block = launch_grid(total)
     flat = target.reshape(out, (total,))
     if value is not None:
         target.launch(_fill_number_kernel, grid, block, flat, int(value), total)
@@ -302,7 +284,7 @@ def launch_copy(target, out, data, **attrs) -> int:
     and dtype: floats through elementwise.launch_copy, others as they are (an exact gather)."""
     if np.dtype(str(data.dtype)).kind == "f":
         return launch_float_copy(target, out, data, **attrs)
-    total = _size(data.shape)
+    total = size(data.shape)
     if total == 0:
         return 0
     return _launch_gather(target, target.reshape(out, (total,)), target.reshape(data, (total,)), [total], [1], 0)

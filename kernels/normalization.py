@@ -53,6 +53,7 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
+from .grid import pow2_at_least
 from .target import with_simulator_twin
 from .vector import VEC, accessors, alignment_check, both_ways
 
@@ -522,13 +523,6 @@ _SOFTMAX_ROWS = with_simulator_twin(_softmax_rows_kernel)
 _LAYER_NORM_ROWS = with_simulator_twin(_layer_norm_rows_kernel)
 
 
-def _pow2_at_least(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
 def row_lanes(rows: int, D: int, itemsize: int):
     """The lanes per row of the grouped kernels for `rows` rows of D elements (a power of two
     <= 32), or None where a block per row serves them (fewer than MIN_WARP_ROWS rows, or rows
@@ -536,7 +530,7 @@ def row_lanes(rows: int, D: int, itemsize: int):
     if rows < MIN_WARP_ROWS or D > WARP * WARP_CACHE:
         return None
     sector = max(1, SECTOR // itemsize)  # lanes that read a whole sector of the row at once
-    return min(WARP, max(_pow2_at_least(-(-D // WARP_CACHE)), min(sector, _pow2_at_least(D))))
+    return min(WARP, max(pow2_at_least(-(-D // WARP_CACHE)), min(sector, pow2_at_least(D))))
 
 
 def _block_size(D: int, rows: int, cap: int | None = None) -> int:

@@ -20,9 +20,8 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .elementwise import divmod_fast
+from .grid import launch_grid
 
-BLOCK = 256
-_MAX_BLOCKS = 1 << 20  # grid-stride loop covers the rest
 _u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
 
@@ -142,8 +141,7 @@ def _prepare(target, out, data, pool_size, strides, padding, dilation):
     # Flat arrays: one offset per tap instead of a 3-D index (and its negative-index checks).
     x1 = target.reshape(data, (N * C * H * W,))
     o1 = target.reshape(out, (total,))
-    block = min(BLOCK, total)
-    grid = min((total + block - 1) // block, _MAX_BLOCKS)
+    grid, block = launch_grid(total)
     return grid, block, o1, x1, (H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, 1.0 / OH, 1.0 / OW)
 
 

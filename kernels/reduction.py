@@ -23,7 +23,8 @@ import numba
 import numpy as np
 from numba import cuda, float32
 
-from .elementwise import BLOCK, ILP, _grid, divmod_fast
+from .elementwise import ILP, divmod_fast
+from .grid import BLOCK, MAX_BLOCKS, launch_grid
 from .normalization import launch_row_sums
 
 REDUCTIONS = {"sum": 0, "mean": 1, "max": 2}
@@ -120,11 +121,11 @@ def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
     # Reducing nothing reads nothing: `out` stands in for the empty input.
     flat_in = target.reshape(data, (math.prod(shape),)) if R else flat_out
     if reduction != "max" and total < MIN_THREAD_OUTPUTS and R >= 2 * ILP * SLICES:
-        target.launch(_split_reduction_kernel, min(-(-total // _COLUMNS), 1 << 20), BLOCK, flat_out, flat_in, R,
+        target.launch(_split_reduction_kernel, min(-(-total // _COLUMNS), MAX_BLOCKS), BLOCK, flat_out, flat_in, R,
                       inner, 1.0 / inner, int(reduction == "mean"), total)
         return 1
     lowest = float(np.finfo(np.dtype(data.dtype)).min)
-    grid, block = _grid(total)
+    grid, block = launch_grid(total)
     target.launch(_reduction_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner,
                   REDUCTIONS[reduction], lowest, total)
     return 1

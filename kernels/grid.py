@@ -1,0 +1,76 @@
+"""Launch geometry the kernel modules share: element counts, grids of grid-stride kernels, and
+the rank-4 broadcast index space of the elementwise, mask and epilogue kernels.
+
+Host-side only (the launchers call it; no kernel does): elementwise, masks, epilogue, layout,
+reduction, pool2d, conv2d and normalization size their launches with it. A broadcasting
+launcher pads the output shape to RANK (`padded`), gives each input its element strides in
+that space (`broadcast_strides`, 0 along broadcast dims) and merges the dims every input walks
+contiguously (`collapse_dims`), so its kernel divides an index into as few dims as it can.
+"""
+
+from __future__ import annotations
+
+BLOCK = 256  # threads per block of the grid-stride kernels
+MAX_BLOCKS = 1 << 20  # a grid-stride loop covers the rest
+RANK = 4  # dims of the broadcast index space
+
+
+def size(shape) -> int:
+    """The number of elements of `shape`."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def launch_grid(total: int, elements_per_thread: int = 1):
+    """(blocks, threads per block) for `total` elements, `elements_per_thread` per thread and
+    pass of a grid-stride loop."""
+    block = min(BLOCK, total)
+    return min(-(-total // (block * elements_per_thread)), MAX_BLOCKS), block
+
+
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def padded(shape) -> tuple:
+    """`shape` (rank <= RANK) left-padded with 1s to RANK."""
+    return (1,) * (RANK - len(shape)) + tuple(int(d) for d in shape)
+
+
+def broadcast_strides(shape, out_shape):
+    """Element strides of a C-contiguous array of `shape` broadcast to rank-4 `out_shape`."""
+    shape = padded(shape)
+    strides = [0] * RANK
+    s = 1
+    for i in range(RANK - 1, -1, -1):
+        if shape[i] != 1:
+            if shape[i] != out_shape[i]:
+                raise ValueError(f"shape {shape} does not broadcast to {out_shape}")
+            strides[i] = s
+        s *= shape[i]
+    return strides
+
+
+def collapse_dims(out_shape, *strides):
+    """The rank-4 iteration space with size-1 dims dropped and a dim merged into its inner
+    neighbour where every input continues contiguously across them (or is broadcast along
+    both): (nd, dims, [strides per input]), `nd` dims used, right-aligned and left-padded to
+    RANK with size 1 / stride 0. The element offsets stay those of the original strides."""
+    merged: list = []
+    for k, d in enumerate(out_shape):
+        if d == 1:
+            continue
+        ss = [s[k] for s in strides]
+        if merged and all(p == x * d for p, x in zip(merged[-1][1], ss)):
+            merged[-1] = (merged[-1][0] * d, ss)
+            continue
+        merged.append((d, ss))
+    nd = len(merged)
+    merged = [(1, [0] * len(strides))] * (RANK - nd) + merged
+    return nd, [d for d, _ in merged], [[ss[i] for _, ss in merged] for i in range(len(strides))]
