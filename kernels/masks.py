@@ -58,67 +58,57 @@ def _compare(x, y, op):
     return x != y
 
 
-def _compare_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3,
-                    op, total):
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
-        x = a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3]
-        y = b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3]
-        out[idx] = _compare(x, y, op)
-        idx += step
+@register_jitable
+def _compare_floats(x, y, op):
+    # float16 compared as float32: exact (every float16 is a float32), and nvJitLink
+    # 13.0 failed (ERROR_INTERNAL) to link Numba's float16 comparisons for sm_90.
+    return _compare(float32(x), float32(y), op)
 
 
-def _compare_float_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3,
-                    op, total):
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
-        # float16 compared as float32: exact (every float16 is a float32), and nvJitLink
-        # 13.0 failed (ERROR_INTERNAL) to link Numba's float16 comparisons for sm_90.
-        x = float32(a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3])
-        y = float32(b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3])
-        out[idx] = _compare(x, y, op)
-        idx += step
+@register_jitable
+def _logical(x, y, op):
+    """Logical `op` (0 and, 1 or, 2 not of x) of two values taken as bools (!= 0)."""
+    p = x != 0
+    q = y != 0
+    if op == 0:
+        return p and q
+    if op == 1:
+        return p or q
+    return not p
 
 
-def _logical_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3,
-                    op, total):
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
-        x = a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3] != 0
-        y = b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3] != 0
-        if op == 0:
-            r = x and y
-        elif op == 1:
-            r = x or y
-        else:
-            r = not x
-        out[idx] = r
-        idx += step
+@register_jitable
+def _integer(x, y, op):
+    """Integer `op` (0 +, 1 -, 2 *): Numba widens to int64; the store keeps the low bits, C's
+    wrapping, as TVM's."""
+    if op == 0:
+        return x + y
+    if op == 1:
+        return x - y
+    return x * y
 
 
-def _integer_kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3,
-                    op, total):
-    # Numba widens to int64; the store keeps the low bits: C's wrapping, as TVM's.
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
-        x = a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3]
-        y = b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3]
-        if op == 0:
-            r = x + y
-        elif op == 1:
-            r = x - y
-        else:
-            r = x * y
-        out[idx] = r
-        idx += step
+def _pair_kernel(combine, name):
+    """The kernel of `combine` over two inputs broadcast to the output: out = combine(a, b, op)
+    elementwise, in the inputs' own types; a thread per output element and pass of a
+    grid-stride loop."""
+
+    def kernel(out, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sa0, sa1, sa2, sa3, sb0, sb1, sb2, sb3, op, total):
+        idx = cuda.grid(1)
+        step = cuda.gridsize(1)
+        while idx < total:
+            i0, i1, i2, i3 = _split4(idx, nd, d1, d2, d3, inv1, inv2, inv3)
+            out[idx] = combine(a[i0 * sa0 + i1 * sa1 + i2 * sa2 + i3 * sa3], b[i0 * sb0 + i1 * sb1 + i2 * sb2 + i3 * sb3], op)
+            idx += step
+
+    kernel.__name__ = kernel.__qualname__ = name
+    return kernel
+
+
+_compare_kernel = _pair_kernel(_compare, "_compare_kernel")
+_compare_float_kernel = _pair_kernel(_compare_floats, "_compare_float_kernel")
+_logical_kernel = _pair_kernel(_logical, "_logical_kernel")
+_integer_kernel = _pair_kernel(_integer, "_integer_kernel")
 
 
 def _where_kernel(out, c, a, b, nd, d1, d2, d3, inv1, inv2, inv3, sc0, sc1, sc2, sc3,
