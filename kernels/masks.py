@@ -139,40 +139,51 @@ def _integer_max_kernel(out, x, R, inner, inv_inner, lowest, total):
         idx += step
 
 
-def _astype_kernel(out, x, total):
+@register_jitable
+def _element(x, idx):
     # The store converts: float -> integer truncates, -> bool is != 0, as C's (TVM's) casts.
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        out[idx] = x[idx]
-        idx += step
+    return x[idx]
 
 
-def _astype_float_kernel(out, x, total):
+@register_jitable
+def _element_as_float(x, idx):
     # A float source through float32 (exact for float16): the same conversions, and no float16
     # comparison (float16 -> bool), which nvJitLink 13.0 failed to link for sm_90.
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        out[idx] = float32(x[idx])
-        idx += step
+    return float32(x[idx])
+
+
+@register_jitable
+def _number(x, idx):
+    return x
+
+
+def _map_kernel(value_at, name):
+    """The kernel out[idx] = value_at(x, idx) (the store converts to out's dtype); a thread per
+    element and pass of a grid-stride loop."""
+
+    def kernel(out, x, total):
+        idx = cuda.grid(1)
+        step = cuda.gridsize(1)
+        while idx < total:
+            out[idx] = value_at(x, idx)
+            idx += step
+
+    kernel.__name__ = kernel.__qualname__ = name
+    return kernel
+
+
+_astype_kernel = _map_kernel(_element, "_astype_kernel")
+_astype_float_kernel = _map_kernel(_element_as_float, "_astype_float_kernel")
+_fill_number_kernel = _map_kernel(_number, "_fill_number_kernel")  # `x`: the number
 
 
 def _fill_kernel(out, value, total):
-    # `value`: one element (a 0-d tensor viewed as 1-D), converted by the store.
+    # `value`: one element (a 0-d tensor viewed as 1-D), read once, converted by the store.
     idx = cuda.grid(1)
     step = cuda.gridsize(1)
     v = value[0]
     while idx < total:
         out[idx] = v
-        idx += step
-
-
-def _fill_number_kernel(out, value, total):
-    idx = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while idx < total:
-        out[idx] = value
         idx += step
 
 
