@@ -2,7 +2,10 @@
 
 The package, by concern:
 
-- `models`: the vocabulary and the drawing (random models with their float64 references);
+- the models (`models` re-exports their public names): `choices` (the recorded random choices),
+  `vocabulary` (the built-in ops: Relax builder, shape, float64 semantics), `user_ops` (users'
+  families as nodes), `case` (a model, its Relax module and float64 reference, JSON), `build`
+  (op group by op group, a table of kinds) and `draw` (whole random models);
 - `check`: one case built both ways, run on every engine, compared (`Checker`, `compare`);
 - `shrink`: the choice-sequence shrinker;
 - `campaign`: a campaign of cases from one seed, in batches, failures grouped by signature,
@@ -14,7 +17,7 @@ The package, by concern:
 
 from .campaign import Campaign, check_batch, run_fuzz, shrink_failure
 from .check import FAIL, PASS, SKIP, TOLERANCE, TVM_OFF, Checker, Outcome, compare
-from .models import case_from_json, case_to_json
+from .case import case_from_json, case_to_json
 from .repro import replay, save_reproduction
 from .settings import saved_settings, user_op_modules, user_ops_environ
 

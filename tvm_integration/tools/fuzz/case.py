@@ -1,0 +1,187 @@
+"""A fuzz case: a drawn Relax model (`Case`) as a list of values, with its float64 reference.
+
+Where it sits: what fuzz/draw.py draws and every other part of `simaccel fuzz` reads. A model
+is a list of values in creation order: parameters (inputs, weights, biases; a weight may be
+bound as a constant) and op nodes reading earlier values, a DAG that ends in one output or a
+tuple of several. A node names a built-in op (fuzz/vocabulary.py) or a user family
+(``myaccel.rms_norm``, fuzz/user_ops.py): `fuzz_op` gives either. `Case.module()` is the model
+in Relax; `Case.reference()` evaluates it in float64 with numpy (rounding each result to the
+model's dtype, as TVM and simaccel store them): for built-in ops written independently of
+simaccel's own op references; for a user op that op's own reference (what simaccel's `ref`
+engine runs too), so it cannot settle a disagreement with TVM (`Case.independent_reference`).
+Cases travel as JSON (`case_to_json`, `case_from_json`): reproductions, Dask tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .user_ops import UserFuzzOp, is_user_op
+from .vocabulary import OPS, FuzzOp
+
+
+@dataclass
+class Value:
+    """A parameter (`op` None) or the result of op `op` on earlier values `args`."""
+
+    shape: tuple[int, ...]
+    op: str | None = None
+    args: tuple[int, ...] = ()
+    attrs: dict = field(default_factory=dict)
+    name: str = ""
+    constant: bool = False  # parameters only: bound as a Relax constant
+
+
+
+@dataclass
+class Case:
+    """A drawn model: its dtype, its values, which of them are its outputs, the seed of its
+    inputs' data, and whether its first input holds NaN and inf (`specials`)."""
+
+    dtype: str
+    values: list[Value]
+    outputs: list[int]
+    data_seed: int
+    specials: bool = False
+
+    @property
+    def params(self) -> list[Value]:
+        return [v for v in self.values if v.op is None]
+
+    @property
+    def ops(self) -> list[str]:
+        return [v.op for v in self.values if v.op is not None]
+
+    @property
+    def user_ops(self) -> list[str]:
+        """The distinct users' ops in the model (names with a namespace), in order."""
+        return list(dict.fromkeys(op for op in self.ops if is_user_op(op)))
+
+    def describe(self) -> str:
+        kinds = ", ".join(self.ops)
+        return f"{self.dtype}, {len(self.params)} params, {len(self.ops)} ops ({kinds}), {len(self.outputs)} output(s)"
+
+    # -- Relax --------------------------------------------------------------------------------
+    def module(self):
+        """The model as a Relax module: every parameter is a function parameter (see `constants`)."""
+        import tvm
+        from tvm import relax
+
+        params = {i: relax.Var(v.name, relax.TensorType(v.shape, self.dtype)) for i, v in enumerate(self.values) if v.op is None}
+        builder = relax.BlockBuilder()
+        with builder.function("main", list(params.values())):
+            with builder.dataflow():
+                exprs = dict(params)
+                for i, v in enumerate(self.values):
+                    if v.op is not None:
+                        exprs[i] = builder.emit(fuzz_op(v.op).relax([exprs[a] for a in v.args], v.attrs, self.dtype))
+                outs = [exprs[i] for i in self.outputs]
+                out = builder.emit_output(outs[0] if len(outs) == 1 else relax.Tuple(outs))
+            builder.emit_func_output(out)
+        mod = builder.get()
+        assert isinstance(mod, tvm.IRModule)
+        return mod
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """Parameters to bind as Relax constants: name -> value."""
+        arrays = self.arrays()
+        return {v.name: arrays[i] for i, v in enumerate(self.params) if v.constant}
+
+    def arrays(self) -> list[np.ndarray]:
+        """Seeded values for every parameter, in order (NaN/inf in the first if `specials`)."""
+        rng = np.random.default_rng(self.data_seed)
+        arrays = []
+        for i, v in enumerate(self.params):
+            a = rng.standard_normal(v.shape).astype(np.float32)
+            if i == 0 and self.specials and a.size:
+                mask = rng.random(v.shape) < 0.1
+                a[mask] = rng.choice(np.array([np.nan, np.inf, -np.inf], np.float32), size=int(mask.sum()))
+            arrays.append(a.astype(self.dtype))
+        return arrays
+
+    def runtime_arrays(self) -> list[np.ndarray]:
+        """Values for the parameters that stay parameters once constants are bound."""
+        return [a for v, a in zip(self.params, self.arrays()) if not v.constant]
+
+    def bound_module(self):
+        """`module()` with the constant parameters bound (what the fuzzer builds)."""
+        from tvm import relax
+
+        mod = self.module()
+        constants = self.constants()
+        return relax.transform.BindParams("main", constants)(mod) if constants else mod
+
+    # -- float64 reference --------------------------------------------------------------------
+    @property
+    def exact_reference(self) -> bool:
+        """Whether `reference()` knows the semantics of every op the outputs depend on
+        (ceil-mode pooling it does not; an op no output reads does not count)."""
+        return all(self._exact(self.values[i]) for i in self.read_by_outputs() if self.values[i].op is not None)
+
+    def read_by_outputs(self) -> list[int]:
+        """The values the outputs depend on (themselves included), in creation order."""
+        needed, stack = set(), list(self.outputs)
+        while stack:
+            i = stack.pop()
+            if i not in needed:
+                needed.add(i)
+                stack.extend(self.values[i].args)
+        return sorted(needed)
+
+    @property
+    def independent_reference(self) -> bool:
+        """Whether `reference()` is written independently of simaccel: not where a user op's own
+        reference computes that node (simaccel's `ref` engine runs the same function)."""
+        return not self.user_ops
+
+    def _exact(self, v: Value) -> bool:
+        op = fuzz_op(v.op)
+        if isinstance(op, UserFuzzOp):
+            return op.exact_for([self.values[a].shape for a in v.args], v.attrs, self.dtype)
+        return op.exact(v.attrs)
+
+    def reference(self) -> list[np.ndarray]:
+        """The outputs computed in float64, each op's result rounded to the model's dtype."""
+        results = {}
+        arrays = iter(self.arrays())
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # means of empty rows: NaN is the answer
+            for i, v in enumerate(self.values):
+                if v.op is None:
+                    results[i] = next(arrays).astype(np.float64)
+                else:
+                    y = fuzz_op(v.op).numpy([results[a] for a in v.args], v.attrs, self.dtype)
+                    results[i] = np.asarray(y, np.float64).astype(self.dtype).astype(np.float64)
+        return [results[i] for i in self.outputs]
+
+
+
+def fuzz_op(name: str) -> FuzzOp | UserFuzzOp:
+    """The op a node names: a built-in FuzzOp, or a user family (UnsupportedOpError, naming
+    $SIMACCEL_OPS, where no family of that name is declared)."""
+    op = OPS.get(name)
+    if op is not None:
+        return op
+    if not is_user_op(name):
+        raise KeyError(f"unknown fuzz op {name!r}")
+    return UserFuzzOp(name)
+
+
+# -- cases as JSON (reproductions, Dask tasks) -----------------------------------------------
+def case_to_json(case: Case) -> dict:
+    return {**dataclasses.asdict(case), "values": [dataclasses.asdict(v) for v in case.values]}
+
+
+def case_from_json(data: dict) -> Case:
+    """The case saved by `case_to_json`; UnsupportedOpError (naming $SIMACCEL_OPS) for a user op
+    this process has not declared."""
+    values = [Value(**{**v, "shape": tuple(v["shape"]), "args": tuple(v["args"])}) for v in data["values"]]
+    case = Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]))
+    for op in case.user_ops:
+        fuzz_op(op)
+    return case
+
