@@ -82,7 +82,8 @@ def build_tvm_alone(directory: str, label: str, name: str) -> None:
 
 def run_one(directory: str, label: str, name: str, reference: str) -> None:
     """In a process of its own: both libraries of one case on cuda:0; prints one JSON line."""
-    from simaccel.tvm_integration.tools.deploy import read_arrays, run_library
+    from simaccel.tvm_integration.tools.common.arrays import read_arrays
+    from simaccel.tvm_integration.tools.deploy import run_library
 
     inputs = read_arrays(f"{directory}/{name}.inputs.npz")
     got = run_library(f"{directory}/{label}-{name}.simaccel.so", inputs, "cuda")

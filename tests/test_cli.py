@@ -20,7 +20,7 @@ import forks
 from simaccel.tvm_integration.tools import cli
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.bench import CASES as BENCH_CASES
-from simaccel.tvm_integration.tools.deploy import read_arrays
+from simaccel.tvm_integration.tools.common.arrays import read_arrays
 
 
 def simaccel(*args, env=None):

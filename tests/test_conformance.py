@@ -20,7 +20,7 @@ import pytest
 import forks
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.backends import Backend, parse_partition
-from simaccel.tvm_integration.tools.deploy import error_line
+from simaccel.tvm_integration.tools.common.error_line import error_line
 from simaccel.tvm_integration.tools.conformance import RELAX_MODELS, compare, model_verdict, run_conformance, zoo
 
 HERE = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ from simaccel.tvm_integration.tools.fuzz import PASS, case_from_json, case_to_js
 from simaccel.tvm_integration.tools.fuzz.models import Config, Draw, draw_case
 from simaccel.tvm_integration.tools.bisect import bisect
 from simaccel.tvm_integration.tools.build_library import load_model
-from simaccel.tvm_integration.tools.deploy import read_arrays
+from simaccel.tvm_integration.tools.common.arrays import read_arrays
 
 
 def test_seeded_run_on_ref_is_clean_and_reloads_a_sample(tmp_path):
@@ -373,7 +373,7 @@ def test_tvm_s_log_lines_stay_off_the_console_and_are_kept_with_the_campaign(tmp
 def test_what_a_block_writes_on_stderr_is_captured_at_the_file_descriptor(tmp_path, capfd):
     """C++ code writes to fd 2 itself (os.write stands for it); Python's stderr (sys.__stderr__: pytest
     has its own sys.stderr here) ends there too."""
-    from simaccel.tvm_integration.tools.fuzz.check import LOG_LINES_KEPT, stderr_captured
+    from simaccel.tvm_integration.tools.common.stderr_log import LOG_LINES_KEPT, stderr_captured
 
     with stderr_captured(tmp_path) as log:
         os.write(2, b"[06:21:16] /project/src/runtime/vm/executable.cc:276: Warning: Scope Saving:\n")
@@ -390,7 +390,7 @@ def test_what_a_block_writes_on_stderr_is_captured_at_the_file_descriptor(tmp_pa
 
 
 def test_a_process_that_dies_while_captured_leaves_its_last_words_in_the_folder(tmp_path):
-    code = ("import os, sys\nfrom simaccel.tvm_integration.tools.fuzz.check import stderr_captured\n"
+    code = ("import os, sys\nfrom simaccel.tvm_integration.tools.common.stderr_log import stderr_captured\n"
             "with stderr_captured(sys.argv[1]):\n    os.write(2, b'terminate called: last words\\n')\n    os._exit(3)\n")
     result = forks.run([sys.executable, "-c", code, str(tmp_path)], timeout=300)
     assert result.returncode == 3 and "last words" not in result.stderr

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import SimAccelError
+from .common.json_files import read_json
 
 
 def _models():
@@ -119,12 +120,7 @@ def load_manifest(directory) -> dict:
         raise SimAccelError(f"artifacts folder {directory}: no such folder; {_build_hint(directory)}")
     if not path.is_file():
         raise SimAccelError(f"no {MANIFEST} in {directory}: {_build_hint(directory)}")
-    try:
-        manifest = json.loads(path.read_text())
-    except OSError as e:
-        raise SimAccelError(f"{path}: cannot read it: {e.strerror or e}") from e
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise SimAccelError(f"{path}: not valid JSON ({e}); {_build_hint(directory)}") from e
+    manifest = read_json(path, str(path), _build_hint(directory))
     problem = _manifest_problem(manifest)
     if problem:
         raise SimAccelError(f"{path}: {problem}; {_build_hint(directory)}")

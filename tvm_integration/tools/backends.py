@@ -23,6 +23,8 @@ from ...errors import SimAccelError
 SIMACCEL = "simaccel"
 # simaccel's engines, by the device their builds run on ("native": the CUDA build's native regions)
 ENGINE_DEVICE = {"ref": "cpu", "sim": "cpu", "cuda": "cuda", "native": "cuda"}
+# The runtime's engine choice while an engine's build runs ("native": no Python engine chosen).
+RUNTIME_ENGINE = {"native": "auto"}
 # Another backend has no simaccel engines: it is checked where its builds run, "cpu" (llvm) or "cuda".
 BACKEND_ENGINES = {"cpu": "cpu", "cuda": "cuda"}
 

@@ -30,7 +30,9 @@ from ...errors import SimAccelError
 from ...runtime import get_runtime
 from . import deploy
 from .artifacts import case_inputs, load_manifest, require_cases
+from .common.arrays import check_writable
 from .bench_compare import PEER, compare, format_comparison, load_report
+from .common.torch_peer import torch_on_gpu
 
 CASES = ["mm8", "mm1024", "mm4096", "conv56", "conv28", "conv14", "dwconv112", "demo_f32"]
 MODES = ["tvm_only", "simaccel_native", "simaccel_zero_copy", "simaccel_staged"]
@@ -60,7 +62,7 @@ def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, compare
                             "`bench --ops --compare` or give a bench.json")
     manifest = load_manifest(artifacts_dir)
     require_cases(artifacts_dir, manifest, CASES)
-    out = _output_folder(out_dir)
+    out = output_folder(out_dir)
     runtime = get_runtime()
     results = {}
     for name in CASES:
@@ -71,7 +73,7 @@ def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, compare
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": deploy.gpu_name(),
-        "versions": {pkg: _version(pkg) for pkg in ("simaccel", "apache-tvm", "apache-tvm-ffi", "numba-cuda", "numpy", "torch")},
+        "versions": {pkg: package_version(pkg) for pkg in ("simaccel", "apache-tvm", "apache-tvm-ffi", "numba-cuda", "numpy", "torch")},
         "method": f"median of {repeat} timed calls after {warmup} warm-up calls; modes interleaved; "
         "each call followed by a device synchronisation; wall clock",
         "cases": results,
@@ -94,14 +96,14 @@ def compare_reports(new_path, old_path, log=print) -> int:
     return 1 if any(c.regressed() for c in changes) else 0
 
 
-def _output_folder(out_dir) -> Path:
+def output_folder(out_dir) -> Path:
     """Create `out_dir` if needed and check that bench.json can be written there."""
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise SimAccelError(f"output folder {out_dir}: cannot create it: {e.strerror or e}") from e
-    deploy.check_writable(out / "bench.json", "output file")
+    check_writable(out / "bench.json", "output file")
     return out
 
 
@@ -201,14 +203,10 @@ def _torch_peer(name, arrays):
     cuDNN (TF32 off for both), if PyTorch is installed; else None."""
     if name not in GEMM_SIZE and name not in CONV_SHAPE:
         return None
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
+    peer = torch_on_gpu(arrays)
+    if peer is None:
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    t = [torch.from_numpy(a).cuda() for a in arrays]
+    torch, F, t = peer
     if name in GEMM_SIZE:
         def run():
             return torch.relu(t[0] @ t[1])
@@ -261,7 +259,7 @@ def _chart(report, path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def _version(pkg: str) -> str | None:
+def package_version(pkg: str) -> str | None:
     try:
         return metadata.version(pkg)
     except metadata.PackageNotFoundError:

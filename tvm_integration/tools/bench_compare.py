@@ -13,11 +13,10 @@ in only one of the two reports are listed, not compared.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 from ...errors import SimAccelError
+from .common.json_files import read_json
 
 PEER = "tvm_only"  # a region report's peer
 KERNEL_PEER = "torch"  # a kernel report's peer
@@ -55,14 +54,7 @@ class Change:
 
 def load_report(path) -> Report:
     """A region report (bench.json) or a kernel report (ops.json); SimAccelError naming the file."""
-    try:
-        report = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SimAccelError(f"bench report {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SimAccelError(f"bench report {path}: cannot read it: {e}") from None
-    except json.JSONDecodeError as e:
-        raise SimAccelError(f"bench report {path}: not valid JSON ({e})") from None
+    report = read_json(path, f"bench report {path}")
     if isinstance(report, dict) and isinstance(report.get("ops"), dict) and report["ops"]:
         return Report(KERNEL_PEER, _kernel_medians(path, report["ops"]))
     cases = report.get("cases") if isinstance(report, dict) else None

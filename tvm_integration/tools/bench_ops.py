@@ -27,6 +27,7 @@ from numba import float32
 
 from ...errors import SimAccelError
 from .bench import pyplot
+from .common.torch_peer import torch_on_gpu
 
 # FP32 (non-tensor-core) peak, dense float16 tensor-core peak (float32 accumulation) and memory
 # bandwidth, from the vendors' data sheets.
@@ -139,7 +140,7 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None,
     from numba import cuda
 
     from ...kernels import KernelTarget
-    from .bench import _output_folder, _version, compare_reports
+    from .bench import compare_reports, output_folder, package_version
     from .bench_compare import KERNEL_PEER, load_report
     from .deploy import gpu_name
 
@@ -148,7 +149,7 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None,
         raise SimAccelError(f"bench --ops --compare {compare_with}: a region report (bench.json); give an ops.json")
     if not cuda.is_available():
         raise SimAccelError("bench --ops: needs an NVIDIA GPU with a working CUDA driver (numba.cuda finds none)")
-    out = _output_folder(out_dir)
+    out = output_folder(out_dir)
     device = gpu_name()
     limits = LIMITS.get(device)
     if limits is None:
@@ -169,7 +170,7 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "device": device,
         "limits": limits,
-        "versions": {pkg: _version(pkg) for pkg in ("simaccel", "numba-cuda", "numpy", "torch")},
+        "versions": {pkg: package_version(pkg) for pkg in ("simaccel", "numba-cuda", "numpy", "torch")},
         "method": f"GPU time: CUDA events around {LAUNCHES_PER_SAMPLE} back-to-back launches queued behind a spin "
         f"kernel, time per launch, median of {repeat} such samples after {warmup} warm-ups; float32 unless "
         "a case says float16; "
@@ -292,14 +293,10 @@ def _relative_error(op, arrays, attrs, got) -> float:
 
 def _torch_peer(case: OpCase, arrays):
     """The case in PyTorch (cuBLAS / cuDNN with TF32 off), or None without torch or an equivalent."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
+    peer = torch_on_gpu(arrays)
+    if peer is None:
         return None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    t = [torch.from_numpy(a).cuda() for a in arrays]
+    torch, F, t = peer
     a = case.attrs
     peers = {
         "simaccel.matmul": lambda: t[0] @ t[1],

@@ -45,9 +45,10 @@ import numpy as np
 from ...engines import ENGINE_NAMES
 from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
 from ...profile import PROFILE_ENV, DeviceProfile, active_profile
-from .fuzz.check import TOLERANCE, _close, run_vm
 from .build_library import module_source
-from .fuzz.settings import saved_settings, user_op_modules
+from .common.runs import run_vm
+from .common.settings import saved_settings, user_op_modules
+from .fuzz.check import TOLERANCE, _close
 
 REPORT_FILE = "bisect.json"
 REPRO = '''"""Check a simaccel bisect culprit again: python repro.py (exit 1 while simaccel and TVM alone differ)."""
@@ -241,7 +242,7 @@ def bisect_command(args, out=print) -> int:
     """`simaccel bisect` (tools/cli.py): 0 when everything matches, 1 when a culprit is found."""
     from . import models
     from .build_library import load_model
-    from .deploy import read_arrays
+    from .common.arrays import read_arrays
 
     mod = models.demo_cnn() if args.model is None else load_model(args.model)
     inputs = read_arrays(args.inputs, "--inputs") if args.inputs else models.random_inputs(mod, args.seed)
@@ -520,7 +521,7 @@ def _target(target):
 
 
 def _line(e: BaseException) -> str:
-    from .deploy import error_line
+    from .common.error_line import error_line
 
     return error_line(e)
 
@@ -549,7 +550,7 @@ def _user_families(region_op_lists) -> list:
 def write_reproducer(module, inputs, report: BisectReport, families, out_dir, engine, target, profile) -> Path:
     """module.py, inputs.npz, bisect.json and repro.py for `report`'s culprit; returns the folder."""
     from ... import __version__
-    from .deploy import write_arrays
+    from .common.arrays import write_arrays
 
     culprit = report.culprit
     if out_dir is None:
@@ -591,7 +592,7 @@ def replay(folder, log=print) -> int:
     from ...runtime import get_runtime
     from ..backend.pipeline import build, build_tvm_only
     from .build_library import load_model
-    from .deploy import read_arrays
+    from .common.arrays import read_arrays
 
     folder = Path(folder)
     try:

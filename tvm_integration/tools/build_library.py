@@ -83,7 +83,8 @@ def module_source(module) -> str:
 
 def build_library(model: str | None, output: str, target: str = "llvm", seed: int = 0, out=print) -> int:
     """`simaccel build`: `model` is a model file's path, or None for the demo model."""
-    from .deploy import check_writable, runtime_only
+    from .common.arrays import check_writable
+    from .deploy import runtime_only
 
     if not output.endswith(".so"):
         raise SimAccelError(f"-o {output}: the library's name must end in .so (export_library writes a shared library)")
@@ -97,7 +98,8 @@ def build_library(model: str | None, output: str, target: str = "llvm", seed: in
     from ..backend.partition import partition_report
     from ..backend.pipeline import build, build_tvm_only, default_target
     from . import models
-    from .deploy import outputs_as_list, write_arrays
+    from .common.arrays import write_arrays
+    from .common.runs import outputs_as_list
 
     import tvm
     from tvm import relax

@@ -493,7 +493,8 @@ def list_ops_command() -> int:
 
 def run_library_command(args) -> int:
     """`simaccel run`: every argument is checked before the library runs."""
-    from .deploy import check_writable, parse_device, read_arrays, run_library, write_arrays
+    from .common.arrays import check_writable, read_arrays, write_arrays
+    from .deploy import parse_device, run_library
 
     parse_device(args.device)
     inputs = read_arrays(args.inputs, "--inputs")

@@ -34,7 +34,8 @@ def run_demo(
     `model` is "cnn" (the built-in demo model) or a torch.export model of
     simaccel.tvm_integration.tools.torch_models (needs torch), at `size` "full" or "small".
     """
-    from .deploy import outputs_as_list, runtime_only
+    from .common.runs import outputs_as_list
+    from .deploy import runtime_only
 
     if runtime_only():
         raise SimAccelError(

@@ -27,7 +27,8 @@ from ..backend.native import has_native_regions
 from ..backend.partition import PartitionReport, partition_report
 from ..backend.pipeline import build, build_tvm_only, default_target
 from .bisect import bisect as bisect_model
-from .deploy import outputs_as_list, runtime_only
+from .common.runs import outputs_as_list
+from .deploy import runtime_only
 from .models import param_specs, random_inputs
 
 

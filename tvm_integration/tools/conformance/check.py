@@ -22,11 +22,12 @@ import numpy as np
 
 from ....compare import mismatch, tolerance
 from ....runtime import get_runtime
-from ..backends import Backend, engine_device
-from ..deploy import error_line
-from ..fuzz.check import (BUILD, FAIL, ContextLost, OUTPUT, PASS, RELOAD, RUN, RUNTIME_ENGINE, SKIP, TVM_OFF, run_fresh, run_vm,
-                          stderr_captured, stop_if_context_lost, tail)
-from ..fuzz.settings import saved_settings
+from ..backends import RUNTIME_ENGINE, Backend, engine_device
+from ..common.error_line import error_line
+from ..common.runs import ContextLost, read_outputs, run_fresh, run_vm, stop_if_context_lost
+from ..common.settings import saved_settings
+from ..common.stderr_log import stderr_captured, tail
+from ..common.verdicts import BUILD, FAIL, OUTPUT, PASS, RELOAD, RUN, SKIP, TVM_OFF
 from .zoo import load
 
 LOAD = "load"  # a failure stage of its own: the model could not be loaded or exported from torch
@@ -189,8 +190,7 @@ def _reload(executable, arrays, want, device: str) -> dict:
         if not (folder / "out.npz").exists():
             return verdict(FAIL, RELOAD, "no result", f"after export and load in a fresh process: no result "
                                                        f"({tail(process)})")
-        with np.load(folder / "out.npz") as data:
-            got = [data[f"arr_{k}"] for k in range(len(data.files))]
+        got = read_outputs(folder / "out.npz")
     problem = differences(got, want)
     if problem is not None:
         return verdict(FAIL, RELOAD, "mismatch", f"after export and load in a fresh process: differs from TVM alone: "

@@ -8,12 +8,11 @@ hands them here; everything here is plain Python over plain data.
 from __future__ import annotations
 
 import html
-import json
-from pathlib import Path
 
 from ....errors import SimAccelError
+from ..common.json_files import read_json
 from ..bench_compare import TOLERANCE, Change
-from ..fuzz.check import FAIL, PASS, SKIP, TVM_OFF
+from ..common.verdicts import FAIL, PASS, SKIP, TVM_OFF
 
 VERDICTS = (PASS, TVM_OFF, SKIP, FAIL)
 
@@ -133,12 +132,7 @@ def html_page(summary: dict) -> str:
 
 def load_results(path) -> dict:
     """An earlier run's conformance.json; SimAccelError naming the file."""
-    try:
-        summary = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SimAccelError(f"--compare {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SimAccelError(f"--compare {path}: cannot read it as JSON: {e}") from None
+    summary = read_json(path, f"--compare {path}")
     if not isinstance(summary, dict) or not isinstance(summary.get("models"), list):
         raise SimAccelError(f'--compare {path}: no "models" list (is it a conformance.json?)')
     return summary

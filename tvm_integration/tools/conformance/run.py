@@ -20,9 +20,11 @@ from pathlib import Path
 from ....errors import SimAccelError
 from ....profile import PROFILE_ENV, active_profile
 from ..backends import SIMACCEL, Backend, check_engines, engine_device
+from ..common.retries import Retries, lost_twice
+from ..common.runs import ContextLost, device_name
+from ..common.settings import user_op_modules
+from ..common.verdicts import CRASH, FAIL, HANG
 from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, parse_cluster, time_limit
-from ..fuzz.check import CRASH, FAIL, HANG, ContextLost
-from ..fuzz.settings import user_op_modules
 from .check import check_model, verdict
 from .report import VERDICTS, compare, html_page, load_results, markdown, model_verdict
 from .zoo import zoo
@@ -119,25 +121,20 @@ def run_conformance(sources=("relax", "torch"), user_models=(), engines=None, pa
 def _run(chosen, settings: dict, executor, reload_every: int, seconds: float, out: Path, log) -> dict:
     start = time.monotonic()
     results: dict[str, dict] = {}
-    attempts: dict[str, int] = {}
+    retries = Retries(executor)  # a model whose worker is lost runs again once
     summary = _summary(chosen, settings, executor, results, start)
     jobs = {m.name: {**settings, "model": m.to_json(), "reload": bool(reload_every) and i % reload_every == 0}
             for i, m in enumerate(chosen)}
     for name, job in jobs.items():
-        attempts[name] = 0
         executor.submit(name, model_task, job, seconds)
     for name, result in executor.completed():
         if isinstance(result, Lost):
-            if attempts[name] == 0:
-                attempts[name] = 1
+            if retries.again(name, model_task, jobs[name], seconds):
                 log(f"conformance: the worker checking {name} was lost ({result}); retrying it")
-                executor.submit(name, model_task, jobs[name], seconds)
                 continue
-            event = next((e for e in reversed(executor.events()) if e.get("model") == name), None)
-            stage = event["stage"] if event else CRASH
-            reason = event["reason"] if event else f"the worker process died while checking it, twice ({result})"
-            result = {"model": jobs[name]["model"], "engines": {},
-                      "failure": verdict(FAIL, stage, "WorkerLost" if stage == CRASH else "TimeLimit", reason)}
+            stage, error, reason = lost_twice(executor.events(), "model", name,
+                                              f"the worker process died while checking it, twice ({result})")
+            result = {"model": jobs[name]["model"], "engines": {}, "failure": verdict(FAIL, stage, error, reason)}
         results[name] = result
         summary = _summary(chosen, settings, executor, results, start)
         (out / "conformance.json").write_text(json.dumps(summary, indent=1))
@@ -146,20 +143,18 @@ def _run(chosen, settings: dict, executor, reload_every: int, seconds: float, ou
         log(f"[{len(results):>{len(str(len(chosen)))}}/{len(chosen)}] {name}: {model_verdict(result)}"
             + (f" ({line})" if line else "") + f" in {result.get('seconds', 0):.0f} s, "
             f"{len(results) / max(time.monotonic() - start, 1e-9):.3f} models/s")
-    summary["retried"] = sum(attempts.values())
-    summary["retried_models"] = [name for name, tries in attempts.items() if tries]
+    summary["retried"] = len(retries.retried)
+    summary["retried_models"] = [name for name in jobs if name in retries.retried]
     return summary
 
 
 def _summary(chosen, settings: dict, executor, results: dict, start: float) -> dict:
-    from ..fuzz.campaign import _device_name
-
     done = [results[m.name] for m in chosen if m.name in results]
     counts = {verdict: 0 for verdict in VERDICTS}
     for result in done:
         counts[model_verdict(result)] += 1
     seconds = time.monotonic() - start
-    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": _device_name(settings["engines"]),
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device_name(settings["engines"]),
             "engines": settings["engines"], "executor": executor.name, "workers": executor.workers,
             "seconds": round(seconds, 1), "models_per_second": round(len(done) / max(seconds, 1e-9), 4),
             "counts": counts, "settings": settings, "models": done}

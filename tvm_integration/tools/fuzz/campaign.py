@@ -41,10 +41,14 @@ from ....profile import PROFILE_ENV, active_profile
 from ....runtime import AUTO, ENGINE_ENV
 from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, parse_cluster, time_limit
 from ..backends import SIMACCEL, Backend, check_engines, engine_device
-from .check import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, Checker, ContextLost, Outcome, LOG_DISTINCT_KEPT, stderr_captured
+from ..common.retries import Retries, lost_twice
+from ..common.runs import ContextLost, device_name
+from ..common.settings import saved_settings, user_op_modules, user_ops_environ
+from ..common.stderr_log import LOG_DISTINCT_KEPT, stderr_captured
+from ..common.verdicts import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF
+from .check import Checker, Outcome
 from .models import Case, Config, Draw, draw_case, drawable_user_families, user_families
 from .repro import save_reproduction
-from .settings import saved_settings, user_op_modules, user_ops_environ
 
 BATCH_SIZE = 10  # cases per task in this process (and the most per task on a cluster)
 CASE_SECONDS = 600  # the per-case time limit on a cluster's workers
@@ -328,7 +332,7 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
     for result in done.values():
         tally.add(result["counts"])
     crashes: list[dict] = []
-    retried: set = set()  # the batches lost once and submitted again
+    retries = Retries(executor)  # a lost batch runs again once; lost twice, case by case
     where = (executor.case_seconds, executor.running)
     for first, count in campaign.batches():
         if first not in done:
@@ -336,11 +340,9 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
     for key, result in executor.completed():
         kind, first, count = key
         if isinstance(result, Lost):
-            if kind == "batch" and key not in retried:  # lost once: retried as it was
-                retried.add(key)
+            if kind == "batch" and retries.again(key, check_batch, campaign.to_json(), first, count, *where):
                 log(f"fuzz: the worker checking cases {first}..{first + count - 1} was lost ({result}); "
                     "retrying the batch")
-                executor.submit(key, check_batch, campaign.to_json(), first, count, *where)
             elif count > 1:  # lost twice: one case at a time finds the one at fault
                 for index in range(first, first + count):
                     executor.submit(("case", index, 1), check_batch, campaign.to_json(), index, 1, *where)
@@ -360,7 +362,7 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
     failures = _distinct_failures(campaign, [f for f in found if f["verdict"] == FAIL], executor, shrink_seconds, log)
     saved = _save(campaign, failures, [f for f in found if f["verdict"] == TVM_OFF], out)
     seconds = time.monotonic() - start
-    summary = _summary(campaign, executor, results, tally, saved, len(retried), seconds, drawn)
+    summary = _summary(campaign, executor, results, tally, saved, len(retries.retried), seconds, drawn)
     (out / "fuzz-summary.json").write_text(json.dumps(summary, indent=1))
     (out / "fuzz-report.md").write_text(_report(summary))
     for failure in saved:
@@ -379,11 +381,9 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
 
 def _crash(campaign: Campaign, index: int, events: list[dict], lost: str) -> dict:
     """The failure of a case that killed its worker (twice), as `check_batch` reports others."""
-    event = next((e for e in reversed(events) if e.get("index") == index), None)
-    stage = event["stage"] if event else CRASH
-    reason = event["reason"] if event else f"the worker process died while checking this case ({lost})"
+    stage, error, reason = lost_twice(events, "index", index, f"the worker process died while checking this case ({lost})")
     case, made = draw(campaign, index)
-    return _result(index, case, made, Outcome(FAIL, reason, stage, "WorkerLost" if stage == CRASH else "TimeLimit"))
+    return _result(index, case, made, Outcome(FAIL, reason, stage, error))
 
 
 def _signature(failure: dict) -> str:
@@ -445,7 +445,7 @@ def _summary(campaign: Campaign, executor, results, tally: Tally, saved, retried
                 examples[f["verdict"]].append(f["reason"])
     cases = sum(tally.counts.values())
     return {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": _device_name(campaign.engines),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "device": device_name(campaign.engines),
         "campaign": campaign.to_json(), "seed": campaign.seed, "cases": cases, "engines": list(campaign.engines),
         "dtypes": list(campaign.dtypes), "executor": executor.name, "workers": executor.workers,
         "seconds": round(seconds, 1), "cases_per_second": round(cases / max(seconds, 1e-9), 3),
@@ -536,12 +536,3 @@ class _Progress:
         if self.tty:
             print(file=sys.stderr)
 
-
-def _device_name(engines) -> str:
-    if any(engine_device(e) == "cuda" for e in engines):
-        from ..deploy import gpu_name
-
-        return gpu_name()
-    import platform
-
-    return f"CPU ({platform.machine()}, {os.cpu_count()} cores)"

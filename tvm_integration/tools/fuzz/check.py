@@ -20,32 +20,23 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import re
-import subprocess
-import sys
 import tempfile
-from collections import Counter, deque
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ....errors import SimAccelError
 from ....runtime import get_runtime
-from ..backends import Backend, engine_device
-from ..deploy import error_line
+from ..backends import RUNTIME_ENGINE, Backend, engine_device
+from ..common.error_line import error_line
+from ..common.runs import read_outputs, run_fresh, run_vm, stop_if_context_lost
+from ..common.stderr_log import tail
+from ..common.verdicts import BUILD, FAIL, OUTPUT, PASS, RELOAD, RUN, SKIP, TVM_OFF
 from .models import Case, case_to_json
-from .settings import user_ops_environ
 
-# "native": the CUDA build's native regions (simaccel.native), run with no Python engine chosen.
-RUNTIME_ENGINE = {"native": "auto"}
 TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol relative to the output's scale)
-PASS, SKIP, TVM_OFF, FAIL = "passed", "skipped (TVM alone cannot build or run it)", "TVM numerically off", "failed"
-# Where a failure happened (Outcome.stage): simaccel's build, an engine's run, an engine's
-# output, the exported library in a fresh process; and, found by the campaign, a case that
-# killed its process or ran past the per-case time limit.
-BUILD, RUN, OUTPUT, RELOAD, CRASH, HANG = "build", "run", "output", "reload", "crash", "hang"
 
 
 @dataclass
@@ -169,8 +160,7 @@ class Checker:
                 failures.append((key, case, _failed(RELOAD, "no result", "after export and load in a fresh process: "
                                                                          f"no result ({tail(result)})")))
                 continue
-            with np.load(out) as data:
-                got = [data[f"arr_{k}"] for k in range(len(data.files))]
+            got = read_outputs(out)
             outcome = compare(case, got, want, "after export and load in a fresh process", stage=RELOAD)
             if outcome.verdict == FAIL:
                 failures.append((key, case, outcome))
@@ -179,68 +169,8 @@ class Checker:
 
 
 
-def run_fresh(jobs: list, workdir: Path, device: str = "cpu"):
-    """Run exported libraries in one fresh process that imports TVM only: each job is (library,
-    inputs .npz, outputs .npz to write), on `device` ("cpu": simaccel's regions on the ref
-    engine; "cuda": native regions). A job whose library fails writes no outputs and says why
-    on stderr (the completed process is returned)."""
-    (Path(workdir) / "jobs.json").write_text(json.dumps(jobs))
-    env = user_ops_environ()  # the libraries' user ops, found from workdir
-    if device == "cpu":
-        env["SIMACCEL_ENGINE"] = "ref"
-    return subprocess.run([sys.executable, "-c", _FRESH_PROCESS, str(Path(workdir) / "jobs.json"), device],
-                          capture_output=True, text=True, env=env, timeout=1800, cwd=workdir)
-
-
-_FRESH_PROCESS = """
-import json, sys
-import numpy as np
-sys.modules["torch"] = None  # tvm-ffi imports torch where installed (2 s a process); loading a library needs none
-import tvm
-del sys.modules["torch"]  # a user op's code that imports torch still can
-device = tvm.device(sys.argv[2], 0)
-for lib, inputs, out in json.load(open(sys.argv[1])):
-    try:
-        vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(lib), device)
-        with np.load(inputs) as data:
-            args = [tvm.runtime.tensor(data[f"arr_{i}"], device) for i in range(len(data.files))]
-        result = vm["main"](*args)
-        results = [result] if hasattr(result, "numpy") else list(result)
-        np.savez(out, *[r.numpy() for r in results])
-    except Exception as e:
-        print(lib, type(e).__name__, str(e).strip().splitlines()[-1:], file=sys.stderr)
-"""
-
-
-class ContextLost(SimAccelError):
-    """A CUDA error that leaves the process's GPU context unusable: no later case could run."""
-
-
-_STICKY_CUDA_ERRORS = ("cudaErrorIllegalAddress", "illegal memory access", "cudaErrorLaunchFailure",
-                       "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED")
-
-
-def stop_if_context_lost(error: BaseException, phase: str, what: str) -> None:
-    """End the run, naming the phase and `what` ran (the case, the model), after an error no
-    later CUDA call survives."""
-    if any(marker in str(error) for marker in _STICKY_CUDA_ERRORS):
-        raise ContextLost(f"the GPU context was lost while running {phase} ({error_line(error)}); every later "
-                          f"case would fail. {what}") from error
-
-
 def _case_text(case: Case) -> str:
     return f"The case: {case.describe()}; its model: {json.dumps(case_to_json(case))}"
-
-
-def run_vm(executable, arrays, dev) -> list[np.ndarray]:
-    """main's outputs as numpy arrays, run on `dev` with `arrays` as its arguments."""
-    import tvm
-    from tvm import relax
-
-    from ..deploy import outputs_as_list
-
-    vm = relax.VirtualMachine(executable, dev)
-    return [t.numpy() for t in outputs_as_list(vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))]
 
 
 def compare(case: Case, got: list, want: list, where: str, witness: list | None = None, stage: str = OUTPUT) -> Outcome:
@@ -308,73 +238,3 @@ def _error(got, reference) -> float:
     finite = np.isfinite(r)
     scale = 1.0 + (np.abs(r[finite]).max() if finite.any() else 0.0)
     return float(diff.max() / scale) if diff.size else 0.0
-
-
-# A warning of TVM's C++ log (LOG(WARNING)): "[06:21:16] /project/src/runtime/vm/executable.cc:276: Warning: Scope Saving:"
-TVM_WARNING = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: Warning: ")
-TIME_STAMP = re.compile(r"^\[\d\d:\d\d:\d\d\] ")
-LOG_LINES_KEPT = 40  # the last lines a case (or model) wrote on stderr, kept in its record
-LOG_DISTINCT_KEPT = 5  # distinct lines kept per batch of cases (the campaign's summary shows some)
-
-
-def tail(result) -> str:
-    """The last line a process wrote on stderr, TVM's own warnings ("Scope Loaded:", ...) aside."""
-    lines = [line for line in result.stderr.strip().splitlines() if not TVM_WARNING.match(line)]
-    return (lines or ["no error output"])[-1][:300]
-
-
-def _flush_stderr() -> None:
-    """Python's text written so far goes out on the file descriptor it was written for."""
-    for stream in {id(s): s for s in (sys.stderr, sys.__stderr__) if s is not None}.values():
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
-@dataclass
-class CapturedLog:
-    """What a block wrote on stderr: how many lines, the last LOG_LINES_KEPT of them, and its
-    first few distinct ones (TVM's time stamps left out)."""
-
-    count: int = 0
-    lines: list = field(default_factory=list)
-    distinct: list = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {"stderr_lines": self.count, "stderr": self.lines} if self.count else {}
-
-
-@contextlib.contextmanager
-def stderr_captured(folder):
-    """What this process writes to file descriptor 2 while the block runs goes to a file in
-    `folder`, not to the console; yields a `CapturedLog`, filled when the block ends.
-
-    TVM's C++ log writes there directly, not through Python's sys.stderr ("Scope Saving:" at
-    every export of a VM executable with memory scopes, TOPI's warnings while compiling), as
-    does anything else a case runs; `simaccel fuzz` and `simaccel conformance` keep these lines
-    with the case's or model's record and the console to progress and results. The file stays
-    in `folder` if the process dies in the block (in this process's fuzz campaign, `folder` is
-    the case's OUT/running/ folder: the crash's last words are left there)."""
-    _flush_stderr()
-    saved = os.dup(2)
-    fd, path = tempfile.mkstemp(prefix="stderr-", suffix=".txt", dir=str(folder))
-    log = CapturedLog()
-    try:
-        os.dup2(fd, 2)
-        yield log
-    finally:
-        _flush_stderr()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
-        last = deque(maxlen=LOG_LINES_KEPT)
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                line = line.rstrip("\n")[:300]
-                log.count += 1
-                last.append(line)
-                bare = TIME_STAMP.sub("", line)
-                if len(log.distinct) < LOG_DISTINCT_KEPT and bare not in log.distinct:
-                    log.distinct.append(bare)
-        log.lines = list(last)
-        os.unlink(path)
-

@@ -17,10 +17,10 @@ from ....ops import USER_OPS_ENV
 from ....profile import PROFILE_ENV, active_profile
 from ..backends import SIMACCEL, Backend, check_engines
 from ..build_library import module_source
-from ..deploy import write_arrays
+from ..common.arrays import write_arrays
 from .check import FAIL, Checker, Outcome
 from .models import Case, case_from_json, case_to_json
-from .settings import saved_settings, user_op_modules
+from ..common.settings import saved_settings, user_op_modules
 
 REPRO = '''"""Check a simaccel fuzz failure again: python repro.py (exit 1 while it still fails)."""
 import pathlib

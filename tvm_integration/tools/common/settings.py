@@ -1,9 +1,10 @@
-"""What travels with a fuzz case to another process: the modules users' ops are declared in
-($SIMACCEL_OPS) and the device profile ($SIMACCEL_PROFILE).
+"""What travels with a case or a model to another process: the modules users' ops are declared
+in ($SIMACCEL_OPS) and the device profile ($SIMACCEL_PROFILE).
 
-Where it sits: the fresh-process check (fuzz/check.py), Dask workers (tools/executors.py) and
-saved reproductions (fuzz/repro.py) each need the same declarations as the process that drew
-the case; these helpers hand them over, .py paths made absolute.
+Where it sits: the fresh-process check (common/runs.py), Dask workers (tools/executors.py),
+saved fuzz reproductions (fuzz/repro.py), conformance workers and bisect reproducers each need
+the same declarations as the process that drew the case; these helpers hand them over, .py
+paths made absolute.
 """
 
 from __future__ import annotations
