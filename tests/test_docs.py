@@ -41,7 +41,15 @@ def fenced_blocks(doc: Path) -> list[tuple[str, list[str]]]:
 
 
 def repo_files() -> set[str]:
-    return {str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file() and ".git" not in p.parts}
+    """The files a fresh clone has, and new ones not yet committed (git's view: not what a local
+    venv, build or cache folder holds, which a fresh clone lacks)."""
+    import subprocess
+
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:  # not a git checkout (an sdist): every file there
+        return {str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()}
+    return {line for line in listed.stdout.splitlines() if (ROOT / line).is_file()}
 
 
 # -- paths -------------------------------------------------------------------------------------
