@@ -13,47 +13,6 @@ import importlib.util
 import os
 import sys
 
-from .errors import (
-    CodegenError,
-    DeviceError,
-    DtypeError,
-    EngineError,
-    LayoutError,
-    OpDeclarationError,
-    ProgramError,
-    ShapeError,
-    SimAccelError,
-    UnsupportedOpError,
-)
-from .debug.timeline import trace
-from .profile import DEFAULT_PROFILE, DeviceProfile
-
-__version__ = "0.1.0"
-
-__all__ = [
-    "CodegenError",
-    "DEFAULT_PROFILE",
-    "DeviceError",
-    "DeviceProfile",
-    "DtypeError",
-    "EngineError",
-    "LayoutError",
-    "OpDeclarationError",
-    "ProgramError",
-    "ShapeError",
-    "SimAccelError",
-    "UnsupportedOpError",
-    "get_runtime",
-    "trace",
-]
-
-
-def get_runtime():
-    """The process-wide simaccel runtime (plan cache, engine choice, ledger)."""
-    from .runtime import get_runtime as _get_runtime
-
-    return _get_runtime()
-
 
 class _CheckoutFolders:
     """Finds exactly `simaccel.kernels` and `simaccel.tvm_integration` in a source checkout."""
@@ -81,3 +40,40 @@ def _map_checkout_folders() -> None:
 
 
 _map_checkout_folders()
+
+# The package's parts, imported once the checkout's folders can be found (the core imports
+# simaccel.kernels). This module is the top of the floor plan (docs/design.md): it re-exports.
+from .errors import (  # noqa: E402
+    CodegenError,
+    DeviceError,
+    DtypeError,
+    EngineError,
+    LayoutError,
+    OpDeclarationError,
+    ProgramError,
+    ShapeError,
+    SimAccelError,
+    UnsupportedOpError,
+)
+from .debug.timeline import trace  # noqa: E402
+from .profile import DEFAULT_PROFILE, DeviceProfile  # noqa: E402
+from .runtime import get_runtime  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CodegenError",
+    "DEFAULT_PROFILE",
+    "DeviceError",
+    "DeviceProfile",
+    "DtypeError",
+    "EngineError",
+    "LayoutError",
+    "OpDeclarationError",
+    "ProgramError",
+    "ShapeError",
+    "SimAccelError",
+    "UnsupportedOpError",
+    "get_runtime",
+    "trace",
+]

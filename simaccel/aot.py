@@ -46,7 +46,8 @@ import numpy as np
 
 from .errors import EngineError
 from .names import MIN_DRIVER
-from .launch_plan import Launch, View, plan_launches
+from .launch_plan import Launch, LaunchPlan, View
+from .launch_plan import signature  # noqa: F401  (a launch's Numba signature: simaccel.aot.signature too)
 from .program import Program
 
 _LOCK = threading.Lock()
@@ -201,23 +202,6 @@ def _one_arch(entry) -> tuple[int, int] | None:
     if re.fullmatch(r"\d{2,3}", text):
         return int(text[:-1]), int(text[-1])
     return None
-
-
-def signature(launch: Launch, program: Program) -> tuple:
-    """The Numba signature `launch`'s kernel is called with: arrays C-contiguous, ints int64, floats float64."""
-    from numba import types
-    from numba.np.numpy_support import from_dtype
-
-    typed = []
-    for arg in launch.args:
-        if isinstance(arg, View):
-            dtype = np.dtype(program.tensors[arg.tensor].dtype)
-            typed.append(types.Array(from_dtype(dtype), len(arg.shape), "C"))
-        elif isinstance(arg, bool) or isinstance(arg, int):
-            typed.append(types.int64)
-        else:
-            typed.append(types.float64)
-    return tuple(typed)
 
 
 def abi_params(launch: Launch) -> int:
@@ -376,13 +360,7 @@ def _nvrtc_compile(path: str, source: str, arch: tuple[int, int]) -> bytes:
 
 def compile_program(program: Program, arch: tuple[int, int]) -> list[CompiledKernel]:
     """Every distinct (kernel, signature) of `program`'s launch plan, compiled for `arch`."""
-    compiled: dict[tuple, CompiledKernel] = {}
-    for launch in plan_launches(program):
-        sig = signature(launch, program)
-        key = (launch.kernel, sig)
-        if key not in compiled:
-            compiled[key] = compile_kernel(launch.kernel, sig, arch)
-    return list(compiled.values())
+    return [compile_kernel(kernel, sig, arch) for kernel, sig in LaunchPlan.of(program).kernels]
 
 
 def _link(inputs: list, arch: tuple[int, int], name: str, ptx: bool = False, extra=()) -> tuple[bytes, str]:

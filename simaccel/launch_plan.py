@@ -7,8 +7,11 @@ what each launch would do: the kernel function, grid, block, shared memory and a
 where an array argument is a `View` (tensor id, shape) and every other argument a number. So
 the plan of every op, built-in or a user's, comes from its own launcher, with no code per op.
 
-The "sim" and "cuda" engines replay the plan with the call's arrays (`replay`): a warm call
-runs no launcher logic. A native region launcher needs exactly this list too.
+Where it sits: above the Program, the ISA and epilogue fusion (simaccel.fusion), below the
+engines. `LaunchPlan.of(program)` is a Program's one plan, fused where groups fuse, with its
+unfused twin: the runtime replays it (the "sim" and "cuda" engines, `replay`: a warm call runs
+no launcher logic), the native source generator writes it into C++ tables, AOT compiles its
+distinct kernels and signatures.
 
 So every launch of a region runs on the call's stream (TVM's current one): a launcher cannot
 pick a stream through its target. One that launches some other way while it is recorded (on
@@ -18,16 +21,19 @@ kind "stream", always, since such a launch would run outside the plan and off th
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
 
 from . import fusion
 from .errors import EngineError, SanitizerError, SimAccelError
-from .ops import get_op
-from .program import Program
+from .kernels.target import StrayLaunch, recording
+from .ops import LaunchTarget, get_op
+from .ops.registry import generation
+from .program import OpNode, Program
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,8 @@ class _Placeholder:
         return math.prod(self.shape)
 
 
-class _Recorder:
-    """A kernel target that records launches instead of running them."""
+class _Recorder(LaunchTarget):
+    """The launch target that records launches instead of running them."""
 
     name = "plan"
     stream = None
@@ -103,19 +109,73 @@ class _Recorder:
         self.launches.append(Launch(self.index, fn, grid, block, int(shared_bytes), tuple(recorded)))
 
 
-def plan_launches(program: Program, fuse: bool = True) -> tuple[Launch, ...]:
-    """Every kernel launch of `program` (a validated Program), in order.
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A Program's kernel launches, built once (`LaunchPlan.of`) and read by every consumer.
 
-    Ops whose output is a view (`Program.views`) launch nothing; the launches that read a
-    view name the view's own tensor id, which the caller resolves to memory (the runtime
-    reshapes the owner's array, native regions patch in the owner's pointer).
+    `launches`: every launch, in order; `per_op[k]`: op k's launches. Ops whose output is a
+    view (`Program.views`) launch nothing; the launches that read a view name the view's own
+    tensor id, which the caller resolves to memory (the runtime reshapes the owner's array,
+    native regions patch in the owner's pointer).
 
-    With `fuse`, each group of simaccel.fusion is launched by its producer's launcher with an
-    epilogue (or by kernels/epilogue.py's `launch_group`); its launches are the group's last
-    op's, its other ops launch nothing, and the values in between (`fused_values`) are never
-    written.
+    Where groups of simaccel.fusion fuse, each is launched by its producer's launcher with an
+    epilogue (or by kernels/epilogue.py's `launch_group`): its launches are the group's last
+    op's (`nodes[last]` reads what they read: the producer's inputs and the group's extras),
+    its other ops are `fused_away` and the values in between are `unstored`. `unfused` is the
+    twin in which every op launches on its own (the plan itself where nothing fuses): checked
+    calls run it (the sanitizer and the other watchers see every op's output).
     """
-    fused = {g.first: g for g in fusion.groups(program)} if fuse else {}
+
+    program: Program
+    launches: tuple[Launch, ...]
+    nodes: tuple[OpNode, ...]  # the Program's ops, a fused group's last one reading what its launches read
+    fused_away: frozenset[int] = frozenset()  # ops whose work a later op's launches do
+    unstored: frozenset[int] = frozenset()  # tensors no launch writes (a fused group's values)
+
+    @classmethod
+    def of(cls, program: Program, fuse: bool = True) -> "LaunchPlan":
+        """The plan of `program` (a validated Program), fused where groups fuse unless `fuse` is
+        false (where nothing fuses, both are one object): recorded once per Program
+        (`Program.derived`), and again once declared ops are forgotten
+        (`simaccel.ops.registry.generation`)."""
+        key = ("launch_plan", fuse, generation())
+        plan = program.derived.get(key)
+        if plan is None:
+            groups = fusion.groups(program) if fuse else ()
+            plan = _build(program, groups) if groups or not fuse else cls.of(program, fuse=False)
+            program.derived[key] = plan
+        return plan
+
+    @property
+    def unfused(self) -> "LaunchPlan":
+        """The twin in which every op launches on its own: this plan where nothing fuses."""
+        return LaunchPlan.of(self.program, fuse=False) if self.fused_away else self
+
+    @functools.cached_property
+    def per_op(self) -> tuple[tuple[Launch, ...], ...]:
+        per_op = [()] * len(self.program.ops)
+        for launch in self.launches:
+            per_op[launch.op] += (launch,)
+        return tuple(per_op)
+
+    @functools.cached_property
+    def kernel_keys(self) -> tuple[tuple, ...]:
+        """(kernel, Numba signature) of each launch (`signature`): what a compile is of."""
+        return tuple((launch.kernel, signature(launch, self.program)) for launch in self.launches)
+
+    @functools.cached_property
+    def kernels(self) -> dict[tuple, Launch]:
+        """Each distinct (kernel, signature), in the order of its first launch, with that launch."""
+        distinct: dict[tuple, Launch] = {}
+        for key, launch in zip(self.kernel_keys, self.launches):
+            distinct.setdefault(key, launch)
+        return distinct
+
+
+def _build(program: Program, groups) -> LaunchPlan:
+    """Record `program`'s launches, each of `groups` (simaccel.fusion) launched as one kernel."""
+    fused = {g.first: g for g in groups}
+    nodes = list(program.ops)
     skip: set[int] = set()
     launches = []
     for index, node in enumerate(program.ops):
@@ -126,6 +186,7 @@ def plan_launches(program: Program, fuse: bool = True) -> tuple[Launch, ...]:
         if group is not None:
             skip.update(group.members)
             count = _record_group(recorder, program, group)
+            nodes[group.last] = replace(program.ops[group.last], inputs=group_inputs(program, group))
         else:
             op = get_op(node.op)
             arrays = [_placeholder(program, i) for i in node.inputs]
@@ -134,18 +195,42 @@ def plan_launches(program: Program, fuse: bool = True) -> tuple[Launch, ...]:
             raise EngineError(f"{recorder.where}: its launcher says it launched {count} kernels but launched "
                               f"{len(recorder.launches)}")
         launches += recorder.launches
-    return tuple(launches)
+    return LaunchPlan(program, tuple(launches), tuple(nodes),
+                      frozenset(k for g in groups for k in g.members[:-1]),
+                      frozenset(t for g in groups for t in g.fused_values(program)))
+
+
+def plan_launches(program: Program, fuse: bool = True) -> tuple[Launch, ...]:
+    """Every kernel launch of `program` (a validated Program), in order (`LaunchPlan.of`)."""
+    return LaunchPlan.of(program, fuse).launches
 
 
 def fused_values(program: Program) -> frozenset[int]:
     """Tensors that a fused plan (`plan_launches(program)`) never writes."""
-    return frozenset(t for g in fusion.groups(program) for t in g.fused_values(program))
+    return LaunchPlan.of(program).unstored
 
 
 def group_inputs(program: Program, group) -> tuple[int, ...]:
     """The tensors a fused group's launches read: the producer's inputs and the extras."""
     head = program.ops[group.first]
     return tuple(dict.fromkeys((*head.inputs, *group.extras) if group.producer else group.extras))
+
+
+def signature(launch: Launch, program: Program) -> tuple:
+    """The Numba signature `launch`'s kernel is called with: arrays C-contiguous, ints int64, floats float64."""
+    from numba import types
+    from numba.np.numpy_support import from_dtype
+
+    typed = []
+    for arg in launch.args:
+        if isinstance(arg, View):
+            dtype = np.dtype(program.tensors[arg.tensor].dtype)
+            typed.append(types.Array(from_dtype(dtype), len(arg.shape), "C"))
+        elif isinstance(arg, bool) or isinstance(arg, int):
+            typed.append(types.int64)
+        else:
+            typed.append(types.float64)
+    return tuple(typed)
 
 
 def _placeholder(program: Program, i: int) -> "_Placeholder":
@@ -158,7 +243,7 @@ def _record_group(recorder: "_Recorder", program: Program, group) -> int:
                                group.producer_dtype)
     out = _placeholder(program, group.output)
     if not group.producer:
-        from .kernels.epilogue import launch_group
+        from .kernels.epilogue import launch_group  # imports numba: only where a group has no producer
 
         return launch_group(recorder, out, epilogue=epilogue)
     head = program.ops[group.first]
@@ -169,8 +254,6 @@ def _record_group(recorder: "_Recorder", program: Program, group) -> int:
 
 def _record(recorder: _Recorder, node, op, out, arrays, **extra) -> int:
     """Run op `node`'s launcher against the recorder; a launch that bypasses it is a "stream" error."""
-    from .kernels.target import StrayLaunch, recording
-
     try:
         with recording(recorder.where):
             return op.kernel(recorder, out, *arrays, **op.all_attrs(node.attrs), **extra)
@@ -211,7 +294,7 @@ def _numba_launch_in(tb) -> bool:
     return False
 
 
-def replay(launches, target, slots) -> None:
+def replay(launches, target: LaunchTarget, slots) -> None:
     """Launch `launches` on `target` (a simaccel.kernels.KernelTarget); `slots[i]` is tensor i's array there."""
     for launch in launches:
         args = [target.reshape(slots[a.tensor], a.shape) if isinstance(a, View) else a for a in launch.args]

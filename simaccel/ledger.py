@@ -11,7 +11,8 @@ accelerator used, so a test can check that it is TVM's own buffer.
 Native regions (simaccel.native) count their calls themselves, in memory the ledger hands
 them (`native_counters`: calls, nanoseconds, bytes copied; launches follow from the calls and
 the region's launches per op); `snapshot` adds those counts in, so the ledger shows both
-paths. Native calls are not traced.
+paths. Native calls are not traced. Every copy is announced as a COPY event
+(simaccel.events: the timeline trace listens).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import ctypes
 import threading
 import weakref
 from collections import Counter, defaultdict
+
+from . import events
+from .timing import compare
 
 
 class _NativeRegion:
@@ -38,7 +42,6 @@ class Ledger:
     def __init__(self):
         self._lock = threading.Lock()
         self.tracing = False
-        self.copy_observers: list = []  # callables (direction, nbytes) told of every copy (the timeline trace)
         self._native: list[_NativeRegion] = []
         self._programs: dict = {}  # native region name -> its Program (kept, as the region's counters are)
         # region name -> its Program for regions run through Runtime.execute: weak, so the ledger never
@@ -87,8 +90,6 @@ class Ledger:
     def modeled(self, performance, staged: bool = False):
         """Each region counted since the last reset, measured time per call beside the time the
         timing model gives for an accelerator of `performance` (simaccel.timing.compare)."""
-        from .timing import compare
-
         return compare(self.snapshot(), self.programs(), performance, staged)
 
     def record_op(self, op: str, launches: int) -> None:
@@ -96,12 +97,16 @@ class Ledger:
             self._ops[op] += 1
             self._launches[op] += launches
 
+    @property
+    def copy_observers(self) -> tuple:
+        """Who is told of every copy: the COPY listeners of simaccel.events (the timeline trace)."""
+        return events.listeners(events.COPY)
+
     def record_copy(self, direction: str, nbytes: int) -> None:
         """Count bytes simaccel copied; direction is a key of snapshot()["bytes"]."""
         with self._lock:
             self._bytes[direction] += int(nbytes)
-        for observe in tuple(self.copy_observers):
-            observe(direction, nbytes)
+        events.announce(events.COPY, direction, nbytes)
 
     def record_tensor(self, region: str, role: str, name: str, device: str, address: int) -> None:
         """Trace one boundary tensor (callers check `tracing` first, to skip the formatting)."""

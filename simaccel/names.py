@@ -1,4 +1,4 @@
-"""Names that simaccel's Python and its C++ both spell: each is written here once.
+"""Names and numbers that simaccel's Python and its C++ both spell: each is written here once.
 
 Where it sits: below everything else; it imports only simaccel.errors. The TVM registration
 (simaccel.tvm_integration.backend.autoload) registers the global functions under these
@@ -32,6 +32,22 @@ NATIVE_LOG_ENV = "SIMACCEL_NATIVE_LOG"  # "1": a native library says which kerne
 # (simaccel.aot.MAX_PTX_VERSION), and a region whose PTX it refuses says so.
 MIN_DRIVER = "580 (CUDA 13.0)"
 
+# The debug word's bits (simaccel.switches.DEBUG, read by native regions on every call): the
+# sanitize bit makes a call check itself as the sanitizer does (simaccel.debug.sanitize), the
+# trace bit makes it record CUDA events for the timeline trace (simaccel.debug.trace).
+DEBUG_SANITIZE = 1
+DEBUG_TRACE = 2
+
+# The sanitizer's poison, as native regions write it (region.h): the same patterns as the
+# Python engines' (simaccel.debug.sanitizer). Floats: a signalling NaN with a payload (GPUs and
+# numpy make quiet NaNs, so no written element matches); every other dtype: bytes of
+# BYTE_POISON[0], and where any bit pattern is a value (not bool) the op runs again over
+# BYTE_POISON[1] and only elements that kept both count as unwritten.
+FLOAT_POISON = {"float16": 0x7D5A, "float32": 0x7FA5A5A5, "float64": 0x7FF5A5A5A5A5A5A5}
+BYTE_POISON = (0xA5, 0x5A)
+# The bytes of the guard bands around native regions' sanitized scratch.
+CANARY = 0xCB
+
 # The constants of the generated C++: (C++ name, value).
 CPP_NAMES = (
     ("kInvokeFunc", INVOKE_FUNC),
@@ -55,13 +71,20 @@ def sanitizer_kind_constant(kind: str) -> str:
     return "kSanitize" + "".join(part.capitalize() for part in kind.split("_"))
 
 
+def cpp_numbers() -> list[tuple[str, str, int]]:
+    """(C++ name, type, value) of the debug word's bits and the sanitizer's patterns."""
+    f64 = FLOAT_POISON["float64"]
+    return [("kDebugSanitize", "int32_t", DEBUG_SANITIZE), ("kDebugTrace", "int32_t", DEBUG_TRACE),
+            ("kPoisonFloat16", "uint16_t", FLOAT_POISON["float16"]), ("kPoisonFloat32", "uint32_t", FLOAT_POISON["float32"]),
+            ("kPoisonFloat64Low", "uint32_t", f64 & 0xFFFFFFFF), ("kPoisonFloat64High", "uint32_t", f64 >> 32),
+            ("kPoisonByte", "uint8_t", BYTE_POISON[0]), ("kPoisonByteAgain", "uint8_t", BYTE_POISON[1]),
+            ("kCanary", "uint8_t", CANARY)]
+
+
 def cpp_constants() -> list[str]:
     """C++ lines defining every shared name, every error kind (simaccel.errors.__all__), the
-    sanitizer's kinds (errors.SanitizerError.KINDS) and the debug word's bits and patterns
-    (simaccel.debug.flags)."""
-    from .debug import flags  # only when C++ is written: flags sits above this module
-
+    sanitizer's kinds (errors.SanitizerError.KINDS) and the debug word's bits and patterns."""
     pairs = [*CPP_NAMES, *((error_kind_constant(kind), kind) for kind in errors.__all__),
              *((sanitizer_kind_constant(kind), kind) for kind in errors.SanitizerError.KINDS)]
     return [f'constexpr const char {name}[] = "{value}";' for name, value in pairs] + [
-        f"constexpr const {ctype} {name} = {value:#x};" for name, ctype, value in flags.cpp_numbers()]
+        f"constexpr const {ctype} {name} = {value:#x};" for name, ctype, value in cpp_numbers()]

@@ -113,6 +113,12 @@ class Program:
                 views[node.output] = views.get(node.inputs[0], node.inputs[0])
         return views
 
+    @functools.cached_property
+    def derived(self) -> dict:
+        """Values the layers above derive from this Program, kept as long as it lives, by key
+        (simaccel.launch_plan keeps its LaunchPlans here: recorded once per Program)."""
+        return {}
+
     # -- serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict:
         data = {

@@ -13,10 +13,15 @@ earlier op of the same call already overwrote; the ledger counts that copy. Two 
 share memory are refused.
 
 Parsed Programs and plans live in LRU caches of `max_plans` entries (default 256, or
-$SIMACCEL_MAX_PLANS); an evicted plan gives its intermediates back at once.
+$SIMACCEL_MAX_PLANS); an evicted plan gives its intermediates back at once. They are dropped
+when declared ops are forgotten (simaccel.ops.registry.generation, read on each call).
 
-Engine choice, first match wins: `use_engine(...)` (a context), `set_engine(...)`, the
-environment variable SIMACCEL_ENGINE, then "auto" (CPU tensors -> "ref", CUDA -> "cuda").
+Where it sits: above the engines and the switches, below the debugging tools, which it knows
+only through simaccel.events (watchers, the sanitizer's checks, its own creation).
+
+Engine choice, first match wins (simaccel.switches): `use_engine(...)` (a context),
+`set_engine(...)`, the environment variable SIMACCEL_ENGINE, then "auto" (CPU tensors -> "ref",
+CUDA -> "cuda").
 
 Native regions (a CUDA build's regions compiled to C++, simaccel.native) do not come here:
 they run without Python while "auto" is the choice. While a Python engine or the
@@ -34,40 +39,28 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import contextvars
 import os
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import replace
 
-from .debug import hooks
-from .debug.sanitize_switch import sanitizing
+from . import events
 from .engines import ENGINE_NAMES, Call, get_engine
+from .engines.sim import index_error
 from .errors import DeviceError, EngineError, LayoutError, ProgramError, SanitizerError, SimAccelError
-from . import fusion
+from .launch_plan import LaunchPlan
 from .ledger import Ledger
-from .launch_plan import fused_values, group_inputs, plan_launches
 from .ops import get_op
+from .ops.registry import generation
 from .profile import DeviceProfile, active_profile
 from .program import Program
+from .switches import AUTO, ENGINE, ENGINE_ENV, ROUTE, STAGED, sanitizing
+from .switches import STAGED_ENV  # noqa: F401  (simaccel.runtime.STAGED_ENV, as ENGINE_ENV and AUTO)
 from .tensors import TensorRef, check, describe, device_of, from_dlpack, overlaps
 
-ENGINE_ENV = "SIMACCEL_ENGINE"
-STAGED_ENV = "SIMACCEL_STAGED"
 MAX_PLANS_ENV = "SIMACCEL_MAX_PLANS"
 DEFAULT_MAX_PLANS = 256
-AUTO = "auto"
 _DEFAULT_ENGINE_FOR_DEVICE = {"cpu": "ref", "cuda": "cuda"}
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("", "0", "false", "no", "off")
-_scoped_engine: contextvars.ContextVar[str | None] = contextvars.ContextVar("simaccel_engine", default=None)
-_scoped_staged: contextvars.ContextVar[bool | None] = contextvars.ContextVar("simaccel_staged", default=None)
-# Native regions read this flag on every call: nonzero sends the call to the Python runtime.
-_ROUTE = ctypes.c_int32(0)
-_python_scopes = 0  # `use_engine`/`use_staged` blocks open now, in any thread, that choose Python
-_scopes_lock = threading.Lock()
 
 
 class Plan:
@@ -85,24 +78,19 @@ class Plan:
         self.device = device
         self.stream = stream
         self.sanitize = sanitize  # calls run under the sanitizer (simaccel.debug.sanitizer)
-        self.steps = [(node, get_op(node.op)) for node in program.ops]
         # The kernel engines replay each op's recorded launches (simaccel.launch_plan), with
         # epilogue fusion (simaccel.fusion) unless the calls are watched: the sanitizer and the
         # other watchers see every op's output. A fused group runs at its last op, reading
         # what its launches read; its other ops run nothing and their values are never stored.
+        nodes = program.ops
         self.launches = [()] * len(program.ops)
-        self.fused_away: set[int] = set()  # ops whose work a later op's launches do
+        self.fused_away: frozenset[int] = frozenset()  # ops whose work a later op's launches do
         unstored: frozenset[int] = frozenset()
         if engine.launches_kernels:
-            fuse = not sanitize and not hooks.active()
-            for launch in plan_launches(program, fuse=fuse):
-                self.launches[launch.op] += (launch,)
-            if fuse:
-                unstored = fused_values(program)
-                for group in fusion.groups(program):
-                    self.fused_away.update(group.members[:-1])
-                    node = program.ops[group.last]
-                    self.steps[group.last] = (replace(node, inputs=group_inputs(program, group)), get_op(node.op))
+            plan = LaunchPlan.of(program, fuse=not sanitize and not events.listeners(events.WATCH))
+            nodes, self.launches = plan.nodes, list(plan.per_op)
+            self.fused_away, unstored = plan.fused_away, plan.unstored
+        self.steps = [(node, get_op(node.op)) for node in nodes]
         self.slots: list = [None] * len(program.tensors)
         allocated = [i for i in program.intermediates if i not in program.views and i not in unstored]
         if program.constants or allocated:
@@ -113,7 +101,7 @@ class Plan:
             self.slots[i] = engine.constant(program.tensors[i], device[1])
         self.scratch: dict = {}  # staging buffers, host-staged mode only
         self.alias_scratch: dict = {}  # tensor id -> buffer an aliased output is computed into
-        self.watcher_scratch: dict = {}  # buffers watchers keep with the plan (hooks.RegionRun.scratch)
+        self.watcher_scratch: dict = {}  # buffers watchers keep with the plan (events.RegionRun.scratch)
         self.lock = threading.Lock()
         self.freed = False
 
@@ -170,6 +158,7 @@ class Runtime:
         self._programs: OrderedDict[str, tuple[str, Program]] = OrderedDict()
         self._plans: OrderedDict[tuple, Plan] = OrderedDict()
         self._lock = threading.Lock()
+        self._generation = generation()  # of the op registry, when the caches were last emptied
 
     @property
     def profile(self) -> DeviceProfile:
@@ -187,12 +176,8 @@ class Runtime:
     def use_engine(self, name: str):
         """Use engine `name` inside a `with` block (per thread / task)."""
         _check_engine_name(name)
-        token = _scoped_engine.set(name)
-        with self._python_scope(name != AUTO):
-            try:
-                yield self
-            finally:
-                _scoped_engine.reset(token)
+        with ENGINE.scope(name, self.route_flag):
+            yield self
 
     def set_staged(self, staged: bool | None) -> None:
         """Copy GPU tensors through host memory (True), zero-copy (False), or default (None)."""
@@ -202,33 +187,13 @@ class Runtime:
     @contextlib.contextmanager
     def use_staged(self, staged: bool = True):
         """Host-staged mode inside a `with` block (per thread / task)."""
-        token = _scoped_staged.set(staged)
-        with self._python_scope(bool(staged)):
-            try:
-                yield self
-            finally:
-                _scoped_staged.reset(token)
-
-    @contextlib.contextmanager
-    def _python_scope(self, python: bool):
-        global _python_scopes
-        if not python:
-            yield
-            return
-        with _scopes_lock:
-            _python_scopes += 1
-        self.route_flag()
-        try:
-            yield
-        finally:
-            with _scopes_lock:
-                _python_scopes -= 1
-            self.route_flag()
+        with STAGED.scope(staged, self.route_flag):
+            yield self
 
     def route_flag_set(self) -> bool:
         """Whether native regions go through this runtime now (see `route_flag`)."""
         self.route_flag()
-        return bool(_ROUTE.value)
+        return bool(ROUTE.value())
 
     def route_flag(self) -> int:
         """Update and return the address of the flag native regions read on every call.
@@ -239,31 +204,17 @@ class Runtime:
         called or this is next updated, or an installed watcher that wants every region
         (simaccel.debug.hooks). Native regions then forward to `invoke`.
         """
-        engine = self._engine or os.environ.get(ENGINE_ENV) or AUTO
-        # An unreadable $SIMACCEL_STAGED routes too: the Python runtime then says what is wrong.
-        staged = self._staged if self._staged is not None else os.environ.get(STAGED_ENV, "").strip().lower() not in _FALSE
-        python = _python_scopes > 0 or engine != AUTO or bool(staged) or hooks.wants_python_regions()
-        _ROUTE.value = int(python)
-        return ctypes.addressof(_ROUTE)
+        python = ENGINE.process_wide(self._engine) or STAGED.process_wide(self._staged)
+        return ROUTE.set(python or events.python_regions_wanted())
 
     @property
     def staged(self) -> bool:
         """Whether the next call copies through host memory (default False: zero-copy)."""
-        for value in (_scoped_staged.get(), self._staged):
-            if value is not None:
-                return value
-        value = os.environ.get(STAGED_ENV, "").strip().lower()
-        if value in _TRUE:
-            return True
-        if value in _FALSE:
-            return False
-        raise EngineError(
-            f"{STAGED_ENV}={os.environ[STAGED_ENV]!r} is not a boolean; use 1/true/yes/on or 0/false/no/off"
-        )
+        return STAGED.value(self._staged)
 
     def engine_name(self, device_type: str = "cpu") -> str:
         """The engine a call on `device_type` tensors would use now."""
-        name = _scoped_engine.get() or self._engine or os.environ.get(ENGINE_ENV) or AUTO
+        name = ENGINE.value(self._engine)
         _check_engine_name(name, source=ENGINE_ENV if name == os.environ.get(ENGINE_ENV) else "engine")
         if name != AUTO:
             return name
@@ -282,6 +233,7 @@ class Runtime:
         A cached entry is used only if its JSON is the same text, so two different Programs
         can never share a key's entry.
         """
+        self._forget_if_ops_were()
         with self._lock:
             entry = self._programs.get(key)
             if entry is not None and (entry[0] is program_json or entry[0] == program_json):
@@ -347,7 +299,7 @@ class Runtime:
         plan_key = (program.fingerprint(), engine.name, device, stream)
         if sanitize:  # a plan of its own: the sanitizer's scratch is never part of the plain plan
             plan_key += ("sanitized",)
-        elif hooks.active():  # watched calls run unfused plans (Plan)
+        elif events.listeners(events.WATCH):  # watched calls run unfused plans (Plan)
             plan_key += ("unfused",)
         with self._live_plan(plan_key, program, engine, device, stream, sanitize) as plan:
             call = Call(program.name, device, stream, staged, self.ledger, plan.scratch)
@@ -367,15 +319,13 @@ class Runtime:
                 slots[i] = plan.alias_buffer(i)
             for i, owner in program.views.items():
                 slots[i] = engine.view(slots[owner], program.tensors[i])
-            watchers = hooks.active()
-            if plan.sanitize:
-                from .debug.sanitizer import SANITIZER
-
-                watchers = (SANITIZER, *watchers)  # first: the others see the real tensors after an op
+            watchers = events.listeners(events.WATCH)
+            if plan.sanitize:  # the sanitizer first: the others see the real tensors after an op
+                watchers = (*_sanitizer(program), *watchers)
             run = None
             if watchers:
-                run = hooks.RegionRun(program, engine, call, slots, list(boundary_list), list(plan.launches),
-                                      scratch=plan.watcher_scratch)
+                run = events.RegionRun(program, engine, call, slots, list(boundary_list), list(plan.launches),
+                                       scratch=plan.watcher_scratch)
                 for w in watchers:
                     w.region_start(run)
             for index, ((node, op), recorded) in enumerate(zip(plan.steps, plan.launches)):
@@ -393,8 +343,6 @@ class Runtime:
                 except SimAccelError:
                     raise
                 except Exception as e:  # a kernel or reference failure: name where it happened
-                    from .debug.sanitizer import index_error
-
                     error = index_error(program, index, [slots[i] for i in node.inputs], slots[node.output], recorded, e)
                     if error is not None:  # a simulated kernel indexed out of range
                         raise error from e
@@ -445,6 +393,7 @@ class Runtime:
                     return
 
     def _plan(self, plan_key: tuple, program: Program, engine, device, stream=None, sanitize=False) -> Plan:
+        self._forget_if_ops_were()
         with self._lock:
             plan = self._plans.get(plan_key)
             if plan is not None:
@@ -460,6 +409,13 @@ class Runtime:
         for old in evicted:
             old.free()
         return plan
+
+    def _forget_if_ops_were(self) -> None:
+        """Clear the caches once declared ops were forgotten (`simaccel.ops.registry.generation`):
+        their Programs and plans may hold ops that are gone or declared anew."""
+        if self._generation != generation():
+            self._generation = generation()
+            self.clear()
 
     def clear(self) -> None:
         """Drop cached Programs and plans, freeing the plans' memory."""
@@ -487,6 +443,15 @@ def _max_plans(value: int | None) -> int:
     return value
 
 
+def _sanitizer(program: Program) -> tuple:
+    """The watcher that checks a sanitized call (simaccel.debug.sanitizer registers it, as a
+    SANITIZE listener of simaccel.events, when simaccel is imported)."""
+    checks = events.listeners(events.SANITIZE)
+    if not checks:
+        raise EngineError(f"region {program.name}: a sanitized call needs simaccel.debug.sanitizer, which is not loaded")
+    return checks
+
+
 def _check_engine_name(name: str, source: str = "engine") -> None:
     if name != AUTO and name not in ENGINE_NAMES:
         raise EngineError(f"unknown {source} value {name!r}; choose one of {AUTO}, {', '.join(ENGINE_NAMES)}")
@@ -497,7 +462,8 @@ _RUNTIME_LOCK = threading.Lock()
 
 
 def get_runtime() -> Runtime:
-    """The process-wide runtime used by TVM-compiled models."""
+    """The process-wide runtime used by TVM-compiled models (created on first use, announced
+    to the RUNTIME listeners of simaccel.events: $SIMACCEL_TRACE starts there)."""
     global _RUNTIME
     created = False
     if _RUNTIME is None:
@@ -509,7 +475,5 @@ def get_runtime() -> Runtime:
                 atexit.register(_RUNTIME.clear)
                 created = True
     if created:
-        from .debug.timeline import start_from_env
-
-        start_from_env()  # $SIMACCEL_TRACE: trace from the first region call, written at exit
+        events.announce(events.RUNTIME, _RUNTIME)
     return _RUNTIME

@@ -6,9 +6,11 @@
 * `register()`                                - codegen + runtime entry (done on `import tvm`)
 
 Only `register` is imported eagerly: the rest needs the full TVM compiler (`tvm.relax`),
-which a runtime-only deployment does not have.
+which a runtime-only deployment does not have. Importing this package also provides the
+core's names implemented here (simaccel.provided: `simaccel.debug.bisect`, `simaccel.testing`).
 """
 
+from ..provided import provide
 from .backend.autoload import register
 
 _LAZY = {
@@ -32,3 +34,5 @@ def __getattr__(name):
 
 
 register()
+provide("bisect", f"{__name__}.tools.bisect:bisect")
+provide("testing", f"{__name__}.tools.testing")

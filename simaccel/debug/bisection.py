@@ -3,17 +3,15 @@
 Where it sits: bisection builds and runs models, so it needs TVM; its implementation is
 `simaccel.tvm_integration.tools.bisect` (which captures region calls with
 `simaccel.debug.capture.Capture`). The core imports nothing of the TVM side (tests/test_isa.py
-checks every import statement, tests/test_imports.py that `import simaccel` loads no TVM),
-so this function looks the implementation up by name when it is called.
+reads every import, string ones included; tests/test_imports.py checks that `import simaccel`
+loads no TVM), so the TVM layer registers the implementation as "bisect" (simaccel.provided)
+and this function looks it up when it is called.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from ..errors import SimAccelError
-
-_IMPLEMENTATION = "simaccel.tvm_integration.tools.bisect"
+from ..provided import provided
 
 
 def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, profile=None, out_dir=None, **options):
@@ -23,9 +21,9 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
     tolerance, with a reproducer written to `out_dir`. See
     simaccel.tvm_integration.tools.bisect.bisect for every option."""
     try:
-        implementation = importlib.import_module(_IMPLEMENTATION)
+        implementation = provided("bisect")
     except ImportError as e:
         raise SimAccelError(f"simaccel.debug.bisect builds the model with TVM, which cannot be imported here "
                             f"({type(e).__name__}: {e}); install apache-tvm") from e
-    return implementation.bisect(mod, inputs, target=target, engine=engine, rtol=rtol, atol=atol, profile=profile,
-                                 out_dir=out_dir, **options)
+    return implementation(mod, inputs, target=target, engine=engine, rtol=rtol, atol=atol, profile=profile,
+                          out_dir=out_dir, **options)

@@ -1,10 +1,10 @@
 """Native regions' trace records: what a traced native call launched and when, for subscribers.
 
-Where it sits: while the debug word's TRACE bit is on (simaccel.debug.flags), a native region
-(region.h) records a CUDA event before and after each kernel launch on TVM's stream, waits for
-the last one after the call, and hands the timings to Python through the global function
-`names.NATIVE_TRACE_FUNC`, which simaccel.tvm_integration.backend.autoload registers as
-`record`. One JSON object per call:
+Where it sits: a debugging tool's view of the NATIVE_CALL events of simaccel.events. While the
+debug word's TRACE bit is on (simaccel.debug.flags), a native region (region.h) records a CUDA
+event before and after each kernel launch on TVM's stream, waits for the last one after the
+call, and hands the timings to Python through the global function `names.NATIVE_TRACE_FUNC`,
+which simaccel.tvm_integration.backend.autoload registers as `record`. One JSON object per call:
 
     {"region": "fused_dense_simaccel", "key": "fused_dense_simaccel:1a2b3c4d5e6f", "device": 0, "stream": 1234,
      "host_start_ns": time.time_ns() at the call's start (CLOCK_REALTIME),
@@ -22,29 +22,22 @@ With the bit off no event API is called and nothing reaches this module.
 from __future__ import annotations
 
 import json
-import threading
 import warnings
 
-_lock = threading.Lock()
-_subscribers: tuple = ()
+from .. import events
 
 
 def subscribe(callback) -> None:
     """Call `callback(record: dict)` for every traced native region call from now on."""
-    global _subscribers
-    with _lock:
-        if callback not in _subscribers:
-            _subscribers = _subscribers + (callback,)
+    events.listen(events.NATIVE_CALL, callback)
 
 
 def unsubscribe(callback) -> None:
-    global _subscribers
-    with _lock:
-        _subscribers = tuple(c for c in _subscribers if c is not callback and c != callback)
+    events.unlisten(events.NATIVE_CALL, callback)
 
 
 def subscribers() -> tuple:
-    return _subscribers
+    return events.listeners(events.NATIVE_CALL)
 
 
 def record(json_text: str) -> None:
@@ -52,7 +45,7 @@ def record(json_text: str) -> None:
 
     A subscriber that raises is reported as a warning: a trace must not fail the model's call.
     """
-    callbacks = _subscribers
+    callbacks = events.listeners(events.NATIVE_CALL)
     if not callbacks:
         return
     data = json.loads(str(json_text))

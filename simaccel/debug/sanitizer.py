@@ -1,8 +1,10 @@
 """The sanitizer's checks: a watcher (simaccel.debug.hooks) that catches what a region call
 must never do, and names the region, op and tensor.
 
-Where it sits: simaccel.runtime runs a sanitized call (simaccel.debug.sanitize says which)
-with `SANITIZER` as its first watcher, on the ref, sim and cuda engines alike. Per call:
+Where it sits: a debugging tool above the runtime. Imported (with simaccel), it registers
+`SANITIZER` as the SANITIZE listener of simaccel.events; simaccel.runtime runs a sanitized
+call (simaccel.debug.sanitize says which) with it as its first watcher, on the ref, sim and
+cuda engines alike. Per call:
 
 * region start: on the cuda engine, refuse a stream that is capturing a CUDA graph (the
   checks synchronise, which capture forbids) and check that kernels go to the call's stream;
@@ -19,8 +21,8 @@ with `SANITIZER` as its first watcher, on the ref, sim and cuda engines alike. P
 * region end: every input that shares no memory with an output must equal its copy.
 
 Inputs are compared through host copies (on the cuda engine a device-to-host copy per
-check; docs/debugging.md gives the cost). `index_error` turns a simulator kernel's
-IndexError into a SanitizerError of kind "index" (always, not only when sanitizing).
+check; docs/debugging.md gives the cost). A simulated kernel's IndexError becomes a
+SanitizerError of kind "index" in any call (simaccel.engines.sim.index_error).
 """
 
 from __future__ import annotations
@@ -29,14 +31,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import events
 from ..errors import SanitizerError
+from ..launch_plan import View
+from ..names import BYTE_POISON, FLOAT_POISON
+from ..ops import get_op
 from ..program import TensorSpec
-from .flags import BYTE_POISON, FLOAT_POISON
 from .hooks import Watcher
 
 GUARD = 256  # bytes of canary on each side of a scratch tensor (keeps the middle 256-byte aligned)
 
-# The poison of each dtype (one home for Python and native regions: simaccel.debug.flags):
+# The poison of each dtype (one home for Python and native regions: simaccel.names):
 # signalling NaNs with payloads for floats (arithmetic yields quiet NaNs), bytes otherwise.
 _FLOAT_POISON, _BYTE_POISON = FLOAT_POISON, BYTE_POISON
 
@@ -151,8 +156,6 @@ class Sanitizer(Watcher):
 
     def _rerun(self, run, index: int, scratch: _Scratch) -> np.ndarray:
         """Run op `index` again into the second poison; the elements it left unwritten there too."""
-        from ..ops import get_op
-
         node = run.program.ops[index]
         run.engine.copy(run.call, scratch.flat, scratch.images[1])
         run.engine.execute(run.call, node, get_op(node.op), [run.slots[i] for i in node.inputs], scratch.middle,
@@ -181,6 +184,7 @@ class Sanitizer(Watcher):
 
 
 SANITIZER = Sanitizer()
+events.listen(events.SANITIZE, SANITIZER)
 
 
 # -- checks ------------------------------------------------------------------------------------
@@ -274,50 +278,6 @@ def check_stream(run) -> None:
             region=program.name, kind="capture")
 
 
-# -- kernel index errors (the sim engine, always) ------------------------------------------------
-def index_error(program, index: int, inputs: list, output, launches, error: BaseException):
-    """A SanitizerError of kind "index" for an IndexError a simulated kernel of op `index` raised,
-    naming the array it indexed where the traceback shows it; None for other errors."""
-    if not isinstance(error, IndexError):
-        return None
-    from ..kernels.target import simulated
-
-    node = program.ops[index]
-    arrays = list(zip(node.inputs, inputs)) + [(node.output, output)]
-    codes = {simulated(launch.kernel).__code__: launch for launch in launches if hasattr(simulated(launch.kernel), "__code__")}
-    tensor, access, launch = None, None, None
-    tb = error.__traceback__
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_code in codes:
-            launch = codes[frame.f_code]
-        if frame.f_code.co_name in ("__setitem__", "__getitem__"):
-            array = getattr(frame.f_locals.get("self"), "_ary", None)
-            if isinstance(array, np.ndarray):
-                found = [t for t, a in arrays if isinstance(a, np.ndarray) and _same_memory(array, a)]
-                if found:
-                    tensor, access = found[0], "wrote" if frame.f_code.co_name == "__setitem__" else "read"
-        tb = tb.tb_next
-    kernel = f"kernel {simulated(launch.kernel).__name__} (grid {launch.grid}, block {launch.block})" if launch else "a kernel"
-    if tensor is None:
-        what, name = "indexed an array out of range (not one of the op's tensors: a local or shared array?)", None
-    else:
-        spec = program.tensors[tensor]
-        role = "output" if tensor == node.output else "input"
-        what, name = f"{access} its {role} {_describe(spec)} out of range", spec.name
-    return SanitizerError(
-        f"region {program.name}: op {index} ({node.op}): {kernel} {what}: {error}",
-        region=program.name, op=node.op, tensor=name, kind="index")
-
-
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    from numpy.lib.array_utils import byte_bounds
-
-    lo, hi = byte_bounds(a)
-    other_lo, other_hi = byte_bounds(b)
-    return lo < other_hi and other_lo < hi or (lo == other_lo and a.size == 0)
-
-
 # -- helpers -----------------------------------------------------------------------------------
 def _host(run, array, copy: bool = True) -> np.ndarray:
     """A host copy of an engine array (host engines: the array itself where `copy` is False)."""
@@ -357,8 +317,6 @@ def _launch_list(run, index: int) -> str:
     launches = run.launches[index] if index < len(run.launches) else ()
     if not launches:
         return ""
-    from ..launch_plan import View
-
     names = run.program.tensors
     described = []
     for launch in launches:

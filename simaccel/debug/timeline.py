@@ -1,9 +1,10 @@
 """The timeline trace: a Chrome trace-event / Perfetto JSON of a run.
 
-Where it sits: a debugging tool over `simaccel.debug.hooks` (one watcher of every region call
-made through the Python runtime), the debug word (`flags.TRACE`, on while tracing, so native
-regions record CUDA events and publish each call through `simaccel.debug.native_events`) and
-the ledger (its counters, and every byte simaccel copies). TVM's side, the VM's own call
+Where it sits: a debugging tool above the runtime, fed by the events of simaccel.events: a
+watcher of every region call made through the Python runtime (`simaccel.debug.hooks`), native
+regions' calls (the debug word's `flags.TRACE` is on while tracing, so they record CUDA events
+and publish each call through `simaccel.debug.native_events`), every byte simaccel copies, and
+the runtime's creation ($SIMACCEL_TRACE); it reads the ledger's counters. TVM's side, the VM's own call
 instructions (its kernels, builtins and the calls of region functions), is added by
 `simaccel.tvm_integration.tools.trace_tvm`, which feeds `Trace.vm_call`. The core knows
 nothing of TVM.
@@ -13,8 +14,9 @@ Turning it on:
 - `with simaccel.trace("trace.json"):` (also `simaccel.debug.trace`) traces the block and writes
   the file when it ends;
 - `$SIMACCEL_TRACE=trace.json` starts a trace when the process's runtime is first created (the
-  first region call, the loading of a library with native regions, or `simaccel.get_runtime()`)
-  and writes the file at interpreter exit (atexit), unless a trace was started explicitly before
+  first region call, the loading of a library with native regions, or `simaccel.get_runtime()`:
+  this module listens for it from its import on) and writes the file at interpreter exit
+  (atexit), unless a trace was started explicitly before
   (`simaccel demo` and `simaccel run` trace their run into `$SIMACCEL_TRACE` that way, so that
   TVM's VM calls are in it too).
 
@@ -51,8 +53,12 @@ import os
 import threading
 import time
 
+from .. import events
 from ..errors import SimAccelError
-from . import flags, hooks
+from ..profile import active_profile
+from ..runtime import get_runtime
+from ..timing import model_program, region_bound
+from . import flags, hooks, native_events
 
 TRACE_ENV = "SIMACCEL_TRACE"
 HOST_PID = 0
@@ -175,8 +181,6 @@ class Trace:
 
     def counters(self, ts: float | None = None) -> None:
         """The ledger's counters now, as "C" events on the host process."""
-        from ..runtime import get_runtime
-
         snap = get_runtime().ledger.snapshot()
         ts = self.host_us() if ts is None else ts
         where = self.track("host", "ledger")
@@ -301,8 +305,6 @@ def native_events_to_trace(trace: Trace, record: dict) -> None:
             start, placed = call["times"][0], "start of TVM's VM call"
             break
     end = max((float(launch["end_us"]) for launch in launches), default=0.0)
-    from ..runtime import get_runtime
-
     modeled = modeled_times(get_runtime().ledger.programs().get(record["region"]), False)
     trace.span(record["region"], REGION, where, start, end,
                {"region": record["region"], "engine": "native", "device": device, "stream": record.get("stream"),
@@ -326,9 +328,6 @@ def modeled_times(program, staged: bool) -> dict:
     """{None: the region's, op index: the op's} {"modeled_us", "bound"} under the active
     profile's performance figures (simaccel.timing), for the trace's span arguments; empty
     where the profile has none or the Program is unknown here."""
-    from ..profile import active_profile
-    from ..timing import model_program, region_bound
-
     performance = active_profile().performance
     if program is None or performance is None:
         return {}
@@ -431,11 +430,8 @@ def start(path, clock=None) -> Trace:
     A trace started before the runtime exists takes the place of `$SIMACCEL_TRACE`'s.
     """
     global _current, _env_checked
-    from ..runtime import get_runtime
-
     _env_checked = True
-
-    runtime = get_runtime()
+    get_runtime()  # created now if it was not: $SIMACCEL_TRACE's trace does not start after this one
     with _lock:
         if _current is not None:
             raise SimAccelError(f"a trace to {_current.path} is already being recorded; one trace at a time "
@@ -443,28 +439,23 @@ def start(path, clock=None) -> Trace:
         trace = _current = Trace(path, clock)
     trace.watcher = TraceWatcher(trace)
     hooks.install(trace.watcher)
-    runtime.ledger.copy_observers.append(trace.copy)
+    events.listen(events.COPY, trace.copy)
     flags.set_bit(flags.TRACE, True)
-    trace.unsubscribe = _subscribe_native(trace)
+    native_events.subscribe(trace.native_call)
     return trace
 
 
 def stop() -> Trace | None:
     """Stop the current trace and write it (None if no trace was on)."""
     global _current
-    from ..runtime import get_runtime
-
     with _lock:
         trace, _current = _current, None
     if trace is None:
         return None
     flags.set_bit(flags.TRACE, False)
     hooks.uninstall(trace.watcher)
-    observers = get_runtime().ledger.copy_observers
-    if trace.copy in observers:
-        observers.remove(trace.copy)
-    if trace.unsubscribe is not None:
-        trace.unsubscribe()
+    events.unlisten(events.COPY, trace.copy)
+    native_events.unsubscribe(trace.native_call)
     trace.close()
     return trace
 
@@ -483,26 +474,9 @@ def trace(path, clock=None):
             stop()
 
 
-def _subscribe_native(trace: Trace):
-    """Subscribe to native regions' published calls; returns the unsubscribing callable or None.
-
-    `simaccel.debug.native_events` comes with the native tracing of region.h (`flags.TRACE`); a
-    checkout without it has no native events to subscribe to, and the Python regions are traced
-    all the same.
-    """
-    try:
-        from . import native_events  # noqa: WPS433 (optional: see the docstring)
-    except ImportError:
-        return None
-    token = native_events.subscribe(trace.native_call)
-    if callable(token):
-        return token
-    unsubscribe = getattr(native_events, "unsubscribe", None)
-    return (lambda: unsubscribe(trace.native_call)) if unsubscribe is not None else None
-
-
-def start_from_env() -> Trace | None:
-    """Start the trace `$SIMACCEL_TRACE` names, once per process, written at exit (get_runtime calls this)."""
+def start_from_env(runtime=None) -> Trace | None:
+    """Start the trace `$SIMACCEL_TRACE` names, once per process, written at exit (when the
+    process's runtime is created: a RUNTIME listener of simaccel.events from this module's import on)."""
     global _env_checked
     if _env_checked:
         return None
@@ -523,3 +497,6 @@ def _stop_at_exit(recording: Trace) -> None:
             import sys
 
             print(f"simaccel: {e}", file=sys.stderr)
+
+
+events.listen(events.RUNTIME, start_from_env)

@@ -7,6 +7,10 @@ the caller's buffers, so kernels write TVM's memory in place.
 Numba's simulator runs one launch at a time per process (it keeps the simulated thread
 indices in process-wide state), so region calls on this engine take turns: callers on
 several threads are serialised, not failed.
+
+`index_error` turns a simulated kernel's IndexError into a SanitizerError of kind "index"
+naming the op and the tensor it indexed (the runtime asks it of every failed op, always, not
+only when sanitizing).
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import re
 import threading
 import warnings
 
+import numpy as np
+
+from ..errors import SanitizerError
+from ..kernels.target import simulated
 from ..launch_plan import replay
 from .base import Engine
 
 _ONE_AT_A_TIME = threading.Lock()
-
 
 
 def silence_float_warnings(launches) -> None:
@@ -35,8 +42,6 @@ def silence_float_warnings(launches) -> None:
     (`warnings.filterwarnings` keeps one copy of each), so a caller's ``error`` filter set
     meanwhile (pytest's ``-W error``) does not turn a NaN into a failed launch.
     """
-    from ..kernels.target import simulated
-
     ran = set()
     for launch in launches:
         ran.add(simulated(launch.kernel).__module__)
@@ -77,3 +82,44 @@ class SimEngine(Engine):
         silence_float_warnings(launches)
         replay(launches, KernelTarget("sim"), arrays)
         return len(launches)
+
+
+def index_error(program, index: int, inputs: list, output, launches, error: BaseException):
+    """A SanitizerError of kind "index" for an IndexError a simulated kernel of op `index` raised,
+    naming the array it indexed where the traceback shows it; None for other errors."""
+    if not isinstance(error, IndexError):
+        return None
+    node = program.ops[index]
+    arrays = list(zip(node.inputs, inputs)) + [(node.output, output)]
+    codes = {simulated(launch.kernel).__code__: launch for launch in launches if hasattr(simulated(launch.kernel), "__code__")}
+    tensor, access, launch = None, None, None
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code in codes:
+            launch = codes[frame.f_code]
+        if frame.f_code.co_name in ("__setitem__", "__getitem__"):
+            array = getattr(frame.f_locals.get("self"), "_ary", None)
+            if isinstance(array, np.ndarray):
+                found = [t for t, a in arrays if isinstance(a, np.ndarray) and _same_memory(array, a)]
+                if found:
+                    tensor, access = found[0], "wrote" if frame.f_code.co_name == "__setitem__" else "read"
+        tb = tb.tb_next
+    kernel = f"kernel {simulated(launch.kernel).__name__} (grid {launch.grid}, block {launch.block})" if launch else "a kernel"
+    if tensor is None:
+        what, name = "indexed an array out of range (not one of the op's tensors: a local or shared array?)", None
+    else:
+        spec = program.tensors[tensor]
+        role = "output" if tensor == node.output else "input"
+        what, name = f"{access} its {role} {spec.name!r} {spec.shape} {spec.dtype} out of range", spec.name
+    return SanitizerError(
+        f"region {program.name}: op {index} ({node.op}): {kernel} {what}: {error}",
+        region=program.name, op=node.op, tensor=name, kind="index")
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    from numpy.lib.array_utils import byte_bounds
+
+    lo, hi = byte_bounds(a)
+    other_lo, other_hi = byte_bounds(b)
+    return lo < other_hi and other_lo < hi or (lo == other_lo and a.size == 0)

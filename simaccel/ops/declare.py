@@ -19,7 +19,7 @@ import importlib
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -490,7 +490,7 @@ class OpDef:
             bad(f"an array of dtype {result.dtype}, which does not cast to {out_dtype} (an output takes a float, "
                 "integer or bool result)")
 
-    def kernel(self, target, out, *arrays, **attrs) -> int:
+    def kernel(self, target: "LaunchTarget", out, *arrays, **attrs) -> int:
         """Launch the family's kernel: `arrays` in role order (the bias last), every attribute."""
         return _launcher(self.family.kernel)(target, out, *arrays, **attrs)
 
@@ -520,6 +520,21 @@ def _broadcasts(shape, target) -> bool:
         return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
     except ValueError:
         return False
+
+
+class LaunchTarget(Protocol):
+    """What an op's launcher (`OpFamily.kernel`) launches through: `launch` runs a module-level
+    kernel function with a grid and a block on the target's stream, `reshape` views one of its
+    arrays under another shape (never a copy). simaccel.kernels.target.KernelTarget ("sim",
+    "cuda") is the one calls replay launches on; simaccel.launch_plan records a launcher's
+    launches once per Program on another."""
+
+    name: str
+    stream: Any
+
+    def launch(self, fn, grid, block, *args, shared_bytes: int = 0) -> None: ...
+
+    def reshape(self, array, shape): ...
 
 
 _LAUNCHERS: dict[str, Callable] = {}

@@ -7,7 +7,9 @@ read, so a fresh process that runs an exported library, `simaccel ops` and the f
 workers know them too.
 
 `declared(...)` is a with-block in which ops are declared and after which they are forgotten
-(tests declare their own ops that way: `simaccel.testing`).
+(tests declare their own ops that way: `simaccel.testing`). Forgetting ops bumps `generation()`,
+which the runtime reads: what it resolved before (Programs, plans, launch plans) may name ops
+that are gone or declared anew, so it drops them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ _OPS: dict[str, OpDef] = {}
 _FAMILIES: dict[str, OpFamily] = {}
 _LOCK = threading.RLock()
 _loaded_env: str | None = None
+_generation = 0  # bumped whenever ops are forgotten
+
+
+def generation() -> int:
+    """A number that changes whenever declared ops are forgotten (a `declared` block ends)."""
+    return _generation
 
 
 def declare(family: OpFamily) -> OpFamily:
@@ -57,11 +65,12 @@ def declared(*families: OpFamily):
 
     Every op declared inside the block, by these or any other declaration (a module imported
     meanwhile, $SIMACCEL_OPS read anew), is forgotten after it: the ISA is as it was before,
-    the runtime's plans (which hold resolved ops) are dropped, and users' modules imported
-    inside the block leave `sys.modules`, so importing one again declares its ops again. The
-    ISA is process-wide: do not declare from other threads while a block is open.
+    the runtime's plans (which hold resolved ops) are dropped at its next call (`generation`),
+    and users' modules imported inside the block leave `sys.modules`, so importing one again
+    declares its ops again. The ISA is process-wide: do not declare from other threads while a
+    block is open.
     """
-    global _OPS, _FAMILIES, _loaded_env
+    global _OPS, _FAMILIES, _loaded_env, _generation
     with _LOCK:
         saved = _OPS, _FAMILIES, _loaded_env
         _OPS, _FAMILIES = dict(_OPS), dict(_FAMILIES)
@@ -73,9 +82,7 @@ def declared(*families: OpFamily):
     finally:
         with _LOCK:
             _OPS, _FAMILIES, _loaded_env = saved
-        from ..runtime import get_runtime
-
-        get_runtime().clear()
+            _generation += 1
         _forget_modules(set(sys.modules) - modules)
 
 
