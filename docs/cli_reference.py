@@ -1,7 +1,8 @@
 """The command reference of docs/cli.md, written from `simaccel`'s own argument parser.
 
 Where it sits: docs/cli.md holds a block between two marker lines that this script writes from
-the parser (`tvm_integration/tools/cli.py`): every command, its description and every option
+the parser (`build_parser` in `tvm_integration/tools/cli.py`, each command's options from its
+module in `tvm_integration/tools/commands/`): every command, its description and every option
 with its help, choices and default. So the page lists what the command line takes, by
 construction; tests/test_docs.py fails when the committed block differs from what the parser
 gives. After changing a command's options:
@@ -71,9 +72,9 @@ def _row(action: argparse.Action) -> str:
 
 def commands_markdown() -> str:
     """The generated block: one section per command, in the parser's order."""
-    from simaccel.tvm_integration.tools.cli import _parser
+    from simaccel.tvm_integration.tools.cli import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     lines = [BEGIN, ""]
     for name, command in _subcommands(parser).items():
         lines += [f"### `simaccel {name}`", "", _cell(command.description or ""), "", "```text",

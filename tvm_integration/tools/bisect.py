@@ -238,23 +238,6 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
     return report
 
 
-def bisect_command(args, out=print) -> int:
-    """`simaccel bisect` (tools/cli.py): 0 when everything matches, 1 when a culprit is found."""
-    from . import models
-    from .build_library import load_model
-    from .common.arrays import read_arrays
-
-    mod = models.demo_cnn() if args.model is None else load_model(args.model)
-    inputs = read_arrays(args.inputs, "--inputs") if args.inputs else models.random_inputs(mod, args.seed)
-    if args.output:
-        if Path(args.output).exists() and not Path(args.output).is_dir():
-            raise SimAccelError(f"-o {args.output}: not a folder")
-    report = bisect(mod, inputs, target=args.target, engine=None if args.engine == "auto" else args.engine,
-                    rtol=args.rtol, atol=args.atol, out_dir=args.output, max_bytes=args.max_bytes, log=out)
-    out(report.format())
-    return 0 if report.culprit is None else 1
-
-
 def dev_type(dev) -> str:
     return "cuda" if dev.dlpack_device_type() == 2 else "cpu"  # DLPack's kDLCUDA
 

@@ -1,6 +1,6 @@
 """`simaccel sanitize -- python script.py [args]`: a script run under NVIDIA's compute-sanitizer.
 
-Where it sits: a command of the command line (cli.py). simaccel's own sanitizer
+Where it sits: under `simaccel sanitize` (commands/sanitize.py). simaccel's own sanitizer
 (simaccel.debug.sanitize) checks each op's output, guard bands and inputs between kernels;
 compute-sanitizer checks every memory access inside them (memcheck), shared-memory races
 (racecheck), reads of uninitialised memory (initcheck) and barrier misuse (synccheck). The

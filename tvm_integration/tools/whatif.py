@@ -359,20 +359,3 @@ def _area(a, b) -> float:
     width = min(a.x1, b.x1) - max(a.x0, b.x0)
     height = min(a.y1, b.y1) - max(a.y0, b.y0)
     return width * height if width > 0 and height > 0 else 0.0
-
-
-def whatif_command(args) -> int:
-    from ...profile import DeviceProfile
-    from .build_library import load_model
-    from . import models
-
-    profiles = [DeviceProfile.load(path) for path in args.profiles]
-    for profile in profiles:
-        profile.check_ops()
-    mod = models.demo_cnn("float32") if args.demo else load_model(args.model)
-    results = whatif(mod, profiles)
-    print(format_whatif(results))
-    if args.png:
-        write_roofline(results, args.png)
-        print(f"wrote {args.png}")
-    return 0
