@@ -37,7 +37,9 @@ are), the vector copy runs: a thread's (or lane's) values are VEC-long runs of t
 `stride` = threads x VEC apart, each moved by one 16-byte load or store (8 bytes of float16).
 Elsewhere the element copy runs, the same loop an element at a time. The element-at-a-time
 kernels alone spent most issue slots on index arithmetic (softmax 32768 x 1024 issue-bound
-at 84% SM throughput, 48% of DRAM's: results/gpu/2026-12-03-h200-rownorm/).
+at 84% SM throughput, 48% of DRAM's: results/gpu/2026-12-03-h200-rownorm/). The passes over
+a row that several kernels make (a pass loaded, summed, exponentiated, scaled and stored) are
+written once, in kernels/row_passes.py, and inlined into each.
 
 Softmax subtracts the row max (`v > m`: NaN never wins it, but exp(NaN - max) makes the row NaN
 as numpy's does); layer norm takes the biased variance in a second pass over the cached values
@@ -54,6 +56,7 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .grid import pow2_at_least
+from .row_passes import long_row_passes, row_passes
 from .target import with_simulator_twin
 from .vector import VEC, accessors, alignment_check, both_ways
 
@@ -167,6 +170,15 @@ def _block_reduce_shuffle(buf, value, take_max):
     return value
 
 
+@register_jitable(inline="always")
+def _lane_group(shift, vec):
+    """This thread's place in the grouped kernels, 2**shift lanes a row and `vec` elements an
+    access: (lanes, its lane, its group, rows per block, its first element, stride)."""
+    lanes = 1 << shift
+    lane = cuda.threadIdx.x & (lanes - 1)
+    return lanes, lane, cuda.threadIdx.x >> shift, cuda.blockDim.x >> shift, lane * vec, lanes * vec
+
+
 def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
     """Softmax, a block per row (see above); block reductions with shuffles on the GPU. Only the
     `long_rows` kernel reads what its threads' caches do not hold (rows > ROW_CACHE x block),
@@ -177,6 +189,10 @@ def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
 
     def rows_loop(vec):
         load_values, store_values = accessors(simulator, vec)
+        passes = row_passes(load_values, store_values, vec, cache)
+        load, exp_add, scale_store = passes.load, passes.exp_add, passes.scale_store
+        tail = long_row_passes(load_values, store_values, vec, cache)
+        online_add, load_exp_scale_store = tail.online_add, tail.load_exp_scale_store
 
         def loop(out, x, rows, D, buf):
             vals = cuda.local.array(cache, float32)
@@ -185,16 +201,16 @@ def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
             first = cuda.threadIdx.x * vec  # this thread's first element of a pass over a row
             stride = nthreads * vec  # from one of its accesses to its next
             span = cache * nthreads  # the elements of a pass
-            # A long row holds every thread's whole cache (`long_rows or`: no guard there).
-            # The row loop is uniform over the block, so every thread reaches every syncthreads.
+            # A long row holds every thread's whole cache (`long_rows`: no guard there). The row
+            # loop is uniform over the block, so every thread reaches every syncthreads.
             r = cuda.blockIdx.x
             while r < rows:
                 base = r * D
                 # 1. row max, the row read once into the cache. The rest of a longer row (read
-                # once more, for the output) is summed online meanwhile: its own max tm and the
-                # sum ts of exp(v - tm), rescaled when tm grows. v == tm adds exp(0) = 1 without
-                # computing v - tm, which is NaN for two infinities of one sign: then the
-                # rescale below to the row max gives NaN exactly where the two-pass formula does.
+                # once more, for the output) is summed online meanwhile (`online_add`): its own
+                # max tm and the sum ts of exp(v - tm); where two infinities of one sign make
+                # v - tm NaN, the rescale below to the row max gives NaN exactly where the
+                # two-pass formula does.
                 m = float32(-math.inf)
                 for j in range(0, cache, vec):
                     i = first + (j // vec) * stride
@@ -207,55 +223,22 @@ def _softmax_block_kernel(long_rows, simulator, cache=ROW_CACHE, name=None):
                 ts = float32(0.0)
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < D:
-                            load_values(chunk, j, x, base + i)
-                    for j in range(0, cache, vec):
-                        if p + first + (j // vec) * stride < D:  # the slots the loop above loaded
-                            for k in range(j, j + vec):
-                                v = chunk[k]
-                                if v > tm:
-                                    ts = ts * float32(math.exp(tm - v)) + float32(1.0)
-                                    tm = v
-                                elif v == tm:
-                                    ts += float32(1.0)
-                                else:
-                                    ts += float32(math.exp(v - tm))
+                    load(chunk, x, base, p, first, stride, D, False, True)
+                    tm, ts = online_add(chunk, p, first, stride, D, tm, ts)
                     p += span
                 if tm > m:
                     m = tm
                 row_max = block_reduce(buf, m, True)
                 # 2. sum of exp(x - max)
-                acc = float32(0.0)
-                for j in range(0, cache, vec):
-                    if long_rows or first + (j // vec) * stride < D:
-                        for k in range(j, j + vec):
-                            e = float32(math.exp(vals[k] - row_max))
-                            vals[k] = e
-                            acc += e
+                acc = exp_add(vals, row_max, first, stride, D, long_rows, True)
                 if long_rows:
                     acc += ts * float32(math.exp(tm - row_max))
                 inv = float32(1.0) / block_reduce(buf, acc, False)
                 # 3. normalize
-                for j in range(0, cache, vec):
-                    i = first + (j // vec) * stride
-                    if long_rows or i < D:
-                        for k in range(j, j + vec):
-                            vals[k] *= inv
-                        store_values(out, base + i, vals, j)
+                scale_store(out, base, vals, inv, first, stride, D, long_rows, True)
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < D:
-                            load_values(chunk, j, x, base + i)
-                    for j in range(0, cache, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < D:
-                            for k in range(j, j + vec):
-                                chunk[k] = float32(math.exp(chunk[k] - row_max)) * inv
-                            store_values(out, base + i, chunk, j)
+                    load_exp_scale_store(out, base, chunk, x, row_max, inv, p, first, stride, D)
                     p += span
                 r += cuda.gridDim.x
 
@@ -290,6 +273,9 @@ def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
 
     def rows_loop(vec):
         load_values, store_values = accessors(simulator, vec)
+        passes = row_passes(load_values, store_values, vec, cache)
+        load, add, add_squares, normalize_store = passes.load, passes.add, passes.add_squares, passes.normalize_store
+        load_normalize_store = long_row_passes(load_values, store_values, vec, cache).load_normalize_store
 
         def loop(out, x, gamma, beta, rows, D, eps, buf):
             vals = cuda.local.array(cache, float32)
@@ -317,59 +303,23 @@ def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
                         acc += vals[k]
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < D:
-                            load_values(chunk, j, x, base + i)
-                    for j in range(0, cache, vec):
-                        if p + first + (j // vec) * stride < D:
-                            for k in range(j, j + vec):
-                                acc += chunk[k]
+                    load(chunk, x, base, p, first, stride, D, False, True)
+                    acc = add(acc, chunk, p, first, stride, D, False, True)
                     p += span
                 mean = block_reduce(buf, acc, False) * inv_d
                 # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
-                acc = float32(0.0)
-                for j in range(0, cache, vec):
-                    if whole or first + (j // vec) * stride < D:
-                        for k in range(j, j + vec):
-                            d = vals[k] - mean
-                            acc += d * d
+                acc = add_squares(float32(0.0), vals, mean, 0, first, stride, D, whole, True)
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < D:
-                            load_values(chunk, j, x, base + i)
-                    for j in range(0, cache, vec):
-                        if p + first + (j // vec) * stride < D:
-                            for k in range(j, j + vec):
-                                d = chunk[k] - mean
-                                acc += d * d
+                    load(chunk, x, base, p, first, stride, D, False, True)
+                    acc = add_squares(acc, chunk, mean, p, first, stride, D, False, True)
                     p += span
                 rstd = float32(1.0) / float32(math.sqrt(block_reduce(buf, acc, False) * inv_d + float32(eps)))
                 # 3. scale and shift, an access at a time
-                for j in range(0, cache, vec):
-                    i = first + (j // vec) * stride
-                    if whole or i < D:
-                        load_values(g, 0, gamma, i)
-                        load_values(b, 0, beta, i)
-                        for k in range(vec):
-                            vals[j + k] = (vals[j + k] - mean) * rstd * g[k] + b[k]
-                        store_values(out, base + i, vals, j)
+                normalize_store(out, base, vals, gamma, beta, g, b, mean, rstd, first, stride, D, whole, True)
                 p = span
                 while long_rows and p < D:
-                    for j in range(0, cache, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < D:
-                            load_values(chunk, j, x, base + i)
-                            load_values(g, j, gamma, i)
-                            load_values(b, j, beta, i)
-                    for j in range(0, cache, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < D:
-                            for k in range(j, j + vec):
-                                chunk[k] = (chunk[k] - mean) * rstd * g[k] + b[k]
-                            store_values(out, base + i, chunk, j)
+                    load_normalize_store(out, base, chunk, x, gamma, beta, g, b, mean, rstd, p, first, stride, D)
                     p += span
                 r += cuda.gridDim.x
 
@@ -401,15 +351,12 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
 
     def rows_loop(vec):
         load_values, store_values = accessors(simulator, vec)
+        passes = row_passes(load_values, store_values, vec, cache)
+        exp_add, scale_store = passes.exp_add, passes.scale_store
 
         def loop(out, x, rows, D, shift, buf):
             vals = cuda.local.array(cache, float32)
-            lanes = 1 << shift
-            lane = cuda.threadIdx.x & (lanes - 1)
-            group = cuda.threadIdx.x >> shift
-            per_block = cuda.blockDim.x >> shift
-            first = lane * vec
-            stride = lanes * vec
+            lanes, lane, group, per_block, first, stride = _lane_group(shift, vec)
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
                 r = r0 + group
@@ -423,20 +370,9 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
                         for k in range(j, j + vec):
                             m = max(m, vals[k])
                 row_max = reduce(buf, m, True, lane, group, lanes)
-                acc = float32(0.0)
-                for j in range(0, cache, vec):
-                    if live and first + (j // vec) * stride < D:
-                        for k in range(j, j + vec):
-                            e = float32(math.exp(vals[k] - row_max))
-                            vals[k] = e
-                            acc += e
+                acc = exp_add(vals, row_max, first, stride, D, False, live)
                 inv = float32(1.0) / reduce(buf, acc, False, lane, group, lanes)
-                for j in range(0, cache, vec):
-                    i = first + (j // vec) * stride
-                    if live and i < D:
-                        for k in range(j, j + vec):
-                            vals[k] *= inv
-                        store_values(out, base + i, vals, j)
+                scale_store(out, base, vals, inv, first, stride, D, False, live)
                 r0 += cuda.gridDim.x * per_block
 
         return loop
@@ -462,17 +398,14 @@ def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
 
     def rows_loop(vec):
         load_values, store_values = accessors(simulator, vec)
+        passes = row_passes(load_values, store_values, vec, cache)
+        add_squares, normalize_store = passes.add_squares, passes.normalize_store
 
         def loop(out, x, gamma, beta, rows, D, eps, shift, buf):
             vals = cuda.local.array(cache, float32)
             g = cuda.local.array(VEC, float32)
             b = cuda.local.array(VEC, float32)
-            lanes = 1 << shift
-            lane = cuda.threadIdx.x & (lanes - 1)
-            group = cuda.threadIdx.x >> shift
-            per_block = cuda.blockDim.x >> shift
-            first = lane * vec
-            stride = lanes * vec
+            lanes, lane, group, per_block, first, stride = _lane_group(shift, vec)
             inv_d = float32(1.0) / float32(D)
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
@@ -487,21 +420,9 @@ def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
                         for k in range(j, j + vec):
                             acc += vals[k]
                 mean = reduce(buf, acc, False, lane, group, lanes) * inv_d
-                acc = float32(0.0)
-                for j in range(0, cache, vec):
-                    if live and first + (j // vec) * stride < D:
-                        for k in range(j, j + vec):
-                            d = vals[k] - mean
-                            acc += d * d
+                acc = add_squares(float32(0.0), vals, mean, 0, first, stride, D, False, live)
                 rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, group, lanes) * inv_d + float32(eps)))
-                for j in range(0, cache, vec):
-                    i = first + (j // vec) * stride
-                    if live and i < D:
-                        load_values(g, 0, gamma, i)
-                        load_values(b, 0, beta, i)
-                        for k in range(vec):
-                            vals[j + k] = (vals[j + k] - mean) * rstd * g[k] + b[k]
-                        store_values(out, base + i, vals, j)
+                normalize_store(out, base, vals, gamma, beta, g, b, mean, rstd, first, stride, D, False, live)
                 r0 += cuda.gridDim.x * per_block
 
         return loop
@@ -613,7 +534,8 @@ def _row_sum_block_kernel(simulator):
     aligned = alignment_check(simulator)
 
     def rows_loop(vec):
-        load_values, _ = accessors(simulator, vec)
+        passes = row_passes(*accessors(simulator, vec), vec, ROW_CACHE)
+        load, add = passes.load, passes.add
 
         def loop(out, x, rows, R, mean, buf):
             vals = cuda.local.array(ROW_CACHE, float32)
@@ -626,14 +548,8 @@ def _row_sum_block_kernel(simulator):
                 acc = float32(0.0)
                 p = 0
                 while p < R:
-                    for j in range(0, ROW_CACHE, vec):
-                        i = p + first + (j // vec) * stride
-                        if i < R:
-                            load_values(vals, j, x, base + i)
-                    for j in range(0, ROW_CACHE, vec):
-                        if p + first + (j // vec) * stride < R:
-                            for k in range(j, j + vec):
-                                acc += vals[k]
+                    load(vals, x, base, p, first, stride, R, False, True)
+                    acc = add(acc, vals, p, first, stride, R, False, True)
                     p += span
                 total = block_reduce(buf, acc, False)
                 if cuda.threadIdx.x == 0:
@@ -669,16 +585,12 @@ def _row_sum_rows_kernel(simulator):
     aligned = alignment_check(simulator)
 
     def rows_loop(vec):
-        load_values, _ = accessors(simulator, vec)
+        passes = row_passes(*accessors(simulator, vec), vec, WARP_CACHE)
+        load, add = passes.load, passes.add
 
         def loop(out, x, rows, R, mean, shift, buf):
             vals = cuda.local.array(WARP_CACHE, float32)
-            lanes = 1 << shift
-            lane = cuda.threadIdx.x & (lanes - 1)
-            group = cuda.threadIdx.x >> shift
-            per_block = cuda.blockDim.x >> shift
-            first = lane * vec
-            stride = lanes * vec
+            lanes, lane, group, per_block, first, stride = _lane_group(shift, vec)
             span = WARP_CACHE * lanes
             r0 = cuda.blockIdx.x * per_block
             while r0 < rows:
@@ -688,14 +600,8 @@ def _row_sum_rows_kernel(simulator):
                 acc = float32(0.0)
                 p = 0
                 while p < R:  # the same passes for every group of the block
-                    for j in range(0, WARP_CACHE, vec):
-                        i = p + first + (j // vec) * stride
-                        if live and i < R:
-                            load_values(vals, j, x, base + i)
-                    for j in range(0, WARP_CACHE, vec):
-                        if live and p + first + (j // vec) * stride < R:
-                            for k in range(j, j + vec):
-                                acc += vals[k]
+                    load(vals, x, base, p, first, stride, R, False, live)
+                    acc = add(acc, vals, p, first, stride, R, False, live)
                     p += span
                 total = reduce(buf, acc, False, lane, group, lanes)
                 if live and lane == 0:
