@@ -11,7 +11,7 @@ import pathlib
 import pytest
 
 from simaccel.errors import SimAccelError
-from simaccel.tvm_integration.tools.bench_compare import compare, load_report
+from simaccel.tvm_integration.tools.bench_compare import load_report, peer_ratio_changes as compare
 from test_cli import simaccel
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

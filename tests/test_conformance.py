@@ -21,7 +21,8 @@ import forks
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.backends import Backend, parse_partition
 from simaccel.tvm_integration.tools.common.error_line import error_line
-from simaccel.tvm_integration.tools.conformance import RELAX_MODELS, compare, model_verdict, run_conformance, zoo
+from simaccel.tvm_integration.tools.conformance import RELAX_MODELS, model_verdict, run_conformance, zoo
+from simaccel.tvm_integration.tools.conformance import run_regressions as compare
 
 HERE = Path(__file__).resolve().parent
 TOY = f"{HERE / 'backends' / 'toy_backend.py'}:partition_for_toy"

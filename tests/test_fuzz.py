@@ -241,7 +241,7 @@ def test_a_planted_fault_in_a_user_op_is_found_and_replayed_in_a_fresh_process(t
 
 def test_tvm_s_cpu_build_settles_what_a_user_op_s_own_reference_cannot(rms_norm_op):
     """On a GPU, simaccel equal to TVM's CPU build where TVM's GPU build differs: TVM is off."""
-    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, compare
+    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, case_verdict as compare
 
     case = next(c for c in (draw_case(Draw.seeded(seed), Config(specials_percent=0, max_ops=3)) for seed in range(40))
                 if "myaccel.rms_norm" in c.ops)
@@ -257,7 +257,7 @@ def test_tvm_s_cpu_build_settles_what_a_user_op_s_own_reference_cannot(rms_norm_
 def test_an_op_no_output_reads_leaves_the_reference_exact_and_the_cpu_build_settles_the_rest():
     """H200, seed 7 case 28 (results/gpu/2026-12-02-h200-fuzz-campaign/): a ceil-mode pooling
     that no output read made the whole reference inexact, so a GPU difference went unsettled."""
-    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, compare
+    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, case_verdict as compare
     from simaccel.tvm_integration.tools.fuzz.models import Case, Value
 
     pool = {"pool_size": (1, 1), "strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1),

@@ -31,7 +31,7 @@ from ...runtime import get_runtime
 from . import deploy
 from .artifacts import case_inputs, load_manifest, require_cases
 from .common.arrays import check_writable
-from .bench_compare import PEER, compare, format_comparison, load_report
+from .bench_compare import PEER, format_comparison, load_report, peer_ratio_changes
 from .common.torch_peer import torch_on_gpu
 
 CASES = ["mm8", "mm1024", "mm4096", "conv56", "conv28", "conv14", "dwconv112", "demo_f32"]
@@ -89,7 +89,7 @@ def run_bench(artifacts_dir, out_dir, repeat: int = 50, warmup: int = 5, compare
 def compare_reports(new_path, old_path, log=print) -> int:
     """Compare two bench reports; 1 when a figure is more than 10% worse, else 0."""
     new, old = load_report(new_path), load_report(old_path)
-    changes, notes = compare(new, old)
+    changes, notes = peer_ratio_changes(new, old)
     log(f"compared with {old_path}:")
     for line in format_comparison(changes, notes, new, old):
         log(line)

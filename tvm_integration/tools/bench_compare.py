@@ -91,7 +91,7 @@ def _check_positive(path, medians: dict) -> None:
             raise SimAccelError(f"bench report {path}: case {case!r} has a median that is not > 0")
 
 
-def compare(new: Report, old: Report) -> tuple[list[Change], list[str]]:
+def peer_ratio_changes(new: Report, old: Report) -> tuple[list[Change], list[str]]:
     """The modes both reports time against their peer, and a note for each case or mode only one
     of them has."""
     if new.peer != old.peer:

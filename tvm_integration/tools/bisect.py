@@ -20,14 +20,15 @@ inputs, and at the end the model's outputs against the model built by TVM alone,
 result the op checks miss (a region's outputs bound wrongly, an error outside regions) is
 still reported, at region or at model level.
 
-Tolerances are the fuzzer's per dtype (`fuzz.TOLERANCE`: rtol, and atol relative to
-1 + max |TVM alone|), unless given. For a culprit a reproducer is written (default a fresh
-folder `simaccel-bisect-<region>-<op>/` in the current directory): `module.py` (the one-op
-module as TVMScript), `inputs.npz` (its captured inputs), `bisect.json` (what was found, the
-engine, the device profile, the modules that declare the users' ops) and `repro.py`, which
-builds the module with simaccel and with TVM alone, runs both on the inputs and exits 1 while
-they differ (0 once they match), printing the max error. Like a fuzz reproduction it loads
-the users' ops from the modules they were declared in (`fuzz.saved_settings`).
+Results are judged by simaccel.compare's rule for whole outputs, as every tool judges them:
+the dtype's tolerance (rtol, and atol times 1 + max |TVM alone|) unless given. For a culprit
+a reproducer is written (default a fresh folder `simaccel-bisect-<region>-<op>/` in the
+current directory): `module.py` (the one-op module as TVMScript), `inputs.npz` (its
+captured inputs), `bisect.json` (what was found, the engine, the device profile, the modules
+that declare the users' ops) and `repro.py`, which builds the module with simaccel and with
+TVM alone, runs both on the inputs and exits 1 while they differ (0 once they match),
+printing the max error. Like a fuzz reproduction it loads the users' ops from the modules
+they were declared in (`common.settings.saved_settings`).
 """
 
 from __future__ import annotations
@@ -42,13 +43,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ...compare import Difference as ArrayDifference
+from ...compare import array_difference, tolerance
 from ...engines import ENGINE_NAMES
 from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
 from ...profile import PROFILE_ENV, DeviceProfile, active_profile
 from .build_library import module_source
 from .common.runs import run_vm
 from .common.settings import saved_settings, user_op_modules
-from .fuzz.check import TOLERANCE, _close
 
 REPORT_FILE = "bisect.json"
 REPRO = '''"""Check a simaccel bisect culprit again: python repro.py (exit 1 while simaccel and TVM alone differ)."""
@@ -62,20 +64,11 @@ sys.exit(replay(pathlib.Path(__file__).resolve().parent))
 
 
 # -- what is found ------------------------------------------------------------------------------
-@dataclass
-class Difference:
-    """How one result differs from another: the largest absolute difference and where."""
-
-    ok: bool
-    max_error: float  # max |got - want| (inf where NaN or inf disagree, or the shapes differ)
-    where: tuple  # index of that element (() for a 0-d tensor or a shape mismatch)
-    got: float | None = None  # the two values there
-    want: float | None = None
+class Difference(ArrayDifference):
+    """How one result differs from another (simaccel.compare's), its line naming simaccel and TVM alone."""
 
     def line(self, got: str = "simaccel", want: str = "TVM alone") -> str:
-        if self.got is None:
-            return f"max error {self.max_error:.6g}"
-        return f"max error {self.max_error:.6g} at {self.where}: {got} {self.got:.6g}, {want} {self.want:.6g}"
+        return super().line(got, want)
 
 
 @dataclass
@@ -144,24 +137,8 @@ class BisectReport:
 
 
 def difference(got, want, rtol: float, atol: float) -> Difference:
-    """`got` against `want` with the fuzzer's rule (`fuzz._close`), and the largest difference."""
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-        return Difference(False, float("inf"), ())
-    if got.size == 0:
-        return Difference(True, 0.0, ())
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    both_nan = np.isnan(g) & np.isnan(w)
-    same_inf = np.isinf(w) & (g == w)
-    diff = np.where(both_nan | same_inf, 0.0, np.abs(g - w))
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    where = tuple(int(k) for k in np.unravel_index(int(np.argmax(diff)), diff.shape))
-    return Difference(_close(got, want, rtol, atol), float(diff[where]), where, float(g[where]), float(w[where]))
-
-
-def tolerance(dtype: str, rtol: float | None, atol: float | None) -> tuple[float, float]:
-    default_rtol, default_atol = TOLERANCE.get(str(dtype), TOLERANCE["float32"])
-    return (default_rtol if rtol is None else float(rtol), default_atol if atol is None else float(atol))
+    """`got` against `want` by simaccel.compare's rule for a whole output, and the largest difference."""
+    return Difference(**vars(array_difference(got, want, rtol, atol, scaled=True)))
 
 
 # -- the bisection ------------------------------------------------------------------------------
@@ -172,7 +149,7 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
 
     target: "llvm" (the default) or "cuda" (or a tvm.target.Target); engine: the simaccel
     engine to run on (None: the runtime's choice, $SIMACCEL_ENGINE or auto); rtol / atol:
-    tolerances (None: the fuzzer's for each output's dtype); profile: the DeviceProfile to
+    tolerances (None: simaccel.compare's for each output's dtype); profile: the DeviceProfile to
     partition for (None: the active one); out_dir: where the reproducer goes (None: a fresh
     folder in the current directory); max_bytes: the most host memory the capture may hold
     (simaccel.debug.capture); log: a function given progress lines (None: quiet).

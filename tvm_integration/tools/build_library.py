@@ -26,10 +26,7 @@ import os
 import runpy
 import sys
 
-import numpy as np
-
 from ...errors import SimAccelError
-from .demo import TOLERANCE
 
 MODEL_NAMES = ("mod", "Module")  # looked up in this order in a model file
 
@@ -117,8 +114,5 @@ def build_library(model: str | None, output: str, target: str = "llvm", seed: in
     out(f"wrote {output} (target {target}), {inputs_path} ({len(inputs)} inputs, seed {seed}) and {expect_path} "
         f"({len(expected)} outputs of TVM alone on the CPU)")
     options = " --device cuda" if target == "cuda" else ""
-    if any(a.dtype == np.float16 for a in expected):  # `simaccel run`'s defaults are float32's
-        rtol, atol = TOLERANCE["float16"]
-        options += f" --rtol {rtol} --atol {atol}"
     out(f"check it: simaccel run {output} --inputs {inputs_path} --expect {expect_path}{options}")
     return 0

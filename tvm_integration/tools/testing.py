@@ -3,8 +3,9 @@
 Where it sits: a tool built on the backend (`build`, `build_tvm_only`, `partition_report`),
 reached by users as `simaccel.testing` (which re-exports these names lazily, see its
 docstring) and through the pytest plugin (`pytest_plugin.py`: the `simaccel_engine` fixture
-gives an `Engine`). Results are compared by `simaccel.compare`, the same rules the project's
-own tests use.
+gives an `Engine`). Results are judged by `simaccel.compare`'s rule for whole outputs (atol
+times 1 + the output's largest magnitude), the rule every command, fuzz, conformance and
+bisect judge by.
 """
 
 from __future__ import annotations
@@ -131,7 +132,8 @@ def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = N
     """Build `mod` with simaccel and with TVM alone, run both on each engine, assert every output matches.
 
     inputs: numpy arrays, one per parameter of `func` (default: seeded random ones, `seed`).
-    rtol, atol: the tolerance for every output (default: per output dtype, simaccel.compare).
+    rtol, atol: the tolerance for every output (default: per output dtype, simaccel.compare; atol is
+    times 1 + the output's largest magnitude).
     engines: names or `Engine`s, e.g. ``[simaccel_engine]`` (default: ``["ref"]``). TVM alone is
     built for the same target as simaccel (llvm for ref/sim, CUDA for cuda/native).
     expect_offload: also assert that at least one region was offloaded and ran on simaccel (a
@@ -167,7 +169,7 @@ def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = N
         with engine.use(), debug.sanitize(sanitize):
             got = _run(executable, arrays, engine, func)
         ledger = runtime.ledger.snapshot()
-        problems = _differences(got, want, rtol, atol)
+        problems = output_mismatches(got, want, rtol, atol)
         if expect_offload and not ledger["offloaded_calls"]:
             problems.insert(0, f"{len(report.regions)} region(s) were partitioned, but no region call reached simaccel")
         if problems:
@@ -239,12 +241,14 @@ def _run(executable, arrays, engine: Engine, func: str) -> list[np.ndarray]:
     return [t.numpy() for t in outputs_as_list(result)]
 
 
-def _differences(got, want, rtol, atol) -> list[str]:
+def output_mismatches(got, want, rtol=None, atol=None) -> list[str]:
+    """A line for each output of `got` that does not match `want` (simaccel.compare's rule for
+    whole outputs), or for a count that differs."""
     if len(got) != len(want):
         return [f"simaccel's build returned {len(got)} outputs, TVM alone's {len(want)}"]
     problems = []
     for i, (g, w) in enumerate(zip(got, want)):
-        problem = mismatch(g, w, rtol, atol)
+        problem = mismatch(g, w, rtol, atol, scaled=True)
         if problem is not None:
             problems.append(f"output {i} {w.shape} {w.dtype}: {problem}")
     return problems

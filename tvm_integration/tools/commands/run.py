@@ -25,8 +25,10 @@ def add_parser(subparsers) -> None:
     run.add_argument("--expect", metavar="OUT.npz", help=".npz with the expected outputs in order (named like --inputs)")
     run.add_argument("--save", metavar="OUT.npz", help="write the outputs to this .npz")
     run.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    run.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --expect (default 1e-4)")
-    run.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance of --expect (default 1e-5)")
+    run.add_argument("--rtol", type=float, help="relative tolerance of --expect (default: per dtype, float32 1e-4, "
+                     "float16 2e-2)")
+    run.add_argument("--atol", type=float, help="absolute tolerance of --expect, times 1 + max |expected output| "
+                     "(default: per dtype, float32 1e-5, float16 2e-2)")
     add_trace(run)
     run.add_argument("--sanitize", action="store_true",
                      help="check every region call for unwritten outputs, out-of-bounds writes, writes into inputs, "
@@ -52,21 +54,22 @@ def run(args) -> int:
         print(f"output {i}: {out.shape} {out.dtype}")
     if args.save:
         write_arrays(args.save, outputs, "--save")
-    return OK if expected is None else compare(outputs, expected, args.rtol, args.atol)
+    return OK if expected is None else compare_with_expected(outputs, expected, args.rtol, args.atol)
 
 
-def compare(outputs, expected, rtol: float, atol: float) -> int:
-    """Print the error of each output against `expected`; OK when all match, else MISMATCH."""
-    import numpy as np
+def compare_with_expected(outputs, expected, rtol: float | None = None, atol: float | None = None, out=print) -> int:
+    """Print how each output compares with `expected` (simaccel.compare's rule for whole outputs:
+    each dtype's tolerance unless given); OK when all match, else MISMATCH."""
+    from ....compare import array_difference
 
     if len(expected) != len(outputs):
-        print(f"RESULT: MISMATCH ({len(outputs)} outputs, {len(expected)} expected)")
+        out(f"RESULT: MISMATCH ({len(outputs)} outputs, {len(expected)} expected)")
         return MISMATCH
     ok = True
     for i, (got, want) in enumerate(zip(outputs, expected)):
-        same = got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=atol)
-        error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.shape == want.shape else float("inf")
-        print(f"output {i}: max abs error {error:.3g} (rtol {rtol}, atol {atol})")
-        ok = ok and same
-    print("RESULT: match" if ok else "RESULT: MISMATCH")
+        found = array_difference(got, want, rtol, atol, scaled=True)
+        out(f"output {i}: max abs error {found.max_error:.3g} (rtol {found.rtol:g}, atol {found.atol:g} x "
+            f"(1 + max |expected|))" + ("" if found.ok else f": {found.reason}"))
+        ok = ok and found.ok
+    out("RESULT: match" if ok else "RESULT: MISMATCH")
     return OK if ok else MISMATCH

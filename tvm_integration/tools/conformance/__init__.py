@@ -10,15 +10,16 @@ The package, by concern:
   (tools/executors.py), retries, results written as the models finish (`run_conformance`);
 - `report`: model verdicts, the markdown and HTML tables, `--compare OLD.json`.
 
-The checking (verdicts, stages, the fresh-process reload) and the executors are the fuzzer's
-(tools/fuzz/check.py, tools/executors.py); the backend is simaccel's or another's partition
-function (tools/backends.py).
+The verdicts, stages, the fresh-process reload and the retry policy are the shared ground's
+(tools/common/), as the fuzzer's are; results are judged by simaccel.compare's rule, as every
+tool judges them; the executors are tools/executors.py's; the backend is simaccel's or
+another's partition function (tools/backends.py).
 """
 
-from .check import check_model, differences
-from .report import compare, model_verdict
+from .check import check_model, output_mismatch
+from .report import model_verdict, run_regressions
 from .run import default_engines, run_conformance
 from .zoo import RELAX_MODELS, ZooModel, load, zoo
 
-__all__ = ["RELAX_MODELS", "ZooModel", "check_model", "compare", "default_engines", "differences", "load",
-           "model_verdict", "run_conformance", "zoo"]
+__all__ = ["RELAX_MODELS", "ZooModel", "check_model", "default_engines", "load", "model_verdict", "output_mismatch",
+           "run_conformance", "run_regressions", "zoo"]

@@ -2,10 +2,10 @@
 
 Where it sits: conformance/run.py hands `check_model` to an executor (tools/executors.py) once
 per model of the zoo (conformance/zoo.py), in this process or on a Dask worker. The verdicts,
-stages and the fresh-process reload are those of the fuzzer (fuzz/check.py), so a model
-fails as a fuzz case does: at the backend's build, an engine's run, an engine's output, or the
-exported library run again in a fresh process. A model TVM alone cannot build or run is
-skipped. Where a torch model's result differs from TVM alone's and equals torch's while TVM
+stages and the fresh-process reload are the fuzzer's too (tools/common/), so a model fails as
+a fuzz case does: at the backend's build, an engine's run, an engine's output (judged by
+simaccel.compare's rule for whole outputs), or the exported library run again in a fresh
+process. A model TVM alone cannot build or run is skipped. Where a torch model's result differs from TVM alone's and equals torch's while TVM
 alone's does not, TVM is the one off ("TVM numerically off"). On a GPU the backend is also
 timed against TVM alone: interleaved medians of warm calls (tools/model_bench.py).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ....compare import mismatch, tolerance
+from ....compare import mismatch
 from ....runtime import get_runtime
 from ..backends import RUNTIME_ENGINE, Backend, engine_device
 from ..common.error_line import error_line
@@ -31,30 +31,27 @@ from ..common.verdicts import BUILD, FAIL, OUTPUT, PASS, RELOAD, RUN, SKIP, TVM_
 from .zoo import load
 
 LOAD = "load"  # a failure stage of its own: the model could not be loaded or exported from torch
-ATOL_SCALE = {"float32": 1e-4, "float16": 2e-2}  # absolute tolerance: this fraction of the output's largest magnitude
-TORCH_ATOL_SCALE = 1e-3  # against torch (another framework's kernels): a fraction of the output's scale
+# Against torch (another framework's kernels and algorithms, a witness, not the reference) the
+# absolute tolerance is 1e-3 of each output's scale; against TVM alone it is the dtype's.
+TORCH_ATOL = 1e-3
 
 
-def differences(got: list, want: list, atol_scale: float | None = None) -> str | None:
-    """None when every output matches (simaccel.compare's rules; the absolute tolerance scaled
-    by each output's largest magnitude), else the first difference, naming the output."""
+def output_mismatch(got: list, want: list, atol: float | None = None) -> str | None:
+    """None when every output of `got` matches `want` by simaccel.compare's rule for whole
+    outputs (atol times 1 + the output's largest magnitude), else the first difference, naming
+    the output. `atol`: instead of the dtype's."""
     if len(got) != len(want):
         return f"{len(got)} outputs, TVM alone gives {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
-        dtype = str(w.dtype)
-        rtol, atol = tolerance(dtype)
-        if dtype in ATOL_SCALE:
-            finite = np.abs(w[np.isfinite(w)].astype(np.float64))
-            atol = max(atol, (ATOL_SCALE[dtype] if atol_scale is None else atol_scale) * (finite.max() if finite.size else 0))
-        problem = mismatch(g, w, rtol, atol)
+        problem = mismatch(g, w, atol=atol, scaled=True)
         if problem is not None:
-            return f"output {i} {w.shape} {dtype}: {problem}"
+            return f"output {i} {w.shape} {w.dtype}: {problem}"
     return None
 
 
 def _torch_difference(got: list, torch_outputs: list) -> str | None:
-    return differences(got[:len(torch_outputs)], [t.astype(g.dtype) for g, t in zip(got, torch_outputs)],
-                       TORCH_ATOL_SCALE) \
+    return output_mismatch(got[:len(torch_outputs)], [t.astype(g.dtype) for g, t in zip(got, torch_outputs)],
+                           TORCH_ATOL) \
         if len(got) >= len(torch_outputs) else f"{len(got)} outputs, torch gives {len(torch_outputs)}"
 
 
@@ -152,7 +149,7 @@ def _run_engine(job, backend, engine, executable, tvm_alone, arrays, want, dev, 
     entry = verdict(PASS)
     if backend.is_simaccel:
         entry["offloaded_calls"] = runtime.ledger.snapshot()["offloaded_calls"]
-    problem = differences(got, want)
+    problem = output_mismatch(got, want)
     if problem is not None:
         entry = verdict(FAIL, f"{OUTPUT} ({engine})", "mismatch", f"engine {engine}: differs from TVM alone: {problem}")
         if torch_outputs is not None and _torch_difference(got, torch_outputs) is None \
@@ -191,7 +188,7 @@ def _reload(executable, arrays, want, device: str) -> dict:
             return verdict(FAIL, RELOAD, "no result", f"after export and load in a fresh process: no result "
                                                        f"({tail(process)})")
         got = read_outputs(folder / "out.npz")
-    problem = differences(got, want)
+    problem = output_mismatch(got, want)
     if problem is not None:
         return verdict(FAIL, RELOAD, "mismatch", f"after export and load in a fresh process: differs from TVM alone: "
                                                   f"{problem}")

@@ -138,7 +138,7 @@ def load_results(path) -> dict:
     return summary
 
 
-def compare(new: dict, old: dict, tolerance: float = TOLERANCE) -> tuple[list[str], list[str]]:
+def run_regressions(new: dict, old: dict, tolerance: float = TOLERANCE) -> tuple[list[str], list[str]]:
     """(regressions, notes) of `new` against `old`: a model or engine that passed and now fails,
     and a time against TVM alone more than `tolerance` worse (bench --compare's rule); notes
     for what got fixed and what only one run has."""

@@ -26,7 +26,7 @@ from ..common.settings import user_op_modules
 from ..common.verdicts import CRASH, FAIL, HANG
 from ..executors import ONE_AT_A_TIME, InProcess, Lost, end_worker, parse_cluster, time_limit
 from .check import check_model, verdict
-from .report import VERDICTS, compare, html_page, load_results, markdown, model_verdict
+from .report import VERDICTS, html_page, load_results, markdown, model_verdict, run_regressions
 from .zoo import zoo
 
 MODEL_SECONDS = 1800  # on a cluster, a model running longer ends its worker: a hang
@@ -103,7 +103,7 @@ def run_conformance(sources=("relax", "torch"), user_models=(), engines=None, pa
         executor.close()
     summary.update(backend=backend.name, partition=backend.spec, zoo=list(sources) + (["user"] if user_models else []),
                    size=size)
-    regressions, notes = compare(summary, old) if old is not None else ([], [])
+    regressions, notes = run_regressions(summary, old) if old is not None else ([], [])
     if old is not None:
         summary["compared_with"] = {"path": str(compare_with), "regressions": regressions, "notes": notes}
     _write(out, summary)

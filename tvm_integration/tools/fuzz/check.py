@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ....compare import array_difference, scaled_error, tolerance
 from ....errors import SimAccelError
 from ....runtime import get_runtime
 from ..backends import RUNTIME_ENGINE, Backend, engine_device
@@ -35,9 +36,6 @@ from ..common.runs import read_outputs, run_fresh, run_vm, stop_if_context_lost
 from ..common.stderr_log import tail
 from ..common.verdicts import BUILD, FAIL, OUTPUT, PASS, RELOAD, RUN, SKIP, TVM_OFF
 from .models import Case, case_to_json
-
-TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (2e-2, 2e-2)}  # (rtol, atol relative to the output's scale)
-
 
 @dataclass
 class Outcome:
@@ -115,10 +113,10 @@ class Checker:
                     self.ops.update(ran)
                     self.with_regions += bool(ran) and engine == self.engines[0]
                 where, stage = f"engine {engine}", f"{OUTPUT} ({engine})"
-                outcome = compare(case, got, want, where, stage=stage)
+                outcome = case_verdict(case, got, want, where, stage=stage)
                 if outcome.verdict == FAIL and device != "cpu" and not (case.independent_reference
                                                                          and case.exact_reference):
-                    outcome = compare(case, got, want, where, witness=self._tvm_on_cpu(mod, arrays), stage=stage)
+                    outcome = case_verdict(case, got, want, where, witness=self._tvm_on_cpu(mod, arrays), stage=stage)
                 if outcome.verdict == FAIL:
                     return outcome
                 if outcome.verdict == TVM_OFF:
@@ -161,7 +159,7 @@ class Checker:
                                                                          f"no result ({tail(result)})")))
                 continue
             got = read_outputs(out)
-            outcome = compare(case, got, want, "after export and load in a fresh process", stage=RELOAD)
+            outcome = case_verdict(case, got, want, "after export and load in a fresh process", stage=RELOAD)
             if outcome.verdict == FAIL:
                 failures.append((key, case, outcome))
         self.exported.clear()
@@ -173,8 +171,11 @@ def _case_text(case: Case) -> str:
     return f"The case: {case.describe()}; its model: {json.dumps(case_to_json(case))}"
 
 
-def compare(case: Case, got: list, want: list, where: str, witness: list | None = None, stage: str = OUTPUT) -> Outcome:
-    """PASS when `got` equals TVM's `want` (NaN and inf where TVM has them, close elsewhere).
+def case_verdict(case: Case, got: list, want: list, where: str, witness: list | None = None,
+                 stage: str = OUTPUT) -> Outcome:
+    """PASS when `got` matches TVM's `want` by simaccel.compare's rule for whole outputs (NaN and
+    inf where TVM has them, the rest within the case's dtype's tolerance, atol times the output's
+    scale).
 
     Otherwise the float64 reference decides: TVM_OFF where simaccel is no further from it
     than twice TVM's error (or within tolerance of it), FAIL where simaccel is the one off.
@@ -189,52 +190,32 @@ def compare(case: Case, got: list, want: list, where: str, witness: list | None 
 
     if len(got) != len(want):
         return failed(f"{where}: {len(got)} outputs, TVM alone gives {len(want)}")
-    rtol, atol = TOLERANCE[case.dtype]
     for i, (g, w) in enumerate(zip(got, want)):
         if g.shape != w.shape or g.dtype != w.dtype:
             return failed(f"{where}: output {i} is {g.shape} {g.dtype}, TVM alone gives {w.shape} {w.dtype}")
-    close = [_close(g, w, rtol, atol) for g, w in zip(got, want)]
-    if all(close):
+    found = [_difference(case, g, w) for g, w in zip(got, want)]
+    if all(d.ok for d in found):
         return Outcome(PASS)
-    first = close.index(False)
-    difference = _error(got[first], want[first])
-    message = f"{where}: output {first} differs from TVM alone (max error {difference:.3g} of its scale)"
-    if witness is not None and len(witness) == len(got) and all(
-            g.shape == c.shape and _close(g, c, rtol, atol) for g, c in zip(got, witness)):
+    first = next(i for i, d in enumerate(found) if not d.ok)
+    message = f"{where}: output {first} differs from TVM alone (max error {found[first].scaled_error:.3g} of its scale)"
+    if witness is not None and len(witness) == len(got) and all(_difference(case, g, c).ok for g, c in zip(got, witness)):
         if case.specials or not case.exact_reference or not case.independent_reference:
             return Outcome(TVM_OFF, f"{message} ({case.dtype}); TVM's CPU build gives simaccel's result, its "
                                     "GPU build does not")
     if case.specials or not case.exact_reference:
         return failed(message + "; no float64 reference to settle it")
-    errors = [(_error(g, r), _error(w, r)) for g, w, r in zip(got, want, case.reference())]
+    errors = [(scaled_error(g, r), scaled_error(w, r)) for g, w, r in zip(got, want, case.reference())]
     against = ", ".join(f"simaccel {ours:.3g} / TVM alone {theirs:.3g}" for ours, theirs in errors)
     if not case.independent_reference:  # the user op's own reference: what simaccel's ref engine runs
         return failed(f"{message}; the float64 reference uses {', '.join(case.user_ops)}'s own "
                              f"reference, so it cannot settle it (errors against it: {against})")
+    rtol, atol = tolerance(case.dtype)
     if any(ours > max(rtol + atol, 2 * theirs) for ours, theirs in errors):
         return failed(f"{message}; errors against float64: {against}")
     return Outcome(TVM_OFF, f"{message} ({case.dtype}); errors against float64: {against}")
 
 
-def _close(got, want, rtol, atol) -> bool:
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    if not np.array_equal(np.isnan(g), np.isnan(w)) or not np.array_equal(np.isinf(g), np.isinf(w)):
-        return False
-    finite = np.isfinite(w)
-    if not np.array_equal(g[~finite & ~np.isnan(w)], w[~finite & ~np.isnan(w)]):
-        return False
-    scale = 1.0 + (np.abs(w[finite]).max() if finite.any() else 0.0)
-    return bool(np.all(np.abs(g[finite] - w[finite]) <= rtol * np.abs(w[finite]) + atol * scale))
-
-
-def _error(got, reference) -> float:
-    """Largest difference from `reference`, relative to its scale (inf where NaN/inf disagree)."""
-    g, r = got.astype(np.float64), reference.astype(np.float64)
-    both_nan = np.isnan(g) & np.isnan(r)
-    same_inf = np.isinf(r) & (g == r)
-    with np.errstate(invalid="ignore"):  # inf - inf is NaN, and taken as inf just below
-        diff = np.where(both_nan | same_inf, 0.0, np.abs(g - r))
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    finite = np.isfinite(r)
-    scale = 1.0 + (np.abs(r[finite]).max() if finite.any() else 0.0)
-    return float(diff.max() / scale) if diff.size else 0.0
+def _difference(case: Case, got, want):
+    """`got` against `want` as a whole output, with the tolerance of the case's dtype (the
+    precision it computes in, whatever the dtype its outputs are cast to)."""
+    return array_difference(got, want, dtype=case.dtype, scaled=True)
