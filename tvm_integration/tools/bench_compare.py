@@ -21,7 +21,7 @@ from .common.json_files import read_json
 PEER = "tvm_only"  # a region report's peer
 KERNEL_PEER = "torch"  # a kernel report's peer
 PEER_NAMES = {PEER: "TVM alone", KERNEL_PEER: "torch"}
-TOLERANCE = 0.10
+SLOWER_BY = 0.10  # a figure more than this fraction worse against its peer is a regression
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Change:
         """Relative change of the ratio: +0.25 is 25% slower against TVM alone."""
         return self.new_ratio / self.old_ratio - 1
 
-    def regressed(self, tolerance: float = TOLERANCE) -> bool:
+    def regressed(self, tolerance: float = SLOWER_BY) -> bool:
         return self.change > tolerance
 
 
@@ -118,7 +118,7 @@ def peer_ratio_changes(new: Report, old: Report) -> tuple[list[Change], list[str
 
 
 def format_comparison(changes: list[Change], notes: list[str], new: Report, old: Report,
-                      tolerance: float = TOLERANCE) -> list[str]:
+                      tolerance: float = SLOWER_BY) -> list[str]:
     """The comparison as lines of text: a table, then the notes and a verdict."""
     peer, short = new.peer, "TVM" if new.peer == PEER else new.peer
     width = max([12] + [len(c.case) for c in changes])

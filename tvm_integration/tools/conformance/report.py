@@ -11,7 +11,7 @@ import html
 
 from ....errors import SimAccelError
 from ..common.json_files import read_json
-from ..bench_compare import TOLERANCE, Change
+from ..bench_compare import SLOWER_BY, Change
 from ..common.verdicts import FAIL, PASS, SKIP, TVM_OFF
 
 VERDICTS = (PASS, TVM_OFF, SKIP, FAIL)
@@ -138,7 +138,7 @@ def load_results(path) -> dict:
     return summary
 
 
-def run_regressions(new: dict, old: dict, tolerance: float = TOLERANCE) -> tuple[list[str], list[str]]:
+def run_regressions(new: dict, old: dict, tolerance: float = SLOWER_BY) -> tuple[list[str], list[str]]:
     """(regressions, notes) of `new` against `old`: a model or engine that passed and now fails,
     and a time against TVM alone more than `tolerance` worse (bench --compare's rule); notes
     for what got fixed and what only one run has."""
