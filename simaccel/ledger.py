@@ -23,7 +23,7 @@ import weakref
 from collections import Counter, defaultdict
 
 from . import events
-from .timing import compare
+from .timing import modeled_beside_measured
 
 
 class _NativeRegion:
@@ -89,8 +89,8 @@ class Ledger:
 
     def modeled(self, performance, staged: bool = False):
         """Each region counted since the last reset, measured time per call beside the time the
-        timing model gives for an accelerator of `performance` (simaccel.timing.compare)."""
-        return compare(self.snapshot(), self.programs(), performance, staged)
+        timing model gives for an accelerator of `performance` (simaccel.timing.modeled_beside_measured)."""
+        return modeled_beside_measured(self.snapshot(), self.programs(), performance, staged)
 
     def record_op(self, op: str, launches: int) -> None:
         with self._lock:

@@ -20,16 +20,15 @@ Layout, and why. Building and partitioning need TVM, so the implementation is on
 (tests/test_isa.py), yet `simaccel.testing` is the name users should import. So this module
 holds only what needs no TVM (the engines' table and `declared`, from the core's op
 registry) and hands every other name over from the TVM side on first use (module
-`__getattr__`, by module name): `import simaccel.testing` stays cheap and TVM-free, and the
+`__getattr__`, through what the TVM layer provides: `simaccel.provided("testing")`): `import simaccel.testing` stays cheap and TVM-free, and the
 core still depends on nothing above it when it is imported. tests/test_testing_plugin.py
 checks both.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from .ops.registry import declared
+from .provided import provided
 
 # name -> (device its tensors live on, runtime engine, what it is). "native" runs regions of
 # a CUDA build compiled to C++ (simaccel.native) with the runtime's "auto" choice.
@@ -40,7 +39,6 @@ TEST_ENGINES = {
     "native": ("cuda", "auto", "native regions on a GPU: C++ launching the AOT-compiled kernels, no Python"),
 }
 
-_TVM_SIDE = "simaccel.tvm_integration.tools.testing"
 _LAZY = ("Engine", "Match", "assert_matches_tvm", "assert_offloads")
 
 __all__ = ["TEST_ENGINES", "declared", *_LAZY]
@@ -48,5 +46,5 @@ __all__ = ["TEST_ENGINES", "declared", *_LAZY]
 
 def __getattr__(name):
     if name in _LAZY:
-        return getattr(importlib.import_module(_TVM_SIDE), name)
+        return getattr(provided("testing"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -220,9 +220,6 @@ def _imports(path: pathlib.Path, package: str) -> set[str]:
 
 
 KNOWN_MODULES = set(import_graph.module_files())
-# simaccel/testing.py still names its TVM side by string; it moves to simaccel.provided("testing"),
-# which the TVM layer registers (tvm_integration/__init__.py). Until then, this one import is known.
-PENDING = ("simaccel/testing.py", "simaccel.tvm_integration.tools.testing")
 
 
 def _layer(module: str) -> str:
@@ -239,14 +236,11 @@ def test_no_layer_imports_a_layer_above_it(folder):
         inner = path.relative_to(ROOT / folder).parent.parts  # the sub-package the file is in
         for name in _imports(path, ".".join((package, *inner))):
             layer = _layer(name)
-            if (str(path.relative_to(ROOT)), name) == PENDING:
-                continue
             assert layer == package or layer in allowed, f"{path.relative_to(ROOT)} imports {name} (layer {layer})"
 
 
 def _floor_plan_violations(sources) -> list[str]:
-    return [problem for problem in import_graph.floor_plan_violations(sources, KNOWN_MODULES)
-            if not (problem.startswith("simaccel.testing:") and f"({PENDING[1]}, string)" in problem)]
+    return import_graph.floor_plan_violations(sources, KNOWN_MODULES)
 
 
 def test_the_core_keeps_its_floor_plan():
