@@ -49,7 +49,7 @@ setup(
     packages=packages(),
     # The C++ half of native regions, compiled into every CUDA build's library, and the
     # CUDA C++ main loops the matmul kernels link in.
-    package_data={"simaccel.native": ["*.h"], "simaccel.kernels": ["*.cu"]},
+    package_data={"simaccel.native": ["*.h"], "simaccel.kernels": ["*.cu", "*.cuh"]},
     package_dir=PACKAGE_DIRS,
     install_requires=[
         # Checked together on 2026-11-30 (docs/design.md, "Facts checked").

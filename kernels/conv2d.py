@@ -40,7 +40,7 @@ from .elementwise import divmod_fast
 from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
 from .grid import launch_grid
-from .main_loop import HERE, data_pointer, same
+from .main_loop import HERE, data_pointer, declare_cpp, same
 from .matmul import (MIN_SLICED_K, MIN_SMALL_TILES, NTHREADS, SLICED, SLICED_LD, SMALL, THREADS_X, THREADS_Y,
                      launch_gemm, result_tile_store, tile_arrays, tile_column, tile_steps)
 from .target import shared_alignment, with_simulator_twin
@@ -256,7 +256,7 @@ def _declare_conv_loop(name: str, t):
     """C++ K loop `name` of conv2d_f32.cu for operands of Numba type `t` (its C ABI signature)."""
     sig = types.int32(types.CPointer(float32), types.CPointer(t), *[types.int64] * 3, types.CPointer(t),
                       *[types.int64] * 15)
-    return cuda.declare_device(name, sig, link=[str(HERE / CONV_SOURCE)], abi="c")
+    return declare_cpp(name, sig, CONV_SOURCE)
 
 
 _CONV_LOOPS = {name: _declare_conv_loop(f"simaccel_conv_tile_64_{suffix}", t) for name, (t, suffix) in _CONV_DTYPES.items()}

@@ -19,6 +19,8 @@
 
 #include <cuda_fp16.h>
 
+#include "sliced_k.cuh"
+
 namespace {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -116,19 +118,7 @@ struct ConvLoop {
 #pragma unroll
                 for (int j = 0; j < 4; ++j) acc[i * 4 + j] = c[i][j];
         } else {
-            constexpr int LD = TILE + 1;  // the result tile's row stride
-            for (int h = 0; h < GROUPS; ++h) {  // ((g0 + g1) + g2) + g3
-                if (g == h) {
-#pragma unroll
-                    for (int i = 0; i < 4; ++i)
-#pragma unroll
-                        for (int j = 0; j < 4; ++j) {
-                            float* at = acc + (ty * 4 + i) * LD + tx * 4 + j;
-                            *at = h == 0 ? c[i][j] : *at + c[i][j];
-                        }
-                }
-                __syncthreads();
-            }
+            add_groups_in_order<GROUPS, TILE + 1>(acc, c, g, ty, tx);  // rows TILE + 1 floats apart
         }
     }
 };

@@ -17,6 +17,8 @@ import numpy as np
 from numba import cuda, types
 from numba.cuda.extending import intrinsic, register_jitable
 
+from .target import cpp_link
+
 HERE = Path(__file__).parent
 
 
@@ -36,6 +38,12 @@ def same(array):
     return array
 
 
+def declare_cpp(name: str, sig, source: str):
+    """C ABI device function `name` of `source` (a CUDA C++ file next to this one), of Numba
+    signature `sig`, linked with link-time optimisation (inlined) where a kernel calls it."""
+    return cuda.declare_device(name, sig, link=cpp_link([HERE / source]), abi="c")
+
+
 def declare(name: str, dtype, source: str):
     """C++ main loop `name` of `source` (a file next to this one) for operands of `dtype`:
     int name(float* acc, const T* a, int64 a_off, int64 lda, const T* b, int64 b_off,
@@ -43,7 +51,7 @@ def declare(name: str, dtype, source: str):
     operand = types.CPointer(dtype)
     sig = types.int32(types.CPointer(types.float32), operand, types.int64, types.int64, operand, types.int64,
                       types.int64, types.int64, types.int64, types.int64)
-    return cuda.declare_device(name, sig, link=[str(HERE / source)], abi="c")
+    return declare_cpp(name, sig, source)
 
 
 @register_jitable

@@ -19,6 +19,8 @@
 // aligned rows; where a pointer or a leading dimension is not (K or N not a multiple of 4, a
 // view at an odd offset) elements are loaded one by one, with the same bounds.
 
+#include "sliced_k.cuh"
+
 namespace {
 
 template <int BM, int BN, int BK, bool kTransB, bool kFast>
@@ -249,18 +251,7 @@ struct SlicedLoop {
             if (more) store(cur ^ 1);
             __syncthreads();
         }
-        for (int h = 0; h < GROUPS; ++h) {  // ((g0 + g1) + g2) + g3
-            if (g == h) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        float* at = out + (ty * 4 + i) * LD + tx * 4 + j;
-                        *at = h == 0 ? c[i][j] : *at + c[i][j];
-                    }
-            }
-            __syncthreads();
-        }
+        add_groups_in_order<GROUPS, LD>(out, c, g, ty, tx);
     }
 };
 

@@ -25,6 +25,7 @@ LTO link with NVRTC's code.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 
@@ -106,6 +107,24 @@ def link_sources(fn) -> tuple:
     return tuple(getattr(fn, "link", ()))
 
 
+def cpp_link(paths) -> list:
+    """CUDA C++ files as numba-cuda links them at run time (`link=` of cuda.jit and
+    cuda.declare_device): each file's text as one CUSource per file, named by its full path.
+    numba-cuda names a file it reads itself by its base name, and NVRTC looks for the headers a
+    file includes (kernels/sliced_k.cuh) beside its name; simaccel.aot compiles by path too."""
+    return [_cpp_source(str(path)) for path in paths]
+
+
+@functools.lru_cache(maxsize=None)
+def _cpp_source(path: str):
+    """One object per file: numba-cuda links each distinct object once (a kernel's own `link`
+    and its declared device functions' name the same file)."""
+    from numba import cuda
+
+    with open(path) as f:
+        return cuda.CUSource(f.read(), name=path)
+
+
 # Byte alignment of shared arrays that inner loops read with 16-byte vector loads (NVVM
 # vectorises only what it can prove aligned). The simulator rejects the argument.
 SHARED_ALIGNMENT = 16
@@ -161,7 +180,7 @@ def compile_kernel(fn, target: str):
                     # Not where it links CUDA C++: NVVM's line information fails the LTO link
                     # with NVRTC's code (simaccel.aot compiles the C++ side with it instead).
                     extra = {"lineinfo": True} if key[2] and not link_sources(fn) else {}
-                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn, arch), link=list(link_sources(fn)), **extra)
+                    kernel = cuda.jit(fn, launch_bounds=launch_bounds(fn, arch), link=cpp_link(link_sources(fn)), **extra)
                 else:
                     raise ValueError(f"unknown kernel target {target!r} (expected one of {TARGETS})")
                 _COMPILED[key] = kernel

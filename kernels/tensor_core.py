@@ -32,7 +32,7 @@ from numba.cuda.extending import register_jitable
 
 from .activation import apply_activation
 from .epilogue import IDENTITY, fused_kernel
-from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
+from .main_loop import HERE, data_pointer, declare, declare_cpp, same, simulated_main_loop, tile_operands
 from .target import with_simulator_twin
 
 SOURCE = "tensor_core.cu"  # the C++ main loop, next to this file
@@ -86,14 +86,12 @@ def fragment_position(i, lane, warp, bn):
 # The C++ side's own map of this thread's slot i to its tile element, row * bn + column: the
 # layout of the main loop compiled beside it (mma.sync's accumulators, or on sm_90a the tile
 # it left in shared memory), so the two agree.
-_mma_cell = cuda.declare_device("simaccel_mma_cell", types.int32(types.int64, types.int64),
-                                link=[str(HERE / SOURCE)], abi="c")
+_mma_cell = declare_cpp("simaccel_mma_cell", types.int32(types.int64, types.int64), SOURCE)
 
 
 # This thread's slot i of the tile from the C++ side, where its main loop left it (on sm_90a
 # the tile, row-major in shared memory; elsewhere accumulator i, in the `acc` array passed to it).
-_mma_acc = cuda.declare_device("simaccel_mma_acc", types.float32(types.CPointer(types.float32), types.int64,
-                                                                 types.int64), link=[str(HERE / SOURCE)], abi="c")
+_mma_acc = declare_cpp("simaccel_mma_acc", types.float32(types.CPointer(types.float32), types.int64, types.int64), SOURCE)
 
 
 @register_jitable

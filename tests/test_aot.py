@@ -184,6 +184,37 @@ def test_conv2d_gemm_kernels_keep_their_accumulators_in_registers(channels, dtyp
     assert used["stack"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
 
 
+@pytest.mark.parametrize("name, shapes, dtype", [
+    ("simaccel.conv2d_bias_relu", [(1, 256, 14, 14), (256, 256, 3, 3), (1, 256, 1, 1)], "float32"),  # sliced K
+    ("simaccel.conv2d_bias_relu", [(32, 256, 14, 14), (256, 256, 3, 3), (1, 256, 1, 1)], "float16"),
+    ("simaccel.dense", [(64, 4096), (64, 4096)], "float32"),  # sliced K
+    ("simaccel.matmul_bias_gelu", [(4096, 64), (64, 4096), (4096,)], "float32"),
+    ("simaccel.dense_bias_gelu", [(1024, 64), (1024, 64), (1024,)], "float16")])  # tensor cores
+def test_numba_cuda_links_the_cpp_main_loops_at_run_time(name, shapes, dtype, monkeypatch):
+    """The "cuda" target's own compile (kernels/target.py: numba-cuda compiles a kernel and its
+    CUDA C++ when it is first launched) links every C++ main loop: each file is handed over as
+    its text named by its path (`cpp_link`), so NVRTC finds kernels/sliced_k.cuh beside
+    matmul_f32.cu and conv2d_f32.cu (numba-cuda reads a file given as a path under its base
+    name, where the header is not found), and a kernel's file and its declared device
+    functions' are linked once. Run without a GPU: aot.compile_for stands in an sm_90 device,
+    and the code library is told its compute capability, which numba-cuda asks a driver for."""
+    from numba.cuda import codegen
+    from numba.cuda.dispatcher import _Kernel
+
+    from simaccel.aot import compile_for
+    from simaccel.kernels.target import cpp_link, launch_bounds, link_sources
+
+    monkeypatch.setattr(codegen.CUDACodeLibrary, "_ensure_cc", lambda self, cc: cc or SM90)
+    program = one_op_program(name, shapes, dtype, CONV if "conv2d" in name else {})
+    [launch] = plan_launches(program)
+    assert link_sources(launch.kernel)
+    with compile_for(SM90):  # lto as cuda.jit chooses it where nvJitLink is installed
+        kernel = _Kernel(launch.kernel, signature(launch, program), link=cpp_link(link_sources(launch.kernel)),
+                         lto=True, launch_bounds=launch_bounds(launch.kernel, SM90))
+        cubin = bytes(kernel._codelibrary.get_cubin(cc=SM90).code)
+    assert cubin[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("name, shapes, attrs", [("simaccel.gelu", [(64, 32)], {}), ("simaccel.add", [(64, 32), (32,)], {}),
                                                  ("simaccel.clip", [(64, 32)], {"min": 0.0, "max": 6.0}),
