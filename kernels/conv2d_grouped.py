@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import linecache
 import math
+from types import SimpleNamespace
 
 from numba import cuda, float32, int64, uint64
 
@@ -121,115 +122,11 @@ def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO, ONE_CHANNEL, epilogue=IDE
     LLVM left rolled would put the accumulators in local memory); the epilogue is one loop
     around the one store point, which goes through `epilogue` (kernels/epilogue.py)."""
     geo = geometry(TH, TW, KH, KW, SH, SW, DH, DW, MO)
-    TX, ST, NP, TIH, TIW, PITCH, SPITCH = (geo[k] for k in ("TX", "ST", "NP", "TIH", "TIW", "PITCH", "SPITCH"))
-    KHW = KH * KW
-    SLOT_WORDS = TIH * PITCH
-    STASH_M = TH * SPITCH
-    STASH_SLOT = MO * STASH_M
-    STAGED = TIH * TIW
-    TILE_OUT = TH * TW
-    used = sorted({p * SW + kw * DW for p in range(PX) for kw in range(KW)})
-
-    lines = []
-    emit = lines.append
-    emit("def {NAME}(out, x, w, bias, C, H, W, O, OG, CG, groups, OH, OW, MB, planes, tiles_w, tiles, bid0,")
-    emit("        pt, pl, has_bias, act, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):")
-    emit("    tile = cuda.shared.array(%d, float32)" % (NP * SLOT_WORDS))
-    emit("    stash = cuda.shared.array(%d, float32)" % (NP * STASH_SLOT))
-    emit("    zero = float32(0.0)")
-    emit("    t = cuda.threadIdx.x")
-    emit(f"    slot = t // {ST}")
-    emit(f"    lt = t - slot * {ST}")
-    emit(f"    r = lt // {TX}")
-    emit(f"    cx = lt - r * {TX}")
-    emit(f"    r0 = lt // {TIW}  # the input element this thread stages first: lt of the flat tile")
-    emit(f"    c0 = lt - r0 * {TIW}")
-    emit(f"    tile_at = slot * {SLOT_WORDS}")
-    emit(f"    read_at = tile_at + r * {SH * PITCH} + cx * {PX * SW}")
-    emit(f"    stash_at = slot * {STASH_SLOT}")
-    emit(f"    stash_in = stash_at + r * {SPITCH} + cx * {PX}")
-    emit("    plane_size = H * W")
-    emit(f"    cgk = CG * {KHW}")
-    emit("    bid = bid0 + cuda.blockIdx.x")
-    emit("    pb = bid // tiles")
-    emit("    ti = bid - pb * tiles")
-    emit("    tr = ti // tiles_w")
-    emit(f"    oh0 = tr * {TH}")
-    emit(f"    ow0 = (ti - tr * tiles_w) * {TW}")
-    emit(f"    ih_s = oh0 * {SH} - pt")
-    emit(f"    iw_s = ow0 * {SW} - pl")
-    emit(f"    plane = pb * {NP} + slot")
-    emit("    valid = plane < planes")
-    emit("    if not valid:")
-    emit("        plane = 0  # reads in bounds (weights of channel 0), writes nothing")
-    emit("    ng = plane // MB")
-    emit("    mb = plane - ng * MB")
-    emit("    n = ng // groups")
-    emit("    g = ng - n * groups")
-    emit(f"    o0 = g * OG + mb * {MO}")
-    emit("    x_c = (n * C + g * CG) * plane_size  # input channel c of the group, from c = 0")
-    emit(f"    w_c = o0 * cgk")
-    for m in range(MO):
-        for q in range(PX):
-            emit(f"    a{m}_{q} = zero")
-    # One input channel per group (depthwise) is a loop of one trip LLVM removes: nothing is
-    # hoisted above it to stay live through it (the tile's per-pass offsets would be).
-    emit("    for c in range(1):" if ONE_CHANNEL else "    for c in range(CG):")
-    # 1. The input tile, flat index lt + q * ST: row and column from (r0, c0) by constants.
-    for q in range(-(-STAGED // ST)):
-        dq, rq = divmod(q * ST, TIW)
-        emit(f"        rq = r0 + {dq}")
-        emit(f"        cq = c0 + {rq}")
-        if rq:
-            emit(f"        if cq >= {TIW}:")
-            emit(f"            cq -= {TIW}")
-            emit("            rq += 1")
-        indent = "        "
-        if (q + 1) * ST > STAGED:
-            emit(f"        if rq < {TIH}:")
-            indent += "    "
-        emit(f"{indent}ih = ih_s + rq")
-        emit(f"{indent}iw = iw_s + cq")
-        emit(f"{indent}v = zero")
-        emit(f"{indent}if valid and ih >= 0 and ih < H and iw >= 0 and iw < W:")
-        emit(f"{indent}    v = float32(x[uint64(x_c + ih * W + iw)])")
-        emit(f"{indent}tile[uint64(tile_at + rq * {PITCH} + cq)] = v")
-    # 2. The channel's weights of the thread's MO output channels (the same in every thread).
-    for m in range(MO):
-        emit(f"        w_m = w_c + {m} * cgk" if m else "        w_m = w_c")
-        for k in range(KHW):
-            emit(f"        w{m}_{k} = float32(w[uint64(w_m + {k})])")
-    emit("        cuda.syncthreads()")
-    # 3. Per kernel row: the input values the thread's windows span, then every tap.
-    for kh in range(KH):
-        for j in used:
-            emit(f"        x{j} = tile[uint64(read_at + {kh * DH * PITCH + j})]")
-        for kw in range(KW):
-            for m in range(MO):
-                for q in range(PX):
-                    emit(f"        a{m}_{q} += x{q * SW + kw * DW} * w{m}_{kh * KW + kw}")
-    emit("        cuda.syncthreads()")
-    emit("        x_c += plane_size")
-    emit(f"        w_c += {KHW}")
-    for m in range(MO):
-        for q in range(PX):
-            emit(f"    stash[uint64(stash_in + {m * STASH_M + q})] = a{m}_{q}")
-    emit("    cuda.syncthreads()")
-    # The epilogue: one store point, output columns fastest across threads.
-    emit(f"    for q in range({MO * PX}):")
-    emit(f"        e = lt + q * {ST}")
-    emit(f"        m = e // {TILE_OUT}")
-    emit(f"        e -= m * {TILE_OUT}")
-    emit(f"        rr = e // {TW}")
-    emit(f"        cc = e - rr * {TW}")
-    emit("        oh = oh0 + rr")
-    emit("        ow = ow0 + cc")
-    emit("        if valid and oh < OH and ow < OW:")
-    emit("            o = o0 + m")
-    emit("            b = float32(bias[o]) if has_bias else zero")
-    emit(f"            v = stash[uint64(stash_at + m * {STASH_M} + rr * {SPITCH} + cc)]")
-    emit("            i = ((n * O + o) * OH + oh) * OW + ow")
-    emit("            out[uint64(i)] = epilogue(apply_activation(v + b, act), int64(i), e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)")
+    g = SimpleNamespace(**geo, KH=KH, KW=KW, SH=SH, SW=SW, DH=DH, DW=DW, KHW=KH * KW, SLOT_WORDS=geo["TIH"] * geo["PITCH"],
+                        STASH_M=TH * geo["SPITCH"], STAGED=geo["TIH"] * geo["TIW"], TILE_OUT=TH * TW,
+                        used=sorted({p * SW + kw * DW for p in range(PX) for kw in range(KW)}))
+    g.STASH_SLOT = MO * g.STASH_M
+    lines = _setup_lines(g) + _channel_loop_lines(g, ONE_CHANNEL) + _store_lines(g)
     NAME = f"_conv2d_grouped_kernel_{TH}x{TW}_k{KH}x{KW}_s{SH}x{SW}_d{DH}x{DW}_m{MO}{'_c1' if ONE_CHANNEL else ''}"
     source = "\n".join(lines).replace("{NAME}", NAME) + "\n"
     kernel = _generated(NAME, source, dict(__name__=__name__, cuda=cuda, float32=float32, uint64=uint64, int64=int64,
@@ -238,6 +135,127 @@ def grouped_kernel(TH, TW, KH, KW, SH, SW, DH, DW, MO, ONE_CHANNEL, epilogue=IDE
     kernel.launch_bounds = (NTHREADS, 4)
     kernel.geometry = geo
     return kernel
+
+
+def _setup_lines(g) -> list[str]:
+    """The kernel's signature and set-up: this thread's place in its plane's tile and in the
+    shared arrays, the block's tile and plane, and its MO x PX accumulators at zero."""
+    lines = []
+    emit = lines.append
+    emit("def {NAME}(out, x, w, bias, C, H, W, O, OG, CG, groups, OH, OW, MB, planes, tiles_w, tiles, bid0,")
+    emit("        pt, pl, has_bias, act, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23):")
+    emit("    tile = cuda.shared.array(%d, float32)" % (g.NP * g.SLOT_WORDS))
+    emit("    stash = cuda.shared.array(%d, float32)" % (g.NP * g.STASH_SLOT))
+    emit("    zero = float32(0.0)")
+    emit("    t = cuda.threadIdx.x")
+    emit(f"    slot = t // {g.ST}")
+    emit(f"    lt = t - slot * {g.ST}")
+    emit(f"    r = lt // {g.TX}")
+    emit(f"    cx = lt - r * {g.TX}")
+    emit(f"    r0 = lt // {g.TIW}  # the input element this thread stages first: lt of the flat tile")
+    emit(f"    c0 = lt - r0 * {g.TIW}")
+    emit(f"    tile_at = slot * {g.SLOT_WORDS}")
+    emit(f"    read_at = tile_at + r * {g.SH * g.PITCH} + cx * {PX * g.SW}")
+    emit(f"    stash_at = slot * {g.STASH_SLOT}")
+    emit(f"    stash_in = stash_at + r * {g.SPITCH} + cx * {PX}")
+    emit("    plane_size = H * W")
+    emit(f"    cgk = CG * {g.KHW}")
+    emit("    bid = bid0 + cuda.blockIdx.x")
+    emit("    pb = bid // tiles")
+    emit("    ti = bid - pb * tiles")
+    emit("    tr = ti // tiles_w")
+    emit(f"    oh0 = tr * {g.TH}")
+    emit(f"    ow0 = (ti - tr * tiles_w) * {g.TW}")
+    emit(f"    ih_s = oh0 * {g.SH} - pt")
+    emit(f"    iw_s = ow0 * {g.SW} - pl")
+    emit(f"    plane = pb * {g.NP} + slot")
+    emit("    valid = plane < planes")
+    emit("    if not valid:")
+    emit("        plane = 0  # reads in bounds (weights of channel 0), writes nothing")
+    emit("    ng = plane // MB")
+    emit("    mb = plane - ng * MB")
+    emit("    n = ng // groups")
+    emit("    g = ng - n * groups")
+    emit(f"    o0 = g * OG + mb * {g.MO}")
+    emit("    x_c = (n * C + g * CG) * plane_size  # input channel c of the group, from c = 0")
+    emit(f"    w_c = o0 * cgk")
+    for m in range(g.MO):
+        for q in range(PX):
+            emit(f"    a{m}_{q} = zero")
+    return lines
+
+
+def _channel_loop_lines(g, one_channel: bool) -> list[str]:
+    """The loop over the group's input channels: the input tile staged, the channel's weights
+    loaded, every tap of every kernel row multiplied."""
+    lines = []
+    emit = lines.append
+    # One input channel per group (depthwise) is a loop of one trip LLVM removes: nothing is
+    # hoisted above it to stay live through it (the tile's per-pass offsets would be).
+    emit("    for c in range(1):" if one_channel else "    for c in range(CG):")
+    # 1. The input tile, flat index lt + q * ST: row and column from (r0, c0) by constants.
+    for q in range(-(-g.STAGED // g.ST)):
+        dq, rq = divmod(q * g.ST, g.TIW)
+        emit(f"        rq = r0 + {dq}")
+        emit(f"        cq = c0 + {rq}")
+        if rq:
+            emit(f"        if cq >= {g.TIW}:")
+            emit(f"            cq -= {g.TIW}")
+            emit("            rq += 1")
+        indent = "        "
+        if (q + 1) * g.ST > g.STAGED:
+            emit(f"        if rq < {g.TIH}:")
+            indent += "    "
+        emit(f"{indent}ih = ih_s + rq")
+        emit(f"{indent}iw = iw_s + cq")
+        emit(f"{indent}v = zero")
+        emit(f"{indent}if valid and ih >= 0 and ih < H and iw >= 0 and iw < W:")
+        emit(f"{indent}    v = float32(x[uint64(x_c + ih * W + iw)])")
+        emit(f"{indent}tile[uint64(tile_at + rq * {g.PITCH} + cq)] = v")
+    # 2. The channel's weights of the thread's MO output channels (the same in every thread).
+    for m in range(g.MO):
+        emit(f"        w_m = w_c + {m} * cgk" if m else "        w_m = w_c")
+        for k in range(g.KHW):
+            emit(f"        w{m}_{k} = float32(w[uint64(w_m + {k})])")
+    emit("        cuda.syncthreads()")
+    # 3. Per kernel row: the input values the thread's windows span, then every tap.
+    for kh in range(g.KH):
+        for j in g.used:
+            emit(f"        x{j} = tile[uint64(read_at + {kh * g.DH * g.PITCH + j})]")
+        for kw in range(g.KW):
+            for m in range(g.MO):
+                for q in range(PX):
+                    emit(f"        a{m}_{q} += x{q * g.SW + kw * g.DW} * w{m}_{kh * g.KW + kw}")
+    emit("        cuda.syncthreads()")
+    emit("        x_c += plane_size")
+    emit(f"        w_c += {g.KHW}")
+    return lines
+
+
+def _store_lines(g) -> list[str]:
+    """The accumulators through shared memory to the one store point (output columns fastest
+    across threads), where bias, activation and the epilogue apply."""
+    lines = []
+    emit = lines.append
+    for m in range(g.MO):
+        for q in range(PX):
+            emit(f"    stash[uint64(stash_in + {m * g.STASH_M + q})] = a{m}_{q}")
+    emit("    cuda.syncthreads()")
+    emit(f"    for q in range({g.MO * PX}):")
+    emit(f"        e = lt + q * {g.ST}")
+    emit(f"        m = e // {g.TILE_OUT}")
+    emit(f"        e -= m * {g.TILE_OUT}")
+    emit(f"        rr = e // {g.TW}")
+    emit(f"        cc = e - rr * {g.TW}")
+    emit("        oh = oh0 + rr")
+    emit("        ow = ow0 + cc")
+    emit("        if valid and oh < OH and ow < OW:")
+    emit("            o = o0 + m")
+    emit("            b = float32(bias[o]) if has_bias else zero")
+    emit(f"            v = stash[uint64(stash_at + m * {g.STASH_M} + rr * {g.SPITCH} + cc)]")
+    emit("            i = ((n * O + o) * OH + oh) * OW + ow")
+    emit("            out[uint64(i)] = epilogue(apply_activation(v + b, act), int64(i), e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)")
+    return lines
 
 
 def channels_per_thread(og: int, taps: int) -> int:
