@@ -36,7 +36,7 @@ from numba.cuda.extending import register_jitable
 
 from . import conv2d_grouped
 from .activation import ACTIVATIONS, apply_activation
-from .elementwise import divmod_fast
+from .elementwise import corrected_divmod, divmod_fast
 from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
 from .grid import launch_grid
@@ -62,15 +62,7 @@ def divmod_small(n, d, inv_d):
     """(n // d, n % d) for 0 <= n < 2**22 and d >= 1, given inv_d = float32(1 / d): a float32
     estimate of the quotient (off by at most one) and one correction step, a handful of
     instructions where an integer division is a software routine."""
-    q = numba.int32(float32(n) * float32(inv_d))
-    r = n - q * d
-    if r < 0:
-        q -= 1
-        r += d
-    elif r >= d:
-        q += 1
-        r -= d
-    return q, r
+    return corrected_divmod(n, d, numba.int32(float32(n) * float32(inv_d)))
 
 
 @register_jitable

@@ -55,7 +55,14 @@ def divmod_fast(n, d, inv_d):
     64-bit integer division is a long software routine on GPUs, and Numba does all integer
     index math in 64 bits.
     """
-    q = numba.int64(numba.float64(n) * inv_d)
+    return corrected_divmod(n, d, numba.int64(numba.float64(n) * inv_d))
+
+
+@register_jitable(inline="always")
+def corrected_divmod(n, d, q):
+    """(n // d, n % d) from q, an estimate of n // d off by at most one (n >= 0, d >= 1): one
+    correction step. The float-reciprocal divisions (`divmod_fast`, conv2d's `divmod_small`)
+    end in it."""
     r = n - q * d
     if r < 0:
         q -= 1

@@ -51,17 +51,22 @@ def _window_sum(x, p, row_step, dw, KH, KW):
     return acc
 
 
+@register_jitable(inline="always")
+def _window_at(idx, H, W, OH, OW, sh, sw, pt, pl, inv_oh, inv_ow):
+    """Output element idx's window: its top-left tap (ih0, iw0) and x0, the offset of its
+    image and channel's plane."""
+    t, ow = divmod_fast(idx, OW, inv_ow)
+    nc, oh = divmod_fast(t, OH, inv_oh)
+    return oh * sh - pt, ow * sw - pl, nc * H * W
+
+
 def _max_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv_oh, inv_ow,
                        lowest, total):
     idx = cuda.grid(1)
     step = cuda.gridsize(1)
     low = float32(lowest)
     while idx < total:
-        t, ow = divmod_fast(idx, OW, inv_ow)
-        nc, oh = divmod_fast(t, OH, inv_oh)
-        ih0 = oh * sh - pt
-        iw0 = ow * sw - pl
-        x0 = nc * H * W
+        ih0, iw0, x0 = _window_at(idx, H, W, OH, OW, sh, sw, pt, pl, inv_oh, inv_ow)
         best = low
         if ih0 >= 0 and iw0 >= 0 and ih0 + (KH - 1) * dh < H and iw0 + (KW - 1) * dw < W:
             # Inside the image (most windows): the same taps in the same order, unchecked.
@@ -92,11 +97,7 @@ def _avg_pool2d_kernel(out, x, H, W, OH, OW, KH, KW, sh, sw, pt, pl, dh, dw, inv
     idx = cuda.grid(1)
     step = cuda.gridsize(1)
     while idx < total:
-        t, ow = divmod_fast(idx, OW, inv_ow)
-        nc, oh = divmod_fast(t, OH, inv_oh)
-        ih0 = oh * sh - pt
-        iw0 = ow * sw - pl
-        x0 = nc * H * W
+        ih0, iw0, x0 = _window_at(idx, H, W, OH, OW, sh, sw, pt, pl, inv_oh, inv_ow)
         if ih0 >= 0 and iw0 >= 0 and ih0 + (KH - 1) * dh < H and iw0 + (KW - 1) * dw < W:
             # Inside the image: every tap counts either way.
             p = x0 + ih0 * W + iw0
