@@ -75,7 +75,7 @@ class SanitizerError(SimAccelError):
     The message ends with a tag, ``[sanitizer: kind=K region=R op=OP tensor=T]`` (the parts
     not known left out), from which an error made from the message alone gets its attributes
     back: TVM's FFI carries only the message across a region call, and native regions
-    (region.h) write the same tag.
+    (simaccel/native/sanitize.h) write the same tag.
     """
 
     KINDS = ("unwritten", "out_of_bounds", "input_written", "fault", "stream", "capture", "index")

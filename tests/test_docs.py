@@ -114,7 +114,7 @@ def test_the_tree_names_only_files_that_exist():
 
 def test_the_tree_lists_every_source_file_of_the_packages():
     listed = tree_paths()
-    sources = sorted(p for p in repo_files() if p.split("/")[0] in PACKAGES and p.endswith((".py", ".cu", ".h"))
+    sources = sorted(p for p in repo_files() if p.split("/")[0] in PACKAGES and p.endswith((".py", ".cu", ".cuh", ".h"))
                      and not p.endswith("__init__.py") and "__pycache__" not in p)
     missing = [p for p in sources if p not in listed]
     assert not missing, f"the repository tree (docs/repository.md) does not list: {missing}"

@@ -166,7 +166,7 @@ def test_an_install_holds_every_module_and_kernel_source_of_the_checkout(tmp_pat
     built = tmp_path / "lib"
     subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(built)],
                    cwd=root, check=True, capture_output=True)
-    sources = (".py", ".cu", ".h")
+    sources = (".py", ".cu", ".cuh", ".h")
     installed = {p.relative_to(built) for p in built.rglob("*") if p.suffix in sources}
     wanted = {Path(package, p.relative_to(root / folder))
               for folder, package in (("simaccel", "simaccel"), ("kernels", "simaccel/kernels"),

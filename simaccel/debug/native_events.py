@@ -1,7 +1,7 @@
 """Native regions' trace records: what a traced native call launched and when, for subscribers.
 
 Where it sits: a debugging tool's view of the NATIVE_CALL events of simaccel.events. While the
-debug word's TRACE bit is on (simaccel.debug.flags), a native region (region.h) records a CUDA
+debug word's TRACE bit is on (simaccel.debug.flags), a native region (simaccel/native/trace.h) records a CUDA
 event before and after each kernel launch on TVM's stream, waits for the last one after the
 call, and hands the timings to Python through the global function `names.NATIVE_TRACE_FUNC`,
 which simaccel.tvm_integration.backend.autoload registers as `record`. One JSON object per call:
