@@ -33,7 +33,7 @@ CORE_LAYERS = (
     ("engines", ("simaccel.engines", "simaccel.engines.*")),
     ("switches", ("simaccel.switches",)),
     ("runtime", ("simaccel.runtime",)),
-    ("tools", ("simaccel.debug", "simaccel.debug.*", "simaccel.compare", "simaccel.data", "simaccel.testing")),
+    ("tools", ("simaccel.debug", "simaccel.debug.*", "simaccel.compare", "simaccel.data", "simaccel.json_file", "simaccel.testing")),
     ("build", ("simaccel.aot", "simaccel.native", "simaccel.native.*")),
     ("facade", ("simaccel",)),
 )

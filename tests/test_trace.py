@@ -214,7 +214,7 @@ def test_trace_command_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "other.json").write_text('{"x": 1}')
     assert main(["trace", str(tmp_path / "other.json")]) == 2
     err = capsys.readouterr().err
-    assert "no such file" in err and "not JSON" in err and "no traceEvents list" in err
+    assert "no such file" in err and "not valid JSON" in err and "no traceEvents list" in err
 
 
 class FakeClock:

@@ -23,6 +23,7 @@ import os
 from collections import defaultdict
 
 from ..errors import SimAccelError
+from ..json_file import read_json
 from .timeline import LAUNCH, OP, REGION, VM_BUILTIN, VM_CALL, VM_REGION
 
 KERNEL_CATEGORIES = (OP, VM_CALL)
@@ -31,15 +32,7 @@ KIND_CATEGORIES = (OP, VM_CALL, VM_BUILTIN, VM_REGION, REGION, LAUNCH)
 
 def load(path) -> dict:
     """A trace file's document, or a SimAccelError naming the file and what is wrong with it."""
-    try:
-        with open(path) as f:
-            document = json.load(f)
-    except FileNotFoundError:
-        raise SimAccelError(f"trace {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SimAccelError(f"trace {path}: cannot read it ({e})") from None
-    except json.JSONDecodeError as e:
-        raise SimAccelError(f"trace {path}: not JSON ({e})") from None
+    document = read_json(path, f"trace {path}")
     if isinstance(document, dict) and "traceEvents" not in document:
         raise SimAccelError(f"trace {path}: no traceEvents list (not a Chrome trace-event file)")
     events = document.get("traceEvents") if isinstance(document, dict) else document

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import SimAccelError
-from .common.json_files import read_json
+from ...json_file import read_json
 
 
 def _models():

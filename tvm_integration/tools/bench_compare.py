@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import SimAccelError
-from .common.json_files import read_json
+from ...json_file import read_json
 
 PEER = "tvm_only"  # a region report's peer
 KERNEL_PEER = "torch"  # a kernel report's peer

@@ -6,10 +6,10 @@
 - `stderr_log`: what a case writes on stderr, captured; a process's last words;
 - `error_line`: an exception as one line;
 - `arrays`: argument and output arrays in .npz files, and the checks on a path given;
-- `json_files`: a JSON file read, every way it can be unreadable said in one line;
 - `retries`: the lost-worker policy of campaigns on a cluster;
 - `torch_peer`: torch set up as the bench's peer (cuBLAS, cuDNN, TF32 off).
 
 The comparison of a result with its reference is not here but in the core,
-`simaccel.compare`: every tool and the tests judge results by that one rule.
+`simaccel.compare`: every tool and the tests judge results by that one rule. So is the
+reading of a JSON file (`simaccel.json_file.read_json`), which `simaccel trace` shares.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 
 from ....errors import SimAccelError
-from ..common.json_files import read_json
+from ....json_file import read_json
 from ..bench_compare import SLOWER_BY, Change
 from ..common.verdicts import FAIL, PASS, SKIP, TVM_OFF
 

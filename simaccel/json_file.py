@@ -1,8 +1,10 @@
 """A JSON file read, every way it can be unreadable said as one SimAccelError naming it.
 
-Where it sits: what the tools read back from earlier runs and from users (bench reports for
+Where it sits: in the core's tools layer, beside `simaccel.debug`. What simaccel reads back from
+earlier runs and from users (a timeline trace for `simaccel trace`, bench reports for
 `simaccel bench --compare`, conformance.json for `simaccel conformance --compare`, a bench
-artifacts folder's manifest) comes through `read_json`; each says what the file should hold.
+artifacts folder's manifest) comes through `read_json`; each caller says what the file should
+hold and checks the document's contents itself.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ....errors import SimAccelError
+from .errors import SimAccelError
 
 
 def read_json(path, label: str, hint: str = ""):
