@@ -6,23 +6,32 @@ the next K slice into registers while the current one is computed (`prefetch`)."
 from numba import cuda, float32
 
 
-def make(BM, BN, BK, TM, TN, contiguous=False, prefetch=False):
+def geometry(BM, BN, BK, TM, TN):
+    """The tiling's compile-time constants, in `make`'s order: threads per block (TX, TY); the
+    shared tiles', accumulators' and registers' shapes; rows of A (and k rows of B) filled per
+    pass and the passes per K slice, with the prefetch registers' shapes."""
     TX = BN // TN
     TY = BM // TM
     NT = TX * TY
     PAD = 4
-    A_SHAPE = (BK, BM + PAD)
-    B_SHAPE = (BK, BN + PAD)
-    ACC = (TM, TN)
-    AR = (TM,)
-    BR = (TN,)
     A_ROWS = NT // BK          # rows of A filled per pass
     A_PASSES = BM // A_ROWS
     B_KROWS = NT // BN         # k rows of B filled per pass
     B_PASSES = BK // B_KROWS
-    PA = (A_PASSES,)
-    PB = (B_PASSES,)
     assert NT % BK == 0 and BM % A_ROWS == 0 and NT % BN == 0 and BK % B_KROWS == 0
+    return (TX, TY, (BK, BM + PAD), (BK, BN + PAD), (TM, TN), (TM,), (TN,),
+            A_ROWS, A_PASSES, B_KROWS, B_PASSES, (A_PASSES,), (B_PASSES,))
+
+
+def kernel_name(BM, BN, BK, TM, TN, contiguous, prefetch):
+    return f"gemm_{BM}x{BN}x{BK}_{TM}x{TN}{'_c' if contiguous else ''}{'_p' if prefetch else ''}"
+
+
+def make(BM, BN, BK, TM, TN, contiguous=False, prefetch=False):
+    """(kernel, block, tile) for one tiling (see the module docstring). The kernel reads the
+    geometry's constants as closure variables, which Numba compiles in as constants."""
+    (TX, TY, A_SHAPE, B_SHAPE, ACC, AR, BR,
+     A_ROWS, A_PASSES, B_KROWS, B_PASSES, PA, PB) = geometry(BM, BN, BK, TM, TN)
 
     def kernel(out, a, b, M, N, K):
         sa = cuda.shared.array(A_SHAPE, float32)
@@ -95,7 +104,7 @@ def make(BM, BN, BK, TM, TN, contiguous=False, prefetch=False):
                     if col < N:
                         out[row, col] = acc[i, j]
 
-    kernel.__name__ = f"gemm_{BM}x{BN}x{BK}_{TM}x{TN}{'_c' if contiguous else ''}{'_p' if prefetch else ''}"
+    kernel.__name__ = kernel_name(BM, BN, BK, TM, TN, contiguous, prefetch)
     return kernel, (TX, TY), (BM, BN)
 
 
