@@ -90,88 +90,19 @@ def main(out_path: str, device: str = "cuda") -> int:
     DEVICE = device
     os.environ["SIMACCEL_OPS"] = PLANTED
     import tvm
-    from tvm import relax
 
-    import simaccel
-    from simaccel import debug
-    from simaccel.tvm_integration import build, build_tvm_only, default_target
+    from simaccel.tvm_integration import default_target
 
     target = default_target(device)
-    kernel_engine = "cuda" if device == "cuda" else "sim"  # the Python engine that runs the kernels
-    runtime = simaccel.get_runtime()
     x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
     results = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "host": platform.node(),
                "device": tvm.cuda(0).device_name if device == "cuda" else "cpu", "cases": {}, "ok": True}
     for op, (relax_op, kind) in CASES.items():
-        mod = model(relax_op)
-        case: dict = {"expected_kind": kind}
-        want = run_once(build_tvm_only(mod, target), x)
-        built = attempt(lambda: build(mod, target))
-        if built["raised"]:  # e.g. a launcher that launches on a stream of its own: refused when its plan is recorded
-            case["build"] = built
-            case["caught"] = built.get("kind") == kind and op in built.get("message", "")
-        else:
-            executable = built["result"]
-
-            def native():  # native regions on a GPU; on the CPU smoke test, the sim engine stands in
-                return contextlib.nullcontext() if device == "cuda" else runtime.use_engine("sim")
-
-            def sanitized():
-                with debug.sanitize(), native():
-                    return run_once(executable, x)
-
-            def baked():
-                sanitizing_build = build(mod, target, sanitize=True)
-                with native():
-                    return run_once(sanitizing_build, x)
-
-            def cuda_engine():
-                with debug.sanitize(), runtime.use_engine(kernel_engine):
-                    return run_once(executable, x)
-
-            case["native_switch"] = attempt(sanitized)
-            case["native_baked"] = attempt(baked)
-            case["cuda_engine"] = attempt(cuda_engine)
-            def unsanitized():
-                with native():
-                    return run_once(executable, x)
-
-            plain = attempt(unsanitized)
-            if plain["raised"] is None:
-                got = plain.pop("result")
-                plain["max_abs_error_vs_tvm"] = float(np.nanmax(np.abs(got - want))) if np.isfinite(got).any() else None
-                plain["finite"] = bool(np.isfinite(got).all())
-            case["native_unsanitized"] = plain
-            kinds = {kind, "index"} if device == "cpu" and kind == "out_of_bounds" else {kind}  # the simulator's arrays refuse the write
-            case["caught"] = all(case[m].get("kind") in kinds and case[m].get("op") == op and case[m].get("region")
-                                 for m in ("native_switch", "native_baked", "cuda_engine"))
-        for value in case.values():
-            if isinstance(value, dict):
-                value.pop("result", None)
+        case = planted_case(op, relax_op, kind, target, x, device)
         results["cases"][op] = case
         results["ok"] &= bool(case["caught"])
         print(f"{op:24s} caught={case['caught']}", flush=True)
-
-    # A clean region, sanitized and not, against TVM alone; and the sanitizer's cost.
-    mod = model("sigmoid")
-    want = run_once(build_tvm_only(mod, target), x)
-    executable = build(mod, target)
-    dev = tvm.device(device, 0)
-    vm = relax.VirtualMachine(executable, dev)
-    tensor = tvm.runtime.tensor(x, dev)
-    clean = {}
-    for name, switch in (("native", False), ("native_sanitized", True)):
-        times = []
-        with debug.sanitize(switch):
-            for _ in range(30):
-                start = time.perf_counter()
-                got = vm["main"](tensor)
-                dev.sync()
-                times.append(time.perf_counter() - start)
-        clean[name] = {"median_ms": statistics.median(times[5:]) * 1e3,
-                       "max_abs_error_vs_tvm": float(np.max(np.abs(got.numpy() - want)))}
-    clean["slowdown"] = clean["native_sanitized"]["median_ms"] / clean["native"]["median_ms"]
-    clean["ok"] = all(clean[n]["max_abs_error_vs_tvm"] < 1e-5 for n in ("native", "native_sanitized"))
+    clean = clean_case(target, x, device)
     results["clean"] = clean
     results["ok"] &= clean["ok"]
     print("clean", json.dumps(clean), flush=True)
@@ -179,6 +110,110 @@ def main(out_path: str, device: str = "cuda") -> int:
         json.dump(results, f, indent=2)
     print("RESULT:", "ok" if results["ok"] else "NOT OK")
     return 0 if results["ok"] else 1
+
+
+def planted_case(op: str, relax_op: str, kind: str, target, x, device: str) -> dict:
+    """`op`'s model built and run every way; whether the sanitizer caught it (`caught`) in each."""
+    from simaccel.tvm_integration import build, build_tvm_only
+
+    mod = model(relax_op)
+    case: dict = {"expected_kind": kind}
+    want = run_once(build_tvm_only(mod, target), x)
+    built = attempt(lambda: build(mod, target))
+    if built["raised"]:  # e.g. a launcher that launches on a stream of its own: refused when its plan is recorded
+        case["build"] = built
+        case["caught"] = built.get("kind") == kind and op in built.get("message", "")
+    else:
+        case.update(sanitized_runs(mod, built["result"], target, x, device))
+        case["native_unsanitized"] = unsanitized_run(built["result"], x, want, device)
+        kinds = {kind, "index"} if device == "cpu" and kind == "out_of_bounds" else {kind}  # the simulator's arrays refuse the write
+        case["caught"] = all(case[m].get("kind") in kinds and case[m].get("op") == op and case[m].get("region")
+                             for m in ("native_switch", "native_baked", "cuda_engine"))
+    for value in case.values():
+        if isinstance(value, dict):
+            value.pop("result", None)
+    return case
+
+
+def native_regions(device: str):
+    """Native regions on a GPU; on the CPU smoke test, the sim engine stands in."""
+    import simaccel
+
+    return contextlib.nullcontext() if device == "cuda" else simaccel.get_runtime().use_engine("sim")
+
+
+def sanitized_runs(mod, executable, target, x, device: str) -> dict:
+    """What happened under the sanitizer: switched on around native regions (`native_switch`),
+    built in (`native_baked`: a build with sanitize=True) and on the Python kernel engine (`cuda_engine`)."""
+    import simaccel
+    from simaccel import debug
+    from simaccel.tvm_integration import build
+
+    kernel_engine = "cuda" if device == "cuda" else "sim"  # the Python engine that runs the kernels
+
+    def sanitized():
+        with debug.sanitize(), native_regions(device):
+            return run_once(executable, x)
+
+    def baked():
+        sanitizing_build = build(mod, target, sanitize=True)
+        with native_regions(device):
+            return run_once(sanitizing_build, x)
+
+    def cuda_engine():
+        with debug.sanitize(), simaccel.get_runtime().use_engine(kernel_engine):
+            return run_once(executable, x)
+
+    return {"native_switch": attempt(sanitized), "native_baked": attempt(baked), "cuda_engine": attempt(cuda_engine)}
+
+
+def unsanitized_run(executable, x, want, device: str) -> dict:
+    """Native regions without the sanitizer: what the defect does unnoticed (the error against TVM alone)."""
+    def unsanitized():
+        with native_regions(device):
+            return run_once(executable, x)
+
+    plain = attempt(unsanitized)
+    if plain["raised"] is None:
+        got = plain.pop("result")
+        plain["max_abs_error_vs_tvm"] = float(np.nanmax(np.abs(got - want))) if np.isfinite(got).any() else None
+        plain["finite"] = bool(np.isfinite(got).all())
+    return plain
+
+
+def clean_case(target, x, device: str) -> dict:
+    """A clean region, sanitized and not, against TVM alone; and the sanitizer's cost."""
+    import tvm
+    from tvm import relax
+
+    from simaccel.tvm_integration import build, build_tvm_only
+
+    mod = model("sigmoid")
+    want = run_once(build_tvm_only(mod, target), x)
+    executable = build(mod, target)
+    dev = tvm.device(device, 0)
+    vm = relax.VirtualMachine(executable, dev)
+    tensor = tvm.runtime.tensor(x, dev)
+    clean = {name: timed_clean_run(vm, dev, tensor, switch, want)
+             for name, switch in (("native", False), ("native_sanitized", True))}
+    clean["slowdown"] = clean["native_sanitized"]["median_ms"] / clean["native"]["median_ms"]
+    clean["ok"] = all(clean[n]["max_abs_error_vs_tvm"] < 1e-5 for n in ("native", "native_sanitized"))
+    return clean
+
+
+def timed_clean_run(vm, dev, tensor, switch: bool, want) -> dict:
+    """Median milliseconds of 30 calls (the first 5 left out), sanitized or not, and the last call's error."""
+    from simaccel import debug
+
+    times = []
+    with debug.sanitize(switch):
+        for _ in range(30):
+            start = time.perf_counter()
+            got = vm["main"](tensor)
+            dev.sync()
+            times.append(time.perf_counter() - start)
+    return {"median_ms": statistics.median(times[5:]) * 1e3,
+            "max_abs_error_vs_tvm": float(np.max(np.abs(got.numpy() - want)))}
 
 
 def plain(op: str, device: str) -> int:
