@@ -32,6 +32,7 @@ from .names import DEBUG_SANITIZE
 ENGINE_ENV = "SIMACCEL_ENGINE"
 STAGED_ENV = "SIMACCEL_STAGED"
 SANITIZE_ENV = "SIMACCEL_SANITIZE"
+NATIVE_ENV = "SIMACCEL_NATIVE"  # read at build time by the TVM layer's codegen (native_from_env)
 AUTO = "auto"
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("", "0", "false", "no", "off")
@@ -47,6 +48,22 @@ def boolean(env: str, text: str) -> bool:
     if value in FALSE:
         return False
     raise EngineError(f"{env}={text!r} is not a boolean; use 1/true/yes/on or 0/false/no/off")
+
+
+def boolean_or_auto(env: str, text: str):
+    """`text`, the value of $`env`, as True, False or AUTO (unset, empty or "auto"); EngineError
+    if it is none of these."""
+    if text.strip().lower() in ("", AUTO):
+        return AUTO
+    try:
+        return boolean(env, text)
+    except EngineError:
+        raise EngineError(f"{env}={text!r}: use 1/0/auto (or true/false, yes/no, on/off)") from None
+
+
+def native_from_env():
+    """$SIMACCEL_NATIVE: whether builds make native regions (True, False or AUTO)."""
+    return boolean_or_auto(NATIVE_ENV, os.environ.get(NATIVE_ENV, ""))
 
 
 class Switch:

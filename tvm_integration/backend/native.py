@@ -20,13 +20,11 @@ import tempfile
 import warnings
 
 from ...aot import parse_archs, toolchain_missing
-from ...errors import CodegenError, SimAccelError
+from ...errors import CodegenError, EngineError, SimAccelError
 from ...native.build import compile_object, compiler_missing
 from ...native.source import NativeRegion, library_source
+from ...switches import native_from_env
 
-NATIVE_ENV = "SIMACCEL_NATIVE"
-_CHOICES = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False,
-            "auto": "auto", "": "auto"}
 
 
 def target_arch(target) -> tuple[int, int] | None:
@@ -43,10 +41,10 @@ def target_arch(target) -> tuple[int, int] | None:
 def _choice(options: dict):
     choice = options.get("native")
     if choice is None:
-        text = os.environ.get(NATIVE_ENV, "").strip().lower()
-        if text not in _CHOICES:
-            raise CodegenError(f"{NATIVE_ENV}={os.environ[NATIVE_ENV]!r}: use 1/0/auto")
-        return _CHOICES[text]
+        try:
+            return native_from_env()
+        except EngineError as e:
+            raise CodegenError(str(e)) from None
     if choice not in (True, False, "auto"):
         raise CodegenError(f"codegen option native={choice!r}: use True, False or 'auto'")
     return choice
