@@ -99,13 +99,8 @@ def build_in_worker(name: str, args, out: Path) -> dict:
 
 
 def measure(name: str, args, out: Path, built: dict | None = None) -> dict:
-    import torch
+    """Phase 2: the built model checked, timed and profiled; its row of the report."""
     import tvm
-    from tvm import relax
-
-    import simaccel
-    from simaccel.compare import mismatch
-    from simaccel.tvm_integration.tools.deploy import outputs_as_list
 
     gpu = args.device == "cuda"
     if built is None:
@@ -115,17 +110,52 @@ def measure(name: str, args, out: Path, built: dict | None = None) -> dict:
     model = torch_models.load(name, args.size)
     libs = out / "libs"
     x = np.load(libs / f"{name}-input.npy")
-    want_torch = np.load(libs / f"{name}-torch.npy")
-    partition, build_error = built["partition"], built["error"]
     dev = tvm.cuda(0) if gpu else tvm.cpu()
-    theirs = relax.VirtualMachine(tvm.runtime.load_module(built["paths"]["tvm_only"]), dev)
-    ours = None
-    if built["paths"]["simaccel"]:
-        ours = relax.VirtualMachine(tvm.runtime.load_module(built["paths"]["simaccel"]), dev)
-    built = built["build_s"]
+    theirs, ours = load_vms(built["paths"], dev)
     data = tvm.runtime.tensor(x, dev)
-    runtime = simaccel.get_runtime()
     engine = None if gpu else args.engine  # on the GPU: native regions, no Python engine
+    calls = {"tvm_only": lambda: theirs["main"](data)}
+    if ours is not None:
+        calls["simaccel_native"] = simaccel_caller(ours, data, engine)
+    checks = check_outputs(calls, np.load(libs / f"{name}-torch.npy"))
+    calls["torch"] = torch_caller(model, x, gpu)
+    sync = device_sync(dev, gpu)
+    medians = model_bench.timed(calls, sync, args.repeat, warmup=min(10, args.repeat))
+    entry = {
+        "input": list(model.input_shape),
+        "size": args.size,
+        "doc": model.doc,
+        "build_s": built["build_s"],
+        **checks,
+        "median_us": medians,
+        "ratio_vs_tvm_only": {k: v / medians["tvm_only"] for k, v in medians.items()},
+        "kernels": kernel_profiles(name, calls, sync, args, out) if gpu and args.profile_calls > 0 else None,
+        "partition": built["partition"],
+    }
+    if engine is not None:
+        entry["engine"] = engine
+    if built["error"] is not None:
+        entry["error"], entry["check"] = built["error"], "-"
+    return entry
+
+
+def load_vms(paths: dict, dev):
+    """(TVM alone's VM, simaccel's VM or None where its build failed) from the exported libraries."""
+    import tvm
+    from tvm import relax
+
+    theirs = relax.VirtualMachine(tvm.runtime.load_module(paths["tvm_only"]), dev)
+    ours = None
+    if paths["simaccel"]:
+        ours = relax.VirtualMachine(tvm.runtime.load_module(paths["simaccel"]), dev)
+    return theirs, ours
+
+
+def simaccel_caller(ours, data, engine: str | None):
+    """One call of simaccel's build: native regions (`engine` None), else on that Python engine."""
+    import simaccel
+
+    runtime = simaccel.get_runtime()
 
     def simaccel_call():
         if engine is None:
@@ -133,14 +163,13 @@ def measure(name: str, args, out: Path, built: dict | None = None) -> dict:
         with runtime.use_engine(engine):
             return ours["main"](data)
 
-    def first(result):
-        return outputs_as_list(result)[0].numpy()
+    return simaccel_call
 
-    want = first(theirs["main"](data))
-    got = None if ours is None else first(simaccel_call())
-    scale = float(np.max(np.abs(want_torch))) or 1.0
-    check = None if ours is None else mismatch(got, want, dtype="float32")
-    torch_check = mismatch(want, want_torch.astype(want.dtype), rtol=1e-3, atol=1e-4 * scale)
+
+def torch_caller(model, x, gpu: bool):
+    """One call of the torch module, without gradients, on the GPU or the CPU."""
+    import torch
+
     module = model.module.cuda() if gpu else model.module
     x_torch = torch.from_numpy(x).cuda() if gpu else torch.from_numpy(x)
 
@@ -148,47 +177,57 @@ def measure(name: str, args, out: Path, built: dict | None = None) -> dict:
         with torch.no_grad():
             module(x_torch)
 
+    return torch_call
+
+
+def device_sync(dev, gpu: bool):
+    """Wait for TVM's device (and torch's stream on the GPU)."""
+    import torch
+
     def sync():
         dev.sync()
         if gpu:
             torch.cuda.synchronize()
 
-    calls = {"tvm_only": lambda: theirs["main"](data), "simaccel_native": simaccel_call, "torch": torch_call}
-    if ours is None:
-        del calls["simaccel_native"]
-    medians = model_bench.timed(calls, sync, args.repeat, warmup=min(10, args.repeat))
-    kernels = None
-    if gpu and args.profile_calls > 0:
-        kernels = {}
-        for mode, go in calls.items():
-            trace = out / "traces" / f"{name}-{mode}.json"
-            try:
-                kernels[mode] = model_bench.kernel_profile(go, sync, args.profile_calls, trace, top=args.top)
-            except Exception as e:  # no CUPTI here, say: the timings stand without it
-                kernels[mode] = {"error": f"{type(e).__name__}: {e}"}
-            if not args.keep_traces and trace.exists():
-                trace.unlink()
-    entry = {
-        "input": list(model.input_shape),
-        "size": args.size,
-        "doc": model.doc,
-        "build_s": built,
+    return sync
+
+
+def check_outputs(calls: dict, want_torch) -> dict:
+    """The first output of simaccel (`calls["simaccel_native"]`, if there) against TVM alone's
+    (`calls["tvm_only"]`), and TVM alone's against torch's `want_torch`: the report's fields."""
+    from simaccel.compare import mismatch
+    from simaccel.tvm_integration.tools.deploy import outputs_as_list
+
+    def first(result):
+        return outputs_as_list(result)[0].numpy()
+
+    want = first(calls["tvm_only"]())
+    got = first(calls["simaccel_native"]()) if "simaccel_native" in calls else None
+    scale = float(np.max(np.abs(want_torch))) or 1.0
+    check = None if got is None else mismatch(got, want, dtype="float32")
+    torch_check = mismatch(want, want_torch.astype(want.dtype), rtol=1e-3, atol=1e-4 * scale)
+    return {
         "check": "ok" if check is None else "MISMATCH",
         "mismatch_vs_tvm_only": check,
         "max_abs_error_vs_tvm_only": None if got is None else max_abs(got, want),
         "tvm_only_vs_torch": torch_check,
         "max_abs_error_tvm_only_vs_torch": max_abs(want, want_torch),
         "output_scale": scale,
-        "median_us": medians,
-        "ratio_vs_tvm_only": {k: v / medians["tvm_only"] for k, v in medians.items()},
-        "kernels": kernels,
-        "partition": partition,
     }
-    if engine is not None:
-        entry["engine"] = engine
-    if build_error is not None:
-        entry["error"], entry["check"] = build_error, "-"
-    return entry
+
+
+def kernel_profiles(name: str, calls: dict, sync, args, out: Path) -> dict:
+    """Each mode alone under the kernel profiler (CUPTI): its kernels, or the error where it failed."""
+    kernels = {}
+    for mode, go in calls.items():
+        trace = out / "traces" / f"{name}-{mode}.json"
+        try:
+            kernels[mode] = model_bench.kernel_profile(go, sync, args.profile_calls, trace, top=args.top)
+        except Exception as e:  # no CUPTI here, say: the timings stand without it
+            kernels[mode] = {"error": f"{type(e).__name__}: {e}"}
+        if not args.keep_traces and trace.exists():
+            trace.unlink()
+    return kernels
 
 
 def write_report(out: Path, report: dict) -> None:
