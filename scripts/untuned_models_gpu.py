@@ -8,8 +8,9 @@ the four MODEL_NAMES; seeded random weights, batch-norm statistics calibrated) i
    records the partition (`partition_report`: regions, ops offloaded, ops kept on TVM by kind
    with the reasons);
 2. builds it with simaccel for the GPU (native regions) and with TVM alone, and checks
-   simaccel against TVM alone (simaccel.compare's float32 tolerance) and TVM alone against
-   torch (on the CPU, float32);
+   simaccel against TVM alone and TVM alone against torch (on the CPU, float32), both by
+   simaccel.compare's rule for whole outputs: float32's tolerance against TVM alone, against
+   torch (a witness) conformance's absolute tolerance, as `simaccel conformance` does;
 3. times TVM alone, simaccel and torch interleaved, one call of each in turn, each followed
    by a device synchronisation: medians of `--repeat` warm calls;
 4. profiles each mode alone under torch.profiler's CUDA activity (CUPTI records every kernel of
@@ -196,6 +197,7 @@ def check_outputs(calls: dict, want_torch) -> dict:
     """The first output of simaccel (`calls["simaccel_native"]`, if there) against TVM alone's
     (`calls["tvm_only"]`), and TVM alone's against torch's `want_torch`: the report's fields."""
     from simaccel.compare import mismatch
+    from simaccel.tvm_integration.tools.conformance.check import TORCH_ATOL
     from simaccel.tvm_integration.tools.deploy import outputs_as_list
 
     def first(result):
@@ -204,8 +206,8 @@ def check_outputs(calls: dict, want_torch) -> dict:
     want = first(calls["tvm_only"]())
     got = first(calls["simaccel_native"]()) if "simaccel_native" in calls else None
     scale = float(np.max(np.abs(want_torch))) or 1.0
-    check = None if got is None else mismatch(got, want, dtype="float32")
-    torch_check = mismatch(want, want_torch.astype(want.dtype), rtol=1e-3, atol=1e-4 * scale)
+    check = None if got is None else mismatch(got, want, dtype="float32", scaled=True)
+    torch_check = mismatch(want, want_torch.astype(want.dtype), atol=TORCH_ATOL, scaled=True)
     return {
         "check": "ok" if check is None else "MISMATCH",
         "mismatch_vs_tvm_only": check,
