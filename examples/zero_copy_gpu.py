@@ -65,35 +65,66 @@ def per_call(vm, tensors, dev, repeat: int) -> float:
 
 
 def main(argv=None) -> int:
+    args = parse_args(argv)
+    device = choose_device(args.device)
+    if device is None:
+        return 2
+    engine = "cuda" if device == "cuda" else "ref"
+    target, dev = default_target(device), tvm.device(device, 0)
+    vm, reference, tensors = partition_and_build(hetero_chain("float32", ROWS, FEATURES, HIDDEN), target, dev)
+    got, ok = traced_call(vm, tensors, dev, engine, device)
+    print("[4] compare with TVM alone")
+    want = reference["main"](*tensors)
+    ok &= matches_tvm_alone(got, want)
+    print(f"[5] bytes simaccel copied and time per call (median of {args.repeat})")
+    (h0, h1, _), (_, w, b) = got, tensors
+    staged_bytes = sum(t.numpy().nbytes for t in (h0, w, b, h1))  # what host staging copies each way
+    copies_ok, seconds = copies_and_times(vm, reference, tensors, dev, engine, device, args.repeat, want, staged_bytes)
+    ok &= copies_ok
+    print_times(seconds, device)
+    print("RESULT: match" if ok else "RESULT: MISMATCH")
+    return 0 if ok else 1
+
+
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--repeat", type=int, default=20, help="timed calls per mode (median reported)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    return args
 
+
+def choose_device(asked: str) -> str | None:
+    """"cuda" or "cpu" for --device `asked` (saying why when no GPU is used); None for --device
+    cuda where TVM finds no GPU."""
     gpu = bool(tvm.cuda(0).exist)
-    if args.device == "cuda" and not gpu:
+    if asked == "cuda" and not gpu:
         print("--device cuda: TVM finds no CUDA GPU on this machine", file=sys.stderr)
-        return 2
-    device = "cuda" if gpu and args.device != "cpu" else "cpu"
+        return None
+    device = "cuda" if gpu and asked != "cpu" else "cpu"
     if device == "cpu":
         print("no GPU used: " + ("--device cpu" if gpu else "TVM finds no CUDA GPU (tvm.cuda(0).exist is False)")
               + "; showing the same flow on the CPU (engine 'ref', host buffers)")
-    engine = "cuda" if device == "cuda" else "ref"
-    target, dev = default_target(device), tvm.device(device, 0)
-    runtime = simaccel.get_runtime()
-    ok = True
+    return device
 
-    mod = hetero_chain("float32", ROWS, FEATURES, HIDDEN)
+
+def partition_and_build(mod, target, dev):
+    """Steps 1 and 2: the partition report, then (simaccel's VM, TVM alone's VM, the inputs on `dev`)."""
     print("[1] partition: TVM kernel -> simaccel region -> TVM kernel")
     _, report = partition_report(mod)
     print(textwrap.indent(report.format(), "    "))
     print(f"[2] build with simaccel and with TVM alone (target {target.kind.name})")
     vm = relax.VirtualMachine(build(mod, target), dev)
     reference = relax.VirtualMachine(build_tvm_only(mod, target), dev)
-    _, w, b = tensors = [tvm.runtime.tensor(a, dev) for a in random_inputs(mod, 0)]
+    return vm, reference, [tvm.runtime.tensor(a, dev) for a in random_inputs(mod, 0)]
 
+
+def traced_call(vm, tensors, dev, engine: str, device: str):
+    """Step 3: one call with the ledger tracing the region's tensors; ((h0, h1, h2), whether the
+    region read and wrote TVM's own buffers)."""
+    runtime = simaccel.get_runtime()
     print(f"[3] one call on {dev}, engine {engine!r}, with the ledger tracing the region's tensors")
     runtime.ledger.reset()
     runtime.ledger.tracing = True
@@ -104,6 +135,7 @@ def main(argv=None) -> int:
     finally:
         runtime.ledger.tracing = False
     trace = runtime.ledger.trace()
+    _, w, b = tensors
     ours = {h0.data_ptr(): "h0, written by TVM's leaky_relu kernel", w.data_ptr(): "fc_w, the caller's argument",
             b.data_ptr(): "fc_b, the caller's argument", h1.data_ptr(): "h1, allocated by TVM; log_softmax reads it"}
     for entry in trace:
@@ -116,46 +148,55 @@ def main(argv=None) -> int:
         and outputs == [h1.data_ptr()]
         and all(e["device"] == f"{device}:0" for e in trace)
     )
-    ok &= identity
     print(f"    pointer identity (the region read and wrote TVM's own buffers): {'yes' if identity else 'NO'}")
+    return (h0, h1, h2), identity
 
-    print("[4] compare with TVM alone")
-    want = reference["main"](*tensors)
-    for name, g, r in zip(("h0", "h1", "h2"), (h0, h1, h2), want):
+
+def matches_tvm_alone(got, want) -> bool:
+    """Step 4: each output against TVM alone's, its largest difference printed."""
+    ok = True
+    for name, g, r in zip(("h0", "h1", "h2"), got, want):
         g, r = g.numpy(), r.numpy()
         error = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64))))
         same = bool(np.allclose(g, r, rtol=RTOL, atol=ATOL))
         ok &= same
         print(f"    {name} {g.shape}: max abs error {error:.3g}{'' if same else '  MISMATCH'}")
+    return ok
 
-    print(f"[5] bytes simaccel copied and time per call (median of {args.repeat})")
+
+def copies_and_times(vm, reference, tensors, dev, engine: str, device: str, repeat: int, want, staged_bytes: int):
+    """Step 5: per mode (native on a GPU, zero-copy, host-staged on a GPU), the bytes simaccel
+    copied in one call, checked, and the result checked; (whether all held, seconds per call by mode)."""
+    runtime = simaccel.get_runtime()
+    ok = True
     modes = [("zero-copy", engine, False)]
     if device == "cuda":  # a CUDA build's regions are native unless a Python engine is chosen
         modes = [("native", "auto", False), *modes, ("host-staged", engine, True)]
-    seconds = {"TVM alone": per_call(reference, tensors, dev, args.repeat)}
+    seconds = {"TVM alone": per_call(reference, tensors, dev, repeat)}
     for mode, chosen, staged in modes:
         with runtime.use_engine(chosen), runtime.use_staged(staged):
             runtime.ledger.reset()
             got = vm["main"](*tensors)
             dev.sync()
             copied = runtime.ledger.snapshot()["bytes"]
-            seconds[mode] = per_call(vm, tensors, dev, args.repeat)
+            seconds[mode] = per_call(vm, tensors, dev, repeat)
         same = all(np.allclose(g.numpy(), r.numpy(), rtol=RTOL, atol=ATOL) for g, r in zip(got, want))
         ok &= same
-        expected = sum(t.numpy().nbytes for t in (h0, w, b, h1)) if staged else 0
+        expected = staged_bytes if staged else 0
         ok &= copied == {"host_to_device": expected, "device_to_host": expected, "device_to_device": 0}
         print(f"    {mode:11}: host->device {copied['host_to_device']} B, device->host {copied['device_to_host']} B, "
               f"device->device {copied['device_to_device']} B; result {'matches' if same else 'MISMATCH'}")
     if device == "cpu":
         print("    host-staged: not run (it copies GPU tensors through host memory; these are host tensors)")
+    return ok, seconds
+
+
+def print_times(seconds: dict, device: str) -> None:
     base = seconds["zero-copy"]
     for mode, s in seconds.items():
         print(f"    {mode:11}: {s * 1e6:9.0f} us per call ({s / base:.2f}x zero-copy)")
     if device == "cpu":
         print(textwrap.dedent(CPU_TIMES).strip("\n"))
-
-    print("RESULT: match" if ok else "RESULT: MISMATCH")
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
