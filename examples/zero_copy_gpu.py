@@ -14,7 +14,8 @@ is handed, it shows:
 2. bytes simaccel copied (from the ledger) and time per call: the region native (C++ launching
    the AOT-compiled kernels, GPU only), on the Python `cuda` engine zero-copy, and host-staged
    (the comparison mode that bounces every region tensor through host memory);
-3. the outputs equal those of the TVM-only build.
+3. the outputs match those of the TVM-only build (simaccel.compare's rule, as every simaccel
+   tool judges a result).
 
 Without a GPU (tvm.cuda(0).exist is False) it says so and shows the same flow on the CPU:
 the `ref` engine on host buffers, the same pointer identity, no staged comparison (that mode
@@ -32,16 +33,15 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import tvm
 from tvm import relax
 
 import simaccel
+from simaccel.compare import array_difference, mismatch
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
 from simaccel.tvm_integration.tools.models import hetero_chain, random_inputs
 
 ROWS, FEATURES, HIDDEN = 64, 256, 512
-RTOL, ATOL = 1e-4, 1e-4
 CPU_TIMES = """
         (on the CPU these ratios do not measure the accelerator: the region runs on the 'ref' engine,
         whose dense layer is numpy's BLAS matmul, called through simaccel's Python runtime, while TVM
@@ -156,11 +156,9 @@ def matches_tvm_alone(got, want) -> bool:
     """Step 4: each output against TVM alone's, its largest difference printed."""
     ok = True
     for name, g, r in zip(("h0", "h1", "h2"), got, want):
-        g, r = g.numpy(), r.numpy()
-        error = float(np.max(np.abs(g.astype(np.float64) - r.astype(np.float64))))
-        same = bool(np.allclose(g, r, rtol=RTOL, atol=ATOL))
-        ok &= same
-        print(f"    {name} {g.shape}: max abs error {error:.3g}{'' if same else '  MISMATCH'}")
+        found = array_difference(g.numpy(), r.numpy(), scaled=True)
+        ok &= found.ok
+        print(f"    {name} {tuple(g.shape)}: max abs error {found.max_error:.3g}{'' if found.ok else '  MISMATCH: ' + found.reason}")
     return ok
 
 
@@ -180,7 +178,7 @@ def copies_and_times(vm, reference, tensors, dev, engine: str, device: str, repe
             dev.sync()
             copied = runtime.ledger.snapshot()["bytes"]
             seconds[mode] = per_call(vm, tensors, dev, repeat)
-        same = all(np.allclose(g.numpy(), r.numpy(), rtol=RTOL, atol=ATOL) for g, r in zip(got, want))
+        same = all(mismatch(g.numpy(), r.numpy(), scaled=True) is None for g, r in zip(got, want))
         ok &= same
         expected = staged_bytes if staged else 0
         ok &= copied == {"host_to_device": expected, "device_to_host": expected, "device_to_device": 0}
