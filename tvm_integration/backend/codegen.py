@@ -91,25 +91,21 @@ def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: boo
         return var
 
     inputs = tuple(add_tensor(p, "parameter") for p in func.params)
-    composites: dict[relax.Var, relax.Function] = {}
     ops: list[OpNode] = []
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Function):
-                composites[binding.var] = value
-            elif isinstance(value, relax.Call) and value.op in composites:
-                name, role_args, attrs = composite_call(symbol, composites[value.op], value.args, specs)
-                role_args = [add_constant(a) if isinstance(a, tvm.ir.GenericConst) else a for a in role_args]
-                missing = [a for a in role_args if a not in ids]
-                if missing:
-                    raise CodegenError(f"region {symbol}: {name} reads {missing}, which the region does not define")
-                output = add_tensor(binding.var, "result")
-                ops.append(OpNode(name, tuple(ids[a] for a in role_args), output, attrs))
-            elif isinstance(value, relax.Var) and value in ids:
-                ids[binding.var] = ids[value]
-            else:
-                raise CodegenError(f"region {symbol}: cannot offload binding {binding.var.name} = {value}")
+    for binding, composite in composite_calls(func):
+        value = binding.value
+        if composite is not None:
+            name, role_args, attrs = composite_call(symbol, composite, value.args, specs)
+            role_args = [add_constant(a) if isinstance(a, tvm.ir.GenericConst) else a for a in role_args]
+            missing = [a for a in role_args if a not in ids]
+            if missing:
+                raise CodegenError(f"region {symbol}: {name} reads {missing}, which the region does not define")
+            output = add_tensor(binding.var, "result")
+            ops.append(OpNode(name, tuple(ids[a] for a in role_args), output, attrs))
+        elif isinstance(value, relax.Var) and value in ids:
+            ids[binding.var] = ids[value]
+        else:
+            raise CodegenError(f"region {symbol}: cannot offload binding {binding.var.name} = {value}")
     results = func.body.body
     fields = results.fields if isinstance(results, relax.Tuple) else [results]
     try:
@@ -121,6 +117,21 @@ def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: boo
         return program.validate()
     except SimAccelError as e:
         raise CodegenError(f"region {symbol}: {e}") from e
+
+
+def composite_calls(func: relax.Function):
+    """A region function's bindings in order, each with the composite function it calls: (binding,
+    composite) for a call of one of the region's composites, (binding, None) for any other
+    binding. The bindings that define the composites are not yielded."""
+    composites: dict[relax.Var, relax.Function] = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Function):
+                composites[binding.var] = value
+            else:
+                called = value.op if isinstance(value, relax.Call) else None
+                yield binding, composites.get(called) if isinstance(called, relax.Var) else None
 
 
 def composite_call(symbol: str, composite: relax.Function, args, specs: dict) -> tuple[str, list, dict]:

@@ -359,20 +359,19 @@ def region_ops(func, program) -> list[tuple]:
     between them and are inside the composites)."""
     from tvm import relax
 
+    from ..backend.codegen import composite_calls
+
     ids = {param: k for k, param in enumerate(func.params)}
     outputs = iter(node.output for node in program.ops)
-    composites, ops = {}, []
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Function):
-                composites[binding.var] = value
-            elif isinstance(value, relax.Call) and value.op in composites:
-                args = [ids[a] for a in value.args]
-                ids[binding.var] = next(outputs, -1)
-                ops.append((composites[value.op], args, ids[binding.var]))
-            elif isinstance(value, relax.Var) and value in ids:
-                ids[binding.var] = ids[value]
+    ops = []
+    for binding, composite in composite_calls(func):
+        value = binding.value
+        if composite is not None:
+            args = [ids[a] for a in value.args]
+            ids[binding.var] = next(outputs, -1)
+            ops.append((composite, args, ids[binding.var]))
+        elif isinstance(value, relax.Var) and value in ids:
+            ids[binding.var] = ids[value]
     return ops
 
 

@@ -12,7 +12,7 @@ import html
 from ....errors import SimAccelError
 from ....json_file import read_json
 from ..bench_compare import SLOWER_BY, Change
-from ..common.verdicts import FAIL, PASS, SKIP, TVM_OFF
+from ..common.verdicts import FAIL, PASS, SKIP, TVM_OFF, report_head, run_line
 
 VERDICTS = (PASS, TVM_OFF, SKIP, FAIL)
 
@@ -85,12 +85,9 @@ def table_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
 
 def markdown(summary: dict) -> str:
     header, rows = table_rows(summary)
-    lines = [f"# simaccel conformance: {len(summary['models'])} models, backend {summary['backend']}", "",
-             f"{summary['date']}, {summary['device']}; engines {', '.join(summary['engines'])}; zoo "
-             f"{', '.join(summary['zoo'])} ({summary['size']} size); {summary['executor']} ({summary['workers']} "
-             f"worker(s)), {summary['seconds']:.0f} s, {summary['models_per_second']:.3f} models/s.", "",
-             "| verdict | models |", "|---|---|"]
-    lines += [f"| {verdict} | {n} |" for verdict, n in summary["counts"].items()]
+    lines = report_head(f"simaccel conformance: {len(summary['models'])} models, backend {summary['backend']}",
+                        summary, f"zoo {', '.join(summary['zoo'])} ({summary['size']} size); {run_line(summary)}, "
+                        f"{summary['models_per_second']:.3f} models/s.", "models")
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
     failed = [r for r in summary["models"] if model_verdict(r) == FAIL]

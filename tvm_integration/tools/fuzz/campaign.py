@@ -45,7 +45,7 @@ from ..common.retries import Retries, lost_twice
 from ..common.runs import ContextLost, device_name
 from ..common.settings import saved_settings, user_op_modules, user_ops_environ
 from ..common.stderr_log import LOG_DISTINCT_KEPT, stderr_captured
-from ..common.verdicts import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF
+from ..common.verdicts import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, report_head, run_line
 from .check import Checker, Outcome
 from .models import Case, Config, Draw, draw_case, drawable_user_families, user_families
 from .repro import save_reproduction
@@ -466,12 +466,9 @@ def _summary(campaign: Campaign, executor, results, tally: Tally, saved, retried
 
 
 def _report(summary: dict) -> str:
-    lines = [f"# simaccel fuzz: {summary['cases']} cases, seed {summary['seed']}", "",
-             f"{summary['date']}, {summary['device']}; engines {', '.join(summary['engines'])}; "
-             f"{summary['executor']} ({summary['workers']} worker(s)), {summary['seconds']:.0f} s, "
-             f"{summary['cases_per_second']:.2f} cases/s; {summary['retried_batches']} batch(es) retried.", "",
-             "| verdict | cases |", "|---|---|"]
-    lines += [f"| {verdict} | {n} |" for verdict, n in summary["counts"].items()]
+    lines = report_head(f"simaccel fuzz: {summary['cases']} cases, seed {summary['seed']}", summary,
+                        f"{run_line(summary)}, {summary['cases_per_second']:.2f} cases/s; "
+                        f"{summary['retried_batches']} batch(es) retried.", "cases")
     lines += ["", f"## Distinct failures: {len(summary['failures'])}", ""]
     if summary["failures"]:
         lines += ["| signature | cases | smallest failing case | reproduction |", "|---|---|---|---|"]
