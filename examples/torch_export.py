@@ -5,8 +5,9 @@
 is exported with `torch.export.export`, imported with TVM's `from_exported_program`,
 partitioned for simaccel (the report says what was rewritten, what runs where and why),
 built with simaccel and with TVM alone, run on the same input and compared with each other
-and with torch itself. Exit status 0 when they match, 1 when they do not, 2 when torch is
-not installed (the message says how to install it) or there is no GPU for `--engine cuda`.
+and with torch itself (simaccel.compare's rule, as every simaccel tool judges a result). Exit
+status 0 when they match, 1 when they do not, 2 when torch is not installed (the message says
+how to install it) or there is no GPU for `--engine cuda`.
 
     pip install '.[torch]'
     python examples/torch_export.py [--engine ref|sim|cuda] [--seed N]
@@ -20,8 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-
-import numpy as np
 
 try:
     import torch
@@ -37,9 +36,8 @@ from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
 import simaccel
+from simaccel.compare import array_difference
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
-
-RTOL, ATOL = 1e-4, 1e-5
 
 
 class Block(nn.Module):
@@ -97,10 +95,12 @@ def main(argv=None) -> int:
     ledger = runtime.ledger.snapshot()
     print(f"    {ledger['offloaded_calls']} region call(s); ops: "
           + ", ".join(f"{op} x{n}" for op, n in ledger["ops"].items()))
-    error_tvm = float(np.max(np.abs(got - want)))
-    error_torch = float(np.max(np.abs(got - want_torch)))
-    print(f"\noutput {got.shape}: max abs error vs TVM alone {error_tvm:.3g}, vs torch {error_torch:.3g}")
-    ok = bool(np.allclose(got, want, rtol=RTOL, atol=ATOL)) and bool(np.allclose(got, want_torch, rtol=RTOL, atol=ATOL))
+    vs_tvm, vs_torch = array_difference(got, want, scaled=True), array_difference(got, want_torch, scaled=True)
+    print(f"\noutput {got.shape}: max abs error vs TVM alone {vs_tvm.max_error:.3g}, vs torch {vs_torch.max_error:.3g}")
+    for name, found in (("TVM alone", vs_tvm), ("torch", vs_torch)):
+        if not found.ok:
+            print(f"    differs from {name}: {found.reason}")
+    ok = vs_tvm.ok and vs_torch.ok
     print("RESULT: match" if ok else "RESULT: MISMATCH")
     return 0 if ok else 1
 

@@ -5,7 +5,8 @@
     out = log_softmax(h)              TVM (simaccel has no pattern for log_softmax)
 
 Partitions the model (printing the report), builds it with simaccel and with TVM alone, runs
-both on the same inputs and compares. Exit status 0 when they match, 1 when they do not.
+both on the same inputs and compares them by simaccel.compare's rule, as every simaccel tool
+judges a result. Exit status 0 when they match, 1 when they do not.
 
     python examples/user_op.py [--engine ref|sim|cuda] [--seed N]
 
@@ -21,11 +22,11 @@ import sys
 import textwrap
 import time
 
-import numpy as np
 import tvm
 from tvm import relax
 
 import simaccel
+from simaccel.compare import array_difference
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
 from simaccel.tvm_integration.tools.models import random_inputs
 
@@ -33,7 +34,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rms_norm_op  # noqa: E402,F401  declares myaccel.rms_norm: importing it is all it takes
 
 ROWS, FEATURES, HIDDEN = 8, 32, 16  # small: `sim` interprets every CUDA thread in Python
-RTOL, ATOL = 1e-4, 1e-5
 
 
 def model(dtype: str = "float32") -> tvm.IRModule:
@@ -86,9 +86,10 @@ def main(argv=None) -> int:
     ops = ", ".join(f"{op} x{n} ({ledger['kernel_launches'].get(op, 0)} launches)" for op, n in ledger["ops"].items())
     print(f"    offloaded calls: {ledger['offloaded_calls']}; ops: {ops}; {seconds:.2f} s")
     print(f"    bytes copied by simaccel: {ledger['bytes']}")
-    error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-    ok = bool(np.allclose(got, want, rtol=RTOL, atol=ATOL)) and ledger["ops"].get("myaccel.rms_norm") == 1
-    print(f"output {got.shape} {got.dtype}: max abs error vs TVM alone = {error:.3g} (rtol {RTOL}, atol {ATOL})")
+    found = array_difference(got, want, scaled=True)  # the dtype's tolerance, atol times the output's scale
+    ok = found.ok and ledger["ops"].get("myaccel.rms_norm") == 1
+    print(f"output {got.shape} {got.dtype}: max abs error vs TVM alone = {found.max_error:.3g} (rtol {found.rtol:g}, "
+          f"atol {found.atol:g} x (1 + max |TVM alone|))" + ("" if found.ok else f": {found.reason}"))
     print("RESULT: match" if ok else "RESULT: MISMATCH")
     return 0 if ok else 1
 
