@@ -560,6 +560,18 @@ def kernel_chart(path: str) -> None:
     _save(fig, path)
 
 
+def _paired_bars(ax, labels, upper, lower, start=0) -> None:
+    """Two horizontal bars per label, `upper` above `lower`, each (values, legend label, colour),
+    from `start` to each value; a black line at 1 (as fast as the peer or the model)."""
+    y = range(len(labels))
+    for offset, (values, label, color) in ((-0.2, upper), (0.2, lower)):
+        ax.barh([i + offset for i in y], [v - start for v in values], left=start or None, height=0.4, label=label,
+                color=color)
+    ax.set_yticks(list(y), labels)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="black", linewidth=0.8)
+
+
 def model_chart(path: str) -> None:
     plt = _pyplot()
     _, data = current("models")
@@ -572,12 +584,8 @@ def model_chart(path: str) -> None:
         ours, theirs = (k.get(mode, {}).get("kernel_us_per_call") for mode in ("simaccel_native", "tvm_only"))
         kernels.append(ours / theirs if ours and theirs else 0)
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(names) + 1.6))
-    y = range(len(names))
-    ax.barh([i - 0.2 for i in y], wall, height=0.4, label="wall clock per call", color="tab:blue")
-    ax.barh([i + 0.2 for i in y], kernels, height=0.4, label="GPU kernel time per call", color="tab:gray")
-    ax.set_yticks(list(y), names)
-    ax.invert_yaxis()
-    ax.axvline(1.0, color="black", linewidth=0.8)
+    _paired_bars(ax, names, (wall, "wall clock per call", "tab:blue"),
+                 (kernels, "GPU kernel time per call", "tab:gray"))
     ax.set_xlabel("simaccel's time / TVM alone's (below 1: faster)")
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(f"torch.export models, {e['device']}, {e['date']}")
@@ -588,15 +596,11 @@ def timing_chart(path: str) -> None:
     plt = _pyplot()
     rows_ = timing_rows()
     e = entry("kernels")
-    y = range(len(rows_))
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows_) + 1.6))
     # Bars start at the roofline (1) and end at measured / modeled, on a log scale.
-    ax.barh([i - 0.2 for i in y], [r["ratio"] - 1 for r in rows_], left=1, height=0.4, label="simaccel",
-            color="tab:blue")
-    ax.barh([i + 0.2 for i in y], [(r["torch_ratio"] or 1) - 1 for r in rows_], left=1, height=0.4, label="torch",
-            color="tab:gray")
-    ax.set_yticks(list(y), [f"{r['case']} ({r['bound']})" for r in rows_])
-    ax.invert_yaxis()
+    _paired_bars(ax, [f"{r['case']} ({r['bound']})" for r in rows_],
+                 ([r["ratio"] for r in rows_], "simaccel", "tab:blue"),
+                 ([r["torch_ratio"] or 1 for r in rows_], "torch", "tab:gray"), start=1)
     ax.set_xscale("log")
     top = max(max(r["ratio"], r["torch_ratio"] or 0) for r in rows_)
     low = min(0.9, min(r["ratio"] for r in rows_) * 0.9)
@@ -604,7 +608,6 @@ def timing_chart(path: str) -> None:
     ax.set_xlim(low, top * 1.2)
     ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
     ax.minorticks_off()
-    ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("measured time / modeled time (log scale; 1x = the roofline)")
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(f"The timing model against {e['device']} ({e['date']})")
