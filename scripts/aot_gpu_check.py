@@ -7,8 +7,9 @@
 sm_90 and writes each cubin with a manifest: entry names, grids, blocks and the argument recipe.
 `run` loads the cubins with the CUDA driver (no Numba compile), fills each kernel's 8-byte
 parameters from the recipe alone (simaccel.aot.abi_params), launches them with
-cuLaunchKernel and compares the output with the numpy references. This is what a native
-region launcher does, done from Python.
+cuLaunchKernel and compares the output with the numpy references (simaccel.compare's rule,
+element by element as for a kernel, the dtype's tolerance). This is what a native region
+launcher does, done from Python.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simaccel.compare import array_difference
 from simaccel.program import OpNode, Program, TensorSpec
 
 
@@ -102,11 +104,10 @@ def run(folder: Path) -> int:
         check(driver.cuCtxSynchronize())
         got = device[prog.outputs[0]].copy_to_host()
         want = _reference(prog, host)
-        tol = 1e-5 if prog.tensors[0].dtype == "float32" else 2e-3
-        error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-        print(f"{prog.name}: {len(entry['launches'])} launches from cubins, max abs error vs numpy {error:.3g}"
-              + ("" if error <= tol else f" > {tol}: MISMATCH"))
-        ok = ok and error <= tol
+        found = array_difference(got, want)
+        print(f"{prog.name}: {len(entry['launches'])} launches from cubins, max abs error vs numpy {found.max_error:.3g}"
+              + ("" if found.ok else f": MISMATCH ({found.reason})"))
+        ok = ok and found.ok
     print("RESULT: match" if ok else "RESULT: MISMATCH")
     return 0 if ok else 1
 

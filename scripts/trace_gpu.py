@@ -4,7 +4,7 @@ For a GPU machine with the full TVM (and torch for resnet18). Each model is buil
 for the GPU (native regions where the aot extra is present) and with TVM alone, run once
 untraced (plans, cubins, TVM's kernels loaded and warm), then once traced: the simaccel build's
 VM with TVM's instrument (tools/trace_tvm.py), every region call, the ledger's counters. The
-traced output is checked against TVM alone. With `--python` the regions also run once more,
+traced output is checked against TVM alone (simaccel.compare's rule for whole outputs). With `--python` the regions also run once more,
 traced, on the Python cuda engine (ops timed by CUDA events on the stream). Writes to OUT, per
 model: NAME.trace.json and NAME.summary.txt (`simaccel trace --summary`); make the PNGs on any
 machine afterwards with `simaccel trace --png NAME.png NAME.trace.json`.
@@ -26,6 +26,7 @@ def trace_model(name: str, mod, inputs, out: Path, python: bool, torch_run=None,
     from tvm import relax
 
     import simaccel
+    from simaccel.compare import array_difference
     from simaccel.debug.timeline_summary import format_summary, summarize
     from simaccel.tvm_integration import build, build_tvm_only, default_target
     from simaccel.tvm_integration.tools.deploy import outputs_as_list
@@ -50,10 +51,10 @@ def trace_model(name: str, mod, inputs, out: Path, python: bool, torch_run=None,
         with runtime.use_engine(engine) if engine else _nothing(), simaccel.trace(path):
             got = outputs_as_list(vm["main"](*tensors))[0].numpy()
             dev.sync()
-        error = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-        ok = bool(np.allclose(got, want, rtol=1e-4, atol=1e-5))
+        found = array_difference(got, want, scaled=True)  # simaccel.compare's rule for whole outputs
         summary = format_summary(summarize(_load(path)))
-        header = f"{name} ({mode}): max abs error vs TVM alone {error:.3g} ({'match' if ok else 'MISMATCH'})"
+        header = (f"{name} ({mode}): max abs error vs TVM alone {found.max_error:.3g} "
+                  f"({'match' if found.ok else 'MISMATCH: ' + found.reason})")
         if torch_run is not None:
             header += f"; vs torch {float(np.max(np.abs(got - torch_run))):.3g}"
         text = header + "\n" + summary + "\n"

@@ -6,7 +6,8 @@
 `build` exports examples/user_op.py's model (myaccel.rms_norm -> dense_bias_relu, one region)
 for the CUDA target, with simaccel (native regions) and with TVM alone, in float32 and
 float16, with seeded inputs. `run` (with $SIMACCEL_OPS unset: the op is only in the
-library's compiled kernels) runs both on the GPU and prints the error and the ledger.
+library's compiled kernels) runs both on the GPU and prints the error and the ledger; the
+verdict is simaccel.compare's rule for whole outputs (the dtype's tolerance).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def run(directory: str) -> int:
     import tvm
 
     from simaccel import get_runtime
+    from simaccel.compare import array_difference
     from simaccel.tvm_integration.tools import deploy
 
     if os.environ.get("SIMACCEL_OPS"):
@@ -51,12 +53,13 @@ def run(directory: str) -> int:
         arrays = np.load(f"{directory}/user_{dtype}.inputs.npz")
         tensors = [tvm.runtime.tensor(arrays[f"arg{i}"], dev) for i in range(len(arrays.files))]
         runtime.ledger.reset()
-        got = deploy.outputs_as_list(vm["main"](*tensors))[0].numpy().astype(np.float64)
+        got = deploy.outputs_as_list(vm["main"](*tensors))[0].numpy()
         ledger = runtime.ledger.snapshot()
-        want = deploy.outputs_as_list(reference["main"](*tensors))[0].numpy().astype(np.float64)
-        error = float(np.max(np.abs(got - want)))
-        ok &= bool(np.isfinite(got).all()) and error < (1e-4 if dtype == "float32" else 2e-2)
-        print(dtype, "max abs error", error, "ops", ledger["ops"], "bytes", ledger["bytes"])
+        want = deploy.outputs_as_list(reference["main"](*tensors))[0].numpy()
+        found = array_difference(got, want, scaled=True)
+        ok &= found.ok
+        print(dtype, "max abs error", found.max_error, "ops", ledger["ops"], "bytes", ledger["bytes"],
+              *([] if found.ok else ["MISMATCH:", found.reason]))
     print("RESULT: match" if ok else "RESULT: MISMATCH")
     return 0 if ok else 1
 
