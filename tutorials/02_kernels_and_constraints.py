@@ -41,6 +41,7 @@ from tvm import relax
 
 import simaccel
 from simaccel import DeviceProfile
+from simaccel.compare import array_difference, assert_same
 from simaccel.kernels import KernelTarget
 from simaccel.ops import OpFamily, Reject, declared, relax_op
 from simaccel.testing import assert_matches_tvm
@@ -128,8 +129,9 @@ for name, launcher, reference, attrs in [
         with np.errstate(invalid="ignore"):  # inf - inf in the reference: NaN, as in TVM
             want = reference(data, **attrs).astype(dtype)
         assert launches == 1
-        # the same NaN and inf positions, the same signs of zeros, close elsewhere
-        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3 if dtype == "float16" else 1e-6)
+        # simaccel.compare's rule, element by element as for a kernel: the same NaN and inf
+        # positions, the rest within the dtype's tolerance; and the same signs of zeros
+        assert_same(got, want, name=f"{name} {dtype}")
         assert (np.signbit(got) == np.signbit(want))[~np.isnan(want)].all()
     print(f"{name}: kernel == reference on the simulator, float32 and float16")
 # rows with +inf or only -inf are NaN, as in TVM; a -inf beside finite values is -inf
@@ -300,20 +302,20 @@ CUMSUM = OpFamily(
 
 
 def exercise_1():
-    """(the kernel's largest difference from the reference, the sim run's ledger)."""
+    """(how the kernel's output differs from the reference's, the sim run's ledger)."""
     data = np.random.default_rng(1).standard_normal((5, 7)).astype("float32")
     launches, got = on_simulator(launch_cumsum, data)
     assert launches == 1
     with declared(CUMSUM):
         [run] = assert_matches_tvm(mod, engines=["sim"])
-    return float(np.abs(got - CUMSUM.reference(data)).max()), run.ledger
+    return array_difference(got, CUMSUM.reference(data)), run.ledger
 
 
 if ANSWERS:
-    error, ledger = exercise_1()
-    print(f"exercise 1: cumsum kernel vs reference on the simulator, max abs difference {error:.2g}; "
+    difference, ledger = exercise_1()
+    print(f"exercise 1: cumsum kernel vs reference on the simulator, max abs difference {difference.max_error:.2g}; "
           f"kernel launches on sim {ledger['kernel_launches']}")
-    assert error < 1e-5 and ledger["kernel_launches"]["mynpu.cumsum"] == 1
+    assert difference.ok and ledger["kernel_launches"]["mynpu.cumsum"] == 1, difference
 
 # %%
 # **Exercise 2.** The cut is greedy, in execution order. Three regions means dense + bias alone

@@ -46,6 +46,7 @@ from tvm import relax
 import simaccel
 from simaccel import DeviceProfile
 from simaccel.aot import toolchain_missing
+from simaccel.compare import assert_same
 from simaccel.debug.timeline_summary import format_summary, load, summarize
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
 from simaccel.tvm_integration.backend.native import has_native_regions
@@ -169,8 +170,8 @@ if GPU:
     got = [t.numpy() for t in vm["main"](*tensors)]
     ledger = runtime.ledger.snapshot()
     print("ledger after one call:", {key: ledger[key] for key in ("offloaded_calls", "ops", "bytes")})
-    for g, w in zip(got, want):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    for name, g, w in zip("yz", got, want):
+        assert_same(g, w, name=name, scaled=True)  # simaccel.compare's rule, as in stage 1
     assert ledger["offloaded_calls"] == 1
     assert ledger["bytes"] == {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
 else:
@@ -225,7 +226,7 @@ if GPU:
         stream.synchronize()
     for batch, result in zip(batches, results):
         for r, w in zip(result, tvm_vm["main"](*batch)):
-            np.testing.assert_allclose(r.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+            assert_same(r.numpy(), w.numpy(), scaled=True)
     regions = [e for e in load(gpu_trace)["traceEvents"] if e.get("cat") == "simaccel.region"]
     print(f"{len(regions)} region calls traced, on streams {sorted({hex(e['args']['stream']) for e in regions})}")
     assert len(regions) == 10
@@ -283,7 +284,7 @@ def region_calls_in_four_runs(return_y):
         fresh = rng.standard_normal(inputs[0].shape).astype("float32")
         tensors[0].copyfrom(fresh)  # the graph reads the same buffer; its contents change
         for r, w in zip(graph_vm["main"](*tensors), graph_tvm["main"](*tensors)):
-            np.testing.assert_allclose(r.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+            assert_same(r.numpy(), w.numpy(), scaled=True)
     return runtime.ledger.snapshot()["offloaded_calls"]
 
 
