@@ -28,7 +28,7 @@ case28=results/gpu/2026-12-02-h200-fuzz-campaign/case28
 zoo=(conformance --zoo torch --engine native --repeat 20 --reload-every 4)
 case "$part" in
 one)
-  step gemv-tests 100 python3 -P -m pytest tests/test_gpu.py -m gpu -p no:cacheprovider -q \
+  step gemv-tests 100 python3 -P -m pytest tests/test_gpu_kernels.py -m gpu -p no:cacheprovider -q \
     -k "kernels_at_real_sizes and (dense or matmul)"
   step conformance-one-process 450 "${cli[@]}" "${zoo[@]}" --out "$out/conformance-one-process"
   ;;

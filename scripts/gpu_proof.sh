@@ -13,7 +13,7 @@ mkdir -p "$out"
 nvidia-smi -L > "$out/devices.txt" 2>&1
 
 python3 -P scripts/gpu_device_check.py 2>&1 | tee "$out/devices.txt" -a
-python3 -P -X faulthandler -m pytest tests/test_gpu.py tests/test_kernels.py tests/test_runtime.py tests/test_program.py \
+python3 -P -X faulthandler -m pytest tests/test_gpu_*.py tests/test_kernels_*.py tests/test_runtime.py tests/test_program.py \
   -v -rs -p no:cacheprovider --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
 echo "exit status: ${PIPESTATUS[0]}" >> "$out/gpu-tests.log"
 

@@ -18,5 +18,5 @@ case $what in
   ops) step ops python3 -P -m simaccel.tvm_integration.tools.cli bench --ops --out "$out/ops"
        tar czf "$out/ops.tgz" -C "$out" ops && rm -rf "$out/ops" ;;
   fusion) step fusion python3 -P -m pytest -q -p no:cacheprovider -m gpu tests/test_fusion.py \
-            tests/test_conv2d_grouped.py tests/test_gpu.py -k "fused or grouped or real_sizes or matches_tvm" ;;
+            tests/test_conv2d_grouped.py tests/test_gpu_*.py -k "fused or grouped or real_sizes or matches_tvm" ;;
 esac

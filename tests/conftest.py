@@ -51,14 +51,17 @@ def pytest_collection_finish(session):
 ORDER_ENV = "SIMACCEL_TEST_ORDER"  # "reverse" or "shuffle:SEED": tests are isolated, any order passes
 # The files that take longest (seconds of one worker on a 2-core machine, 2026-12-05, after the
 # fork server warmed TVM and native builds cached their runtime: aot 300, fuzz_cluster 128, fuzz
-# 93, conformance 81, faults 67, untuned_models 49, torch_models 47, kernels 44, end_to_end 31,
-# mask_models 29, rewrite_shapes 28, tutorials 26, cli 26), collected first, in this order:
+# 93, conformance 81, faults 67, untuned_models 49, torch_models 47, end_to_end 31, mask_models
+# 29, rewrite_shapes 28, tutorials 26, cli 26; kernels took 44 before it was split by kernel
+# family, whose longest files, each run alone on 2026-12-06, are kernels_normalization 22 and
+# kernels_conv2d 15), collected first, in this order:
 # `--dist loadfile` hands files to idle workers in collection order (pytest.ini turns off
 # xdist's own order, by test count, which handed the three-test Dask file out last: one worker
 # then ran it alone for its last 126 s, measured with per-test start and end times).
 LONGEST_FILES = ("test_aot.py", "test_fuzz_cluster.py", "test_fuzz.py", "test_conformance.py", "test_faults.py",
-                 "test_untuned_models.py", "test_torch_models.py", "test_kernels.py", "test_end_to_end.py",
-                 "test_mask_models.py", "test_rewrite_shapes.py", "test_tutorials.py", "test_cli.py")
+                 "test_untuned_models.py", "test_torch_models.py", "test_end_to_end.py", "test_mask_models.py",
+                 "test_rewrite_shapes.py", "test_tutorials.py", "test_cli.py", "test_kernels_normalization.py",
+                 "test_kernels_conv2d.py")
 
 
 def _reorder(items) -> None:

@@ -14,7 +14,8 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 from simaccel.kernels import conv2d as conv_kernels
 from simaccel.kernels import conv2d_grouped as grouped
 from simaccel.ops import get_op
-from test_kernels import CONV_OPS, PlanOnlyTarget, _random, check, run_op
+from kernel_cases import PlanOnlyTarget, _random, check, run_op
+from test_kernels_conv2d import CONV_OPS
 
 
 def attrs_of(strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups=1):

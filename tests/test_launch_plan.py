@@ -13,7 +13,7 @@ from simaccel.kernels.matmul import _SHARED_TILE_KERNELS as SHARED_TILE_KERNELS
 from simaccel.launch_plan import View, plan_launches, replay
 from simaccel.ops import OpFamily, declare, get_op, relax_op
 from simaccel.program import OpNode, Program, TensorSpec
-from test_kernels import RecordingTarget
+from kernel_cases import RecordingTarget
 from test_runtime import mlp_program
 
 

@@ -16,7 +16,7 @@ import pytest
 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
 from simaccel.ops import get_op
-from test_kernels import RecordingTarget
+from kernel_cases import RecordingTarget
 
 rng = np.random.default_rng(0)
 
@@ -237,7 +237,7 @@ def mask_families() -> set[str]:
 
 
 def mask_kernel_ops() -> set[str]:
-    """The ops this file's simulator tests cover (test_kernels' coverage check adds them)."""
+    """The ops this file's simulator tests cover (test_kernels_launchers' coverage check adds them)."""
     return {f"simaccel.{n}" for n in COMPARISONS + ["logical_and", "logical_or", "logical_not", "bitwise_not",
                                                      "where", "integer_add", "integer_subtract", "integer_multiply",
                                                      "integer_max", "astype", "full", "full_like", "zeros_like",

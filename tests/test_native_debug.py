@@ -30,7 +30,7 @@ from simaccel.native.source import NativeRegion
 from simaccel.program import OpNode, Program, TensorSpec
 from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
 from test_launch_plan import one_op_program
-from test_native import _data_word, arrays_for, chain_program, constants_program, dims3, views_program
+from native_cases import _data_word, arrays_for, chain_program, constants_program, dims3, views_program
 
 STREAM = 0x5EED
 

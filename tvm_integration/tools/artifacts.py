@@ -2,7 +2,7 @@
 
 `python -m simaccel.tvm_integration.tools.artifacts DIR` compiles every case below for a CUDA
 target twice, with simaccel and with TVM alone, exports both libraries into DIR and writes
-DIR/manifest.json (parameter specs, regions, seeds). The GPU tests (`tests/test_gpu.py`)
+DIR/manifest.json (parameter specs, regions, seeds). The GPU tests (`tests/test_gpu_libraries.py`)
 and `simaccel bench` load these, generate the same seeded inputs (simaccel.data) and compare
 the two builds on the GPU. A GPU machine with the full TVM can skip this step: the tests
 then build in-process.

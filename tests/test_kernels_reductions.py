@@ -1,0 +1,109 @@
+"""The sum, mean and max kernels on the simulator (a block, slices or lanes an output), against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+from simaccel.ops import get_op
+from kernel_cases import DTYPES, TOL, PlanOnlyTarget, _random, check, run_op
+
+
+# Sums and means over the innermost axes run one block per output: rows shorter and longer
+# (300) than a block, and longer (2100) than the ROW_CACHE x 256 values a block loads per pass.
+REDUCTION_CASES = [((3, 7), [1], False), ((2, 3, 4, 5), [2, 3], True), ((2, 3, 4), [0], False),
+                   ((2, 3, 4), [0, 1, 2], False), ((4, 1, 3), [1, 2], True), ((2, 3, 4, 2, 2), [1, 2, 3], False),
+                   ((2, 3, 300), [2], True), ((2, 2100), [1], False),
+                   ((3, 19, 5), [1], False)]  # 8 loads at a time, then a tail of 3
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean", "simaccel.max"])
+@pytest.mark.parametrize("shape,axes,keepdims", REDUCTION_CASES, ids=str)
+def test_reductions(name, shape, axes, keepdims, dtype):
+    x = _random(np.random.default_rng(6), shape, dtype)
+    out, _ = check(name, [x], {"axes": axes, "keepdims": keepdims})
+    numpy_fn = {"sum": np.sum, "mean": np.mean, "max": np.max}[name.split(".")[1]]
+    want = numpy_fn(x.astype(np.float64), axis=tuple(axes), keepdims=keepdims)
+    np.testing.assert_allclose(out.astype(np.float64), want, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean"])
+@pytest.mark.parametrize("shape,axes", [((2, 128, 5), [1]), ((3, 203, 40), [1]), ((37, 11, 17), [0, 1]),
+                                        ((2, 300, 1, 3), [1, 2])], ids=str)
+def test_sums_of_few_outputs_split_over_slices(name, shape, axes, dtype):
+    """Few outputs over long reductions: SLICES threads an output (whole batches of 8 loads,
+    a tail, a block's outputs across two outer indices, 2 x 3 outputs of a 256-thread
+    block), a NaN and an infinity in separate slices."""
+    from simaccel.kernels import reduction
+
+    x = _random(np.random.default_rng(7), shape, dtype)
+    target = PlanOnlyTarget()
+    op = get_op(name)
+    attrs = op.all_attrs({"axes": axes, "keepdims": False})
+    op.kernel(target, FakeCUDAArray(np.empty(np.sum(x, axis=tuple(axes)).shape, dtype)), FakeCUDAArray(x), **attrs)
+    assert [fn for fn, *_ in target.launches] == [reduction._split_reduction_kernel]
+    out, _ = check(name, [x], {"axes": axes, "keepdims": False})
+    numpy_fn = {"sum": np.sum, "mean": np.mean}[name.split(".")[1]]
+    np.testing.assert_allclose(out.astype(np.float64), numpy_fn(x.astype(np.float64), axis=tuple(axes)), **TOL[dtype])
+    flat = x.reshape(-1)
+    flat[0], flat[-1] = np.nan, np.inf
+    out, ref = run_op(name, [x], {"axes": axes, "keepdims": False})
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
+
+
+def test_reductions_of_nothing_and_of_nan_are_tvms():
+    empty = np.zeros((2, 0, 3), np.float32)
+    assert run_op("simaccel.sum", [empty], {"axes": [1], "keepdims": False})[0].tolist() == [[0.0] * 3] * 2
+    assert np.isnan(run_op("simaccel.mean", [empty], {"axes": [1], "keepdims": False})[0]).all()
+    lowest = np.finfo(np.float32).min  # TVM's start value for max, not -inf
+    assert (run_op("simaccel.max", [empty], {"axes": [1], "keepdims": False})[0] == lowest).all()
+    x = np.array([[np.nan, 1.0, 2.0], [1.0, np.nan, 0.5], [1.0, 2.0, np.nan]], np.float32)
+    out, ref = run_op("simaccel.max", [x], {"axes": [1], "keepdims": False})
+    # A running `acc if acc > v else v`: a NaN survives only if no later element replaces it.
+    np.testing.assert_array_equal(out, ref)
+    assert out[0] == 2.0 and out[1] == 0.5 and np.isnan(out[2])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.sum", "simaccel.mean"])
+@pytest.mark.parametrize("shape,axes", [((3, 7), [1]), ((2, 3, 4, 5), [2, 3]), ((4, 1, 3), [1, 2]), ((5, 256), [1]),
+                                        ((3, 100), [1]), ((3, 257), [1]), ((2, 1100), [1]), ((2, 4, 16, 33), [2, 3]),
+                                        ((3, 1536), [1])], ids=str)
+def test_row_sums_on_groups_of_lanes(name, shape, axes, dtype, monkeypatch):
+    # Many short rows (a global average pool's 7 x 7) take a group of lanes each, many longer
+    # ones a warp each, in passes of 8 values a lane (a partial last pass, an element loop
+    # where the length is odd, whole passes at 1536 = 6 x 256): forced here.
+    from simaccel.kernels import normalization
+
+    monkeypatch.setattr(normalization, "MIN_WARP_ROWS", 1)
+    monkeypatch.setattr(normalization, "MIN_WARP_SUM_ROWS", 1)
+    x = _random(np.random.default_rng(8), shape, dtype)
+    target = PlanOnlyTarget()
+    out = np.empty(np.sum(x, axis=tuple(axes)).shape, dtype)
+    op = get_op(name)
+    op.kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), **op.all_attrs({"axes": axes, "keepdims": False}))
+    assert [fn for fn, *_ in target.launches] == [normalization._ROW_SUM_ROWS]
+    out, _ = check(name, [x], {"axes": axes, "keepdims": False})
+    numpy_fn = {"sum": np.sum, "mean": np.mean}[name.split(".")[1]]
+    np.testing.assert_allclose(out.astype(np.float64), numpy_fn(x.astype(np.float64), axis=tuple(axes)), **TOL[dtype])
+
+
+def test_max_keeps_tvms_nan_order_across_its_batches_of_loads():
+    # 19 values a column, loaded 8 at a time: a NaN replaced by the next value (in a batch, at
+    # a batch's end, in the tail), or kept when it is the last.
+    x = np.arange(2 * 19 * 4, dtype=np.float32).reshape(2, 19, 4)[:, ::-1].copy()
+    x[0, 3, 0] = x[0, 7, 1] = x[1, 15, 2] = x[1, 18, 3] = np.nan
+    out, ref = run_op("simaccel.max", [x], {"axes": [1], "keepdims": False})
+    np.testing.assert_array_equal(out, ref)
+    assert out[0, 0] == x[0, 4, 0] and out[0, 1] == x[0, 8, 1] and out[1, 2] == x[1, 16, 2] and np.isnan(out[1, 3])
+
+
+def test_a_reduction_over_axes_that_are_not_neighbours_is_refused():
+    from simaccel.errors import ShapeError
+
+    with pytest.raises(ShapeError, match=r"axes \[0, 2\] are not neighbours"):
+        get_op("simaccel.sum").infer([(2, 3, 4)], ["float32"], axes=[0, 2], keepdims=False, reduction="sum")
