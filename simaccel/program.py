@@ -7,6 +7,15 @@ the runtime once per plan, or constants (a `value`: the region's own scalars, fi
 per plan). The JSON form is versioned; the same Program is executed
 in-process after `tvm.compile` and after export and load.
 
+A Program with symbolic shapes (`vars`: its size vars, each with its bounds) has dims that are
+`simaccel.shapes.Dim` expressions over them (`n*s`, `m + 1`), in its tensors' shapes and its
+ops' shape attributes. It is checked once with the dims as expressions (the shape rules run on
+them) and against the profile at the vars' upper bounds; each call binds the vars from the
+tensors it is given (`bind_tensors`, naming the var, its two values and the two tensors where
+they disagree) and runs the static Program of those sizes (`bind`), checked again for them.
+Version 2 of the JSON form adds `vars` and dims written as text; a static Program is still
+written as version 1, byte for byte as before.
+
 `sanitize` true (`build(..., sanitize=True)`) makes every call of the region run under the
 sanitizer (simaccel.debug.sanitize); the JSON has the field only when it is true, so the
 fingerprints of other Programs are what they were.
@@ -17,16 +26,38 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .errors import ProgramError
+from .errors import ProgramError, ShapeError, SimAccelError
 from .profile import DEFAULT_PROFILE, DeviceProfile
+from .shapes import Dim, SymbolicError, bind_shape, evaluate, parse, shape_vars
 
 FORMAT = "simaccel.program"
-VERSION = 1
+VERSION = 2  # what this simaccel writes for a symbolic Program and reads; a static one is written as 1
+STATIC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SizeVar:
+    """A size var of a symbolic Program: its name and the values it may take, `lower` to
+    `upper` inclusive (`upper` None: no bound given; `tir_var_lower_bound` / `_upper_bound`)."""
+
+    name: str
+    lower: int = 0
+    upper: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name} in [{self.lower}, {'inf' if self.upper is None else self.upper}]"
+
+    def to_dict(self) -> dict:
+        entry = {"name": self.name, "lower": self.lower}
+        if self.upper is not None:
+            entry["upper"] = self.upper
+        return entry
 
 
 @dataclass(frozen=True)
@@ -46,10 +77,15 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
+        """Its bytes (a static shape only: a symbolic one raises SymbolicError)."""
         count = 1
         for dim in self.shape:
-            count *= dim
+            count *= int(dim)
         return count * self.np_dtype.itemsize
+
+    @property
+    def symbolic(self) -> bool:
+        return any(isinstance(d, Dim) for d in self.shape)
 
     def __str__(self) -> str:
         text = f"{self.name}: {self.shape} {self.dtype}"
@@ -60,7 +96,7 @@ class TensorSpec:
         return np.asarray(self.value, dtype=self.np_dtype)
 
     def to_dict(self) -> dict:
-        entry = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        entry = {"name": self.name, "shape": _json_dims(self.shape), "dtype": self.dtype}
         if self.value is not None:
             entry["value"] = _json_scalar(self.value)
         return entry
@@ -82,6 +118,7 @@ class Program:
     outputs: tuple[int, ...]
     ops: tuple[OpNode, ...]
     sanitize: bool = False
+    vars: tuple[SizeVar, ...] = ()
 
     @property
     def intermediates(self) -> tuple[int, ...]:
@@ -123,15 +160,18 @@ class Program:
     def to_dict(self) -> dict:
         data = {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if self.vars else STATIC_VERSION,
             "name": self.name,
             "tensors": [t.to_dict() for t in self.tensors],
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
-            "ops": [{"op": n.op, "inputs": list(n.inputs), "output": n.output, "attrs": n.attrs} for n in self.ops],
+            "ops": [{"op": n.op, "inputs": list(n.inputs), "output": n.output, "attrs": _json_attrs(n.attrs)}
+                    for n in self.ops],
         }
         if self.sanitize is not False:  # only when set: other Programs' JSON and fingerprints stay the same
             data["sanitize"] = self.sanitize
+        if self.vars:
+            data["vars"] = [v.to_dict() for v in self.vars]
         return data
 
     def to_json(self) -> str:
@@ -174,13 +214,15 @@ class Program:
         version = data.get("version")
         if type(version) is not int:
             raise ProgramError(f"Program {label}: version must be an integer, got {version!r} ({type(version).__name__})")
-        if version != VERSION:
+        if version not in (STATIC_VERSION, VERSION):
             raise ProgramError(
-                f"Program {label} has version {version}, this simaccel reads version {VERSION}: rebuild the "
-                "model with this simaccel, or install the simaccel version that built it"
+                f"Program {label} has version {version}, this simaccel reads versions {STATIC_VERSION} and "
+                f"{VERSION}: rebuild the model with this simaccel, or install the simaccel version that built it"
             )
-        read = _Reader(label)
-        read.keys(data, "Program", {"format", "version", "name", "tensors", "inputs", "outputs", "ops"}, {"sanitize"})
+        read = _Reader(label, symbolic=version >= 2)
+        read.keys(data, "Program", {"format", "version", "name", "tensors", "inputs", "outputs", "ops"},
+                  {"sanitize", "vars"} if version >= 2 else {"sanitize"})
+        size_vars = read.size_vars(data.get("vars", []))
         tensors = []
         for i, t in enumerate(read.items(data["tensors"], "tensors")):
             where = f"tensors[{i}]"
@@ -193,10 +235,9 @@ class Program:
         for i, n in enumerate(read.items(data["ops"], "ops")):
             where = f"ops[{i}]"
             read.keys(n, where, {"op", "inputs", "output", "attrs"})
-            if not isinstance(n["attrs"], dict):
-                raise ProgramError(f"Program {label}: {where}.attrs must be an object, got {n['attrs']!r}")
-            ops.append(OpNode(read.text(n["op"], f"{where}.op"), read.ids(n["inputs"], f"{where}.inputs"),
-                              read.integer(n["output"], f"{where}.output"), dict(n["attrs"])))
+            op = read.text(n["op"], f"{where}.op")
+            ops.append(OpNode(op, read.ids(n["inputs"], f"{where}.inputs"),
+                              read.integer(n["output"], f"{where}.output"), read.attrs(op, n["attrs"], f"{where}.attrs")))
         return cls(
             name=read.text(name, "name"),
             tensors=tuple(tensors),
@@ -204,6 +245,7 @@ class Program:
             outputs=read.ids(data["outputs"], "outputs"),
             ops=tuple(ops),
             sanitize=read.boolean(data.get("sanitize", False), "sanitize"),
+            vars=size_vars,
         )
 
     # -- validation ----------------------------------------------------------------------
@@ -229,6 +271,7 @@ class Program:
             raise ProgramError(f"Program {self.name}: a tensor is listed twice among inputs and outputs")
         if not self.outputs:
             raise ProgramError(f"Program {self.name}: has no outputs")
+        self._check_vars()
         for i in self.constants:
             spec = self.tensors[i]
             if i in self.inputs or i in self.outputs:
@@ -257,10 +300,12 @@ class Program:
             ins = [self.tensors[i] for i in node.inputs]
             out = self.tensors[node.output]
             for role, spec in zip(op.roles(len(ins)), ins):
-                profile.check_tensor(node.op, role, spec.shape, spec.dtype)
-            profile.check_tensor(node.op, "output", out.shape, out.dtype)
+                profile.check_tensor(node.op, role, self.largest(spec.shape), spec.dtype)
+            profile.check_tensor(node.op, "output", self.largest(out.shape), out.dtype)
             try:
                 shape, dtype = op.infer([t.shape for t in ins], [t.dtype for t in ins], **op.all_attrs(node.attrs))
+            except SymbolicError as e:
+                raise ShapeError(f"Program {self.name}: {where}'s shape rule needs a size's value: {e}") from e
             except (TypeError, ValueError, IndexError, ZeroDivisionError) as e:
                 raise ProgramError(f"Program {self.name}: {where} cannot be checked with attributes {node.attrs}: {e}") from e
             if tuple(shape) != out.shape or dtype != out.dtype:
@@ -272,16 +317,104 @@ class Program:
         unwritten = [self.tensors[i].name for i in self.outputs if i not in ready]
         if unwritten:
             raise ProgramError(f"Program {self.name}: outputs {unwritten} are never written")
-        reason = profile.why_not_region(self.nbytes, f"Program {self.name}")
-        if reason:
-            raise ProgramError(reason)
+        if profile.max_region_bytes is not None:
+            reason = profile.why_not_region(self.nbytes, f"Program {self.name}")
+            if reason:
+                raise ProgramError(reason)
         return self
 
     @property
     def nbytes(self) -> int:
         """Bytes of all its tensors (views take none of their own): what the region needs of the
-        accelerator's scratchpad."""
-        return sum(t.nbytes for i, t in enumerate(self.tensors) if i not in self.views)
+        accelerator's scratchpad; a symbolic Program's at its vars' upper bounds."""
+        return sum(int(math.prod(self.largest(t.shape))) * t.np_dtype.itemsize
+                   for i, t in enumerate(self.tensors) if i not in self.views)
+
+    # -- symbolic shapes -----------------------------------------------------------------
+    @functools.cached_property
+    def upper_bounds(self) -> dict[str, int | None]:
+        return {v.name: v.upper for v in self.vars}
+
+    def largest(self, shape) -> tuple[int, ...]:
+        """`shape` at the vars' upper bounds (a static shape as it is): what the profile's limits
+        are checked against. ShapeError naming the var where one it reads has no upper bound."""
+        names = shape_vars(shape)
+        if not names:
+            return tuple(shape)
+        unbounded = sorted(n for n in names if self.upper_bounds.get(n) is None)
+        if unbounded:
+            raise ShapeError(f"Program {self.name}: size var {unbounded[0]} has no upper bound, and the profile's "
+                             f"limits are checked at the upper bounds (shape {_text(shape)})")
+        return bind_shape(shape, self.upper_bounds)
+
+    def _check_vars(self) -> None:
+        """The vars: distinct names, sane bounds; every dim reads only them; each is a dim of an
+        input or output, so that a call can bind it."""
+        names = [v.name for v in self.vars]
+        if len(set(names)) != len(names):
+            raise ProgramError(f"Program {self.name}: a size var is declared twice ({names})")
+        for v in self.vars:
+            if type(v.lower) is not int or v.lower < 0 or (v.upper is not None and (type(v.upper) is not int
+                                                                                   or v.upper < v.lower)):
+                raise ProgramError(f"Program {self.name}: size var {v} has bounds that are not 0 <= lower <= upper")
+        used = frozenset().union(*(shape_vars(t.shape) for t in self.tensors),
+                                 *(shape_vars(v) for n in self.ops for v in n.attrs.values()
+                                   if isinstance(v, (list, tuple))))
+        undeclared = sorted(used - set(names))
+        if undeclared:
+            raise ProgramError(f"Program {self.name}: dims read size vars {undeclared}, which it does not declare")
+        boundary = [self.tensors[i] for i in self.inputs + self.outputs]
+        bindable = {_var_name(d) for t in boundary for d in t.shape} - {None}
+        unbound = sorted(set(names) - bindable)
+        if unbound:
+            raise ProgramError(f"Program {self.name}: size var {unbound[0]} is no dim of an input or output, so no "
+                               "call can bind it")
+
+    def bind_tensors(self, shapes) -> dict[str, int]:
+        """The vars' values from the shapes of one call's tensors (inputs, then outputs), checked:
+        every dim of every tensor is what its expression gives, and each var is in its bounds.
+        ShapeError naming the region, the tensor, the var and the values where they are not."""
+        boundary = [self.tensors[i] for i in self.inputs + self.outputs]
+        values: dict[str, int] = {}
+        source: dict[str, str] = {}
+        for spec, shape in zip(boundary, shapes):
+            if len(shape) != len(spec.shape):
+                raise ShapeError(f"region {self.name}: {spec.name} has shape {tuple(shape)}, expected rank "
+                                 f"{len(spec.shape)} ({_text(spec.shape)})")
+            for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
+                name = _var_name(dim)
+                if name is not None:
+                    if name in values and values[name] != size:
+                        raise ShapeError(f"region {self.name}: size var {name} is {values[name]} in {source[name]} "
+                                         f"but {size} in {spec.name} (dim {axis} of {tuple(shape)})")
+                    values.setdefault(name, int(size))
+                    source.setdefault(name, f"{spec.name} (dim {axis} of {tuple(shape)})")
+        for v in self.vars:
+            value = values[v.name]
+            if value < v.lower or (v.upper is not None and value > v.upper):
+                raise ShapeError(f"region {self.name}: size var {v.name} = {value} (from {source[v.name]}) is outside "
+                                 f"its bounds [{v.lower}, {'inf' if v.upper is None else v.upper}]")
+        for spec, shape in zip(boundary, shapes):
+            want = bind_shape(spec.shape, values)
+            if tuple(int(d) for d in shape) != want:
+                raise ShapeError(f"region {self.name}: {spec.name} has shape {tuple(shape)}, but {_text(spec.shape)} is "
+                                 f"{want} where {_values_text(values)}")
+        return values
+
+    def bind(self, values: dict[str, int]) -> "Program":
+        """The static Program this one is where each size var has its value in `values` (from
+        `bind_tensors`): its shapes and shape attributes evaluated. Its name is this one's."""
+        from .ops import get_op
+
+        if not self.vars:
+            return self
+        tensors = tuple(TensorSpec(t.name, bind_shape(t.shape, values), t.dtype, t.value) for t in self.tensors)
+        ops = []
+        for node in self.ops:
+            kinds = get_op(node.op).attrs
+            attrs = {k: bind_shape(v, values) if _is_shape_attr(kinds.get(k)) else v for k, v in node.attrs.items()}
+            ops.append(OpNode(node.op, node.inputs, node.output, attrs))
+        return Program(self.name, tensors, self.inputs, self.outputs, tuple(ops), self.sanitize)
 
     def _check_attrs(self, where: str, op, attrs) -> None:
         """Exactly the op's attributes, each of its declared kind (simaccel.ops.attrs)."""
@@ -304,10 +437,48 @@ MAX_DIM = 2**63 - 1
 
 
 class _Reader:
-    """Strict readers for the fields of a Program's JSON form (each raises ProgramError)."""
+    """Strict readers for the fields of a Program's JSON form (each raises ProgramError);
+    `symbolic` (version 2): dims may be size expressions, written as text."""
 
-    def __init__(self, label: str):
+    def __init__(self, label: str, symbolic: bool = False):
         self.label = label
+        self.symbolic = symbolic
+
+    def size_vars(self, value) -> tuple[SizeVar, ...]:
+        found = []
+        for i, v in enumerate(self.items(value, "vars")):
+            where = f"vars[{i}]"
+            self.keys(v, where, {"name", "lower"}, optional={"upper"})
+            name = self.text(v["name"], f"{where}.name")
+            if not name.isidentifier():
+                self.fail(f"{where}.name", f"must be an identifier, got {name!r}")
+            upper = self.integer(v["upper"], f"{where}.upper") if "upper" in v else None
+            found.append(SizeVar(name, self.integer(v["lower"], f"{where}.lower"), upper))
+        return tuple(found)
+
+    def dim(self, value, what: str):
+        """One dim: an int, or (symbolic) a size expression's text."""
+        if self.symbolic and isinstance(value, str):
+            try:
+                return parse(value)
+            except ValueError as e:
+                self.fail(what, str(e))
+        return self.integer(value, what)
+
+    def attrs(self, op: str, value, what: str) -> dict:
+        """An op's attributes; in a symbolic Program, the dims of its shape attributes parsed."""
+        if not isinstance(value, dict):
+            self.fail(what, f"must be an object, got {value!r}")
+        if not self.symbolic:
+            return dict(value)
+        from .ops import get_op
+
+        try:
+            kinds = get_op(op).attrs
+        except SimAccelError:
+            return dict(value)  # the validation names the unknown op
+        return {k: [self.dim(d, f"{what}.{k}[{i}]") for i, d in enumerate(v)]
+                if _is_shape_attr(kinds.get(k)) and isinstance(v, list) else v for k, v in value.items()}
 
     def fail(self, what: str, problem: str):
         raise ProgramError(f"Program {self.label}: {what} {problem}")
@@ -344,10 +515,10 @@ class _Reader:
     def ids(self, value, what: str) -> tuple[int, ...]:
         return tuple(self.integer(v, f"{what}[{i}]") for i, v in enumerate(self.items(value, what)))
 
-    def dims(self, value, what: str) -> tuple[int, ...]:
-        dims = self.ids(value, what)
+    def dims(self, value, what: str) -> tuple:
+        dims = tuple(self.dim(v, f"{what}[{i}]") for i, v in enumerate(self.items(value, what)))
         for i, d in enumerate(dims):
-            if not 0 <= d <= MAX_DIM:
+            if not isinstance(d, Dim) and not 0 <= d <= MAX_DIM:
                 self.fail(f"{what}[{i}]", f"must be between 0 and 2**63-1, got {d}")
         return dims
 
@@ -383,6 +554,39 @@ class _Reader:
 
 
 _NON_FINITE = ("nan", "inf", "-inf")
+
+
+def _var_name(dim) -> str | None:
+    """The var's name where `dim` is one size var alone (`n`, not `n + 1` or `2*n`), else None."""
+    if not isinstance(dim, Dim) or len(dim.terms) != 1:
+        return None
+    (monomial, coefficient), = dim.terms.items()
+    return monomial[0].name if coefficient == 1 and len(monomial) == 1 else None
+
+
+def _is_shape_attr(kind) -> bool:
+    from .ops.attrs import shape
+
+    return kind is shape
+
+
+def _json_dims(shape) -> list:
+    return [str(d) if isinstance(d, Dim) else d for d in shape]
+
+
+def _json_attrs(attrs: dict) -> dict:
+    """Attributes as JSON holds them: the symbolic dims of shape attributes as their text."""
+    if not any(isinstance(v, (list, tuple)) and any(isinstance(d, Dim) for d in v) for v in attrs.values()):
+        return attrs
+    return {k: _json_dims(v) if isinstance(v, (list, tuple)) else v for k, v in attrs.items()}
+
+
+def _text(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _values_text(values: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
 
 
 def _json_scalar(value):

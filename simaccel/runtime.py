@@ -249,6 +249,29 @@ class Runtime:
                 self._programs.popitem(last=False)
         return program
 
+    def bound(self, program: Program, shapes) -> Program:
+        """The static Program a symbolic `program` is for one call's tensor shapes (inputs, then
+        outputs): its vars bound from them and checked (`Program.bind_tensors`), validated once
+        per bound shape and cached beside the parsed Programs (the same LRU of `max_plans`)."""
+        values = program.bind_tensors(shapes)
+        key = ("bound", program.fingerprint(), tuple(sorted(values.items())))
+        with self._lock:
+            entry = self._programs.get(key)
+            if entry is not None:
+                self._programs.move_to_end(key)
+                return entry[1]
+        try:
+            static = program.bind(values).validate(self.profile)
+        except SimAccelError as e:
+            sizes = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
+            raise type(e)(f"region {program.name} at {sizes}: {e}") from e
+        with self._lock:
+            self._programs[key] = (None, static)
+            self._programs.move_to_end(key)
+            while len(self._programs) > self.max_plans:
+                self._programs.popitem(last=False)
+        return static
+
     def invoke(self, key: str, program_json: str, *tensors, stream: int | None = None) -> None:
         """Run one region: `tensors` are the inputs, then the DPS outputs, in Program order.
 
@@ -286,13 +309,15 @@ class Runtime:
                 f"region {program.name}: engine {engine.name!r} runs on {engine.device_type} memory, "
                 f"but the tensors are on {describe(device)}"
             )
-        refs = []
-        for i, role, tensor in zip(ids, roles, tensors):
+        refs = [tensor if isinstance(tensor, TensorRef) else from_dlpack(tensor, device, program.name, role,
+                                                                         program.tensors[i].name)
+                for i, role, tensor in zip(ids, roles, tensors)]
+        if program.vars:
+            program = self.bound(program, [ref.shape for ref in refs])
+        for i, role, ref in zip(ids, roles, refs):
             spec = program.tensors[i]
-            ref = tensor if isinstance(tensor, TensorRef) else from_dlpack(tensor, device, program.name, role, spec.name)
             check(program.name, role, spec, ref)
             self.profile.check_address(f"region {program.name}: {role} {spec.name!r}", ref.address)
-            refs.append(ref)
         aliased = self._aliased_outputs(program, refs)
         staged = self.staged
         sanitize = program.sanitize or sanitizing()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from ..shapes import Dim
+
 
 def _ints(value, count: int, low: int, what: str) -> tuple[int, ...]:
     fits = isinstance(value, (list, tuple)) and len(value) == count
@@ -75,10 +77,15 @@ def bound(value) -> float:
 
 
 
-def shape(value) -> tuple[int, ...]:
-    """A tensor shape: a list of integers >= 0 (rank 0 to 6)."""
+def shape(value) -> tuple:
+    """A tensor shape: a list of integers >= 0 or symbolic sizes (simaccel.shapes.Dim, which a
+    Program binds at each call), rank 0 to 6."""
     if not isinstance(value, (list, tuple)) or len(value) > 6:
         raise ValueError(f"must be a list of at most 6 integers >= 0, got {value!r}")
+    if any(isinstance(v, Dim) for v in value):
+        static = [v for v in value if not isinstance(v, Dim)]
+        _ints(static, len(static), 0, "integers >= 0 or symbolic sizes")
+        return tuple(value)
     return _ints(value, len(value), 0, "integers >= 0")
 
 

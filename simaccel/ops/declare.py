@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from ..errors import DtypeError, OpDeclarationError, ShapeError, SimAccelError
+from ..shapes import Dim, SymbolicError
 from .activation import ACTIVATIONS, activate
 from .rules import FLOAT_DTYPES, ISA_DTYPES, is_bias_for, is_dtype_name
 
@@ -403,7 +404,10 @@ class OpDef:
         variant) for shapes it does not take, OpDeclarationError where the rule itself fails."""
         core = self._core(len(shapes))
         try:
-            return tuple(int(d) for d in self.family.infer([tuple(s) for s in shapes[:core]], **self._core_attrs(attrs)))
+            shape = self.family.infer([tuple(s) for s in shapes[:core]], **self._core_attrs(attrs))
+            return tuple(d if isinstance(d, Dim) else int(d) for d in shape)
+        except SymbolicError as e:  # the rule needs a size that is only known per call
+            raise ShapeError(f"{self.name}: its shape rule needs the value of a symbolic size: {e}") from None
         except ShapeError as e:  # name the op (the variant) once, whatever the rule said
             text = str(e)
             text = text[len(self.family.name) + 2:] if text.startswith(self.family.name + ": ") else text

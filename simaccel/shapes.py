@@ -1,0 +1,262 @@
+"""Symbolic sizes: a tensor's dims as integer expressions over named size vars.
+
+Where it sits: at the bottom of the core (the base layer), beside errors. A Program's tensor
+shapes and its ops' shape attributes hold, for each dim, an int or a `Dim` (simaccel.program);
+the ops' shape rules run on them unchanged (simaccel.ops), and the runtime binds the vars from
+the tensors of each call (`Program.bind`).
+
+A `Dim` is a polynomial with integer coefficients over atoms, an atom being a size var (`n`)
+or an exact floor division or remainder of a polynomial by a positive int (`(h - 1) // 2`).
+The polynomial is kept in one normal form, so two dims are equal (`==`) exactly when they are
+the same polynomial: `n * s == s * n`, `(n + 1) * 2 - 2 == 2 * n`. Arithmetic whose result is a
+constant gives a plain int. What a dim cannot say without the vars' values (`n < 8`, `bool(n)`,
+`int(n)`, `range(n)`) raises `SymbolicError` (a TypeError): a shape rule that needs the value
+fails at build time, and what it checks stays on TVM with that reason.
+
+Text form (the Program's JSON, messages): `n*s + 1`, `(m + 1)//2`, `h % 4`; `parse` reads it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+from dataclasses import dataclass
+
+Monomial = tuple  # the atoms of one term, sorted by their text, each as often as its power
+
+
+class SymbolicError(TypeError):
+    """A question about a symbolic dim that only its vars' values can answer."""
+
+
+@dataclass(frozen=True)
+class _Atom:
+    """A var (`name` set), or `numerator // divisor` / `numerator % divisor` (`op` '//' or '%')."""
+
+    text: str
+    name: str | None = None
+    op: str | None = None
+    numerator: "Dim | None" = None
+    divisor: int = 0
+
+    def evaluate(self, values: dict) -> int:
+        if self.name is not None:
+            try:
+                return values[self.name]
+            except KeyError:
+                raise SymbolicError(f"size var {self.name} has no value") from None
+        n = evaluate(self.numerator, values)
+        return n // self.divisor if self.op == "//" else n % self.divisor
+
+    def vars(self) -> frozenset:
+        return frozenset({self.name}) if self.name is not None else self.numerator.vars()
+
+
+class Dim:
+    """A symbolic size: sum of coefficient * monomial (see the module's docstring)."""
+
+    def __init__(self, terms: dict):
+        self.terms = {m: c for m, c in terms.items() if c}  # monomial -> int coefficient, never 0
+
+    # -- making -------------------------------------------------------------------------
+    @staticmethod
+    def var(name: str) -> "Dim":
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"a size var's name must be an identifier, got {name!r}")
+        return Dim({(_Atom(name, name=name),): 1})
+
+    @staticmethod
+    def _make(terms: dict):
+        """The normal form: a Dim, or an int where it has no atoms left."""
+        terms = {m: c for m, c in terms.items() if c}
+        if not terms:
+            return 0
+        if list(terms) == [()]:
+            return terms[()]
+        return Dim(terms)
+
+    # -- arithmetic ---------------------------------------------------------------------
+    def __add__(self, other):
+        other = _terms(other)
+        if other is None:
+            return NotImplemented
+        merged = dict(self.terms)
+        for m, c in other.items():
+            merged[m] = merged.get(m, 0) + c
+        return Dim._make(merged)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Dim._make({m: -c for m, c in self.terms.items()})
+
+    def __sub__(self, other):
+        other = _terms(other)
+        return NotImplemented if other is None else self + Dim._make({m: -c for m, c in other.items()})
+
+    def __rsub__(self, other):
+        return -self + other
+
+    def __mul__(self, other):
+        other = _terms(other)
+        if other is None:
+            return NotImplemented
+        product: dict = {}
+        for m1, c1 in self.terms.items():
+            for m2, c2 in other.items():
+                m = tuple(sorted(m1 + m2, key=_atom_text))
+                product[m] = product.get(m, 0) + c1 * c2
+        return Dim._make(product)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        divisor = _divisor(other, "//")
+        if divisor == 1:
+            return self
+        if all(c % divisor == 0 for c in self.terms.values()):
+            return Dim._make({m: c // divisor for m, c in self.terms.items()})
+        return _atom("//", self, divisor)
+
+    def __mod__(self, other):
+        divisor = _divisor(other, "%")
+        if all(c % divisor == 0 for c in self.terms.values()):
+            return 0
+        return _atom("%", self, divisor)
+
+    def __rfloordiv__(self, other):
+        raise SymbolicError(f"{other} // ({self}): a division by a symbolic size")
+
+    __rmod__ = __rtruediv__ = __truediv__ = __rfloordiv__
+
+    # -- what needs the values ----------------------------------------------------------
+    def _undecided(self, *_):
+        raise SymbolicError(f"the size {self} has no value until its vars {sorted(self.vars())} are bound")
+
+    __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __int__ = __index__ = __float__ = _undecided
+
+    # -- equality, text -----------------------------------------------------------------
+    def __eq__(self, other):
+        return isinstance(other, Dim) and self.terms == other.terms
+
+    def __hash__(self):
+        return hash(frozenset(self.terms.items()))
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"Dim({self._text!r})"
+
+    @functools.cached_property
+    def _text(self) -> str:
+        constant = self.terms.get((), 0)
+        parts = []
+        for m in sorted((m for m in self.terms if m), key=lambda m: (-len(m), [a.text for a in m])):
+            c = self.terms[m]
+            alone = len(m) == 1 and abs(c) == 1  # a // or % among factors goes in parentheses
+            body = "*".join(a.text if a.name is not None or alone else f"({a.text})" for a in m)
+            parts.append((c < 0, body if abs(c) == 1 else f"{abs(c)}*{body}"))
+        if constant:
+            parts.append((constant < 0, str(abs(constant))))
+        text = ("-" if parts[0][0] else "") + parts[0][1]
+        for negative, part in parts[1:]:
+            text += f" {'-' if negative else '+'} {part}"
+        return text
+
+    def vars(self) -> frozenset:
+        """The names of the size vars it reads."""
+        return frozenset().union(*(a.vars() for m in self.terms for a in m))
+
+
+def _terms(value):
+    if isinstance(value, Dim):
+        return value.terms
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {(): value}
+    try:
+        import numpy as np
+
+        if isinstance(value, np.integer):
+            return {(): int(value)}
+    except ImportError:  # pragma: no cover
+        pass
+    return None
+
+
+def _divisor(value, op: str) -> int:
+    if isinstance(value, Dim):
+        raise SymbolicError(f"{op} by the symbolic size {value}")
+    value = int(value)
+    if value <= 0:
+        raise SymbolicError(f"{op} by {value}: a symbolic size is divided by positive ints only")
+    return value
+
+
+def _atom_text(atom: _Atom) -> str:
+    return atom.text
+
+
+def _atom(op: str, numerator: Dim, divisor: int) -> Dim:
+    (monomial, coefficient), *more = numerator.terms.items()
+    alone = not more and coefficient == 1 and len(monomial) == 1  # one atom: no parentheses
+    inner = str(numerator) if alone else f"({numerator})"
+    return Dim({(_Atom(f"{inner}{op}{divisor}", op=op, numerator=numerator, divisor=divisor),): 1})
+
+
+# -- using dims --------------------------------------------------------------------------------
+def is_symbolic(dim) -> bool:
+    return isinstance(dim, Dim)
+
+
+def shape_vars(shape) -> frozenset:
+    """The size vars the dims of `shape` read."""
+    return frozenset().union(*(d.vars() for d in shape if isinstance(d, Dim)))
+
+
+def evaluate(dim, values: dict) -> int:
+    """The int a dim (int or Dim) is when each size var has its value in `values`."""
+    if not isinstance(dim, Dim):
+        return dim
+    total = 0
+    for m, c in dim.terms.items():
+        total += c * math.prod(a.evaluate(values) for a in m)
+    return total
+
+
+def bind_shape(shape, values: dict) -> tuple[int, ...]:
+    return tuple(evaluate(d, values) for d in shape)
+
+
+# -- text ---------------------------------------------------------------------------------------
+_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+
+def parse(text: str):
+    """The dim `text` says (`n*s + 1`): a Dim, or an int where it has no vars. ValueError for
+    anything else (another operator, a call, a float, a name that is not an identifier)."""
+    if not isinstance(text, str):
+        raise ValueError(f"a symbolic size is a string, got {text!r}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"{text!r} is not a size expression") from None
+
+    def build(node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            return Dim.var(node.id)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -build(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](build(node.left), build(node.right))
+        raise ValueError(f"{text!r} is not a size expression: {ast.unparse(node)!r} is neither an int, a size "
+                         "var nor +, -, *, // or % of them")
+
+    try:
+        return build(tree)
+    except SymbolicError as e:
+        raise ValueError(f"{text!r} is not a size expression: {e}") from None
