@@ -119,6 +119,10 @@ class Program:
     ops: tuple[OpNode, ...]
     sanitize: bool = False
     vars: tuple[SizeVar, ...] = ()
+    # Shape arguments of a symbolic region's call (TVM passes a region the values of size vars its
+    # tensors do not show plainly, as `R.shape([s27, s77])`): (position among the call's
+    # arguments, dims it holds). The tensors fill the other positions, inputs then outputs.
+    shape_args: tuple[tuple[int, tuple], ...] = ()
 
     @property
     def intermediates(self) -> tuple[int, ...]:
@@ -172,6 +176,8 @@ class Program:
             data["sanitize"] = self.sanitize
         if self.vars:
             data["vars"] = [v.to_dict() for v in self.vars]
+        if self.shape_args:
+            data["shape_args"] = [{"position": k, "shape": _json_dims(dims)} for k, dims in self.shape_args]
         return data
 
     def to_json(self) -> str:
@@ -221,8 +227,13 @@ class Program:
             )
         read = _Reader(label, symbolic=version >= 2)
         read.keys(data, "Program", {"format", "version", "name", "tensors", "inputs", "outputs", "ops"},
-                  {"sanitize", "vars"} if version >= 2 else {"sanitize"})
+                  {"sanitize", "vars", "shape_args"} if version >= 2 else {"sanitize"})
         size_vars = read.size_vars(data.get("vars", []))
+        shape_args = []
+        for i, entry in enumerate(read.items(data.get("shape_args", []), "shape_args")):
+            read.keys(entry, f"shape_args[{i}]", {"position", "shape"})
+            shape_args.append((read.integer(entry["position"], f"shape_args[{i}].position"),
+                               read.dims(entry["shape"], f"shape_args[{i}].shape")))
         tensors = []
         for i, t in enumerate(read.items(data["tensors"], "tensors")):
             where = f"tensors[{i}]"
@@ -246,6 +257,7 @@ class Program:
             ops=tuple(ops),
             sanitize=read.boolean(data.get("sanitize", False), "sanitize"),
             vars=size_vars,
+            shape_args=tuple(shape_args),
         )
 
     # -- validation ----------------------------------------------------------------------
@@ -272,6 +284,7 @@ class Program:
         if not self.outputs:
             raise ProgramError(f"Program {self.name}: has no outputs")
         self._check_vars()
+        self._check_bounded(profile)
         for i in self.constants:
             spec = self.tensors[i]
             if i in self.inputs or i in self.outputs:
@@ -337,15 +350,18 @@ class Program:
 
     def largest(self, shape) -> tuple[int, ...]:
         """`shape` at the vars' upper bounds (a static shape as it is): what the profile's limits
-        are checked against. ShapeError naming the var where one it reads has no upper bound."""
-        names = shape_vars(shape)
-        if not names:
+        are checked against at build time. A var with no upper bound counts at its lower bound
+        here; each call's sizes are checked against every limit when the call binds them."""
+        if not shape_vars(shape):
             return tuple(shape)
-        unbounded = sorted(n for n in names if self.upper_bounds.get(n) is None)
-        if unbounded:
-            raise ShapeError(f"Program {self.name}: size var {unbounded[0]} has no upper bound, and the profile's "
-                             f"limits are checked at the upper bounds (shape {_text(shape)})")
-        return bind_shape(shape, self.upper_bounds)
+        return bind_shape(shape, {v.name: v.lower if v.upper is None else v.upper for v in self.vars})
+
+    def _check_bounded(self, profile: DeviceProfile) -> None:
+        """A profile that limits bytes (per tensor, per region) needs every var bounded above."""
+        unbounded = [v.name for v in self.vars if v.upper is None]
+        if unbounded and (profile.max_tensor_bytes is not None or profile.max_region_bytes is not None):
+            raise ShapeError(f"Program {self.name}: size var {unbounded[0]} has no upper bound, and profile "
+                             f"{profile.name} limits the bytes of tensors or regions, checked at the upper bounds")
 
     def _check_vars(self) -> None:
         """The vars: distinct names, sane bounds; every dim reads only them; each is a dim of an
@@ -365,16 +381,25 @@ class Program:
             raise ProgramError(f"Program {self.name}: dims read size vars {undeclared}, which it does not declare")
         boundary = [self.tensors[i] for i in self.inputs + self.outputs]
         bindable = {_var_name(d) for t in boundary for d in t.shape} - {None}
+        bindable |= {_var_name(d) for _, dims in self.shape_args for d in dims} - {None}
+        positions = [k for k, _ in self.shape_args]
+        arity = len(self.inputs) + len(self.outputs) + len(positions)
+        if len(set(positions)) != len(positions) or not all(0 <= k < arity for k in positions):
+            raise ProgramError(f"Program {self.name}: shape argument positions {positions} are not distinct "
+                               f"positions among its {arity} arguments")
         unbound = sorted(set(names) - bindable)
         if unbound:
             raise ProgramError(f"Program {self.name}: size var {unbound[0]} is no dim of an input or output, so no "
                                "call can bind it")
 
-    def bind_tensors(self, shapes) -> dict[str, int]:
-        """The vars' values from the shapes of one call's tensors (inputs, then outputs), checked:
-        every dim of every tensor is what its expression gives, and each var is in its bounds.
-        ShapeError naming the region, the tensor, the var and the values where they are not."""
+    def bind_tensors(self, shapes, shape_values=()) -> dict[str, int]:
+        """The vars' values from the shapes of one call's tensors (inputs, then outputs) and the
+        values of its shape arguments (`shape_args` order), checked: every dim of every tensor is
+        what its expression gives, and each var is in its bounds. ShapeError naming the region,
+        the tensor, the var and the values where they are not."""
         boundary = [self.tensors[i] for i in self.inputs + self.outputs]
+        boundary += [TensorSpec(f"shape argument {k}", dims, "int64") for k, dims in self.shape_args]
+        shapes = list(shapes) + [tuple(v) for v in shape_values]
         values: dict[str, int] = {}
         source: dict[str, str] = {}
         for spec, shape in zip(boundary, shapes):

@@ -249,11 +249,11 @@ class Runtime:
                 self._programs.popitem(last=False)
         return program
 
-    def bound(self, program: Program, shapes) -> Program:
+    def bound(self, program: Program, shapes, shape_values=()) -> Program:
         """The static Program a symbolic `program` is for one call's tensor shapes (inputs, then
         outputs): its vars bound from them and checked (`Program.bind_tensors`), validated once
         per bound shape and cached beside the parsed Programs (the same LRU of `max_plans`)."""
-        values = program.bind_tensors(shapes)
+        values = program.bind_tensors(shapes, shape_values)
         key = ("bound", program.fingerprint(), tuple(sorted(values.items())))
         with self._lock:
             entry = self._programs.get(key)
@@ -291,6 +291,14 @@ class Runtime:
         self.invoke(f"{program.name}:{program.fingerprint()}", program.to_json(), *tensors, stream=stream)
 
     def execute(self, program: Program, tensors, stream: int | None = None) -> None:
+        shape_values = ()
+        if program.shape_args:  # a symbolic region's shape arguments: sizes, no tensors
+            positions = [k for k, _ in program.shape_args]
+            if len(tensors) != len(program.inputs) + len(program.outputs) + len(positions):
+                raise ProgramError(f"region {program.name} takes {len(program.inputs)} inputs, {len(positions)} shape "
+                                   f"arguments and {len(program.outputs)} outputs, got {len(tensors)} arguments")
+            shape_values = [shape_argument(program.name, k, tensors[k]) for k in positions]
+            tensors = [t for k, t in enumerate(tensors) if k not in positions]
         n_in, n_out = len(program.inputs), len(program.outputs)
         if len(tensors) != n_in + n_out:
             raise ProgramError(
@@ -313,7 +321,7 @@ class Runtime:
                                                                          program.tensors[i].name)
                 for i, role, tensor in zip(ids, roles, tensors)]
         if program.vars:
-            program = self.bound(program, [ref.shape for ref in refs])
+            program = self.bound(program, [ref.shape for ref in refs], shape_values)
         for i, role, ref in zip(ids, roles, refs):
             spec = program.tensors[i]
             check(program.name, role, spec, ref)
@@ -450,6 +458,15 @@ class Runtime:
             self._plans.clear()
         for plan in plans:
             plan.free()
+
+
+def shape_argument(region: str, position: int, value) -> tuple[int, ...]:
+    """A shape argument's sizes: any sequence of ints (a tuple, TVM's ShapeTuple)."""
+    try:
+        return tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ProgramError(f"region {region}: argument {position} is a shape argument (sizes), got "
+                           f"{type(value).__name__}") from None
 
 
 def _max_plans(value: int | None) -> int:

@@ -23,6 +23,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 Monomial = tuple  # the atoms of one term, sorted by their text, each as often as its power
 
 
@@ -112,6 +114,8 @@ class Dim:
     __rmul__ = __mul__
 
     def __floordiv__(self, other):
+        if not _is_int(other) and not isinstance(other, Dim):
+            return NotImplemented
         divisor = _divisor(other, "//")
         if divisor == 1:
             return self
@@ -120,6 +124,8 @@ class Dim:
         return _atom("//", self, divisor)
 
     def __mod__(self, other):
+        if not _is_int(other) and not isinstance(other, Dim):
+            return NotImplemented
         divisor = _divisor(other, "%")
         if all(c % divisor == 0 for c in self.terms.values()):
             return 0
@@ -128,7 +134,14 @@ class Dim:
     def __rfloordiv__(self, other):
         raise SymbolicError(f"{other} // ({self}): a division by a symbolic size")
 
-    __rmod__ = __rtruediv__ = __truediv__ = __rfloordiv__
+    def __rmod__(self, other):
+        raise SymbolicError(f"{other} % ({self}): a remainder by a symbolic size")
+
+    def __truediv__(self, other):
+        raise SymbolicError(f"({self}) / {other}: a size divides by // only")
+
+    def __rtruediv__(self, other):
+        raise SymbolicError(f"{other} / ({self}): a division by a symbolic size")
 
     # -- what needs the values ----------------------------------------------------------
     def _undecided(self, *_):
@@ -146,8 +159,8 @@ class Dim:
     def __str__(self) -> str:
         return self._text
 
-    def __repr__(self) -> str:
-        return f"Dim({self._text!r})"
+    def __repr__(self) -> str:  # as its text, so that a shape in a message reads (n, s, 32)
+        return self._text
 
     @functools.cached_property
     def _text(self) -> str:
@@ -155,7 +168,9 @@ class Dim:
         parts = []
         for m in sorted((m for m in self.terms if m), key=lambda m: (-len(m), [a.text for a in m])):
             c = self.terms[m]
-            alone = len(m) == 1 and abs(c) == 1  # a // or % among factors goes in parentheses
+            # A // or % goes in parentheses among factors, and where a leading minus would bind
+            # tighter than it ("-n//2" reads as (-n)//2).
+            alone = len(m) == 1 and (c == 1 or (c == -1 and parts))
             body = "*".join(a.text if a.name is not None or alone else f"({a.text})" for a in m)
             parts.append((c < 0, body if abs(c) == 1 else f"{abs(c)}*{body}"))
         if constant:
@@ -170,18 +185,16 @@ class Dim:
         return frozenset().union(*(a.vars() for m in self.terms for a in m))
 
 
+def _is_int(value) -> bool:
+    """A Python or numpy integer (never a bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def _terms(value):
     if isinstance(value, Dim):
         return value.terms
-    if isinstance(value, int) and not isinstance(value, bool):
-        return {(): value}
-    try:
-        import numpy as np
-
-        if isinstance(value, np.integer):
-            return {(): int(value)}
-    except ImportError:  # pragma: no cover
-        pass
+    if _is_int(value):
+        return {(): int(value)}
     return None
 
 
@@ -258,5 +271,21 @@ def parse(text: str):
 
     try:
         return build(tree)
-    except SymbolicError as e:
+    except (SymbolicError, ZeroDivisionError) as e:
         raise ValueError(f"{text!r} is not a size expression: {e}") from None
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """numpy's broadcasting of `shapes`, with symbolic dims: per axis (from the right) the dims
+    other than 1 must all be equal, structurally for a `Dim` (a symbolic dim is never taken to
+    be 1, which only its value could tell). ValueError, as numpy's, where they are not."""
+    rank = max((len(s) for s in shapes), default=0)
+    result = []
+    for axis in range(-rank, 0):
+        dims = [s[axis] for s in shapes if len(s) >= -axis]
+        others = [d for d in dims if isinstance(d, Dim) or d != 1]
+        if any(d != others[0] for d in others):
+            raise ValueError(f"shapes {', '.join(str(tuple(map(str, s))) for s in shapes)} do not broadcast "
+                             f"(axis {axis}: {', '.join(map(str, others))})")
+        result.append(others[0] if others else 1)
+    return tuple(result)

@@ -145,18 +145,26 @@ def test_ops_without_a_pattern_are_reported():
     assert report.kept[0][1:] == ("relax.nn.leakyrelu", "simaccel has no pattern for relax.nn.leakyrelu")
 
 
-def test_dynamic_shapes_stay_on_tvm():
-    n = tvm.tirx.Var("n", "int64")
-    x = relax.Var("x", relax.TensorType((n, 8), F32))
+def _matmul_of(x_type):
+    x = relax.Var("x", x_type)
     w = relax.Var("w", relax.TensorType((8, 6), F32))
     bb = relax.BlockBuilder()
     with bb.function("main", [x, w]):
         with bb.dataflow():
             out = bb.emit_output(op.matmul(x, w))
         bb.emit_func_output(out)
-    _, report = partition_report(bb.get())
-    assert report.regions == {}
-    assert "dynamic" in report.kept[0][2]
+    return partition_report(bb.get())[1]
+
+
+def test_symbolic_dims_offload_and_dims_simaccel_cannot_represent_stay_on_tvm():
+    """(n, 8) @ (8, 6) is offloaded (docs/symbolic-shapes.md); a tensor of unknown dims, or a dim
+    that is no polynomial of size vars (max(n, 1)), stays on TVM, saying so."""
+    n = tvm.tirx.Var("n", "int64")
+    assert list(_matmul_of(relax.TensorType((n, 8), F32)).regions.values()) == [["simaccel.matmul"]]
+    unknown = _matmul_of(relax.TensorType(dtype=F32, ndim=2))
+    assert unknown.regions == {} and "unknown shape" in unknown.kept[0][2]
+    unrepresentable = _matmul_of(relax.TensorType((tvm.tirx.max(n, 1), 8), F32))
+    assert unrepresentable.regions == {} and "cannot represent" in unrepresentable.kept[0][2]
 
 
 def test_adjacent_ops_merge_into_one_region_and_tvm_ops_split_regions():

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from ..errors import DtypeError, OpDeclarationError, ShapeError, SimAccelError
-from ..shapes import Dim, SymbolicError
+from ..shapes import Dim, SymbolicError, broadcast_shapes
 from .activation import ACTIVATIONS, activate
 from .rules import FLOAT_DTYPES, ISA_DTYPES, is_bias_for, is_dtype_name
 
@@ -521,7 +521,7 @@ def _describe(value) -> str:
 
 def _broadcasts(shape, target) -> bool:
     try:
-        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+        return broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
     except ValueError:
         return False
 

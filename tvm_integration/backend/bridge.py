@@ -16,6 +16,7 @@ accelerator's kernels are queued behind TVM's.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import json
 import warnings
@@ -37,12 +38,17 @@ _warned: set[str] = set()  # keys of the regions whose GPU hint was shown
 
 
 def invoke(key: str, program_json: str, *args) -> None:
-    """One region call: `args` are the GPU hint (libraries of this version), then the tensors."""
+    """One region call: `args` are the GPU hint (libraries of this version), then the tensors
+    (and, for a symbolic region, its shape arguments: TVM Shape objects, `shape_object`)."""
     hint, handles = (args[0], args[1:]) if args and isinstance(args[0], str) else ("", args)
-    tensors = [h if hasattr(h, "__dlpack_device__") else from_dltensor(h) for h in handles]
+    runtime = get_runtime()
+    shapes = {k for k, _ in runtime.program(key, program_json).shape_args} if '"shape_args"' in program_json else ()
+    tensors = [shape_object(h) if k in shapes else h if hasattr(h, "__dlpack_device__") else from_dltensor(h)
+               for k, h in enumerate(handles)]
     stream = None
-    if tensors:
-        device = tensors[0].device if isinstance(tensors[0], TensorRef) else device_of(tensors[0])
+    first = next((t for t in tensors if not isinstance(t, tuple)), None)
+    if first is not None:
+        device = first.device if isinstance(first, TensorRef) else device_of(first)
         if device[0] != "cpu":
             if hint and key not in _warned:
                 _warned.add(key)
@@ -50,7 +56,29 @@ def invoke(key: str, program_json: str, *args) -> None:
                 warnings.warn(f"simaccel: region {region} runs through Python on {device[0]}:{device[1]}: {hint}",
                               stacklevel=2)
             stream = tvm_ffi.get_raw_stream(_ffi_device(*device))
-    get_runtime().invoke(key, program_json, *tensors, stream=stream)
+    runtime.invoke(key, program_json, *tensors, stream=stream)
+
+
+_SHAPE_TYPE_INDEX = 69  # kTVMFFIShape in tvm/ffi/c_api.h
+_HEADER_BYTES = 24  # TVMFFIObject: combined_ref_count, type_index, padding, deleter
+
+
+def shape_object(handle) -> tuple[int, ...]:
+    """The sizes of the TVM Shape object a region function passes as a handle (a ShapeTuple from
+    Python as it is): the object's header, then its TVMFFIShapeCell {const int64_t* data;
+    size_t size} (tvm-ffi's C ABI, c_api.h)."""
+    if isinstance(handle, (tuple, list)) or hasattr(handle, "__len__"):
+        return tuple(int(v) for v in handle)
+    address = handle.value if isinstance(handle, ctypes.c_void_p) else int(handle or 0)
+    if not address:
+        raise SimAccelError("a shape argument of a region call is a null pointer")
+    type_index = ctypes.c_int32.from_address(address + 8).value
+    if type_index != _SHAPE_TYPE_INDEX:
+        raise SimAccelError(f"a shape argument of a region call is an object of type index {type_index}, not a "
+                            f"Shape ({_SHAPE_TYPE_INDEX})")
+    data = ctypes.c_void_p.from_address(address + _HEADER_BYTES).value
+    size = ctypes.c_size_t.from_address(address + _HEADER_BYTES + 8).value
+    return tuple((ctypes.c_int64 * size).from_address(data)) if size else ()
 
 
 def native_region(key: str, program_json: str, launches_per_op: str) -> int:

@@ -17,19 +17,23 @@ backend (simaccel.tvm_integration.backend.forwarder).
 from __future__ import annotations
 
 import json
+import logging
 
 import tvm
 from tvm import relax
 
 from ...errors import CodegenError, SimAccelError
-from ...program import OpNode, Program, TensorSpec
+from ...program import OpNode, Program, SizeVar, TensorSpec
+from ...shapes import Dim, shape_vars
 from ...native.source import NativeRegion
 from ...ops import Reject
 from ...profile import DeviceProfile, active_profile
 from .forwarder import forwarder_module
 from .native import gpu_hint, native_choice, native_module
-from ..rewrites import tensor_info
+from .sizes import shape_dims, size_bounds, tensor_dims
 from .patterns import match_infos, matched_inputs, op_name, program_attrs, sync_patterns
+
+logger = logging.getLogger("simaccel.codegen")
 
 
 def codegen(functions, options=None, constant_names=None) -> list:
@@ -49,15 +53,27 @@ def codegen(functions, options=None, constant_names=None) -> list:
     if not programs:
         return []
     archs = native_choice(options)
+    modules = []
     if archs is not None:
-        text = dict(options or {}).get("profile")
-        profile = DeviceProfile.from_dict(json.loads(str(text))) if text else active_profile()
-        return [native_module([NativeRegion(s, p, profile.alignment) for s, p in programs], archs)]
+        # Native regions take static shapes; a symbolic region runs through the Python runtime
+        # (zero-copy, its kernels on the caller's stream), named in the build's log.
+        static = [(s, p) for s, p in programs if not p.vars]
+        if static:
+            text = dict(options or {}).get("profile")
+            profile = DeviceProfile.from_dict(json.loads(str(text))) if text else active_profile()
+            modules.append(native_module([NativeRegion(s, p, profile.alignment) for s, p in static], archs))
+        for symbol, program in programs:
+            if program.vars:
+                logger.info("region %s has symbolic shapes (%s): a Python region, not a native one", symbol,
+                            ", ".join(str(v) for v in program.vars))
+        programs = [(s, p) for s, p in programs if p.vars]
+        if not programs:
+            return modules
     regions = []
     for symbol, program in programs:
-        arity = len(program.inputs) + len(program.outputs)
+        arity = len(program.inputs) + len(program.outputs) + len(program.shape_args)
         regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json(), arity))
-    return [forwarder_module(regions, gpu_hint=gpu_hint(options))]
+    return modules + [forwarder_module(regions, gpu_hint=gpu_hint(options))]
 
 
 def sanitize_choice(options) -> bool:
@@ -75,9 +91,9 @@ def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: boo
     ids: dict[relax.Var, int] = {}
 
     def add_tensor(var, role: str) -> int:
-        shape, dtype = tensor_info(var)
+        shape, dtype, why = tensor_dims(var)
         if shape is None:
-            raise CodegenError(f"region {symbol}: {role} {var.name} has no static tensor shape ({var.ty})")
+            raise CodegenError(f"region {symbol}: {role} {var.name} has {why} ({var.ty})")
         ids[var] = len(tensors)
         tensors.append(TensorSpec(var.name, shape, dtype))
         return ids[var]
@@ -90,7 +106,17 @@ def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: boo
         tensors.append(TensorSpec(var.name, (), str(array.dtype), array.item()))
         return var
 
-    inputs = tuple(add_tensor(p, "parameter") for p in func.params)
+    inputs, shape_args = [], []
+    for position, param in enumerate(func.params):
+        if isinstance(param.ty, relax.ShapeType):  # sizes TVM passes a symbolic region (`R.shape([s27, s77])`)
+            dims = shape_dims(param)
+            if len(dims) != len(param.ty.values or ()):
+                raise CodegenError(f"region {symbol}: shape parameter {param.name} has dims simaccel cannot "
+                                   f"represent ({param.ty})")
+            shape_args.append((position, dims))
+        else:
+            inputs.append(add_tensor(param, "parameter"))
+    inputs = tuple(inputs)
     ops: list[OpNode] = []
     for binding, composite in composite_calls(func):
         value = binding.value
@@ -112,11 +138,26 @@ def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: boo
         outputs = tuple(ids[f] for f in fields)
     except (KeyError, TypeError):
         raise CodegenError(f"region {symbol}: its result {results} is not a tensor the region computes") from None
-    program = Program(symbol, tuple(tensors), inputs, outputs, tuple(ops), sanitize=sanitize)
+    program = Program(symbol, tuple(tensors), inputs, outputs, tuple(ops), sanitize=sanitize,
+                      vars=size_vars(func, tensors, ops, shape_args), shape_args=tuple(shape_args))
     try:
         return program.validate()
     except SimAccelError as e:
         raise CodegenError(f"region {symbol}: {e}") from e
+
+
+def size_vars(func: relax.Function, tensors, ops, shape_args=()) -> tuple[SizeVar, ...]:
+    """The size vars the region's dims read, in order of first use, with the bounds its
+    `tir_var_*_bound` attributes give (partition copies its caller's)."""
+    names = dict.fromkeys(name for t in tensors for d in t.shape if isinstance(d, Dim) for name in sorted(d.vars()))
+    for _, dims in shape_args:
+        names.update(dict.fromkeys(sorted(shape_vars(dims))))
+    for node in ops:
+        for value in node.attrs.values():
+            if isinstance(value, (list, tuple)):
+                names.update(dict.fromkeys(sorted(shape_vars(value))))
+    bounds = size_bounds(func)
+    return tuple(SizeVar(name, *bounds.get(name, (0, None))) for name in names)
 
 
 def composite_calls(func: relax.Function):
@@ -157,7 +198,7 @@ def composite_call(symbol: str, composite: relax.Function, args, specs: dict) ->
                 role_args.append(param_to_arg[expr])
             else:
                 raise CodegenError(f"region {symbol}: {name} input {role} is not a parameter of its composite")
-        attrs = program_attrs(spec, ann, *match_infos(spec.op, [tensor_info(expr) for _, expr in inputs]))
+        attrs = program_attrs(spec, ann, *match_infos(spec.op, [tensor_dims(expr)[:2] for _, expr in inputs]))
     except Reject as e:
         raise CodegenError(f"region {symbol}: {name} cannot be offloaded: {e}") from None
     return name, role_args, attrs

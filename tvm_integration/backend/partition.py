@@ -9,6 +9,12 @@ fails on calls to other functions, so each function is merged in a module of its
 (`bind_scalar_constants`): one a pattern reads as a value (`relax_value`), and one an op takes as
 a tensor, which the region then holds itself. `partition_report` says, for every op of every
 function, whether it was offloaded and, if not, why.
+
+Symbolic shapes (docs/symbolic-shapes.md): the check functions read the size vars' bounds of
+the module (`module_bounds`); fused calls that TVM typed by rank only get their shapes back and
+are matched again (`retype_composite_calls`); composites that use size vars their parameters
+do not define are passed them as a shape (`define_size_vars`); each region carries its caller's
+`tir_var_*_bound` attributes for the codegen.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import tvm
 from tvm import relax
 
 from ..rewrites import tensor_info
+from .sizes import dim_of, plain_vars, prim_of, shape_dims, size_bounds, tensor_dims
+from ...shapes import Dim, SymbolicError, evaluate, shape_vars
 
 from ...errors import SimAccelError
 from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
@@ -64,7 +72,7 @@ def partition_for_simaccel(mod: tvm.IRModule, profile: DeviceProfile | None = No
     Parameters
     ----------
     mod:
-        A Relax module with static shapes.
+        A Relax module, its shapes static or symbolic (docs/symbolic-shapes.md).
     profile:
         The device profile the check functions read; default: `simaccel.profile.active_profile()`
         ($SIMACCEL_PROFILE, else the default profile), which is also the runtime's default.
@@ -98,14 +106,49 @@ def _partition(mod, profile, rejections, splits=None, rewritten=None):
     mod, notes = prepare_for_inference(mod)
     if rewritten is not None:
         rewritten += notes
-    with checking(profile, rejections):
-        fused = relax.transform.FuseOpsByPattern(
-            registered_patterns(), bind_constants=False, annotate_codegen=False
-        )(mod)
+    with checking(profile, rejections, module_bounds(mod)):
+        fuse = relax.transform.FuseOpsByPattern(registered_patterns(), bind_constants=False, annotate_codegen=False)
+        fused = fuse(mod)
+        for _ in range(RETYPE_PASSES):
+            # Calls that TVM typed by rank only while matching get their shapes back, and what
+            # read them is matched again (the rejections of the pass before are replaced).
+            sized = define_size_vars(fused)
+            typed = retype_composite_calls(sized)
+            if sized is fused and typed is None:
+                break
+            del rejections[:]
+            fused = fuse(typed or sized)
     merged, notes = split_regions(merge_regions(bind_scalar_constants(fused), mod), profile.max_region_bytes)
     if splits is not None:
         splits += notes
     return merged
+
+
+BOUND_ATTRS = ("tir_var_lower_bound", "tir_var_upper_bound")
+RETYPE_PASSES = 4  # matching passes after the first, at most, while fused calls are retyped
+
+
+def module_bounds(mod: tvm.IRModule) -> dict:
+    """name -> (lower, upper or None) of the size vars the module's Relax functions bound; a
+    name bounded in two functions gets the wider bounds of the two."""
+    found: dict = {}
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            for name, (lower, upper) in size_bounds(func).items():
+                old_lower, old_upper = found.get(name, (lower, upper))
+                wider = None if upper is None or old_upper is None else max(upper, old_upper)
+                found[name] = (min(lower, old_lower), wider)
+    return found
+
+
+def _with_bounds(region: relax.Function, caller: relax.Function) -> relax.Function:
+    """The region with its caller's `tir_var_*_bound` attributes, which the codegen reads for
+    the Program's size vars."""
+    for name in BOUND_ATTRS:
+        value = _attr(caller, name)
+        if value is not None:
+            region = region.with_attr(name, value)
+    return region
 
 
 def bind_scalar_constants(mod: tvm.IRModule) -> tvm.IRModule:
@@ -123,6 +166,7 @@ def bind_scalar_constants(mod: tvm.IRModule) -> tvm.IRModule:
       alone inlines into its kernel; the VM keeps a memory scope for each tensor constant and
       logs them on export and load.
     """
+    mod = define_size_vars(mod)
     specs = sync_patterns()
     bound: dict = {}  # composite GlobalVar -> (indices of value parameters, of 0-d parameters)
     for gvar, func in mod.functions.items():
@@ -153,6 +197,154 @@ def bind_scalar_constants(mod: tvm.IRModule) -> tvm.IRModule:
     return result
 
 
+def define_size_vars(mod: tvm.IRModule) -> tvm.IRModule:
+    """Composites whose parameters do not define every size var they use get one more parameter,
+    a shape of those vars (as TVM's own `tir_vars`), and their calls pass it.
+
+    FuseOpsByPattern keeps a symbolic shape value inside the composite (``reshape(x, R.shape([b,
+    s, 32]))`` of an x of shape (b * s, 32)); its vars b and s are then defined nowhere in the
+    composite, and its call's result loses its shape (``R.Tensor(ndim=3)``). With the vars passed
+    in, the call's result is typed (b, s, 32) again, and the region gets them as a shape argument.
+    """
+    missing = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function) and _attr(func, "Composite"):
+            free = list(relax.analysis.free_symbolic_vars(func))
+            if free:
+                missing[gvar] = free
+    if not missing:
+        return mod
+    updated = {}
+    for gvar, free in missing.items():
+        func = mod[gvar]
+        sizes = relax.Var("sizes", relax.ShapeType(free))
+        updated[gvar] = relax.Function(list(func.params) + [sizes], func.body, func.ret_ty, func.is_pure, func.attrs)
+    mod = tvm.IRModule({gv: updated.get(gv, f) for gv, f in mod.functions.items()}, attrs=mod.attrs,
+                       global_infos=mod.global_infos)
+    adder = _PassSizes(mod, missing, updated)
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and not _attr(func, "Composite"):
+            adder.builder_.update_func(gvar, adder.visit_expr(func))
+    return adder.builder_.get()
+
+
+def retype_composite_calls(mod: tvm.IRModule) -> tvm.IRModule | None:
+    """The module with the results of composite calls that TVM typed by rank only
+    (``R.Tensor(ndim=3)``, where the composite's inputs show a size var only inside a product)
+    typed by their shapes again, from the composite's own result type and its arguments; None
+    where there is none to retype. Ops reading such results can then be matched."""
+    composites = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function) and _attr(f, "Composite")}
+    changed = False
+    updated = {}
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function) and gvar not in composites:
+            retyper = _Retype(mod, composites, {v.name: v for v in relax.analysis.defined_symbolic_vars(func)})
+            updated[gvar] = retyper.visit_expr(func)
+            changed |= retyper.changed
+    if not changed:
+        return None
+    return tvm.IRModule({gv: updated.get(gv, f) for gv, f in mod.functions.items()}, attrs=mod.attrs,
+                        global_infos=mod.global_infos)
+
+
+@relax.expr_functor.mutator
+class _Retype(relax.PyExprMutator):
+    """Bindings of composite calls whose result has no shape get a var typed with the shape the
+    composite's result type gives for the call's arguments (in the caller's size vars)."""
+
+    def __init__(self, mod, composites: dict, size_vars: dict):
+        super().__init__(mod)
+        self.composites, self.size_vars, self.changed = composites, size_vars, False
+
+    def visit_var_binding_(self, binding):
+        value = self.visit_expr(binding.value)
+        ty = self._shape_of(value) if tensor_dims(binding.var)[0] is None else None
+        if ty is None:
+            self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
+            return
+        kind = relax.DataflowVar if isinstance(binding.var, relax.DataflowVar) else relax.Var
+        typed = kind(binding.var.name, ty)
+        self.builder_.emit_normalized(relax.VarBinding(typed, value))
+        self.set_var_remap(binding.var, typed)
+        self.changed = True
+
+    def _shape_of(self, value):
+        if not isinstance(value, relax.Call) or value.op not in self.composites:
+            return None
+        composite = self.composites[value.op]
+        ret = composite.ret_ty
+        values = _shape_values(ret) or _shape_values(composite.body.body.ty)  # the type, else its result's
+        if not isinstance(ret, relax.TensorType) or values is None:
+            return None
+        names = {}  # the composite's size var -> the dim the call gives it
+        for param, arg in zip(composite.params, value.args):
+            wanted = shape_dims(param) if isinstance(param.ty, relax.ShapeType) else tensor_dims(param)[0]
+            given = (_value_dims(arg) if isinstance(param.ty, relax.ShapeType) else tensor_dims(arg)[0])
+            for want, give in zip(wanted or (), given or ()):
+                if isinstance(want, Dim) and str(want).isidentifier():
+                    names.setdefault(str(want), give)
+        try:
+            dims = [evaluate(dim_of(d), names) for d in values]
+            return relax.TensorType([prim_of(d, self.size_vars) for d in dims], ret.dtype)
+        except (ValueError, KeyError, SymbolicError):
+            return None
+
+
+def _shape_values(ty):
+    """The dims (TIR expressions) of a tensor type's shape: given in it, or the type of the shape
+    var it names (``R.Tensor(param_0)`` where param_0: ``R.Shape([b, s, 32])``); None if unknown."""
+    shape = ty.shape if isinstance(ty, relax.TensorType) else None
+    if isinstance(shape, relax.Var) and isinstance(shape.ty, relax.ShapeType):
+        return shape.ty.values
+    return getattr(shape, "values", None)
+
+
+def _value_dims(arg):
+    """The dims of a shape argument: a ShapeExpr's values, or a shape-typed var's."""
+    if isinstance(arg, relax.ShapeExpr):
+        try:
+            return [dim_of(d) for d in arg.values]
+        except ValueError:
+            return None
+    return list(shape_dims(arg)) if isinstance(arg.ty, relax.ShapeType) else None
+
+
+@relax.expr_functor.mutator
+class _PassSizes(relax.PyExprMutator):
+    """Calls of the composites in `missing` pass a shape of the size vars they lack."""
+
+    def __init__(self, mod: tvm.IRModule, missing: dict, updated: dict):
+        super().__init__(mod)
+        self.missing, self.updated = missing, updated
+
+    def visit_call_(self, call):
+        call = super().visit_call_(call)
+        free = self.missing.get(call.op) if isinstance(call.op, tvm.ir.GlobalVar) else None
+        if free is None:
+            return call
+        return relax.Call(call.op, list(call.args) + [relax.ShapeExpr(free)], call.attrs)
+
+
+def _bound_value(arg, param: relax.Var, func: relax.Function):
+    """What a value parameter of a composite is bound to: the constant its call passes, or, for a
+    shape (``reshape``'s new shape) whose dims are symbolic, the shape its type states, written
+    in the composite's own size vars, where its other parameters' shapes define each of those
+    vars (else the shape stays a parameter, a shape argument of the region); None where it is
+    neither."""
+    dims = shape_dims(param)
+    defined = {name for p in func.params if not p.same_as(param) for name in plain_vars(p)}
+    if isinstance(arg, tvm.ir.GenericConst):
+        return arg
+    ty = param.ty
+    if isinstance(ty, relax.ShapeType) and ty.values is not None and shape_vars(dims) <= defined:
+        return relax.ShapeExpr(ty.values)
+    return None
+
+
+def _is_shape(param: relax.Var) -> bool:
+    return isinstance(param.ty, relax.ShapeType)
+
+
 def _is_scalar(param: relax.Var) -> bool:
     return tensor_info(param)[0] == ()
 
@@ -174,16 +366,19 @@ class _BindScalars(relax.PyExprMutator):
         if found is None:
             return call
         value_indices, scalar_indices = found
-        if not all(isinstance(call.args[i], tvm.ir.GenericConst) for i in value_indices):
+        func = self.builder_.get()[call.op]
+        values = {i: _bound_value(call.args[i], func.params[i], func) for i in value_indices}
+        values = {i: v for i, v in values.items() if v is not None or not _is_shape(func.params[i])}
+        if any(v is None for v in values.values()):
             self.still_called.add(call.op)  # a value that is no constant: the codegen says so, naming it
             return call
-        indices = value_indices + [i for i in scalar_indices if isinstance(call.args[i], tvm.ir.GenericConst)]
+        values.update({i: call.args[i] for i in scalar_indices if isinstance(call.args[i], tvm.ir.GenericConst)})
+        indices = sorted(values)
         if not indices:
             self.still_called.add(call.op)
             return call
         self.replaced.add(call.op)
-        func = self.builder_.get()[call.op]
-        bound = self.builder_.add_func(func.bind_params({func.params[i]: call.args[i] for i in indices}),
+        bound = self.builder_.add_func(func.bind_params({func.params[i]: values[i] for i in indices}),
                                        call.op.name_hint)
         return relax.Call(bound, [a for i, a in enumerate(call.args) if i not in indices], call.attrs)
 
@@ -217,6 +412,7 @@ def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
         restore = {placeholder.global_symbol: gv for gv, placeholder in zip(others, hidden.values())}
         for region_gvar, region in grouped.functions.items():
             if _attr(region, "Codegen") and region_gvar in called:
+                region = _with_bounds(region, func)
                 new_gvar = builder.add_func(region, region_gvar.name_hint)  # a unique name
                 builder.update_func(new_gvar, region.with_attr("global_symbol", new_gvar.name_hint))
                 restore[region_gvar.name_hint] = new_gvar

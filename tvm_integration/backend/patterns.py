@@ -5,8 +5,9 @@ Every op of the ISA (simaccel.ops: built-in and users' own) gets one pattern: th
 variant and in the activation's Relax op for an ``_<activation>`` variant. A built-in op's
 name is also its pattern and composite function name; a user op ``ns.op`` is
 ``simaccel.ns.op`` there (`composite_name`). Every pattern has the same check function: the
-active device profile, static shapes, the family's `from_relax` (attributes, or the reason
-to stay on TVM), its shape rule, and the result Relax computes. A rejection is recorded
+active device profile, the shapes (static, or symbolic: simaccel Dims, the profile's limits at
+the size vars' upper bounds), the family's `from_relax` (attributes, or the reason to stay on
+TVM), its shape rule, and the result Relax computes. A rejection is recorded
 with its one-line reason, which `partition_report` shows.
 """
 
@@ -30,7 +31,8 @@ from ...errors import OpDeclarationError, SimAccelError
 from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxTuple, RelaxValue, Reject, families, get_op
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
-from ..rewrites import tensor_info
+from .sizes import dim_of, shape_dims, tensor_dims
+from ...shapes import SymbolicError, bind_shape, shape_vars
 
 logger = logging.getLogger("simaccel.partition")
 
@@ -49,16 +51,38 @@ class Rejection:
     reason: str
 
 
+_size_bounds: contextvars.ContextVar[dict] = contextvars.ContextVar("simaccel_size_bounds", default={})
+
+
 @contextlib.contextmanager
-def checking(profile: DeviceProfile, rejections: list):
-    """Within the block, check functions read `profile` and append Rejections to `rejections`."""
+def checking(profile: DeviceProfile, rejections: list, bounds: dict | None = None):
+    """Within the block, check functions read `profile` and the size vars' `bounds` (name ->
+    (lower, upper or None), `tir_var_*_bound`) and append Rejections to `rejections`."""
     p_token = _active_profile.set(profile)
     r_token = _rejections.set(rejections)
+    b_token = _size_bounds.set(dict(bounds or {}))
     try:
         yield
     finally:
         _active_profile.reset(p_token)
         _rejections.reset(r_token)
+        _size_bounds.reset(b_token)
+
+
+def largest(shape, role: str):
+    """`shape` at its size vars' upper bounds (a static shape as it is), what the profile's
+    limits are checked against; a var with no upper bound at its lower bound, except where the
+    profile limits bytes (Reject naming the var): each call's sizes are checked when bound."""
+    names = shape_vars(shape)
+    if not names:
+        return tuple(shape)
+    bounds = _size_bounds.get()
+    unbounded = sorted(n for n in names if bounds.get(n, (0, None))[1] is None)
+    profile = _active_profile.get()
+    if unbounded and (profile.max_tensor_bytes is not None or profile.max_region_bytes is not None):
+        raise Reject(f"{role}'s size var {unbounded[0]} has no upper bound (tir_var_upper_bound), and profile "
+                     f"{profile.name} limits bytes, checked at the upper bounds")
+    return bind_shape(shape, {n: bounds.get(n, (0, None))[1] or bounds.get(n, (0, None))[0] for n in names})
 
 
 # -- reading Relax expressions -------------------------------------------------------------
@@ -82,9 +106,13 @@ def constant_value(expr):
     list of ints, a number (``T.float64(6.0)``) or a scalar constant as an int or float."""
     from tvm import tirx
 
-    if isinstance(expr, relax.ShapeExpr):
-        dims = [python_value(d) for d in expr.values]
-        return dims if all(type(d) is int for d in dims) else None
+    if isinstance(expr, relax.ShapeExpr):  # a shape, its dims ints or symbolic sizes (Dim)
+        try:
+            return [dim_of(d) for d in expr.values]
+        except ValueError:
+            return None
+    if isinstance(expr, relax.Var) and isinstance(expr.ty, relax.ShapeType):  # a shape argument
+        return list(shape_dims(expr)) or None
     if isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
         return python_value(expr)
     if isinstance(expr, relax.Tuple):  # a tuple of numbers (strided_slice's axes, begins, ...)
@@ -271,6 +299,8 @@ def program_attrs(spec: OpPattern, annotated, shapes: dict, dtypes: dict) -> dic
         attrs = from_relax(RelaxMatch(nodes, shapes, dtypes, values))
     except (Reject, SimAccelError):
         raise
+    except SymbolicError as e:  # the family reads a size that is only known per call
+        raise Reject(f"{spec.op.family.name} needs the value of a symbolic size: {e}") from None
     except Exception as e:  # a bug in the declaration, not in the model: say whose
         raise OpDeclarationError(f"{spec.op.family.name}: from_relax failed on a match with input shapes "
                                  f"{dict(shapes)}: {type(e).__name__}: {e}") from e
@@ -311,35 +341,46 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
         return str(e)
     # Constants are fine: with bind_constants=False they become region parameters, which TVM
     # materialises and passes like any other tensor.
-    infos = [tensor_info(expr) for _, expr in inputs]
-    for (role, _), (shape, dtype) in zip(inputs, infos):
+    infos = []
+    for role, expr in inputs:
+        shape, dtype, why = tensor_dims(expr)
         if shape is None:
-            return f"{role} has a dynamic or unknown shape"
-        reason = profile.why_not_tensor(role, shape, dtype)
-        if reason:
-            return reason
-    in_shapes, in_dtypes = [s for s, _ in infos], [d for _, d in infos]
+            return f"{role} has {why}"
+        infos.append((shape, dtype))
     try:
+        for (role, _), (shape, dtype) in zip(inputs, infos):
+            reason = profile.why_not_tensor(role, largest(shape, role), dtype)
+            if reason:
+                return reason
+        in_shapes, in_dtypes = [s for s, _ in infos], [d for _, d in infos]
         op.check_dtypes(in_dtypes)  # the family's rules only ever see dtypes it takes
         attrs = program_attrs(spec, annotated, *match_infos(op, infos))
         check_attrs(op, attrs)
         shape, dtype = op.infer(in_shapes, in_dtypes, **op.all_attrs(attrs))
+        if context is not None:
+            # The fused op must compute what the matched Relax ops compute; its shape and dtype
+            # are the first things that would differ (a bias whose broadcasting grows the result,
+            # an out_dtype other than the inputs'). Symbolic dims compare as expressions.
+            relax_shape, relax_dtype, _ = tensor_dims(context.matched_expr)
+            if (tuple(shape), dtype) != (relax_shape, relax_dtype):
+                return (f"{op.name} would give {_text(shape)} {dtype} where Relax gives "
+                        f"{_text(relax_shape) if relax_shape is not None else 'an unknown shape'} {relax_dtype}")
+        reason = profile.why_not_tensor("output", largest(shape, "output"), dtype)
+        if reason:
+            return reason
+        if profile.max_region_bytes is None:
+            return None
+        nbytes = sum(tensor_bytes(largest(s, "input"), d) for s, d in zip(in_shapes, in_dtypes))
+        nbytes += tensor_bytes(largest(shape, "output"), dtype)
     except OpDeclarationError:
         raise  # the declaration is wrong: stop, do not quietly keep every match on TVM
     except (Reject, SimAccelError) as e:
         return str(e)
-    if context is not None:
-        # The fused op must compute what the matched Relax ops compute; its shape and dtype
-        # are the first things that would differ (a bias whose broadcasting grows the result,
-        # an out_dtype other than the inputs').
-        relax_shape, relax_dtype = tensor_info(context.matched_expr)
-        if (tuple(shape), dtype) != (relax_shape, relax_dtype):
-            return f"{op.name} would give {tuple(shape)} {dtype} where Relax gives {relax_shape} {relax_dtype}"
-    reason = profile.why_not_tensor("output", shape, dtype)
-    if reason:
-        return reason
-    nbytes = sum(tensor_bytes(s, d) for s, d in zip(in_shapes, in_dtypes)) + tensor_bytes(shape, dtype)
     return profile.why_not_region(nbytes, f"{op.name} alone")
+
+
+def _text(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def tensor_bytes(shape, dtype: str) -> int:

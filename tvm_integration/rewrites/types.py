@@ -1,4 +1,7 @@
-"""Reading Relax types: the static shape and dtype of a tensor expression (every layer above uses it)."""
+"""Reading Relax types: the static shape and dtype of a tensor expression (every layer above uses it).
+
+Symbolic dims are read by the backend (simaccel.tvm_integration.backend.sizes).
+"""
 
 from __future__ import annotations
 
@@ -20,3 +23,4 @@ def tensor_info(expr) -> tuple[tuple[int, ...] | None, str | None]:
             return None, dtype
         dims.append(int(dim.value))
     return tuple(dims), dtype
+

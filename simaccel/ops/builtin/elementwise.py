@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ...shapes import broadcast_shapes
 from ..activation import ACTIVATIONS, activate
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op, relax_value
@@ -19,7 +20,7 @@ from ..rules import check_rank, f32
 
 def broadcast_shape(shapes, **_):
     try:
-        shape = np.broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
+        shape = broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
     except ValueError:
         raise ShapeError(f"shapes {tuple(shapes[0])} and {tuple(shapes[1])} do not broadcast") from None
     check_rank("result", shape, 0, 4)

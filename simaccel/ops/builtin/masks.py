@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
+from ...shapes import broadcast_shapes
 from .. import attrs as kinds
 from ..declare import OpFamily, relax_op, relax_value
 from ..registry import declare
@@ -40,7 +41,7 @@ MAX_RANK = 4  # the broadcasting kernels index up to four dims, as the elementwi
 def broadcast(shapes, **_):
     """numpy broadcasting of any count of inputs, rank <= 4."""
     try:
-        shape = np.broadcast_shapes(*(tuple(s) for s in shapes))
+        shape = broadcast_shapes(*(tuple(s) for s in shapes))
     except ValueError:
         raise ShapeError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast") from None
     check_rank("result", shape, 0, MAX_RANK)

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ...shapes import broadcast_shapes
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
 from ..rules import check_rank, f32
@@ -30,7 +31,7 @@ def infer_matmul(shapes, *, transpose_b):
     if len(weight) == 2:
         return data[:-1] + (n,)
     try:
-        batch = np.broadcast_shapes(data[:-2], weight[:-2])
+        batch = broadcast_shapes(data[:-2], weight[:-2])
     except ValueError:
         raise ShapeError(f"batch dims of data {data} and weight {weight} do not broadcast") from None
     return tuple(batch) + (data[-2], n)

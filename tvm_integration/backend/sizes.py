@@ -1,0 +1,106 @@
+"""Symbolic sizes of Relax models, read as simaccel's: dims as `Dim`s, size vars and their bounds.
+
+Where it sits: in the backend, for partitioning (patterns, partition) and the codegen. TVM
+writes a symbolic dim as a TIR expression over size vars (`s77 * s27`); `dim_of` reads it as a
+`simaccel.shapes.Dim` over the vars' names, `tensor_dims` a tensor's shape, `shape_dims` a
+shape value's, `plain_vars` the vars a parameter's type defines, and `size_bounds` the bounds a
+function gives its vars (`tir_var_lower_bound` / `tir_var_upper_bound`, docs/symbolic-shapes.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+from tvm import relax, tirx
+
+from ...shapes import Dim, SymbolicError
+
+_DIM_OPERATIONS = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+                   tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b}
+
+
+def dim_of(value):
+    """A Relax shape dim (a TIR expression) as simaccel holds it: an int, or a `Dim` over size vars
+    named as TVM names them. ValueError saying what it is where simaccel cannot represent it
+    (`max`, `min`, a truncating division, a division by a symbolic size)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tirx.IntImm):
+        return int(value.value)
+    if isinstance(value, tirx.Var):
+        return Dim.var(value.name)
+    operation = _DIM_OPERATIONS.get(type(value))
+    if operation is None:
+        raise ValueError(f"the size {value} ({type(value).__name__}), which simaccel cannot represent")
+    try:
+        return operation(dim_of(value.a), dim_of(value.b))
+    except SymbolicError as e:
+        raise ValueError(f"the size {value}: {e}") from None
+
+
+def tensor_dims(expr) -> tuple[tuple | None, str | None, str | None]:
+    """(shape, dtype, why) of a Relax tensor expression, each dim an int or a `Dim` (`dim_of`);
+    shape None where it is unknown or a dim cannot be represented, `why` then saying so."""
+    ty = expr.ty
+    if not isinstance(ty, relax.TensorType):
+        return None, None, "no tensor type"
+    dtype = str(ty.dtype)
+    shape = ty.shape
+    if shape is None or not hasattr(shape, "values"):
+        return None, dtype, "an unknown shape (rank or dims not given)"
+    try:
+        return tuple(dim_of(d) for d in shape.values), dtype, None
+    except ValueError as e:
+        return None, dtype, f"a dim that is {e}"
+
+
+def size_bounds(func) -> dict[str, tuple[int, int | None]]:
+    """name -> (lower, upper or None) of the size vars a Relax function bounds through its
+    `tir_var_lower_bound` / `tir_var_upper_bound` attributes (what torch.export's Dim(max=...)
+    and MLC-LLM give); a var with no lower bound gets 0."""
+    attrs = func.attrs if func.attrs is not None else {}
+    lower = {str(k): int(v) for k, v in (attrs.get("tir_var_lower_bound") or {}).items()}
+    upper = {str(k): int(v) for k, v in (attrs.get("tir_var_upper_bound") or {}).items()}
+    return {name: (max(lower.get(name, 0), 0), upper.get(name)) for name in set(lower) | set(upper)}
+
+
+def shape_dims(var) -> tuple:
+    """The dims (ints or `Dim`) a Relax shape value's type states (``R.Shape([s27, s77])``);
+    () where it states none or one cannot be represented."""
+    ty = var.ty
+    if not isinstance(ty, relax.ShapeType) or ty.values is None:
+        return ()
+    try:
+        return tuple(dim_of(d) for d in ty.values)
+    except ValueError:
+        return ()
+
+
+def plain_vars(var) -> set[str]:
+    """The size vars a Relax parameter's type defines: those that are a whole dim of its tensor
+    shape or shape value (`n` in (n, 4); not in (n + 1, 4) or (n * s, 4))."""
+    dims = shape_dims(var) if isinstance(var.ty, relax.ShapeType) else (tensor_dims(var)[0] or ())
+    return {str(d) for d in dims if isinstance(d, Dim) and str(d).isidentifier()}
+
+
+def prim_of(dim, size_vars: dict):
+    """A dim (int or `Dim`) as a TIR expression over `size_vars` (name -> tirx.Var): `dim_of`'s
+    inverse. KeyError where a var it reads is not in `size_vars`."""
+    if not isinstance(dim, Dim):
+        return tirx.IntImm("int64", int(dim))
+    total = None
+    for monomial, coefficient in dim.terms.items():
+        factors = [_atom_prim(atom, size_vars) for atom in monomial]
+        if coefficient != 1 or not factors:
+            factors.insert(0, tirx.IntImm("int64", coefficient))
+        term = functools.reduce(operator.mul, factors)
+        total = term if total is None else total + term
+    return total
+
+
+def _atom_prim(atom, size_vars: dict):
+    if atom.name is not None:
+        return size_vars[atom.name]
+    numerator, divisor = prim_of(atom.numerator, size_vars), tirx.IntImm("int64", atom.divisor)
+    return tirx.floordiv(numerator, divisor) if atom.op == "//" else tirx.floormod(numerator, divisor)
