@@ -19,7 +19,6 @@ import importlib
 import importlib.util
 import os
 import sys
-import sysconfig
 import threading
 
 from ..errors import OpDeclarationError, UnsupportedOpError
@@ -32,6 +31,7 @@ _FAMILIES: dict[str, OpFamily] = {}
 _LOCK = threading.RLock()
 _loaded_env: str | None = None
 _generation = 0  # bumped whenever ops are forgotten
+_DECLARERS: set[str] = set()  # names of the modules that declared ops (`_forget_modules` drops them)
 
 
 def generation() -> int:
@@ -56,7 +56,17 @@ def declare(family: OpFamily) -> OpFamily:
         _FAMILIES[family.name] = family
         for op in variants:
             _OPS[op.name] = op
+        _DECLARERS.add(_declaring_module())
     return family
+
+
+def _declaring_module() -> str:
+    """The name of the module whose code called `declare` (the first frame outside the ISA's package)."""
+    package = __name__.rpartition(".")[0] + "."  # the ISA's own modules
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_globals.get("__name__", "") + ".").startswith(package):
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "") if frame is not None else ""
 
 
 @contextlib.contextmanager
@@ -87,14 +97,15 @@ def declared(*families: OpFamily):
 
 
 def _forget_modules(names: set[str]) -> None:
-    """Drop the users' modules among `names` from sys.modules (not installed packages, the
-    standard library or simaccel's own modules)."""
-    installed = tuple({os.path.abspath(p) + os.sep for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                       if (p := sysconfig.get_paths().get(key))})
-    for name in names:
-        path = getattr(sys.modules.get(name), "__file__", None) or ""
-        if path.endswith(".py") and not os.path.abspath(path).startswith(installed) and not (name + ".").startswith("simaccel."):
-            del sys.modules[name]
+    """Drop from sys.modules the modules among `names` (imported inside a `declared` block) that
+    declared ops: importing one again declares its ops again. Nothing else is dropped: a module
+    that is imported again runs again, and numba-cuda's own modules, run twice, register their
+    typing twice ("cannot augment class(float32)", seen where packages live outside
+    site-packages, on $PYTHONPATH)."""
+    for name in names & _DECLARERS:
+        if not (name + ".").startswith("simaccel."):
+            sys.modules.pop(name, None)
+            _DECLARERS.discard(name)
 
 
 def get_op(name: str) -> OpDef:
