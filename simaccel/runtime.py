@@ -242,12 +242,16 @@ class Runtime:
         if not isinstance(program_json, str):
             raise ProgramError(f"region {key!r}: a Program is JSON text, got {type(program_json).__name__}")
         program = Program.from_json(program_json).validate(self.profile)
+        self._keep(key, program_json, program)
+        return program
+
+    def _keep(self, key, program_json, program: Program) -> None:
+        """Cache `program` under `key` (the least recently used entry goes past `max_plans`)."""
         with self._lock:
             self._programs[key] = (program_json, program)
             self._programs.move_to_end(key)
             while len(self._programs) > self.max_plans:
                 self._programs.popitem(last=False)
-        return program
 
     def bound(self, program: Program, shapes, shape_values=()) -> Program:
         """The static Program a symbolic `program` is for one call's tensor shapes (inputs, then
@@ -265,11 +269,7 @@ class Runtime:
         except SimAccelError as e:
             sizes = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
             raise type(e)(f"region {program.name} at {sizes}: {e}") from e
-        with self._lock:
-            self._programs[key] = (None, static)
-            self._programs.move_to_end(key)
-            while len(self._programs) > self.max_plans:
-                self._programs.popitem(last=False)
+        self._keep(key, None, static)
         return static
 
     def invoke(self, key: str, program_json: str, *tensors, stream: int | None = None) -> None:
