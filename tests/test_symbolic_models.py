@@ -289,3 +289,23 @@ def test_an_attention_encoder_offloads_every_op_as_its_static_twin():
     assert offloaded[0] >= offloaded[1]
     check_at_shapes(dynamic, lambda bs: [_rng(bs).standard_normal((*bs, 32)).astype("float32")],
                     [(1, 1), (3, 7), (8, 64)], reference=_torch_reference(model))
+
+
+def test_the_sanitizer_and_the_trace_see_each_call_at_its_own_shape(tmp_path):
+    import json
+
+    import simaccel.debug as debug
+
+    executable = build(SizesPassed, "llvm")
+    theirs = build_tvm_only(SizesPassed, "llvm")
+    with debug.sanitize():
+        for bs in [(1, 1), (3, 5)]:
+            got = run(executable, *_sizes_passed_inputs(bs))
+            assert array_difference(got, run(theirs, *_sizes_passed_inputs(bs)), scaled=True).ok
+    with debug.trace(tmp_path / "trace.json"):
+        for bs in [(2, 3), (4, 32)]:
+            run(executable, *_sizes_passed_inputs(bs))
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    shapes = [tuple(i["shape"]) for e in events if e.get("ph") == "X" and "inputs" in e.get("args", {})
+              and "op" not in e["args"] for i in e["args"]["inputs"] if i["name"] == "x"]
+    assert (2, 3, 16) in shapes and (4, 32, 16) in shapes, shapes
