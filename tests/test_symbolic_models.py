@@ -309,3 +309,26 @@ def test_the_sanitizer_and_the_trace_see_each_call_at_its_own_shape(tmp_path):
     shapes = [tuple(i["shape"]) for e in events if e.get("ph") == "X" and "inputs" in e.get("args", {})
               and "op" not in e["args"] for i in e["args"]["inputs"] if i["name"] == "x"]
     assert (2, 3, 16) in shapes and (4, 32, 16) in shapes, shapes
+
+
+def test_simaccel_build_makes_inputs_at_the_sizes_given_and_run_checks_them(tmp_path, capsys):
+    """`simaccel build MODEL.py --sizes b=3,s=5`: one library, inputs and TVM alone's outputs at
+    those sizes; `simaccel run` matches. Missing sizes, sizes past a bound and a malformed
+    --sizes are one-line errors."""
+    from simaccel.tvm_integration.tools.build_library import module_source
+    from simaccel.tvm_integration.tools.cli import main
+
+    model = tmp_path / "model.py"
+    model.write_text(module_source(Flattened))
+    library = str(tmp_path / "model.so")
+    assert main(["build", str(model), "-o", library, "--sizes", "b=3,s=5"]) == 0
+    inputs = np.load(tmp_path / "model.inputs.npz")
+    assert sorted(a.shape for a in inputs.values()) == [(3, 5, 16), (16, 4)]
+    assert main(["run", library, "--inputs", str(tmp_path / "model.inputs.npz"),
+                 "--expect", str(tmp_path / "model.expect.npz")]) == 0
+    capsys.readouterr()
+    assert main(["build", str(model), "-o", library]) == 2
+    assert main(["build", str(model), "-o", library, "--sizes", "b=9,s=2"]) == 2
+    assert main(["build", str(model), "-o", library, "--sizes", "b:3"]) == 2
+    err = capsys.readouterr().err
+    assert "--sizes b=2,s=2" in err and "b=9: outside the bounds [0, 4]" in err and "'b:3' is not NAME=N" in err

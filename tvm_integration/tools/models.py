@@ -11,6 +11,7 @@ import tvm
 from tvm import relax
 
 from ...data import random_arrays
+from ...shapes import evaluate
 
 
 def _param(name: str, shape, dtype: str) -> relax.Var:
@@ -54,16 +55,18 @@ def demo_cnn(dtype: str = "float32", batch: int = 2) -> tvm.IRModule:
     return bb.get()
 
 
-def param_specs(mod: tvm.IRModule, func: str = "main") -> list[tuple[str, tuple[int, ...], str]]:
-    """(name, shape, dtype) of every parameter of `func`."""
-    return [
-        (p.name, tuple(int(d) for d in p.ty.shape.values), str(p.ty.dtype)) for p in mod[func].params
-    ]
+def param_specs(mod: tvm.IRModule, func: str = "main", sizes: dict | None = None) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, dtype) of every parameter of `func`; symbolic dims at `sizes` (size var -> value)."""
+    from ..backend.sizes import dim_of
+
+    return [(p.name, tuple(evaluate(dim_of(d), sizes or {}) for d in p.ty.shape.values), str(p.ty.dtype))
+            for p in mod[func].params]
 
 
-def random_inputs(mod: tvm.IRModule, seed: int = 0, func: str = "main") -> list[np.ndarray]:
-    """Seeded random arrays for every parameter of `func` (see simaccel.data.random_arrays)."""
-    return random_arrays(param_specs(mod, func), seed)
+def random_inputs(mod: tvm.IRModule, seed: int = 0, func: str = "main", sizes: dict | None = None) -> list[np.ndarray]:
+    """Seeded random arrays for every parameter of `func` (see simaccel.data.random_arrays), its
+    symbolic dims at `sizes`."""
+    return random_arrays(param_specs(mod, func, sizes), seed)
 
 
 def hetero_chain(dtype: str = "float32", rows: int = 64, features: int = 256, hidden: int = 512) -> tvm.IRModule:
