@@ -370,3 +370,23 @@ def test_bisect_from_python_of_a_model_with_nothing_offloaded_raises():
     with pytest.raises(NothingOffloaded, match=r"nothing was offloaded .* relax.cumsum") as raised:
         bisect(mod, random_inputs(mod, 0))
     assert isinstance(raised.value, SimAccelError) and raised.value.partition.kept
+
+
+def test_bisect_finds_the_wrong_op_of_a_symbolic_model_at_the_sizes_of_its_inputs(wrong_op, tmp_path):
+    """A model with a symbolic batch: the inputs give the sizes (n = 3 here), the captures are at
+    those sizes, and the planted op is found; inputs that disagree on n are a ShapeError naming it."""
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            h = bb.emit(relax.op.abs(bb.emit(relax.op.tanh(x))))
+            out = bb.emit_output(bb.emit(relax.op.nn.log_softmax(h)))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    arrays = [np.random.default_rng(0).standard_normal((3, 8)).astype("float32")]
+    report = bisect(mod, arrays, engine="ref", out_dir=tmp_path / "repro")
+    c = report.culprit
+    assert c is not None and c.op == "wrongaccel.abs" and c.max_error == pytest.approx(0.25, abs=1e-6), report.format()
+    with pytest.raises(ShapeError, match="main takes"):
+        bisect(mod, [np.zeros((3, 7), "float32")], engine="ref")

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ...compare import Difference as ArrayDifference
+from ...shapes import Dim, evaluate
 from ...compare import array_difference, tolerance
 from ...engines import ENGINE_NAMES
 from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
@@ -433,7 +434,9 @@ def region_module(func):
 def check_inputs(mod, inputs) -> list[np.ndarray]:
     """`inputs` as numpy arrays, checked against `main`'s parameters (count, shape, dtype)."""
     import tvm
-    from tvm import relax, tirx
+    from tvm import relax
+
+    from ..backend.sizes import tensor_dims
 
     if not isinstance(mod, tvm.IRModule):
         raise SimAccelError(f"bisect takes a Relax IRModule, got {type(mod).__name__}")
@@ -445,23 +448,48 @@ def check_inputs(mod, inputs) -> list[np.ndarray]:
     if len(inputs) != len(params):
         raise SimAccelError(f"bisect: main takes {len(params)} inputs ({', '.join(p.name for p in params)}), "
                             f"got {len(inputs)}")
-    arrays = []
+    arrays, dims = [], []
     for param, value in zip(params, inputs):
-        ty = param.ty
-        shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
-        if shape is None or not all(isinstance(d, tirx.IntImm) for d in shape.values):
-            raise SimAccelError(f"bisect: main's parameter {param.name} is {ty}; bisect takes tensors of static shapes")
-        want_shape, want_dtype = tuple(int(d) for d in shape.values), str(ty.dtype)
+        shape = tensor_dims(param)[0] if isinstance(param.ty, relax.TensorType) else None
+        if shape is None:
+            raise SimAccelError(f"bisect: main's parameter {param.name} is {param.ty}; bisect takes tensors of known "
+                                "shapes (static, or symbolic: the inputs give the sizes)")
         try:
             array = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
         except Exception as e:  # noqa: BLE001
             raise SimAccelError(f"bisect: input {param.name} is not an array ({type(value).__name__}: {e})") from e
+        arrays.append(np.ascontiguousarray(array))
+        dims.append(shape)
+    sizes = _sizes_of(params, dims, arrays)
+    for param, shape, array in zip(params, dims, arrays):
+        want_shape, want_dtype = tuple(evaluate(d, sizes) for d in shape), str(param.ty.dtype)
         if array.shape != want_shape:
-            raise ShapeError(f"bisect: input {param.name} has shape {array.shape}; main takes {want_shape} {want_dtype}")
+            raise ShapeError(f"bisect: input {param.name} has shape {array.shape}; main takes {want_shape} {want_dtype}"
+                             + (f" ({', '.join(map(str, shape))} at {_sizes_text(sizes)})" if sizes else ""))
         if str(array.dtype) != want_dtype:
             raise DtypeError(f"bisect: input {param.name} has dtype {array.dtype}; main takes {want_shape} {want_dtype}")
-        arrays.append(np.ascontiguousarray(array))
     return arrays
+
+
+def _sizes_of(params, dims, arrays) -> dict:
+    """The size vars' values the input arrays give (a var that is a whole dim of a parameter);
+    ShapeError naming the var, its two values and the two inputs where they disagree."""
+    sizes, source = {}, {}
+    for param, shape, array in zip(params, dims, arrays):
+        for axis, dim in enumerate(shape):
+            name = str(dim)
+            if not isinstance(dim, Dim) or not name.isidentifier() or axis >= array.ndim:
+                continue
+            if name in sizes and sizes[name] != array.shape[axis]:
+                raise ShapeError(f"bisect: size var {name} is {sizes[name]} in input {source[name]} but "
+                                 f"{array.shape[axis]} in input {param.name}")
+            sizes.setdefault(name, int(array.shape[axis]))
+            source.setdefault(name, param.name)
+    return sizes
+
+
+def _sizes_text(sizes: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in sorted(sizes.items()))
 
 
 def _target(target):
