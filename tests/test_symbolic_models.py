@@ -8,6 +8,8 @@ derived dims (`b * s`, `m + 1`), and the build's choice of Python regions for th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tvm
@@ -15,6 +17,7 @@ from tvm import relax
 from tvm.script import relax as R, tirx as T
 
 from simaccel.compare import array_difference
+from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.backend.partition import partition_report
 from simaccel.tvm_integration.backend.pipeline import build, build_tvm_only
 
@@ -332,3 +335,15 @@ def test_simaccel_build_makes_inputs_at_the_sizes_given_and_run_checks_them(tmp_
     assert main(["build", str(model), "-o", library, "--sizes", "b:3"]) == 2
     err = capsys.readouterr().err
     assert "--sizes b=2,s=2" in err and "b=9: outside the bounds [0, 4]" in err and "'b:3' is not NAME=N" in err
+
+
+def test_whatif_models_a_symbolic_model_at_the_sizes_given(tmp_path):
+    """The timing model at the bound shape: more bytes moved at b=4, s=32 than at b=1, s=1."""
+    from simaccel.profile import DeviceProfile
+    from simaccel.tvm_integration.tools.whatif import whatif
+
+    profile = DeviceProfile.load(str(Path(__file__).resolve().parents[1] / "examples" / "profiles" / "h200.json"))
+    small, large = (whatif(Flattened, [profile], sizes)[0] for sizes in ({"b": 1, "s": 1}, {"b": 4, "s": 32}))
+    assert 0 < small.shares["memory"] < large.shares["memory"]
+    with pytest.raises(SimAccelError, match=r"give them with --sizes \(b=N, s=N\)"):
+        whatif(Flattened, [profile])

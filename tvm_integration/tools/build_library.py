@@ -65,13 +65,14 @@ def load_model(path: str, sizes: dict | None = None):
         raise SimAccelError(f"model file {path}: `{found[0]}` is a {type(mod).__name__}, not a tvm.IRModule")
     if "main" not in {gv.name_hint for gv in mod.get_global_vars()} or not isinstance(mod["main"], relax.Function):
         raise SimAccelError(f"model file {path}: `{found[0]}` has no Relax function `main`")
-    check_sizes(path, mod, sizes or {})
+    check_sizes(path, mod, sizes)
     return mod
 
 
-def check_sizes(path: str, mod, sizes: dict) -> None:
+def check_sizes(path: str, mod, sizes: dict | None) -> None:
     """Every dim of main's parameters is static or reads only vars `sizes` gives, each inside the
-    bounds main states (`tir_var_*_bound`); SimAccelError naming the parameter or the var."""
+    bounds main states (`tir_var_*_bound`); SimAccelError naming the parameter or the var.
+    `sizes` None: the command takes no --sizes, so every dim must be static."""
     from tvm import relax
 
     from ..backend.sizes import size_bounds, tensor_dims
@@ -82,11 +83,14 @@ def check_sizes(path: str, mod, sizes: dict) -> None:
         if shape is None:
             raise SimAccelError(f"model file {path}: main's parameter {param.name} is {param.ty}; simaccel build "
                                 f"makes inputs for tensors of known shapes only")
-        missing = sorted(shape_vars(shape) - set(sizes))
+        missing = sorted(shape_vars(shape) - set(sizes or {}))
+        if missing and sizes is None:
+            raise SimAccelError(f"model file {path}: main's parameter {param.name} is {param.ty}; this command makes "
+                                f"inputs for tensors of static shapes only")
         if missing:
             raise SimAccelError(f"model file {path}: main's parameter {param.name} is {param.ty}; give its symbolic "
                                 f"sizes with --sizes, e.g. --sizes {','.join(f'{v}=2' for v in missing)}")
-    for name, (lower, upper) in size_bounds(mod["main"]).items():
+    for name, (lower, upper) in size_bounds(mod["main"]).items() if sizes else ():
         if name in sizes and not lower <= sizes[name] <= (upper if upper is not None else sizes[name]):
             raise SimAccelError(f"--sizes {name}={sizes[name]}: outside the bounds [{lower}, {upper}] main gives {name}")
 

@@ -12,7 +12,8 @@ makes one function of equal regions) and what bounds it; the total of a run spli
 where TVM runs it). `--png` draws, per profile, a roofline (its roofs and each op, numbered, at
 its arithmetic intensity, with a key naming the numbers) and, beside them, each profile's
 modeled time a run as a stacked bar of dispatch, compute and memory. The Python call is
-`whatif(mod, profiles)`.
+`whatif(mod, profiles)`; a model with symbolic shapes is modeled at the sizes given
+(`whatif(mod, profiles, {"b": 4, "s": 32})`, `--sizes b=4,s=32`).
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ class ProfileTime:
                 f"{ops} op{'s' if ops != 1 else ''} x {_us(perf.op_dispatch)}")
 
 
-def whatif(mod, profiles) -> list[ProfileTime]:
+def whatif(mod, profiles, sizes: dict | None = None) -> list[ProfileTime]:
     """For each profile (with `performance`), the modeled time of every region of `mod`
-    partitioned for it, and of all its calls in one run of `mod`."""
+    partitioned for it, and of all its calls in one run of `mod`; a symbolic region at `sizes`
+    (its size vars' values)."""
     from ..backend.codegen import region_program
     from ..backend.partition import partition_report
     from ..backend.patterns import sync_patterns
@@ -82,11 +84,22 @@ def whatif(mod, profiles) -> list[ProfileTime]:
         specs = sync_patterns()
         programs = [region_program(gvar.name_hint, func, specs) for gvar, func in partitioned.functions.items()
                     if func.attrs is not None and func.attrs.get("Codegen") == "simaccel"]
+        programs = [_at_sizes(p, sizes or {}) for p in programs]
         calls = region_calls(partitioned)
         programs.sort(key=lambda p: (list(calls).index(p.name) if p.name in calls else len(calls), p.name))
         regions = [model_program(p, profile.performance) for p in programs]
         results.append(ProfileTime(profile, regions, list(report.kept), [calls.get(p.name, 1) for p in programs]))
     return results
+
+
+def _at_sizes(program, sizes: dict):
+    """`program`, or the static Program a symbolic one is at `sizes`; SimAccelError naming the
+    vars `sizes` lacks."""
+    missing = [v.name for v in program.vars if v.name not in sizes]
+    if missing:
+        raise SimAccelError(f"whatif: region {program.name} has symbolic sizes; give them with --sizes "
+                            f"({', '.join(f'{name}=N' for name in missing)})")
+    return program.bind({v.name: sizes[v.name] for v in program.vars}) if program.vars else program
 
 
 def region_calls(mod) -> dict[str, int]:

@@ -29,11 +29,16 @@ def add_parser(subparsers) -> None:
     whatif.add_argument("--profile", action="append", default=[], metavar="FILE", dest="profiles",
                         help="a device profile with performance figures (repeat it to compare; see examples/profiles/)")
     whatif.add_argument("--png", metavar="FILE", help="also draw each profile's roofline with the model's ops on it")
+    whatif.add_argument("--sizes", metavar="NAME=N,...",
+                        help="the values of the model's size vars to model it at (symbolic shapes)")
 
 
 def check(args) -> None:
+    from ..build_library import parse_sizes
+
     if (args.model is None) == (not args.demo):
         raise SimAccelError("whatif: give either MODEL.py or --demo")
+    args.sizes = parse_sizes(args.sizes)
     if not args.profiles:
         raise SimAccelError("whatif: name at least one --profile FILE (a device profile with performance figures)")
     if args.png and not os.path.isdir(os.path.dirname(os.path.abspath(args.png))):
@@ -49,8 +54,8 @@ def run(args) -> int:
     profiles = [DeviceProfile.load(path) for path in args.profiles]
     for profile in profiles:
         profile.check_ops()
-    mod = models.demo_cnn("float32") if args.demo else load_model(args.model)
-    results = whatif(mod, profiles)
+    mod = models.demo_cnn("float32") if args.demo else load_model(args.model, args.sizes)
+    results = whatif(mod, profiles, args.sizes)
     print(format_whatif(results))
     if args.png:
         write_roofline(results, args.png)
