@@ -237,8 +237,9 @@ def retype_composite_calls(mod: tvm.IRModule) -> tvm.IRModule | None:
     changed = False
     updated = {}
     for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function) and gvar not in composites:
-            retyper = _Retype(mod, composites, {v.name: v for v in relax.analysis.defined_symbolic_vars(func)})
+        size_vars = relax.analysis.defined_symbolic_vars(func) if isinstance(func, relax.Function) else ()
+        if size_vars and gvar not in composites:  # a function with no size vars has nothing to retype
+            retyper = _Retype(mod, composites, {v.name: v for v in size_vars})
             updated[gvar] = retyper.visit_expr(func)
             changed |= retyper.changed
     if not changed:
