@@ -170,6 +170,12 @@ class DeviceProfile:
             return f"{what} needs {nbytes} bytes, more than profile {self.name}'s {self.max_region_bytes}-byte scratchpad"
         return None
 
+    @property
+    def limits_bytes(self) -> bool:
+        """Whether it limits the bytes of a tensor or of a region (checked at the size vars' upper
+        bounds for symbolic shapes, so those need one)."""
+        return self.max_tensor_bytes is not None or self.max_region_bytes is not None
+
     def why_not_alignment(self) -> str | None:
         """Why no tensor TVM allocates can be relied on to be aligned enough, or None."""
         if self.alignment is not None and self.alignment > TVM_ALIGNMENT:

@@ -34,7 +34,8 @@ import numpy as np
 
 from .errors import ProgramError, ShapeError, SimAccelError
 from .profile import DEFAULT_PROFILE, DeviceProfile
-from .shapes import Dim, SymbolicError, bind_shape, evaluate, parse, shape_vars
+from .shapes import (Dim, SymbolicError, at_upper_bounds, bind_shape, bind_vars, parse, shape_text, shape_vars,
+                     sizes_text, var_name)
 
 FORMAT = "simaccel.program"
 VERSION = 2  # what this simaccel writes for a symbolic Program and reads; a static one is written as 1
@@ -352,14 +353,12 @@ class Program:
         """`shape` at the vars' upper bounds (a static shape as it is): what the profile's limits
         are checked against at build time. A var with no upper bound counts at its lower bound
         here; each call's sizes are checked against every limit when the call binds them."""
-        if not shape_vars(shape):
-            return tuple(shape)
-        return bind_shape(shape, {v.name: v.lower if v.upper is None else v.upper for v in self.vars})
+        return at_upper_bounds(shape, {v.name: (v.lower, v.upper) for v in self.vars})
 
     def _check_bounded(self, profile: DeviceProfile) -> None:
         """A profile that limits bytes (per tensor, per region) needs every var bounded above."""
         unbounded = [v.name for v in self.vars if v.upper is None]
-        if unbounded and (profile.max_tensor_bytes is not None or profile.max_region_bytes is not None):
+        if unbounded and profile.limits_bytes:
             raise ShapeError(f"Program {self.name}: size var {unbounded[0]} has no upper bound, and profile "
                              f"{profile.name} limits the bytes of tensors or regions, checked at the upper bounds")
 
@@ -380,8 +379,8 @@ class Program:
         if undeclared:
             raise ProgramError(f"Program {self.name}: dims read size vars {undeclared}, which it does not declare")
         boundary = [self.tensors[i] for i in self.inputs + self.outputs]
-        bindable = {_var_name(d) for t in boundary for d in t.shape} - {None}
-        bindable |= {_var_name(d) for _, dims in self.shape_args for d in dims} - {None}
+        bindable = {var_name(d) for t in boundary for d in t.shape} - {None}
+        bindable |= {var_name(d) for _, dims in self.shape_args for d in dims} - {None}
         positions = [k for k, _ in self.shape_args]
         arity = len(self.inputs) + len(self.outputs) + len(positions)
         if len(set(positions)) != len(positions) or not all(0 <= k < arity for k in positions):
@@ -400,20 +399,12 @@ class Program:
         boundary = [self.tensors[i] for i in self.inputs + self.outputs]
         boundary += [TensorSpec(f"shape argument {k}", dims, "int64") for k, dims in self.shape_args]
         shapes = list(shapes) + [tuple(v) for v in shape_values]
-        values: dict[str, int] = {}
-        source: dict[str, str] = {}
         for spec, shape in zip(boundary, shapes):
             if len(shape) != len(spec.shape):
                 raise ShapeError(f"region {self.name}: {spec.name} has shape {tuple(shape)}, expected rank "
-                                 f"{len(spec.shape)} ({_text(spec.shape)})")
-            for axis, (dim, size) in enumerate(zip(spec.shape, shape)):
-                name = _var_name(dim)
-                if name is not None:
-                    if name in values and values[name] != size:
-                        raise ShapeError(f"region {self.name}: size var {name} is {values[name]} in {source[name]} "
-                                         f"but {size} in {spec.name} (dim {axis} of {tuple(shape)})")
-                    values.setdefault(name, int(size))
-                    source.setdefault(name, f"{spec.name} (dim {axis} of {tuple(shape)})")
+                                 f"{len(spec.shape)} ({shape_text(spec.shape)})")
+        values, source = bind_vars(((spec.name, spec.shape, shape) for spec, shape in zip(boundary, shapes)),
+                                   f"region {self.name}")
         for v in self.vars:
             value = values[v.name]
             if value < v.lower or (v.upper is not None and value > v.upper):
@@ -422,8 +413,8 @@ class Program:
         for spec, shape in zip(boundary, shapes):
             want = bind_shape(spec.shape, values)
             if tuple(int(d) for d in shape) != want:
-                raise ShapeError(f"region {self.name}: {spec.name} has shape {tuple(shape)}, but {_text(spec.shape)} is "
-                                 f"{want} where {_values_text(values)}")
+                raise ShapeError(f"region {self.name}: {spec.name} has shape {tuple(shape)}, but "
+                                 f"{shape_text(spec.shape)} is {want} where {sizes_text(values)}")
         return values
 
     def bind(self, values: dict[str, int]) -> "Program":
@@ -581,14 +572,6 @@ class _Reader:
 _NON_FINITE = ("nan", "inf", "-inf")
 
 
-def _var_name(dim) -> str | None:
-    """The var's name where `dim` is one size var alone (`n`, not `n + 1` or `2*n`), else None."""
-    if not isinstance(dim, Dim) or len(dim.terms) != 1:
-        return None
-    (monomial, coefficient), = dim.terms.items()
-    return monomial[0].name if coefficient == 1 and len(monomial) == 1 else None
-
-
 def _is_shape_attr(kind) -> bool:
     from .ops.attrs import shape
 
@@ -604,14 +587,6 @@ def _json_attrs(attrs: dict) -> dict:
     if not any(isinstance(v, (list, tuple)) and any(isinstance(d, Dim) for d in v) for v in attrs.values()):
         return attrs
     return {k: _json_dims(v) if isinstance(v, (list, tuple)) else v for k, v in attrs.items()}
-
-
-def _text(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _values_text(values: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
 
 
 def _json_scalar(value):

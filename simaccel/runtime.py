@@ -54,6 +54,7 @@ from .ops import get_op
 from .ops.registry import generation
 from .profile import DeviceProfile, active_profile
 from .program import Program
+from .shapes import sizes_text
 from .switches import AUTO, ENGINE, ENGINE_ENV, ROUTE, STAGED, sanitizing
 from .switches import STAGED_ENV  # noqa: F401  (simaccel.runtime.STAGED_ENV, as ENGINE_ENV and AUTO)
 from .tensors import TensorRef, check, describe, device_of, from_dlpack, overlaps
@@ -267,8 +268,7 @@ class Runtime:
         try:
             static = program.bind(values).validate(self.profile)
         except SimAccelError as e:
-            sizes = ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
-            raise type(e)(f"region {program.name} at {sizes}: {e}") from e
+            raise type(e)(f"region {program.name} at {sizes_text(values)}: {e}") from e
         self._keep(key, None, static)
         return static
 

@@ -223,6 +223,57 @@ def is_symbolic(dim) -> bool:
     return isinstance(dim, Dim)
 
 
+def var_name(dim) -> str | None:
+    """The var's name where `dim` is one size var alone (`n`, not `n + 1`, `2*n` or `n//2`): a dim
+    a tensor's size binds; else None."""
+    if not isinstance(dim, Dim) or len(dim.terms) != 1:
+        return None
+    (monomial, coefficient), = dim.terms.items()
+    return monomial[0].name if coefficient == 1 and len(monomial) == 1 else None
+
+
+def bind_vars(entries, where: str) -> tuple[dict[str, int], dict[str, str]]:
+    """The size vars' values that the dims of `entries` bind, (label, dims, actual shape) each:
+    a dim that is one var alone takes the size it stands against. Returns (values, source), the
+    source of each var saying where it was bound; ShapeError "`where`: size var n is 3 in ... but
+    4 in ..." where two sizes disagree. Other dims are not checked here (`bind_shape` them)."""
+    from .errors import ShapeError
+
+    values: dict[str, int] = {}
+    source: dict[str, str] = {}
+    for label, dims, shape in entries:
+        for axis, (dim, size) in enumerate(zip(dims, shape)):
+            name = var_name(dim)
+            if name is None:
+                continue
+            here = f"{label} (dim {axis} of {tuple(shape)})"
+            if name in values and values[name] != size:
+                raise ShapeError(f"{where}: size var {name} is {values[name]} in {source[name]} but {size} in {here}")
+            values.setdefault(name, int(size))
+            source.setdefault(name, here)
+    return values, source
+
+
+def at_upper_bounds(shape, bounds: dict) -> tuple[int, ...]:
+    """`shape` with each size var at its upper bound, or at its lower one where it has none
+    (`bounds`: name -> (lower, upper or None); a var it lacks counts as (0, None))."""
+    values = {}
+    for name in shape_vars(shape):
+        lower, upper = bounds.get(name, (0, None))
+        values[name] = lower if upper is None else upper
+    return bind_shape(shape, values)
+
+
+def shape_text(shape) -> str:
+    """A shape as messages write it: (n*s, 16), (n,)."""
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def sizes_text(values: dict) -> str:
+    """Size vars' values as messages write them: b = 3, s = 5."""
+    return ", ".join(f"{k} = {v}" for k, v in sorted(values.items()))
+
+
 def shape_vars(shape) -> frozenset:
     """The size vars the dims of `shape` read."""
     return frozenset().union(*(d.vars() for d in shape if isinstance(d, Dim)))

@@ -30,7 +30,7 @@ from ...ops import Reject
 from ...profile import DeviceProfile, active_profile
 from .forwarder import forwarder_module
 from .native import gpu_hint, native_choice, native_module
-from .sizes import shape_dims, size_bounds, tensor_dims
+from .sizes import size_bounds, tensor_dims, value_dims
 from .patterns import match_infos, matched_inputs, op_name, program_attrs, sync_patterns
 
 logger = logging.getLogger("simaccel.codegen")
@@ -109,11 +109,11 @@ def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: boo
     inputs, shape_args = [], []
     for position, param in enumerate(func.params):
         if isinstance(param.ty, relax.ShapeType):  # sizes TVM passes a symbolic region (`R.shape([s27, s77])`)
-            dims = shape_dims(param)
-            if len(dims) != len(param.ty.values or ()):
+            dims = value_dims(param)
+            if dims is None:
                 raise CodegenError(f"region {symbol}: shape parameter {param.name} has dims simaccel cannot "
                                    f"represent ({param.ty})")
-            shape_args.append((position, dims))
+            shape_args.append((position, tuple(dims)))
         else:
             inputs.append(add_tensor(param, "parameter"))
     inputs = tuple(inputs)

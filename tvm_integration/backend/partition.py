@@ -25,8 +25,8 @@ import tvm
 from tvm import relax
 
 from ..rewrites import tensor_info
-from .sizes import dim_of, plain_vars, prim_of, shape_dims, size_bounds, tensor_dims
-from ...shapes import Dim, SymbolicError, evaluate, shape_vars
+from .sizes import dim_of, plain_vars, prim_of, size_bounds, tensor_dims, value_dims
+from ...shapes import SymbolicError, evaluate, shape_vars, var_name
 
 from ...errors import SimAccelError
 from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
@@ -279,11 +279,11 @@ class _Retype(relax.PyExprMutator):
             return None
         names = {}  # the composite's size var -> the dim the call gives it
         for param, arg in zip(composite.params, value.args):
-            wanted = shape_dims(param) if isinstance(param.ty, relax.ShapeType) else tensor_dims(param)[0]
-            given = (_value_dims(arg) if isinstance(param.ty, relax.ShapeType) else tensor_dims(arg)[0])
+            wanted = value_dims(param) if isinstance(param.ty, relax.ShapeType) else tensor_dims(param)[0]
+            given = value_dims(arg) if isinstance(param.ty, relax.ShapeType) else tensor_dims(arg)[0]
             for want, give in zip(wanted or (), given or ()):
-                if isinstance(want, Dim) and str(want).isidentifier():
-                    names.setdefault(str(want), give)
+                if var_name(want) is not None:
+                    names.setdefault(var_name(want), give)
         try:
             dims = [evaluate(dim_of(d), names) for d in values]
             return relax.TensorType([prim_of(d, self.size_vars) for d in dims], ret.dtype)
@@ -298,16 +298,6 @@ def _shape_values(ty):
     if isinstance(shape, relax.Var) and isinstance(shape.ty, relax.ShapeType):
         return shape.ty.values
     return getattr(shape, "values", None)
-
-
-def _value_dims(arg):
-    """The dims of a shape argument: a ShapeExpr's values, or a shape-typed var's."""
-    if isinstance(arg, relax.ShapeExpr):
-        try:
-            return [dim_of(d) for d in arg.values]
-        except ValueError:
-            return None
-    return list(shape_dims(arg)) if isinstance(arg.ty, relax.ShapeType) else None
 
 
 @relax.expr_functor.mutator
@@ -332,14 +322,13 @@ def _bound_value(arg, param: relax.Var, func: relax.Function):
     in the composite's own size vars, where its other parameters' shapes define each of those
     vars (else the shape stays a parameter, a shape argument of the region); None where it is
     neither."""
-    dims = shape_dims(param)
-    defined = {name for p in func.params if not p.same_as(param) for name in plain_vars(p)}
     if isinstance(arg, tvm.ir.GenericConst):
         return arg
-    ty = param.ty
-    if isinstance(ty, relax.ShapeType) and ty.values is not None and shape_vars(dims) <= defined:
-        return relax.ShapeExpr(ty.values)
-    return None
+    dims = value_dims(param) if isinstance(param.ty, relax.ShapeType) else None
+    if dims is None:
+        return None
+    defined = {name for p in func.params if not p.same_as(param) for name in plain_vars(p)}
+    return relax.ShapeExpr(param.ty.values) if shape_vars(dims) <= defined else None
 
 
 def _is_shape(param: relax.Var) -> bool:

@@ -31,8 +31,8 @@ from ...errors import OpDeclarationError, SimAccelError
 from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxTuple, RelaxValue, Reject, families, get_op
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
-from .sizes import dim_of, shape_dims, tensor_dims
-from ...shapes import SymbolicError, bind_shape, shape_vars
+from .sizes import tensor_dims, value_dims
+from ...shapes import SymbolicError, at_upper_bounds, shape_text, shape_vars
 
 logger = logging.getLogger("simaccel.partition")
 
@@ -73,16 +73,13 @@ def largest(shape, role: str):
     """`shape` at its size vars' upper bounds (a static shape as it is), what the profile's
     limits are checked against; a var with no upper bound at its lower bound, except where the
     profile limits bytes (Reject naming the var): each call's sizes are checked when bound."""
-    names = shape_vars(shape)
-    if not names:
-        return tuple(shape)
     bounds = _size_bounds.get()
-    unbounded = sorted(n for n in names if bounds.get(n, (0, None))[1] is None)
+    unbounded = sorted(n for n in shape_vars(shape) if bounds.get(n, (0, None))[1] is None)
     profile = _active_profile.get()
-    if unbounded and (profile.max_tensor_bytes is not None or profile.max_region_bytes is not None):
+    if unbounded and profile.limits_bytes:
         raise Reject(f"{role}'s size var {unbounded[0]} has no upper bound (tir_var_upper_bound), and profile "
                      f"{profile.name} limits bytes, checked at the upper bounds")
-    return bind_shape(shape, {n: bounds.get(n, (0, None))[1] or bounds.get(n, (0, None))[0] for n in names})
+    return at_upper_bounds(shape, bounds)
 
 
 # -- reading Relax expressions -------------------------------------------------------------
@@ -106,13 +103,8 @@ def constant_value(expr):
     list of ints, a number (``T.float64(6.0)``) or a scalar constant as an int or float."""
     from tvm import tirx
 
-    if isinstance(expr, relax.ShapeExpr):  # a shape, its dims ints or symbolic sizes (Dim)
-        try:
-            return [dim_of(d) for d in expr.values]
-        except ValueError:
-            return None
-    if isinstance(expr, relax.Var) and isinstance(expr.ty, relax.ShapeType):  # a shape argument
-        return list(shape_dims(expr)) or None
+    if isinstance(expr, relax.ShapeExpr) or isinstance(expr, relax.Var) and isinstance(expr.ty, relax.ShapeType):
+        return value_dims(expr)  # a shape (or a shape argument), its dims ints or symbolic sizes (Dim)
     if isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
         return python_value(expr)
     if isinstance(expr, relax.Tuple):  # a tuple of numbers (strided_slice's axes, begins, ...)
@@ -363,8 +355,8 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
             # an out_dtype other than the inputs'). Symbolic dims compare as expressions.
             relax_shape, relax_dtype, _ = tensor_dims(context.matched_expr)
             if (tuple(shape), dtype) != (relax_shape, relax_dtype):
-                return (f"{op.name} would give {_text(shape)} {dtype} where Relax gives "
-                        f"{_text(relax_shape) if relax_shape is not None else 'an unknown shape'} {relax_dtype}")
+                return (f"{op.name} would give {shape_text(shape)} {dtype} where Relax gives "
+                        f"{shape_text(relax_shape) if relax_shape is not None else 'an unknown shape'} {relax_dtype}")
         reason = profile.why_not_tensor("output", largest(shape, "output"), dtype)
         if reason:
             return reason
@@ -377,10 +369,6 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
     except (Reject, SimAccelError) as e:
         return str(e)
     return profile.why_not_region(nbytes, f"{op.name} alone")
-
-
-def _text(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
 def tensor_bytes(shape, dtype: str) -> int:

@@ -2,7 +2,7 @@
 
 Where it sits: in the backend, for partitioning (patterns, partition) and the codegen. TVM
 writes a symbolic dim as a TIR expression over size vars (`s77 * s27`); `dim_of` reads it as a
-`simaccel.shapes.Dim` over the vars' names, `tensor_dims` a tensor's shape, `shape_dims` a
+`simaccel.shapes.Dim` over the vars' names, `tensor_dims` a tensor's shape, `value_dims` a
 shape value's, `plain_vars` the vars a parameter's type defines, and `size_bounds` the bounds a
 function gives its vars (`tir_var_lower_bound` / `tir_var_upper_bound`, docs/symbolic-shapes.md).
 """
@@ -14,7 +14,7 @@ import operator
 
 from tvm import relax, tirx
 
-from ...shapes import Dim, SymbolicError
+from ...shapes import Dim, SymbolicError, var_name
 
 _DIM_OPERATIONS = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
                    tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b}
@@ -65,23 +65,23 @@ def size_bounds(func) -> dict[str, tuple[int, int | None]]:
     return {name: (max(lower.get(name, 0), 0), upper.get(name)) for name in set(lower) | set(upper)}
 
 
-def shape_dims(var) -> tuple:
-    """The dims (ints or `Dim`) a Relax shape value's type states (``R.Shape([s27, s77])``);
-    () where it states none or one cannot be represented."""
-    ty = var.ty
-    if not isinstance(ty, relax.ShapeType) or ty.values is None:
-        return ()
+def value_dims(expr) -> list | None:
+    """The dims of a shape value, a `ShapeExpr` or a var of a shape type (``R.Shape([b, s])``),
+    as ints and `Dim`s; None where they are not given or one cannot be represented."""
+    values = expr.values if isinstance(expr, relax.ShapeExpr) else getattr(expr.ty, "values", None)
+    if values is None:
+        return None
     try:
-        return tuple(dim_of(d) for d in ty.values)
+        return [dim_of(d) for d in values]
     except ValueError:
-        return ()
+        return None
 
 
 def plain_vars(var) -> set[str]:
     """The size vars a Relax parameter's type defines: those that are a whole dim of its tensor
     shape or shape value (`n` in (n, 4); not in (n + 1, 4) or (n * s, 4))."""
-    dims = shape_dims(var) if isinstance(var.ty, relax.ShapeType) else (tensor_dims(var)[0] or ())
-    return {str(d) for d in dims if isinstance(d, Dim) and str(d).isidentifier()}
+    dims = (value_dims(var) if isinstance(var.ty, relax.ShapeType) else tensor_dims(var)[0]) or ()
+    return {var_name(d) for d in dims} - {None}
 
 
 def prim_of(dim, size_vars: dict):

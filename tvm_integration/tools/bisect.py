@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ...compare import Difference as ArrayDifference
-from ...shapes import Dim, evaluate
+from ...shapes import bind_vars, evaluate, shape_text, sizes_text
 from ...compare import array_difference, tolerance
 from ...engines import ENGINE_NAMES
 from ...errors import DtypeError, EngineError, ShapeError, SimAccelError
@@ -460,36 +460,15 @@ def check_inputs(mod, inputs) -> list[np.ndarray]:
             raise SimAccelError(f"bisect: input {param.name} is not an array ({type(value).__name__}: {e})") from e
         arrays.append(np.ascontiguousarray(array))
         dims.append(shape)
-    sizes = _sizes_of(params, dims, arrays)
+    sizes, _ = bind_vars(((f"input {p.name}", shape, a.shape) for p, shape, a in zip(params, dims, arrays)), "bisect")
     for param, shape, array in zip(params, dims, arrays):
         want_shape, want_dtype = tuple(evaluate(d, sizes) for d in shape), str(param.ty.dtype)
         if array.shape != want_shape:
             raise ShapeError(f"bisect: input {param.name} has shape {array.shape}; main takes {want_shape} {want_dtype}"
-                             + (f" ({', '.join(map(str, shape))} at {_sizes_text(sizes)})" if sizes else ""))
+                             + (f" ({shape_text(shape)} at {sizes_text(sizes)})" if sizes else ""))
         if str(array.dtype) != want_dtype:
             raise DtypeError(f"bisect: input {param.name} has dtype {array.dtype}; main takes {want_shape} {want_dtype}")
     return arrays
-
-
-def _sizes_of(params, dims, arrays) -> dict:
-    """The size vars' values the input arrays give (a var that is a whole dim of a parameter);
-    ShapeError naming the var, its two values and the two inputs where they disagree."""
-    sizes, source = {}, {}
-    for param, shape, array in zip(params, dims, arrays):
-        for axis, dim in enumerate(shape):
-            name = str(dim)
-            if not isinstance(dim, Dim) or not name.isidentifier() or axis >= array.ndim:
-                continue
-            if name in sizes and sizes[name] != array.shape[axis]:
-                raise ShapeError(f"bisect: size var {name} is {sizes[name]} in input {source[name]} but "
-                                 f"{array.shape[axis]} in input {param.name}")
-            sizes.setdefault(name, int(array.shape[axis]))
-            source.setdefault(name, param.name)
-    return sizes
-
-
-def _sizes_text(sizes: dict) -> str:
-    return ", ".join(f"{k} = {v}" for k, v in sorted(sizes.items()))
 
 
 def _target(target):
