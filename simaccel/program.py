@@ -84,10 +84,6 @@ class TensorSpec:
             count *= int(dim)
         return count * self.np_dtype.itemsize
 
-    @property
-    def symbolic(self) -> bool:
-        return any(isinstance(d, Dim) for d in self.shape)
-
     def __str__(self) -> str:
         text = f"{self.name}: {self.shape} {self.dtype}"
         return text if self.value is None else f"{text} = {self.value!r}"

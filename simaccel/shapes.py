@@ -219,10 +219,6 @@ def _atom(op: str, numerator: Dim, divisor: int) -> Dim:
 
 
 # -- using dims --------------------------------------------------------------------------------
-def is_symbolic(dim) -> bool:
-    return isinstance(dim, Dim)
-
-
 def var_name(dim) -> str | None:
     """The var's name where `dim` is one size var alone (`n`, not `n + 1`, `2*n` or `n//2`): a dim
     a tensor's size binds; else None."""

@@ -42,8 +42,7 @@ def invoke(key: str, program_json: str, *args) -> None:
     (and, for a symbolic region, its shape arguments: TVM Shape objects, `shape_object`)."""
     hint, handles = (args[0], args[1:]) if args and isinstance(args[0], str) else ("", args)
     runtime = get_runtime()
-    program = runtime.program(key, program_json)  # parsed once per key, then from the runtime's cache
-    shapes = {k for k, _ in program.shape_args}
+    shapes = {k for k, _ in runtime.program(key, program_json).shape_args} if '"shape_args"' in program_json else ()
     tensors = [shape_object(h) if k in shapes else h if hasattr(h, "__dlpack_device__") else from_dltensor(h)
                for k, h in enumerate(handles)]
     stream = None
@@ -57,7 +56,7 @@ def invoke(key: str, program_json: str, *args) -> None:
                 warnings.warn(f"simaccel: region {region} runs through Python on {device[0]}:{device[1]}: {hint}",
                               stacklevel=2)
             stream = tvm_ffi.get_raw_stream(_ffi_device(*device))
-    runtime.execute(program, tensors, stream)
+    runtime.invoke(key, program_json, *tensors, stream=stream)
 
 
 _SHAPE_TYPE_INDEX = 69  # kTVMFFIShape in tvm/ffi/c_api.h
