@@ -39,7 +39,7 @@ from .activation import ACTIVATIONS, apply_activation
 from .elementwise import corrected_divmod, divmod_fast
 from .epilogue import IDENTITY, fused_kernel, with_bias
 from .epilogue import args as epilogue_args
-from .grid import launch_grid
+from .grid import chunk_starts, dims_of, launch_grid
 from .main_loop import HERE, data_pointer, declare_cpp, same
 from .matmul import (MIN_SLICED_K, MIN_SMALL_TILES, NTHREADS, SLICED, SLICED_LD, SMALL, THREADS_X, THREADS_Y,
                      launch_gemm, result_tile_store, tile_arrays, tile_column, tile_steps)
@@ -394,9 +394,9 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
     bottom, right); dilation (dh, dw); out (N, O, OH, OW). With `epilogue` (simaccel.fusion)
     the group of elementwise ops after it runs in the kernel's store and `out` is its output.
     """
-    N, C, H, W = (int(d) for d in data.shape)
-    O, CG, KH, KW = (int(d) for d in weight.shape)
-    OH, OW = int(out.shape[2]), int(out.shape[3])
+    N, C, H, W = dims_of(data.shape)
+    O, CG, KH, KW = dims_of(weight.shape)
+    OH, OW = dims_of(out.shape[2:])
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
     total = N * O * OH * OW
     if total == 0:
@@ -432,9 +432,9 @@ def launch_conv2d(target, out, data, weight, bias=None, *, strides, padding, dil
 
 def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strides, padding, dilation, act,
                           epilogue=None) -> int:
-    N, C, H, W = (int(d) for d in data.shape)
-    O, CG, KH, KW = (int(d) for d in weight.shape)
-    OH, OW = int(out.shape[2]), int(out.shape[3])
+    N, C, H, W = dims_of(data.shape)
+    O, CG, KH, KW = dims_of(weight.shape)
+    OH, OW = dims_of(out.shape[2:])
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
     OG, P = O // groups, OH * OW
     BM, BN, BK = GEMM_TILES
@@ -450,8 +450,8 @@ def _launch_implicit_gemm(target, out, data, weight, b1, has_bias, groups, strid
     o2 = target.reshape(out, (N * O, P))
     row_tiles, images = -(-OG // BM), N * groups
     launches = 0
-    for z0 in range(0, images, _MAX_GRID_YZ):
-        for tile0 in range(0, row_tiles, _MAX_GRID_YZ):
+    for z0 in chunk_starts(images, _MAX_GRID_YZ):
+        for tile0 in chunk_starts(row_tiles, _MAX_GRID_YZ):
             grid = (-(-P // BN), min(row_tiles - tile0, _MAX_GRID_YZ), min(images - z0, _MAX_GRID_YZ))
             target.launch(kernel, grid, (THREADS_X, THREADS_Y), o2, x1, w2, b1, C, H, W, O, OG, CG, groups, OW, P,
                           KH * KW, KW, 1.0 / OW, _f32_inverse(KH * KW), _f32_inverse(KW), sh, sw, pt, pl, dh, dw,
@@ -472,7 +472,7 @@ def tiling(og: int, pixels: int, k: int, images: int) -> str:
 def is_pointwise(weight_shape, strides, padding, groups) -> bool:
     """A 1x1 convolution with stride 1, no padding and one group: per image a matrix product
     over channels, out[n] (O x H*W) = W (O x C) @ x[n] (C x H*W), with no im2col at all."""
-    return (tuple(int(d) for d in weight_shape[2:]) == (1, 1) and tuple(strides) == (1, 1)
+    return (dims_of(weight_shape[2:]) == (1, 1) and tuple(strides) == (1, 1)
             and tuple(padding) == (0, 0, 0, 0) and groups == 1)
 
 
@@ -482,8 +482,8 @@ def _launch_pointwise(target, out, data, weight, bias, act, epilogue):
     bias runs per column, here per row (output channel), so the bias and the activation go
     into the epilogue (kernels/epilogue.py `with_bias`); None where that leaves too many
     tensors for one epilogue (the caller then takes the implicit GEMM)."""
-    N, C, H, W = (int(d) for d in data.shape)
-    O, P = int(weight.shape[0]), H * W
+    N, C, H, W = dims_of(data.shape)
+    O, P = dims_of(weight.shape[:1])[0], H * W
     channel_bias = target.reshape(bias, (O, 1, 1)) if bias is not None else None
     fused = with_bias(epilogue, channel_bias, act, str(out.dtype))
     if fused is None:

@@ -45,6 +45,7 @@ from numba import cuda, float32, int64, uint64
 from .activation import ACTIVATIONS, apply_activation
 from .epilogue import IDENTITY, fused_kernel
 from .epilogue import args as epilogue_args
+from .grid import chunk_starts, dims_of
 
 NTHREADS = 128
 PX = 4  # outputs per thread, neighbours along the output row
@@ -288,12 +289,12 @@ def choose_tile(OH, OW, planes, kh, kw, sh, sw, dh, dw, mo):
 def plan(data_shape, weight_shape, out_shape, groups, strides, dilation):
     """(TH, TW, MO) this kernel runs the convolution with, or None where it does not take it
     (a kernel side above MAX_KERNEL, or no tile within MAX_SHARED_BYTES)."""
-    N = int(data_shape[0])
-    O, _, KH, KW = (int(d) for d in weight_shape)
+    N = dims_of(data_shape)[0]
+    O, _, KH, KW = dims_of(weight_shape)
     if max(KH, KW) > MAX_KERNEL:
         return None
     MO = channels_per_thread(O // groups, KH * KW)
-    tile = choose_tile(int(out_shape[2]), int(out_shape[3]), N * O // MO, KH, KW, *strides, *dilation, MO)
+    tile = choose_tile(*dims_of(out_shape[2:]), N * O // MO, KH, KW, *strides, *dilation, MO)
     return None if tile is None else (*tile, MO)
 
 
@@ -306,9 +307,9 @@ def launch_grouped_conv2d(target, out, data, weight, b1, has_bias, *, strides, p
                           activation, epilogue=None) -> int:
     """Launch the grouped/depthwise kernel on `target` (shapes validated by the ISA, `fits` true;
     b1 the bias as O values, or any 1-D view when has_bias is 0); returns the launches (1)."""
-    N, C, H, W = (int(d) for d in data.shape)
-    O, CG, KH, KW = (int(d) for d in weight.shape)
-    OH, OW = int(out.shape[2]), int(out.shape[3])
+    N, C, H, W = dims_of(data.shape)
+    O, CG, KH, KW = dims_of(weight.shape)
+    OH, OW = dims_of(out.shape[2:])
     (sh, sw), (pt, pl, _, _), (dh, dw) = strides, padding, dilation
     TH, TW, MO = plan(data.shape, weight.shape, out.shape, groups, strides, dilation)
     OG = O // groups
@@ -327,7 +328,7 @@ def launch_grouped_conv2d(target, out, data, weight, b1, has_bias, *, strides, p
             tiles_w, tiles)
     fused = epilogue_args(target, epilogue, out)
     launches = 0
-    for bid0 in range(0, blocks, _MAX_GRID_X):
+    for bid0 in chunk_starts(blocks, _MAX_GRID_X):
         target.launch(kernel, min(blocks - bid0, _MAX_GRID_X), NTHREADS, *args, bid0, pt, pl, has_bias,
                       ACTIVATIONS[activation], *fused)
         launches += 1

@@ -30,7 +30,7 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .activation import ACTIVATIONS, apply_activation
-from .grid import BLOCK, broadcast_strides, collapse_dims, launch_grid, padded, size
+from .grid import BLOCK, broadcast_strides, collapse_dims, dims_of, launch_grid, padded, size
 from .target import with_simulator_twin
 from .vector import VEC, accessors, alignment_check, both_ways
 
@@ -233,9 +233,9 @@ def per_thread(total: int) -> int:
 
 def _launch_binary(target, out, a, b, op) -> int:
     """Shapes come validated by the ISA: `a` and `b` broadcast (numpy rules) to `out`, rank <= 4."""
-    a_shape = tuple(int(d) for d in a.shape)
-    b_shape = tuple(int(d) for d in b.shape)
-    out_shape = tuple(int(d) for d in out.shape)
+    a_shape = dims_of(a.shape)
+    b_shape = dims_of(b.shape)
+    out_shape = dims_of(out.shape)
     total = size(out_shape)
     if total == 0:
         return 0
@@ -252,7 +252,7 @@ def _launch_binary(target, out, a, b, op) -> int:
 
 
 def _launch_unary(target, out, data, act) -> int:
-    shape = tuple(int(d) for d in data.shape)
+    shape = dims_of(data.shape)
     total = size(shape)
     if total == 0:
         return 0

@@ -34,7 +34,7 @@ from numba.cuda.extending import register_jitable
 from .activation import scalar_function
 
 from .elementwise import divmod_fast, per_thread
-from .grid import RANK, broadcast_strides, launch_grid, padded, size
+from .grid import RANK, broadcast_strides, dims_of, launch_grid, padded, size
 
 MAX_EXTRAS = 3  # tensors a group reads besides its producer's value
 PARAMS = 21  # what `args` gives: 3 arrays, 3 dims, 3 reciprocals, 3 x 4 strides
@@ -216,13 +216,13 @@ def args(target, epilogue, out) -> tuple:
     group's extra tensors as 1-D views (a view of `out`, never read, where there are fewer),
     the output's rank-4 dims (., d1, d2, d3) with their reciprocals, and each extra's element
     strides over them (0 on broadcast dims)."""
-    shape = tuple(int(d) for d in out.shape)
+    shape = dims_of(out.shape)
     flat_out = target.reshape(out, (size(shape),))
     extras = list(epilogue.extras) if epilogue is not None else []
     o4 = padded(shape)
     arrays, strides = [], []
     for e in extras:
-        eshape = tuple(int(d) for d in e.shape)
+        eshape = dims_of(e.shape)
         arrays.append(target.reshape(e, (size(eshape),)))
         strides += broadcast_strides(eshape, o4)
     while len(arrays) < MAX_EXTRAS:

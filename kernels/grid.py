@@ -10,16 +10,25 @@ contiguously (`collapse_dims`), so its kernel divides an index into as few dims 
 
 from __future__ import annotations
 
+import numpy as np
+
 BLOCK = 256  # threads per block of the grid-stride kernels
 MAX_BLOCKS = 1 << 20  # a grid-stride loop covers the rest
 RANK = 4  # dims of the broadcast index space
+
+
+def dims_of(shape) -> tuple:
+    """`shape` as a tuple of sizes, numpy ints as ints. Sizes that are not ints stay as they
+    are: a symbolic region's launches are traced with sizes that carry their expressions
+    (simaccel.size_plans), and `int()` would pin each to its value at the traced point."""
+    return tuple(int(d) if isinstance(d, np.integer) else d for d in shape)
 
 
 def size(shape) -> int:
     """The number of elements of `shape`."""
     n = 1
     for d in shape:
-        n *= int(d)
+        n *= d
     return n
 
 
@@ -28,6 +37,16 @@ def launch_grid(total: int, elements_per_thread: int = 1):
     pass of a grid-stride loop."""
     block = min(BLOCK, total)
     return min(-(-total // (block * elements_per_thread)), MAX_BLOCKS), block
+
+
+def chunk_starts(total: int, step: int):
+    """0, step, 2 * step, ... below `total`: where each launch of a loop over a grid limit
+    starts. A loop, not `range`, so that a traced size (simaccel.size_plans) is asked only
+    whether each start is below it."""
+    start = 0
+    while start < total:
+        yield start
+        start += step
 
 
 def pow2_at_least(n: int) -> int:
@@ -40,7 +59,7 @@ def pow2_at_least(n: int) -> int:
 
 def padded(shape) -> tuple:
     """`shape` (rank <= RANK) left-padded with 1s to RANK."""
-    return (1,) * (RANK - len(shape)) + tuple(int(d) for d in shape)
+    return (1,) * (RANK - len(shape)) + dims_of(shape)
 
 
 def broadcast_strides(shape, out_shape):

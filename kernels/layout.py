@@ -34,7 +34,7 @@ from numba import cuda
 from numba.cuda.extending import register_jitable
 
 from .elementwise import ILP, divmod_fast, per_thread
-from .grid import BLOCK, MAX_BLOCKS, launch_grid, pow2_at_least, size
+from .grid import BLOCK, MAX_BLOCKS, dims_of, launch_grid, pow2_at_least, size
 
 RANK = 6
 # Tiled transpose: TILE_A output positions along A (the input's contiguous axis) by TILE_B
@@ -275,16 +275,16 @@ def _launch_gather(target, out, data, dims, strides, offset) -> int:
 
 def launch_permute(target, out, data, *, axes) -> int:
     """out = data.transpose(axes): shapes and axes come validated by the ISA (rank <= 6)."""
-    shape = tuple(int(d) for d in data.shape)
+    shape = dims_of(data.shape)
     strides = element_strides(shape)
     return _launch_gather(target, out, data, [shape[a] for a in axes], [strides[a] for a in axes], 0)
 
 
 def launch_strided_slice(target, out, data, *, begin, end, strides) -> int:
     """out = data[begin[k]:end[k]:strides[k] for each axis k] (in bounds, steps >= 1: the ISA's)."""
-    shape = tuple(int(d) for d in data.shape)
+    shape = dims_of(data.shape)
     within = element_strides(shape)
-    dims = [int(d) for d in out.shape]
+    dims = list(dims_of(out.shape))
     offset = sum(b * s for b, s in zip(begin, within))
     return _launch_gather(target, out, data, dims, [s * k for s, k in zip(within, strides)], offset)
 
@@ -303,13 +303,13 @@ def _concat_kernel(out, x, row, inv_row, out_row, offset, total):
 def launch_concat(target, out, *data, axis) -> int:
     """out = concatenate(data, axis): one launch per non-empty input (shapes validated by the ISA).
     An input's rows of at least a sector are row copies, shorter ones one thread per element."""
-    shape = tuple(int(d) for d in out.shape)
+    shape = dims_of(out.shape)
     inner = size(shape[axis + 1:])
     out_row = shape[axis] * inner
     flat_out = target.reshape(out, (size(shape),))
     launches, offset = 0, 0
     for x in data:
-        row = int(x.shape[axis]) * inner
+        row = dims_of(x.shape)[axis] * inner
         total = size(x.shape)
         if total:
             flat_x = target.reshape(x, (total,))

@@ -20,7 +20,7 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .elementwise import divmod_fast, launch_copy as launch_float_copy
-from .grid import broadcast_strides, collapse_dims, launch_grid, padded, size
+from .grid import broadcast_strides, collapse_dims, dims_of, launch_grid, padded, size
 from .layout import _launch_gather
 
 COMPARE = {"less": 0, "less_equal": 1, "greater": 2, "greater_equal": 3, "equal": 4, "not_equal": 5}
@@ -190,7 +190,7 @@ def _fill_kernel(out, value, total):
 def _broadcast_args(target, out, *arrays):
     """(flat out, flat inputs, index arguments, total) for `arrays` broadcast to `out`, rank <= 4
     (validated by the ISA); None where `out` is empty."""
-    out_shape = tuple(int(d) for d in out.shape)
+    out_shape = dims_of(out.shape)
     total = size(out_shape)
     if total == 0:
         return None
@@ -241,7 +241,7 @@ def launch_where(target, out, condition, lhs, rhs) -> int:
 
 def launch_integer_max(target, out, data, *, axes, keepdims) -> int:
     """out = max of integer data over `axes` (one run of neighbouring axes, the ISA's)."""
-    shape = tuple(int(d) for d in data.shape)
+    shape = dims_of(data.shape)
     outer, R, inner = size(shape[: axes[0]]), size(shape[axes[0]: axes[-1] + 1]), size(shape[axes[-1] + 1:])
     total = outer * inner
     if total == 0:

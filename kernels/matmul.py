@@ -24,6 +24,7 @@ from . import tensor_core
 from .activation import ACTIVATIONS, apply_activation
 from .epilogue import IDENTITY, fused_kernel
 from .epilogue import args as epilogue_args
+from .grid import chunk_starts, dims_of
 from .main_loop import HERE, data_pointer, declare, same, simulated_main_loop, tile_operands
 from .target import with_simulator_twin
 
@@ -354,9 +355,9 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
     A 2-D weight is shared by every row of data, so data's batch dims are folded into rows.
     """
     # Device arrays' shapes reject negative indices: work on plain tuples.
-    dshape = tuple(int(d) for d in data.shape)
-    wshape = tuple(int(d) for d in weight.shape)
-    oshape = tuple(int(d) for d in out.shape)
+    dshape = dims_of(data.shape)
+    wshape = dims_of(weight.shape)
+    oshape = dims_of(out.shape)
     K = dshape[-1]
     N = oshape[-1]
     act = ACTIVATIONS[activation]
@@ -415,8 +416,8 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
     fused = epilogue_args(target, epilogue, out)
     row_tiles = (M + BM - 1) // BM
     launches = 0
-    for z0 in range(0, batches, _MAX_GRID_Z):
-        for tile0 in range(0, row_tiles, _MAX_GRID_Y):
+    for z0 in chunk_starts(batches, _MAX_GRID_Z):
+        for tile0 in chunk_starts(row_tiles, _MAX_GRID_Y):
             grid = ((N + BN - 1) // BN, min(row_tiles - tile0, _MAX_GRID_Y), min(batches - z0, _MAX_GRID_Z))
             target.launch(kernel, grid, block, o2, a2, b2, b1, M, N, K, has_bias, act, z0, tile0,
                           d1, *sa, *sb, *fused)

@@ -55,7 +55,7 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
-from .grid import pow2_at_least
+from .grid import dims_of, pow2_at_least
 from .row_passes import long_row_passes, row_passes
 from .target import with_simulator_twin
 from .vector import VEC, accessors, alignment_check, both_ways
@@ -469,7 +469,7 @@ def _block_size(D: int, rows: int, cap: int | None = None) -> int:
 
 
 def _rows_view(target, out, data):
-    shape = tuple(int(d) for d in data.shape)
+    shape = dims_of(data.shape)
     D = shape[-1]
     rows = 1
     for d in shape[:-1]:
@@ -630,7 +630,7 @@ _ROW_SUM_ROWS.launch_bounds = (ROWS_BLOCK, 8)
 def launch_row_sums(target, out, x, *, mean: bool) -> int:
     """out[r] = the sum (or mean) of row r of x (rows, R), R >= 1: many short rows on groups of
     lanes, many longer ones on a warp each, few long ones on a block each."""
-    rows, R = (int(d) for d in x.shape)
+    rows, R = dims_of(x.shape)
     x1 = target.reshape(x, (rows * R,))
     lanes = row_lanes(rows, R, _itemsize(x)) or (WARP if rows >= MIN_WARP_SUM_ROWS else None)
     if lanes:

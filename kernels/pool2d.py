@@ -20,7 +20,7 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .elementwise import divmod_fast
-from .grid import launch_grid
+from .grid import dims_of, launch_grid
 
 _u = numba.uint64  # an index known non-negative: numba wraps signed ones around on every access
 
@@ -133,8 +133,8 @@ def _prepare(target, out, data, pool_size, strides, padding, dilation):
 
     Shapes and attributes come validated by the ISA (simaccel.ops.builtin.pool2d).
     """
-    N, C, H, W = (int(d) for d in data.shape)
-    OH, OW = int(out.shape[2]), int(out.shape[3])
+    N, C, H, W = dims_of(data.shape)
+    OH, OW = dims_of(out.shape[2:])
     (KH, KW), (sh, sw), (pt, pl, _, _), (dh, dw) = pool_size, strides, padding, dilation
     total = N * C * OH * OW
     if total == 0:
@@ -152,7 +152,7 @@ def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilatio
     if prep is None:
         return 0
     grid, block, o1, x1, dims = prep
-    total = int(o1.shape[0])
+    total = dims_of(o1.shape)[0]
     lowest = float(np.finfo(np.dtype(str(out.dtype))).min)
     target.launch(_max_pool2d_kernel, grid, block, o1, x1, *dims, lowest, total)
     return 1
@@ -165,7 +165,7 @@ def launch_avg_pool2d(target, out, data, *, pool_size, strides, padding, dilatio
     if prep is None:
         return 0
     grid, block, o1, x1, dims = prep
-    total = int(o1.shape[0])
+    total = dims_of(o1.shape)[0]
     target.launch(_avg_pool2d_kernel, grid, block, o1, x1, *dims,
                   1 if count_include_pad else 0, total)
     return 1

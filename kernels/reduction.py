@@ -24,7 +24,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .elementwise import ILP, divmod_fast
-from .grid import BLOCK, MAX_BLOCKS, launch_grid
+from .grid import BLOCK, MAX_BLOCKS, dims_of, launch_grid
 from .normalization import launch_row_sums
 
 REDUCTIONS = {"sum": 0, "mean": 1, "max": 2}
@@ -108,7 +108,7 @@ def _split_reduction_kernel(out, x, R, inner, inv_inner, mean, total):
 
 def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
     """out = reduction of data over `axes` (validated by the ISA: one run of neighbouring axes)."""
-    shape = tuple(int(d) for d in data.shape)
+    shape = dims_of(data.shape)
     outer = math.prod(shape[: axes[0]])
     R = math.prod(shape[axes[0]: axes[-1] + 1])
     inner = math.prod(shape[axes[-1] + 1:])

@@ -34,6 +34,7 @@ from .kernels.target import StrayLaunch, recording
 from .ops import LaunchTarget, get_op
 from .ops.registry import generation
 from .program import OpNode, Program
+from .size_plans import Traced, TracedFloat
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class _Placeholder:
     __slots__ = ("tensor", "shape", "dtype")
 
     def __init__(self, tensor: int, shape, dtype):
-        self.tensor, self.shape, self.dtype = tensor, tuple(int(d) for d in shape), np.dtype(dtype)
+        self.tensor, self.shape, self.dtype = tensor, _sizes(shape), np.dtype(dtype)
 
     @property
     def ndim(self) -> int:
@@ -89,7 +90,7 @@ class _Recorder(LaunchTarget):
     def reshape(self, array, shape):
         if not isinstance(array, _Placeholder):
             raise EngineError(f"{self.where}: its launcher reshapes {type(array).__name__}, not one of its arrays")
-        shape = tuple(int(d) for d in shape)
+        shape = _sizes(shape)
         if math.prod(shape) != array.size:
             raise EngineError(f"{self.where}: its launcher views {array.shape} as {shape} (a different size)")
         return _Placeholder(array.tensor, shape, array.dtype)
@@ -99,14 +100,15 @@ class _Recorder(LaunchTarget):
         for position, arg in enumerate(args):
             if isinstance(arg, _Placeholder):
                 recorded.append(View(arg.tensor, arg.shape))
-            elif isinstance(arg, (bool, int, float, np.integer, np.floating)):
+            elif isinstance(arg, (bool, int, float, np.integer, np.floating, Traced, TracedFloat)):
                 recorded.append(arg.item() if isinstance(arg, np.generic) else arg)
             else:
                 raise EngineError(
                     f"{self.where}: kernel {getattr(fn, '__name__', fn)} argument {position} is a "
                     f"{type(arg).__name__}; a kernel takes the op's arrays (or views of them) and numbers"
                 )
-        self.launches.append(Launch(self.index, fn, grid, block, int(shared_bytes), tuple(recorded)))
+        shared_bytes = shared_bytes if isinstance(shared_bytes, Traced) else int(shared_bytes)
+        self.launches.append(Launch(self.index, fn, grid, block, shared_bytes, tuple(recorded)))
 
 
 @dataclass(frozen=True)
@@ -226,11 +228,16 @@ def signature(launch: Launch, program: Program) -> tuple:
         if isinstance(arg, View):
             dtype = np.dtype(program.tensors[arg.tensor].dtype)
             typed.append(types.Array(from_dtype(dtype), len(arg.shape), "C"))
-        elif isinstance(arg, bool) or isinstance(arg, int):
+        elif isinstance(arg, (bool, int, Traced)):
             typed.append(types.int64)
         else:
             typed.append(types.float64)
     return tuple(typed)
+
+
+def _sizes(shape) -> tuple:
+    """A shape's dims as ints, or as Traced where a symbolic Program's plan is traced (simaccel.size_plans)."""
+    return tuple(d if isinstance(d, Traced) else int(d) for d in shape)
 
 
 def _placeholder(program: Program, i: int) -> "_Placeholder":
