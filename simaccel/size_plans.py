@@ -508,6 +508,15 @@ def size_plans(program: Program, fuse: bool = True) -> tuple[SizePlan, ...]:
     """The size plans of a validated symbolic Program, every var bounded above; each sample
     point covered and checked against the launches recorded there (SizePlanError where one
     differs, or where more than MAX_PLANS plans would be needed)."""
+    from .ops.registry import generation
+
+    key = ("size_plans", fuse, generation())
+    if key not in program.derived:
+        program.derived[key] = _find(program, fuse)
+    return program.derived[key]
+
+
+def _find(program: Program, fuse: bool) -> tuple[SizePlan, ...]:
     unbounded = [v.name for v in program.vars if v.upper is None]
     if unbounded:
         raise SizePlanError(f"region {program.name}: size var {unbounded[0]} has no upper bound; native regions "
@@ -525,7 +534,10 @@ def size_plans(program: Program, fuse: bool = True) -> tuple[SizePlan, ...]:
             plans.append(plan)
             if len(plans) > MAX_PLANS:
                 raise SizePlanError(f"region {program.name}: its launches differ in more than {MAX_PLANS} size cases")
-        want = recorded(program, point, fuse)
+        try:
+            want = recorded(program, point, fuse)
+        except SimAccelError as e:
+            raise SizePlanError(f"region {program.name}: its launches at {_text(point)} cannot be recorded: {e}") from e
         got = plan.at(point)
         if not _same(got, want):
             raise SizePlanError(f"region {program.name}: the size plan traced at {dict(plan.point)} does not give "

@@ -14,6 +14,7 @@
 //   python.h    the route to simaccel's Python runtime (engines, counters, debug word)
 //   device.h    the library's kernels loaded on a device (cubin or PTX)
 //   call.h      one call as its paths share it, and its kernel launches
+//   sizes.h     a symbolic region's call bound to its sizes
 //   sanitize.h  the sanitized path (simaccel.debug.sanitize)
 //   trace.h     the traced call's record (simaccel.debug.trace)
 // It is the same for every library: simaccel.native.build compiles it once per compiler and
@@ -42,6 +43,7 @@
 #include "errors.h"
 #include "python.h"
 #include "sanitize.h"
+#include "sizes.h"
 #include "tables.h"
 #include "trace.h"
 
@@ -87,7 +89,7 @@ int run_plain(const Call& c, int64_t* copied) {
         checked_capture = true;
       }
       CUdeviceptr p = 0;
-      size_t bytes = static_cast<size_t>(r.tensors[t].nbytes);
+      size_t bytes = static_cast<size_t>(r.tensors[t].capacity);
       if (bytes == 0) continue;
       // cuMemAlloc is illegal while the stream is captured into a CUDA graph: there the
       // memory is allocated and freed on the stream, and so becomes part of the graph.
@@ -226,7 +228,46 @@ Memory& memory_for(const Region& r, RegionState& s, int32_t device, CUstream str
   return s.memory.emplace_back(device, stream, r.num_tensors);
 }
 
+int run_static(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* args, int32_t num_args);
+
+// A symbolic region's call: its sizes read and checked (sizes.h), then the region bound to
+// them runs as a static one. A sanitized or traced call, or one whose sizes no plan covers,
+// goes to simaccel's Python runtime, which binds the same Program.
+int run_sized(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* args, int32_t num_args) {
+  share_counters(r, s);
+  const Sizes& z = *r.sizes;
+  if (route_flag()->load(std::memory_order_relaxed) || debug_word()->load(std::memory_order_relaxed)) {
+    return forward_to_python(r, args, num_args);
+  }
+  const int32_t n = r.num_inputs + r.num_outputs;
+  if (num_args != n + z.num_shape_args) {
+    return fail(kProgramError, std::string("region ") + r.symbol + " takes " + std::to_string(r.num_inputs) + " inputs, " +
+                                    std::to_string(r.num_outputs) + " outputs and " + std::to_string(z.num_shape_args) +
+                                    " shapes, got " + std::to_string(num_args) + " arguments");
+  }
+  CallArray<int64_t, 16> value_array(z.num_vars, 0);
+  int64_t* values = value_array.data;
+  if (read_sizes(r, args, values) != 0 || check_shapes(r, args, values) != 0) return -1;
+  std::unique_ptr<BoundRegion> scratch;
+  const Region* bound = bound_region(r, s, values, &scratch);
+  if (bound == nullptr) {
+    if (TVMFFIObjectHandle f = global_function(kInvokeFunc)) {
+      TVMFFIObjectDecRef(f);
+      return forward_to_python(r, args, num_args);
+    }
+    return fail(kEngineError, std::string("region ") + r.symbol + ": no launch plan of this library covers " +
+                                   sizes_text(z, values) + ", and simaccel's Python runtime, which would run it, is not installed");
+  }
+  CallArray<TVMFFIAny, 64> tensor_array(n, TVMFFIAny{});
+  for (int32_t i = 0; i < n; ++i) tensor_array.data[i] = args[tensor_position(z, i)];
+  return run_static(*bound, s, lib, tensor_array.data, n);
+}
+
 int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* args, int32_t num_args) {
+  return r.sizes ? run_sized(r, s, lib, args, num_args) : run_static(r, s, lib, args, num_args);
+}
+
+int run_static(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* args, int32_t num_args) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point start = Clock::now();
   const int32_t debug = debug_word()->load(std::memory_order_relaxed);

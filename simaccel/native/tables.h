@@ -31,6 +31,7 @@ struct TensorSpec {
   int32_t ndim;
   const int64_t* shape;
   int64_t nbytes;
+  int64_t capacity;   // bytes the region allocates for it: nbytes, or at the upper bounds of a symbolic region's sizes
   int64_t alignment;  // bytes its data pointer must be aligned to: element size or the profile's
   const uint32_t* value;  // a constant's bits (one word, two for 8 bytes), nullptr for other tensors
 };
@@ -73,6 +74,62 @@ struct OpSpec {  // for the sanitizer's and the trace's messages
   const int32_t* inputs;  // the tensors it reads, views as their owners
 };
 
+// A symbolic region's sizes (simaccel.size_plans), evaluated per call by sizes.h: expressions
+// over its size vars as postfix code (the Op codes below), and its launches as plans, each
+// valid where its guards hold.
+enum SizeOp : int64_t {
+  kSizeConst = 0, kSizeVar, kSizeAdd, kSizeMul, kSizeFloorDiv, kSizeMod, kSizeNeg,  // int64
+  kSizeEq0, kSizeNe0, kSizeLt0, kSizeLe0, kSizeGt0, kSizeGe0,                      // guards: 1 where it holds
+  kSizeFloat, kSizeToFloat, kSizeFAdd, kSizeFSub, kSizeFMul, kSizeFDiv, kSizeFNeg  // float64, as its bits
+};
+
+struct Expr {
+  int32_t start, length;  // in Sizes::code; kSizeConst, kSizeVar, kSizeFloorDiv, kSizeMod, kSizeFloat take the next word
+};
+
+struct SizeVarSpec {
+  const char* name;
+  int64_t lower, upper;
+  int32_t arg;    // the argument of TVM's call it is read from (its position)
+  int32_t dim;    // that tensor's dim, or that shape's element
+  int32_t shape;  // 1: the argument is a shape (R.shape([...])), 0: a tensor
+};
+
+struct SizedLaunch {  // a Launch whose numbers are expressions
+  int32_t op;
+  int32_t kernel;
+  Expr grid[3];
+  Expr block[3];
+  Expr shared_bytes;
+  int32_t num_words;
+  const Expr* words;
+  int32_t num_patches;
+  const int32_t* patch_word;
+  const int32_t* patch_tensor;
+};
+
+struct SizePlanSpec {
+  int32_t num_guards;
+  const Expr* guards;
+  int32_t num_launches;
+  const SizedLaunch* launches;
+};
+
+struct Sizes {
+  int32_t num_vars;
+  const SizeVarSpec* vars;
+  const int64_t* code;
+  const Expr* dims;                // every tensor's dims, tensor after tensor
+  const int32_t* first_dim;        // per tensor: where its dims start in `dims`
+  const char* const* shape_texts;  // per tensor: its shape as text, "(n, s*2, 8)"
+  int32_t num_shape_args;
+  const int32_t* shape_arg_positions;  // ascending
+  const Expr* shape_arg_dims;          // every shape argument's elements, one after another
+  const int32_t* shape_arg_first;      // per shape argument: where its elements start; one more entry: the end
+  int32_t num_plans;
+  const SizePlanSpec* plans;
+};
+
 struct Region {
   const char* symbol;
   const char* key;           // "symbol:fingerprint", as the Python runtime keys Programs
@@ -94,6 +151,7 @@ struct Region {
   // output is stored and checked); the same as `launches` where nothing fused.
   int32_t num_checked_launches;
   const Launch* checked_launches;
+  const Sizes* sizes;  // a symbolic region's; nullptr for a static one
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -139,12 +197,25 @@ struct Memory {
   std::mutex lock;
 };
 
+// A symbolic region bound to one call's sizes: a static Region (its shapes, launches and
+// argument words evaluated), kept per distinct sizes (sizes.h).
+struct BoundRegion {
+  std::vector<int64_t> values;  // the size vars' values it is bound to
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<TensorSpec> tensors;
+  std::vector<std::vector<int64_t>> words;
+  std::vector<Launch> launches;
+  Region region;
+};
+
 struct RegionState {
   std::once_flag once;
   Counters local;  // used where simaccel's Python runtime is not installed
   Counters* counters = &local;
   std::mutex lock;  // guards `memory`, whose entries never move or go away
   std::deque<Memory> memory;
+  std::mutex bound_lock;  // guards `bound`, whose entries never move or go away
+  std::deque<BoundRegion> bound;
 };
 
 struct Library {  // what one generated library holds besides its regions

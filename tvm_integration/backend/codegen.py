@@ -26,6 +26,7 @@ from ...errors import CodegenError, SimAccelError
 from ...program import OpNode, Program, SizeVar, TensorSpec
 from ...shapes import Dim, shape_vars
 from ...native.source import NativeRegion
+from ...size_plans import SizePlanError, size_plans
 from ...ops import Reject
 from ...profile import DeviceProfile, active_profile
 from .forwarder import forwarder_module
@@ -55,18 +56,15 @@ def codegen(functions, options=None, constant_names=None) -> list:
     archs = native_choice(options)
     modules = []
     if archs is not None:
-        # Native regions take static shapes; a symbolic region runs through the Python runtime
-        # (zero-copy, its kernels on the caller's stream), named in the build's log.
-        static = [(s, p) for s, p in programs if not p.vars]
-        if static:
+        # Native regions: every static region, and each symbolic one whose launches have size
+        # plans (simaccel.size_plans); the rest run through the Python runtime (zero-copy, their
+        # kernels on the caller's stream), each named in the build's log with its reason.
+        native = [(s, p) for s, p in programs if not p.vars or _native_sizes(s, p)]
+        if native:
             text = dict(options or {}).get("profile")
             profile = DeviceProfile.from_dict(json.loads(str(text))) if text else active_profile()
-            modules.append(native_module([NativeRegion(s, p, profile.alignment) for s, p in static], archs))
-        for symbol, program in programs:
-            if program.vars:
-                logger.info("region %s has symbolic shapes (%s): a Python region, not a native one", symbol,
-                            ", ".join(str(v) for v in program.vars))
-        programs = [(s, p) for s, p in programs if p.vars]
+            modules.append(native_module([NativeRegion(s, p, profile.alignment) for s, p in native], archs))
+        programs = [(s, p) for s, p in programs if (s, p) not in native]
         if not programs:
             return modules
     regions = []
@@ -74,6 +72,22 @@ def codegen(functions, options=None, constant_names=None) -> list:
         arity = len(program.inputs) + len(program.outputs) + len(program.shape_args)
         regions.append((symbol, f"{symbol}:{program.fingerprint()}", program.to_json(), arity))
     return modules + [forwarder_module(regions, gpu_hint=gpu_hint(options))]
+
+
+def _native_sizes(symbol: str, program: Program) -> bool:
+    """Whether symbolic region `symbol` can be native: it has size plans and is not built to be
+    sanitized (a sanitized call binds its sizes on the Python runtime). Logged where not."""
+    if program.sanitize:
+        why = "it is built to be sanitized, which a symbolic region is on the Python runtime"
+    else:
+        try:
+            size_plans(program)
+            return True
+        except SizePlanError as e:
+            why = str(e)
+    logger.info("region %s has symbolic shapes (%s): a Python region, not a native one: %s", symbol,
+                ", ".join(str(v) for v in program.vars), why)
+    return False
 
 
 def sanitize_choice(options) -> bool:

@@ -1,0 +1,168 @@
+"""Native symbolic regions against the stand-in CUDA driver: one library, every size.
+
+A symbolic region's library holds its size plans (simaccel.size_plans) as expressions, which
+region.h's sizes.h evaluates per call. So these tests call each region at several sizes,
+including 1 (or 0) and the upper bounds, and check that what it hands the driver (kernels,
+grids, blocks, shared memory, every parameter word) is exactly what the launchers record for
+the static Program of those sizes; and that bad sizes are errors naming the var and values.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import tvm  # noqa: F401  (registers simaccel's errors and runtime functions with tvm-ffi)
+import tvm_ffi
+
+from simaccel import ShapeError
+from simaccel.aot import abi_params, compile_kernel, signature
+from simaccel.native.source import NativeRegion
+from simaccel.program import Program, SizeVar
+from simaccel.shapes import Dim, evaluate
+from simaccel.size_plans import SizePlanError, recorded, sample_points, size_plans
+from native_cases import dims3
+from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
+from test_native_regions import expected_words
+from test_symbolic_program import (broadcast_chain_model, concat_model, conv_model, double_concat_model, layer_norm_model,
+                                   make, matmul_model, softmax_model, unary_chain_model)
+
+SM90 = (9, 0)
+STREAM = 0x5EED
+b, s = Dim.var("b"), Dim.var("s")
+
+
+def with_shape_arg():
+    """x (b*s, 16) -> gelu -> y (b*s, 16): b and s only inside a product, so TVM passes them
+    as a shape (argument 1, between the input and the output)."""
+    base = make("sym_shape_arg", [("x", (b * s, 16), "float32"), ("y", (b * s, 16), "float32")], (0,), (1,),
+                [("simaccel.gelu", (0,), 1, {})], [SizeVar("b", 1, 4), SizeVar("s", 1, 300)])
+    return Program(base.name, base.tensors, base.inputs, base.outputs, base.ops, vars=base.vars,
+                   shape_args=((1, (b, s)),))
+
+
+MODELS = {
+    "r_matmul": (matmul_model(n_upper=8, s_upper=100).validate(), [{"n": 1, "s": 1}, {"n": 3, "s": 37}, {"n": 8, "s": 100}]),
+    "r_chain": (unary_chain_model(upper=5000).validate(), [{"n": 1}, {"n": 17}, {"n": 1000}, {"n": 5000}]),
+    "r_bias": (broadcast_chain_model(upper=300).validate(), [{"n": 1}, {"n": 2}, {"n": 255}, {"n": 300}]),
+    "r_softmax": (softmax_model(upper=64).validate(), [{"n": 1}, {"n": 33}, {"n": 64}]),
+    "r_layer_norm": (layer_norm_model(upper=64).validate(), [{"n": 1}, {"n": 9}, {"n": 64}]),
+    "r_conv": (conv_model(upper=16).validate(), [{"n": 1}, {"n": 5}, {"n": 16}]),
+    "r_concat": (concat_model(upper=40, lower=0).validate(), [{"n": 0}, {"n": 1}, {"n": 23}, {"n": 40}]),
+    "r_concat2": (double_concat_model().validate(), [{"n": 1}, {"n": 5}, {"n": 8}]),
+    "r_shape_arg": (with_shape_arg().validate(), [{"b": 1, "s": 1}, {"b": 3, "s": 77}, {"b": 4, "s": 300}]),
+}
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("native_sizes")
+    os.environ["SIMACCEL_CUDA_DRIVER"] = str(fake_driver(directory))
+    try:
+        library, _ = region_library([NativeRegion(k, p) for k, (p, _) in MODELS.items()], directory)
+        yield library, FakeDriver(fake_driver(directory))
+    finally:
+        os.environ.pop("SIMACCEL_CUDA_DRIVER", None)
+
+
+@pytest.fixture
+def fake(native, clean_runtime):
+    library, driver = native
+    driver.reset()
+    yield library, driver
+    driver.reset()
+
+
+def call_arrays(program, point, seed=0):
+    rng = np.random.default_rng(seed)
+    bound = program.bind(point)
+    return [rng.standard_normal(bound.tensors[i].shape).astype(bound.tensors[i].dtype)
+            for i in program.inputs + program.outputs]
+
+
+def call(library, symbol, program, arrays, point):
+    args = [cuda_tensor(a) for a in arrays]
+    for position, dims in sorted(program.shape_args):
+        args.insert(position, tvm_ffi.Shape([evaluate(d, point) for d in dims]))
+    with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", 0), STREAM):
+        library[symbol](*args)
+
+
+@pytest.mark.parametrize("symbol", sorted(MODELS))
+def test_a_symbolic_region_launches_what_its_launchers_record_at_every_size(fake, symbol):
+    library, driver = fake
+    program, points = MODELS[symbol]
+    bound_intermediates = {}
+    for point in points:
+        driver.reset()
+        arrays = call_arrays(program, point)
+        call(library, symbol, program, arrays, point)
+        bound = program.bind(point)
+        want = recorded(program, point)
+        got = driver.launches()
+        assert len(got) == len(want), point
+        addresses = {i: a.ctypes.data for i, a in zip(program.inputs + program.outputs, arrays)}
+        for g, launch in zip(got, want):
+            kernel = compile_kernel(launch.kernel, signature(launch, bound), SM90)
+            assert g["entry"] == kernel.entry and g["stream"] == STREAM
+            assert g["grid"] == dims3(launch.grid) and g["block"] == dims3(launch.block), point
+            assert g["shared"] == launch.shared_bytes + kernel.ptx_shared_bytes
+            assert len(g["words"]) == abi_params(launch)
+            for k, (word, expect) in enumerate(zip(g["words"], expected_words(bound, launch, addresses), strict=True)):
+                if expect is None:  # an intermediate: the region's own memory, sized for the upper bounds once
+                    bound_intermediates.setdefault(k, set()).add(word)
+                else:
+                    assert word == expect, (point, k)
+    # one allocation per intermediate, shared by every size
+    assert all(len(words) == 1 for words in bound_intermediates.values())
+
+
+def test_intermediates_are_allocated_once_for_the_upper_bounds(fake):
+    library, driver = fake
+    program, points = MODELS["r_chain"]
+    for point in points:
+        call(library, "r_chain", program, call_arrays(program, point), point)
+    intermediates = len(program.intermediates)
+    assert intermediates and driver.counter("allocations") <= intermediates
+
+
+def test_a_size_outside_its_bounds_is_a_shape_error_naming_the_var(fake):
+    library, _ = fake
+    program, _ = MODELS["r_chain"]
+    x = np.zeros((5001, 16), np.float32)
+    with pytest.raises(ShapeError, match=r"region r_chain: size var n = 5001 .* outside its bounds \[1, 5000\]"):
+        call(library, "r_chain", program, [x, np.zeros_like(x)], {"n": 5001})
+
+
+def test_tensors_that_disagree_on_a_var_are_a_shape_error_naming_the_values(fake):
+    library, _ = fake
+    program, _ = MODELS["r_chain"]
+    with pytest.raises(ShapeError, match=r"output 'y' has shape \(6, 16\), but \(n, 16\) is \(5, 16\) where n = 5"):
+        call(library, "r_chain", program, [np.zeros((5, 16), np.float32), np.zeros((6, 16), np.float32)], {"n": 5})
+
+
+def test_a_shape_argument_that_disagrees_with_the_tensors_is_a_shape_error(fake):
+    library, _ = fake
+    program, _ = MODELS["r_shape_arg"]
+    x = np.zeros((6, 16), np.float32)
+    args = [cuda_tensor(x), tvm_ffi.Shape([2, 4]), cuda_tensor(np.zeros_like(x))]
+    with pytest.raises(ShapeError, match=r"input 'x' has shape \(6, 16\), but \(b\*s, 16\) is \(8, 16\) where b = 2, s = 4"):
+        library["r_shape_arg"](*args)
+
+
+def test_size_plans_cover_every_sample_point_with_few_plans():
+    """A plan per choice the launchers make: the tiling of a GEMM by its rows, a power-of-two
+    block for concat's copies (one plan per octave of its 8 * n elements up to 40 rows)."""
+    for program, _ in MODELS.values():
+        plans = size_plans(program)
+        assert 1 <= len(plans) <= (9 if program.name == "sym_concat" else 4), (program.name, len(plans))
+        for point in sample_points(program):
+            assert any(p.covers(point) for p in plans)
+
+
+def test_a_var_without_an_upper_bound_has_no_size_plans():
+    with pytest.raises(SizePlanError, match="size var n has no upper bound"):
+        size_plans(make("open", [("x", (Dim.var("n"), 4), "float32"), ("y", (Dim.var("n"), 4), "float32")], (0,), (1,),
+                        [("simaccel.relu", (0,), 1, {})], [SizeVar("n", 1)]).validate())
