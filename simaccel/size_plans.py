@@ -496,9 +496,9 @@ def sample_points(program: Program, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     points = set()
     for k, axis in enumerate(axes):  # each var along its axis, the others at their ends and middle
-        for base in (0, -1, len(axis) // 2):
+        for pick in (lambda a: a[0], lambda a: a[-1], lambda a: a[len(a) // 2]):
             for x in axis:
-                points.add(tuple(x if j == k else a[base] for j, a in enumerate(axes)))
+                points.add(tuple(x if j == k else pick(a) for j, a in enumerate(axes)))
     while len(points) < MAX_POINTS:
         points.add(tuple(rng.choice(a) for a in axes))
     return [dict(zip(names, combo)) for combo in sorted(points)]

@@ -166,3 +166,19 @@ def test_a_var_without_an_upper_bound_has_no_size_plans():
     with pytest.raises(SizePlanError, match="size var n has no upper bound"):
         size_plans(make("open", [("x", (Dim.var("n"), 4), "float32"), ("y", (Dim.var("n"), 4), "float32")], (0,), (1,),
                         [("simaccel.relu", (0,), 1, {})], [SizeVar("n", 1)]).validate())
+
+
+def test_sample_points_of_many_vars_stay_inside_the_bounds_and_reach_each_end():
+    """Three vars: more combinations than MAX_POINTS, so each var walks its axis with the others
+    at their ends and middles, plus random points; every point inside the bounds."""
+    from simaccel.size_plans import MAX_POINTS
+
+    a, c = Dim.var("a"), Dim.var("c")
+    program = make("three", [("x", (a, b, c), "float32"), ("y", (a, b, c), "float32")], (0,), (1,),
+                   [("simaccel.relu", (0,), 1, {})], [SizeVar("a", 1, 7), SizeVar("b", 2, 300), SizeVar("c", 0, 4096)])
+    points = sample_points(program)
+    assert len(points) >= MAX_POINTS
+    assert all(1 <= p["a"] <= 7 and 2 <= p["b"] <= 300 and 0 <= p["c"] <= 4096 for p in points)
+    for name, ends in (("a", (1, 7)), ("b", (2, 300)), ("c", (0, 4096))):
+        assert {p[name] for p in points} >= set(ends)
+    assert {"a": 7, "b": 300, "c": 4096} in points and {"a": 1, "b": 2, "c": 0} in points

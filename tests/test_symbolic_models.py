@@ -118,14 +118,52 @@ def test_a_shape_past_its_upper_bound_is_an_error_naming_the_var():
     assert isinstance(caught.value, simaccel.SimAccelError) or "ShapeError" in str(caught.value)
 
 
-def test_a_symbolic_region_of_a_cuda_build_is_a_python_region():
-    """Native regions take static shapes: the CUDA build keeps symbolic ones in Python (named in its log)."""
+def test_a_symbolic_region_reads_its_vars_and_bounds():
     from simaccel.tvm_integration.backend import codegen
 
     partitioned = partition_report(Flattened)[0]
     regions = [f for f in partitioned.functions.values() if f.attrs is not None and "Codegen" in f.attrs]
     program = codegen.region_program(str(regions[0].attrs["global_symbol"]), regions[0], codegen.sync_patterns())
     assert [v.name for v in program.vars] == ["b", "s"] and [v.upper for v in program.vars] == [4, 32]
+
+
+def _symbolic_models():
+    return {"Flattened": Flattened, "SizesPassed": SizesPassed, "CacheAppend": CacheAppend}
+
+
+@pytest.mark.parametrize("name", ["Flattened", "SizesPassed", "CacheAppend", "encoder", "cnn"])
+def test_a_cuda_build_makes_every_symbolic_region_native(name, tmp_path, caplog):
+    """Each region of a CUDA build is a native one (size plans, sizes.h), none a Python region;
+    the exported library exports every region's function. Their results are the GPU tests'."""
+    import logging
+    import subprocess
+
+    from simaccel.tvm_integration.backend.native import has_native_regions
+
+    if name in ("encoder", "cnn"):
+        torch = pytest.importorskip("torch")
+        from torch.export import Dim
+
+        torch.manual_seed(0)
+        if name == "encoder":
+            layer = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32),
+                                        torch.nn.LayerNorm(32))
+            mod = _exported(layer, torch.randn(2, 5, 32), {0: Dim("batch", max=8), 1: Dim("seq", max=64)})
+        else:
+            model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                        torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+            mod = _exported(model, torch.randn(2, 3, 16, 16), {0: Dim("batch", max=16)})
+    else:
+        mod = _symbolic_models()[name]
+    _, report = partition_report(mod)
+    with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
+        executable = build(mod, "nvidia/nvidia-h100")
+    assert not [r.message for r in caplog.records if "Python region" in r.message]
+    assert has_native_regions(executable)
+    executable.export_library(str(tmp_path / "model.so"))
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(tmp_path / "model.so")],
+                             capture_output=True, text=True, check=True).stdout
+    assert report.regions and all(f"__tvm_ffi_{region}" in symbols for region in report.regions)
 
 
 # -- torch.export models with Dim ------------------------------------------------------------------
@@ -231,17 +269,21 @@ def test_an_exported_symbolic_library_runs_in_a_fresh_process(tmp_path):
 # -- on a GPU ----------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["Flattened", "SizesPassed", "CacheAppend"])
-def test_one_cuda_build_matches_tvm_alone_at_every_shape_with_no_host_copies(name, clean_runtime):
-    """A CUDA build: symbolic regions run on the GPU (the Python "cuda" engine, zero-copy, on
-    TVM's stream) at each shape, against TVM alone's CUDA build of the same module (its CPU
+def test_one_cuda_build_matches_tvm_alone_at_every_shape_with_no_host_copies(name, clean_runtime, caplog):
+    """A CUDA build: symbolic regions are native (size plans bound per call in C++, zero-copy,
+    on TVM's stream) and match at each shape TVM alone's CUDA build of the same module (its CPU
     build where TVM cannot build it for CUDA); no byte goes through the host."""
+    import logging
+
     from simaccel.tvm_integration.backend.pipeline import default_target
 
     mod = {"Flattened": Flattened, "SizesPassed": SizesPassed, "CacheAppend": CacheAppend}[name]
     shapes = {"Flattened": [(1, 1), (3, 5), (4, 32)], "SizesPassed": [(1, 1), (3, 5), (4, 32)],
               "CacheAppend": [(1,), (7,), (64,)]}[name]
     target = default_target("cuda")
-    ours = build(mod, target)
+    with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
+        ours = build(mod, target)
+    assert not [r.message for r in caplog.records if "Python region" in r.message]
     try:
         theirs, their_device = build_tvm_only(mod, target), tvm.cuda(0)
     except tvm.error.InternalError:  # TVM alone's CUDA build of a dynamic concat: "constant size stack allocation"
@@ -262,6 +304,44 @@ def test_one_cuda_build_matches_tvm_alone_at_every_shape_with_no_host_copies(nam
         assert found.ok, f"{name} at {shape}: {found.reason}"
     ledger = clean_runtime.ledger.snapshot()
     assert ledger["offloaded_calls"] >= len(shapes)
+    assert ledger["bytes"]["host_to_device"] == ledger["bytes"]["device_to_host"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["encoder", "cnn"])
+def test_exported_dynamic_models_run_native_on_the_gpu_at_every_shape(name, clean_runtime, caplog):
+    """torch.export models with Dim: one CUDA build, every region native, against TVM alone's CUDA
+    build and torch at 1, a middle size and the upper bounds."""
+    import logging
+
+    torch = pytest.importorskip("torch")
+    from torch.export import Dim
+    from simaccel.tvm_integration.backend.pipeline import default_target
+
+    torch.manual_seed(0)
+    if name == "encoder":
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32),
+                                    torch.nn.LayerNorm(32))
+        mod = _exported(model, torch.randn(2, 5, 32), {0: Dim("batch", max=8), 1: Dim("seq", max=64)})
+        shapes, per = [(1, 1), (3, 7), (8, 64)], (32,)
+    else:
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                    torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+        mod = _exported(model, torch.randn(2, 3, 16, 16), {0: Dim("batch", max=16)})
+        shapes, per = [(1,), (5,), (16,)], (3, 16, 16)
+    target = default_target("cuda")
+    with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
+        ours = build(mod, target)
+    assert not [r.message for r in caplog.records if "Python region" in r.message]
+    theirs, gpu = build_tvm_only(mod, target), tvm.cuda(0)
+    reference = _torch_reference(model)
+    for shape in shapes:
+        x = _rng(shape).standard_normal((*shape, *per)).astype("float32")
+        outs = [relax.VirtualMachine(e, gpu)["main"](tvm.runtime.tensor(x, gpu)).numpy() for e in (ours, theirs)]
+        for want, against in ((outs[1], "TVM alone"), (reference(x), "torch")):
+            found = array_difference(outs[0], want, scaled=True)
+            assert found.ok, f"{name} at {shape} against {against}: {found.reason}"
+    ledger = clean_runtime.ledger.snapshot()
     assert ledger["bytes"]["host_to_device"] == ledger["bytes"]["device_to_host"] == 0
 
 
