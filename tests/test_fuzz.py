@@ -396,3 +396,44 @@ def test_a_process_that_dies_while_captured_leaves_its_last_words_in_the_folder(
     assert result.returncode == 3 and "last words" not in result.stderr
     [left] = tmp_path.glob("stderr-*.txt")
     assert left.read_text() == "terminate called: last words\n"
+
+
+# -- symbolic batches -----------------------------------------------------------------------------
+def test_a_symbolic_run_builds_each_case_once_and_runs_it_at_every_size(tmp_path):
+    lines = []
+    assert run_fuzz(cases=24, seed=5, engines=["ref"], out_dir=tmp_path, export_every=0, log=lines.append,
+                    symbolic=True) == 0
+    summary = json.loads((tmp_path / "fuzz-summary.json").read_text())
+    assert summary["counts"]["failed"] == 0 and summary["campaign"]["symbolic"] is True
+    assert summary["symbolic_cases"] >= 5 and summary["symbolic_sizes_run"] >= 3 * summary["symbolic_cases"]
+    assert f"{summary['symbolic_cases']} with a symbolic batch" in lines[-1]
+
+
+def _relu_case(batch_upper: int):
+    from simaccel.tvm_integration.tools.fuzz.case import Case, Value
+
+    return Case("float32", [Value((4, 8), name="x"), Value((4, 8), "relu", (0,))], [1], data_seed=3,
+                batch_upper=batch_upper)
+
+
+def test_a_symbolic_case_is_one_module_with_a_bounded_size_var_and_travels_as_json():
+    case = _relu_case(11)
+    assert case.batch_sizes() == [1, 4, 6, 11]
+    text = case.module().script()
+    assert '"n"' in text and "tir_var_upper_bound" in text and "R.Tensor((n, 8)" in text
+    assert [a.shape for a in case.at(6).runtime_arrays()] == [(6, 8)]
+    again = case_from_json(json.loads(json.dumps(case_to_json(case))))
+    assert again.batch_upper == 11 and again.module().script() == text
+
+
+def test_a_fault_at_a_size_other_than_the_drawn_one_is_found(monkeypatch):
+    """relu made wrong only for 11 rows: the static case (4 rows) passes, the symbolic one fails at n = 11."""
+    from simaccel.tvm_integration.tools.fuzz import FAIL, Checker
+
+    plant_reference(monkeypatch, "simaccel.relu", lambda y: y + 1 if y.shape[0] == 11 else y)
+    checker = Checker(["ref"])
+    assert checker.check(_relu_case(0)).verdict == PASS
+    outcome = checker.check(_relu_case(11))
+    assert outcome.verdict == FAIL and "at n = 11" in outcome.reason, outcome
+    monkeypatch.undo()
+    simaccel.get_runtime().clear()

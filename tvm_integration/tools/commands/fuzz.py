@@ -43,6 +43,10 @@ def add_parser(subparsers) -> None:
                       help="on a cluster, a case running longer ends its worker and is reported as a hang (default 600)")
     fuzz.add_argument("--resume", action="store_true",
                       help="continue the campaign saved in --out (its settings; only the batches not done run)")
+    fuzz.add_argument("--symbolic", action="store_true",
+                      help="give each model that can take one a symbolic batch: the first input's leading dim a size "
+                           "var n in [1, 2 * drawn + 3], built once and run at n = 1, the drawn size, the middle and the "
+                           "upper bound, each against TVM alone")
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
     fuzz.add_argument("--partition", metavar="MODULE:FUNCTION", help=PARTITION_HELP)
     add_profile(fuzz)
@@ -72,4 +76,4 @@ def run(args) -> int:
                     max_ops=args.max_ops, out_dir=args.out, export_every=args.export_every,
                     shrink_seconds=args.shrink_seconds, jobs=args.jobs, cluster=args.cluster,
                     batch_size=args.batch_size, case_seconds=args.case_seconds, resume=args.resume,
-                    partition=args.partition or SIMACCEL)
+                    partition=args.partition or SIMACCEL, symbolic=args.symbolic)

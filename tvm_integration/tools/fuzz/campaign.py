@@ -47,6 +47,7 @@ from ..common.settings import saved_settings, user_op_modules, user_ops_environ
 from ..common.stderr_log import LOG_DISTINCT_KEPT, stderr_captured
 from ..common.verdicts import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, report_head, run_line
 from .check import Checker, Outcome
+from .case import batchable
 from .models import Case, Config, Draw, draw_case, drawable_user_families, user_families
 from .repro import save_reproduction
 
@@ -69,6 +70,7 @@ class Campaign:
     user_op_modules: tuple = ()
     profile: dict | None = None  # the device profile, where $SIMACCEL_PROFILE set one
     partition: str = SIMACCEL  # the backend checked: simaccel, or another's partition function (backends.py)
+    symbolic: bool = False  # each case that can takes a symbolic batch, built once, run at several sizes
 
     def config(self) -> Config:
         # On the GPU: no NaN/inf inputs (TVM's CUDA build takes max() as fmaxf, which drops NaN,
@@ -96,7 +98,10 @@ def draw(campaign: Campaign, index: int, choices=None) -> tuple[Case, Draw]:
     """Case `index` of `campaign` (or the case `choices` draw), and the draw that made it (its
     `choices` and `spans`)."""
     source = Draw.seeded([campaign.seed, index]) if choices is None else Draw.replay(choices)
-    return draw_case(source, campaign.config()), source
+    case = draw_case(source, campaign.config())
+    if campaign.symbolic and batchable(case):
+        case.batch_upper = 2 * case.params[0].shape[0] + 3
+    return case, source
 
 
 # -- tasks: what a worker (or this process) runs -------------------------------------------------
@@ -121,8 +126,11 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
         counts: Counter = Counter()
         found: dict[int, dict] = {}
         logged, sample = 0, []  # lines the cases wrote on stderr (TVM's C++ log among them), kept off the console
+        symbolic = sizes = 0  # cases with a symbolic batch, and the sizes they ran at in all
         for index in range(first, first + count):
             case, made = draw(campaign, index)
+            if case.batch_upper:
+                symbolic, sizes = symbolic + 1, sizes + len(case.batch_sizes())
             export = index if campaign.export_every and index % campaign.export_every == 0 else None
             left = save_reproduction(case, Outcome("crashed", "the process died while checking this case"),
                                      campaign.engines, running, partition=campaign.partition) if running else None
@@ -150,7 +158,7 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
             found[index] = _result(index, case, draw(campaign, index)[1], outcome)
     return {"first": first, "count": count, "counts": dict(counts), "found": [found[i] for i in sorted(found)],
             "reloaded": reloaded, "reloaded_with_user_ops": reloaded_user, "stderr_lines": logged,
-            "stderr_sample": sample,
+            "stderr_sample": sample, "symbolic": symbolic, "symbolic_sizes": sizes,
             "with_regions": checker.with_regions, "ops": dict(checker.ops), "user_ops": dict(checker.user_ops),
             "seconds": round(time.monotonic() - start, 2), "worker": f"{os.uname().nodename}:{os.getpid()}",
             "profile": active_profile().name}
@@ -220,7 +228,7 @@ class Tally:
 def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32", "float16"), max_ops: int = 8,
              out_dir="fuzz-out", export_every: int = 25, shrink_seconds: float = 300, jobs: int = 1, log=print,
              cluster: str | None = None, batch_size: int | None = None, case_seconds: float = CASE_SECONDS,
-             resume: bool = False, partition: str = SIMACCEL) -> int:
+             resume: bool = False, partition: str = SIMACCEL, symbolic: bool = False) -> int:
     """Fuzz `cases` models on `engines`; returns the exit status (0 clean, 1 a failure).
 
     `partition`: the backend checked against TVM alone, simaccel or another backend's
@@ -228,7 +236,10 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
 
     `cluster`: None (this process; "local:JOBS" when `jobs` > 1), "local[:N]" (a Dask cluster
     of N worker processes on this machine) or a Dask scheduler's address (tcp://HOST:PORT).
-    `resume`: continue the campaign saved in `out_dir` (its settings, not these)."""
+    `resume`: continue the campaign saved in `out_dir` (its settings, not these).
+    `symbolic`: each case whose first input has a leading dim (and no op reads sizes from its
+    attributes) makes that dim a size var n in [1, 2 * drawn + 3]: one build of each, run at
+    n = 1, the drawn size, the middle and the upper bound, each against TVM alone."""
     from ..deploy import runtime_only
 
     if runtime_only():
@@ -239,7 +250,8 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     out = Path(out_dir)
     campaign = _load(out) if resume else Campaign(
         seed, cases, tuple(engines), tuple(dtypes), max_ops, export_every, batch_size or BATCH_SIZE,
-        tuple(user_op_modules()), active_profile().to_dict() if os.environ.get(PROFILE_ENV) else None, partition)
+        tuple(user_op_modules()), active_profile().to_dict() if os.environ.get(PROFILE_ENV) else None, partition,
+        symbolic)
     _check_settings(campaign)
     if cluster is None and jobs > 1:
         cluster = f"local:{jobs}"
@@ -373,6 +385,8 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
         + (f" ({executor.workers} workers, {summary['cases_per_second']:.2f} cases/s)" if executor.workers > 1 else "")
         + f": {tally.line()}; {summary['cases_with_simaccel_regions']} ran simaccel regions "
         f"({sum(summary['simaccel_ops_run'].values())} ops); " + _user_ops_line(summary["user_ops_in_models"])
+        + (f"{summary['symbolic_cases']} with a symbolic batch, one build each run at {summary['symbolic_sizes_run']} "
+           "sizes in all; " if campaign.symbolic else "")
         + (f"{len(saved)} distinct failure(s); " if saved else "")
         + f"{summary['reloaded_in_fresh_process']} exported and run again in a fresh process"
         + ("" if saved else ", all matched"))
@@ -458,6 +472,8 @@ def _summary(campaign: Campaign, executor, results, tally: Tally, saved, retried
         "case_stderr_lines": sum(r.get("stderr_lines", 0) for r in results),
         "case_stderr_sample": list(dict.fromkeys(line for r in results for line in r.get("stderr_sample", [])))[:10],
         "cases_with_simaccel_regions": sum(r["with_regions"] for r in results),
+        "symbolic_cases": sum(r.get("symbolic", 0) for r in results),
+        "symbolic_sizes_run": sum(r.get("symbolic_sizes", 0) for r in results),
         "simaccel_ops_run": dict(sorted(ops.items())), "user_op_modules": list(campaign.user_op_modules),
         "user_ops_in_models": _user_op_counts(drawn, user_ops), "profile": active_profile().to_dict(),
         "profiles_on_workers": sorted({r["profile"] for r in results}),

@@ -40,13 +40,18 @@ class Value:
 @dataclass
 class Case:
     """A drawn model: its dtype, its values, which of them are its outputs, the seed of its
-    inputs' data, and whether its first input holds NaN and inf (`specials`)."""
+    inputs' data, and whether its first input holds NaN and inf (`specials`).
+
+    `batch_upper` > 0 makes it symbolic: the first input's leading dim, and every other
+    runtime parameter's leading dim of the same size, is a size var `n` in [1, batch_upper]
+    (`module()`); the case is built once and run at each of `batch_sizes()` (`at(n)`)."""
 
     dtype: str
     values: list[Value]
     outputs: list[int]
     data_seed: int
     specials: bool = False
+    batch_upper: int = 0
 
     @property
     def params(self) -> list[Value]:
@@ -63,7 +68,25 @@ class Case:
 
     def describe(self) -> str:
         kinds = ", ".join(self.ops)
-        return f"{self.dtype}, {len(self.params)} params, {len(self.ops)} ops ({kinds}), {len(self.outputs)} output(s)"
+        sizes = f", symbolic batch n in [1, {self.batch_upper}]" if self.batch_upper else ""
+        return f"{self.dtype}, {len(self.params)} params, {len(self.ops)} ops ({kinds}), {len(self.outputs)} output(s){sizes}"
+
+    # -- a symbolic batch ---------------------------------------------------------------------
+    def _batched(self, v: Value) -> bool:
+        """Whether parameter `v`'s leading dim is the size var of a symbolic case."""
+        first = self.params[0].shape
+        return bool(self.batch_upper) and not v.constant and len(v.shape) > 0 and v.shape[0] == first[0]
+
+    def batch_sizes(self) -> list[int]:
+        """The sizes a symbolic case runs at: 1, its drawn size, the middle and the upper bound."""
+        drawn = self.params[0].shape[0]
+        return sorted({1, drawn, (1 + self.batch_upper) // 2, self.batch_upper})
+
+    def at(self, n: int) -> "Case":
+        """The static case a symbolic one is at batch size `n`: the batched parameters' leading dim `n`."""
+        values = [dataclasses.replace(v, shape=(n, *v.shape[1:])) if v.op is None and self._batched(v) else v
+                  for v in self.values]
+        return dataclasses.replace(self, values=values, batch_upper=0)
 
     # -- Relax --------------------------------------------------------------------------------
     def module(self):
@@ -71,9 +94,12 @@ class Case:
         import tvm
         from tvm import relax
 
-        params = {i: relax.Var(v.name, relax.TensorType(v.shape, self.dtype)) for i, v in enumerate(self.values) if v.op is None}
+        n = tvm.tirx.Var("n", "int64")
+        params = {i: relax.Var(v.name, relax.TensorType((n, *v.shape[1:]) if self._batched(v) else v.shape, self.dtype))
+                  for i, v in enumerate(self.values) if v.op is None}
+        attrs = {"tir_var_lower_bound": {"n": 1}, "tir_var_upper_bound": {"n": self.batch_upper}} if self.batch_upper else None
         builder = relax.BlockBuilder()
-        with builder.function("main", list(params.values())):
+        with builder.function("main", list(params.values()), attrs=attrs):
             with builder.dataflow():
                 exprs = dict(params)
                 for i, v in enumerate(self.values):
@@ -160,6 +186,18 @@ class Case:
 
 
 
+# Ops whose attributes hold sizes or indices along the batch: a symbolic batch would change what they mean.
+_NOT_BATCHABLE = {"reshape", "broadcast_to", "take", "strided_slice"}
+
+
+def batchable(case: Case) -> bool:
+    """Whether `case` can take a symbolic batch (`Case.batch_upper`): its first input has a
+    leading dim, and no op reads sizes from its attributes."""
+    params = case.params
+    return bool(params) and len(params[0].shape) > 0 and not params[0].constant and params[0].shape[0] > 0 \
+        and not _NOT_BATCHABLE & set(case.ops) and not case.user_ops
+
+
 def fuzz_op(name: str) -> FuzzOp | UserFuzzOp:
     """The op a node names: a built-in FuzzOp, or a user family (UnsupportedOpError, naming
     $SIMACCEL_OPS, where no family of that name is declared)."""
@@ -180,7 +218,8 @@ def case_from_json(data: dict) -> Case:
     """The case saved by `case_to_json`; UnsupportedOpError (naming $SIMACCEL_OPS) for a user op
     this process has not declared."""
     values = [Value(**{**v, "shape": tuple(v["shape"]), "args": tuple(v["args"])}) for v in data["values"]]
-    case = Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]))
+    case = Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]),
+                int(data.get("batch_upper", 0)))
     for op in case.user_ops:
         fuzz_op(op)
     return case

@@ -81,13 +81,14 @@ class Checker:
             raise  # a user op this process does not know (or declares wrongly): no skip hides it
         except Exception as e:  # noqa: BLE001 - a model Relax refuses is not a case
             return Outcome(SKIP, f"Relax refuses the model: {error_line(e)}")
-        arrays = case.runtime_arrays()
+        # A symbolic case is built once and run at each of its batch sizes; a static one once.
+        points = [(case.at(n), f" at n = {n}") for n in case.batch_sizes()] if case.batch_upper else [(case, "")]
         verdict = Outcome(PASS)
         for device in dict.fromkeys(engine_device(e) for e in self.engines):
             target = default_target(device)
             dev = tvm.device(device, 0)
             try:
-                want = run_vm(build_tvm_only(mod, target), arrays, dev)
+                theirs = build_tvm_only(mod, target)
             except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
                 stop_if_context_lost(e, "TVM alone", _case_text(case))
                 return Outcome(SKIP, f"TVM alone: {error_line(e)}")
@@ -97,34 +98,53 @@ class Checker:
                 executable = self.backend.build(mod, target, partitioned=partitioned)
             except Exception as e:  # noqa: BLE001 - anything TVM builds, the backend must build
                 return _failed(BUILD, e, f"{name} build failed where TVM alone builds: {error_line(e)}")
-            for engine in (e for e in self.engines if engine_device(e) == device):
-                runtime = get_runtime()
-                runtime.ledger.reset()
-                try:
-                    with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)) if self.backend.is_simaccel \
-                            else contextlib.nullcontext():
-                        got = run_vm(executable, arrays, dev)
-                except Exception as e:  # noqa: BLE001 - the backend failed to run what TVM runs
-                    stop_if_context_lost(e, f"{name} on engine {engine}", _case_text(case))
-                    return _failed(f"{RUN} ({engine})", e, f"engine {engine}: run failed: {error_line(e)}")
-                ran = runtime.ledger.snapshot()["ops"] if self.backend.is_simaccel else \
-                    Counter(op for ops in report.regions.values() for op in ops)
-                if count:
-                    self.ops.update(ran)
-                    self.with_regions += bool(ran) and engine == self.engines[0]
-                where, stage = f"engine {engine}", f"{OUTPUT} ({engine})"
-                outcome = case_verdict(case, got, want, where, stage=stage)
-                if outcome.verdict == FAIL and device != "cpu" and not (case.independent_reference
-                                                                         and case.exact_reference):
-                    outcome = case_verdict(case, got, want, where, witness=self._tvm_on_cpu(mod, arrays), stage=stage)
-                if outcome.verdict == FAIL:
+            for k, (point, at) in enumerate(points):  # what a case ran is counted once, at its first size
+                outcome = self._run_point(point, at, mod, theirs, executable, report, device, dev, count and k == 0)
+                if outcome.verdict in (FAIL, SKIP):
                     return outcome
                 if outcome.verdict == TVM_OFF:
                     verdict = outcome
-            if export is not None and device == "cpu":
+            if export is not None and device == "cpu" and not case.batch_upper:
                 path = self.workdir / f"case{len(self.exported)}.so"
                 executable.export_library(str(path))
-                self.exported.append((export, case, path, want))
+                self.exported.append((export, case, path, run_vm(theirs, case.runtime_arrays(), dev)))
+        return verdict
+
+    def _run_point(self, case: Case, at: str, mod, theirs, executable, report, device: str, dev, count: bool) -> Outcome:
+        """`case` (a static case, or a symbolic one at one batch size, `at` saying which) run by
+        TVM alone's build `theirs` and the backend's `executable` on every engine of `device`."""
+        arrays = case.runtime_arrays()
+        try:
+            want = run_vm(theirs, arrays, dev)
+        except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
+            stop_if_context_lost(e, "TVM alone", _case_text(case))
+            return Outcome(SKIP, f"TVM alone{at}: {error_line(e)}")
+        name = self.backend.name
+        verdict = Outcome(PASS)
+        for engine in (e for e in self.engines if engine_device(e) == device):
+            runtime = get_runtime()
+            runtime.ledger.reset()
+            try:
+                with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)) if self.backend.is_simaccel \
+                        else contextlib.nullcontext():
+                    got = run_vm(executable, arrays, dev)
+            except Exception as e:  # noqa: BLE001 - the backend failed to run what TVM runs
+                stop_if_context_lost(e, f"{name} on engine {engine}", _case_text(case))
+                return _failed(f"{RUN} ({engine})", e, f"engine {engine}{at}: run failed: {error_line(e)}")
+            ran = runtime.ledger.snapshot()["ops"] if self.backend.is_simaccel else \
+                Counter(op for ops in report.regions.values() for op in ops)
+            if count:
+                self.ops.update(ran)
+                self.with_regions += bool(ran) and engine == self.engines[0]
+            where, stage = f"engine {engine}{at}", f"{OUTPUT} ({engine})"
+            outcome = case_verdict(case, got, want, where, stage=stage)
+            if outcome.verdict == FAIL and device != "cpu" and not (case.independent_reference
+                                                                     and case.exact_reference):
+                outcome = case_verdict(case, got, want, where, witness=self._tvm_on_cpu(mod, arrays), stage=stage)
+            if outcome.verdict == FAIL:
+                return outcome
+            if outcome.verdict == TVM_OFF:
+                verdict = outcome
         return verdict
 
     @staticmethod
