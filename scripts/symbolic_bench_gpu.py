@@ -1,5 +1,6 @@
 """Symbolic models on a GPU: one build of each, native symbolic regions against TVM alone's
-dynamic-shape build of the same module, at small, middle and upper-bound sizes.
+dynamic-shape build of the same module, at small, middle and upper-bound sizes (the models of
+simaccel.tvm_integration.tools.dynamic_models at their "bench" size).
 
 For each model and size: both builds' results compared (and with torch), then the two timed
 in interleaved rounds (simaccel.tvm_integration.tools.model_bench.timed: medians of `--repeat`
@@ -25,45 +26,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import tvm
-from torch.export import Dim, export
 from tvm import relax
-from tvm.relax.frontend.torch import from_exported_program
 from tvm.script import relax as R, tirx as T
 
 from simaccel.compare import array_difference
 from simaccel.tvm_integration.backend.pipeline import build, build_tvm_only, default_target
+from simaccel.tvm_integration.tools import dynamic_models
 from simaccel.tvm_integration.tools.model_bench import timed
-
-
-class Encoder(torch.nn.Module):
-    """Attention (Q K^T, softmax, A V), layer norms and an MLP, as a transformer block."""
-
-    def __init__(self, d=128):
-        super().__init__()
-        self.q, self.k = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
-        self.up, self.down, self.norm = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d), torch.nn.LayerNorm(d)
-
-    def forward(self, x):
-        attention = torch.softmax(self.q(x) @ self.k(x).transpose(1, 2) / 11.0, dim=-1) @ x
-        h = self.norm(x + attention)
-        return self.norm(h + self.down(torch.nn.functional.gelu(self.up(h))))
-
-
-def models():
-    """name -> (torch model, example, dynamic dims, per-sample shape, sizes to run)."""
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512),
-                              torch.nn.LayerNorm(512)).eval()
-    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                              torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                              torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 10)).eval()
-    return {
-        "mlp (batch, seq)": (mlp, torch.randn(2, 4, 512), {0: Dim("batch", max=16), 1: Dim("seq", max=512)}, (512,),
-                             [(1, 1), (4, 128), (16, 512)]),
-        "encoder (batch, seq)": (Encoder().eval(), torch.randn(2, 4, 128),
-                                 {0: Dim("batch", max=8), 1: Dim("seq", max=256)}, (128,), [(1, 1), (2, 64), (8, 256)]),
-        "cnn (batch)": (cnn, torch.randn(2, 3, 32, 32), {0: Dim("batch", max=64)}, (3, 32, 32), [(1,), (16,), (64,)]),
-    }
 
 
 def tiny(static: bool):
@@ -127,19 +96,17 @@ def main() -> int:
     result = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "device": torch.cuda.get_device_name(0), "commit": os.environ.get("SIMACCEL_COMMIT", "unknown"),
               "repeat": args.repeat, "models": [], "binding": {}}
-    for name, (model, example, dynamic, per, sizes) in models().items():
-        with torch.no_grad():
-            mod = from_exported_program(export(model, (example,), dynamic_shapes=(dynamic,)),
-                                        unwrap_unit_return_tuple=True)
+    for name in dynamic_models.NAMES:
+        model = dynamic_models.load(name, "bench")
+        mod = model.to_relax()
         ours, python_regions = build_ours(mod, target)
         theirs = build_tvm_only(mod, target)
         vms = {"simaccel": relax.VirtualMachine(ours, gpu), "TVM alone": relax.VirtualMachine(theirs, gpu)}
-        for size in sizes:
-            x = np.random.default_rng(sum(size)).standard_normal((*size, *per)).astype("float32")
+        for size in model.sizes:
+            x = model.inputs(size)
             xd = tvm.runtime.tensor(x, gpu)
             got = {k: vm["main"](xd).numpy() for k, vm in vms.items()}
-            with torch.no_grad():
-                want = model(torch.from_numpy(x)).numpy()
+            want = model.run(x)
             checks = {"vs TVM alone": array_difference(got["simaccel"], got["TVM alone"], scaled=True),
                       "vs torch": array_difference(got["simaccel"], want, scaled=True)}
             times = timed({k: (lambda vm=vm: vm["main"](xd)) for k, vm in vms.items()}, sync, args.repeat)

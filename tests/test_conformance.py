@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import forks
+import simaccel
+from harness import plant_reference
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.backends import Backend, parse_partition
 from simaccel.tvm_integration.tools.common.error_line import error_line
@@ -240,3 +242,35 @@ def test_tvm_s_log_lines_stay_off_the_console_and_are_kept_with_the_model(tmp_pa
     assert model["engines"]["ref"]["reload"]["verdict"] == "passed"
     assert model["stderr_lines"] >= 1 and any("executable.cc:276: Warning: Scope Saving:" in line
                                               for line in model["stderr"]), model.get("stderr")
+
+
+NEEDS_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("torchvision") is None,
+                                 reason="the torch zoo needs torch and torchvision: pip install '.[torch]'")
+
+
+@NEEDS_TORCH
+def test_dynamic_torch_models_run_one_build_at_each_of_their_shapes(tmp_path):
+    status = run_conformance(["torch"], engines=["ref"], only="dyn_*", out_dir=tmp_path, reload_every=0,
+                             log=lambda _: None)
+    assert status == 0
+    results = _results(tmp_path)["models"]
+    assert sorted(r["model"]["name"] for r in results) == ["dyn_cnn", "dyn_encoder", "dyn_mlp"]
+    for r in results:
+        entry = r["engines"]["ref"]
+        assert entry["verdict"] == "passed" and entry["vs_torch"] is None, r
+        assert len(entry["shapes"]) == 2 and r["partition"]["kept_total"] == 0, r
+    assert "passed, = torch, at 3 shapes" in (tmp_path / "conformance.md").read_text()
+
+
+@NEEDS_TORCH
+def test_a_fault_at_one_shape_of_a_dynamic_model_fails_it_naming_the_shape(tmp_path, monkeypatch):
+    """layer_norm made wrong only for the upper-bound batch of dyn_mlp (8 x 64 rows)."""
+    plant_reference(monkeypatch, "simaccel.layer_norm", lambda y: y + 1 if y.shape[:2] == (8, 64) else y)
+    status = run_conformance(["torch"], engines=["ref"], only="dyn_mlp", out_dir=tmp_path, reload_every=0,
+                             log=lambda _: None)
+    monkeypatch.undo()
+    simaccel.get_runtime().clear()
+    assert status == 1
+    [result] = _results(tmp_path)["models"]
+    entry = result["engines"]["ref"]
+    assert entry["verdict"] == "failed" and "at input shape (8, 64)" in entry["reason"], entry

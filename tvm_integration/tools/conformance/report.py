@@ -57,6 +57,8 @@ def _engine_cell(entry: dict | None) -> str:
         text += ", reloaded" if entry["reload"]["verdict"] == PASS else ", reload FAILED"
     if "vs_torch" in entry:
         text += ", = torch" if entry["vs_torch"] is None else ", differs from torch"
+    if entry.get("shapes"):
+        text += f", at {len(entry['shapes']) + 1} shapes"
     return text
 
 

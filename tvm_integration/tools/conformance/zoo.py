@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,11 +56,13 @@ class ZooModel:
 
 @dataclass
 class Loaded:
-    """A model ready to check: its Relax module, its inputs and, for a torch model, torch's outputs."""
+    """A model ready to check: its Relax module, its inputs and, for a torch model, torch's outputs;
+    for a model with symbolic sizes, `more` holds (shape, inputs, torch's outputs) at its other sizes."""
 
     mod: object
     inputs: list
     torch_outputs: list | None = None
+    more: list = field(default_factory=list)
 
 
 def torch_available() -> bool:
@@ -88,7 +90,11 @@ def zoo(sources=("relax", "torch"), user_models=(), size: str = "small", only: s
         found += [ZooModel(name, "relax", f"relax:{name}", doc) for name, (_, doc) in RELAX_MODELS.items()]
     if "torch" in sources:
         if torch_available():
+            from .. import dynamic_models
+
             found += [ZooModel(name, "torch", f"torch:{name}:{size}") for name in ALL_NAMES + ZOO_NAMES]
+            found += [ZooModel(name, "torch", f"dynamic:{name}", "symbolic sizes: one build run at 1, a middle size "
+                                                                 "and the upper bounds") for name in dynamic_models.NAMES]
         elif tuple(sources) == ("torch",):
             raise SimAccelError("--zoo torch: torch and torchvision are not installed here; pip install '.[torch]'")
     for entry in user_models:
@@ -169,6 +175,13 @@ def load(spec: str, seed: int = 0) -> Loaded:
         model = torch_models.load(name, size, seed)
         x = np.random.default_rng(seed + 1).standard_normal(model.input_shape).astype(np.float32)
         return Loaded(model.to_relax(), [x], model.run_all(x))
+    elif kind == "dynamic":
+        from .. import dynamic_models
+
+        model = dynamic_models.load(rest, "small", seed)
+        runs = [(size, [model.inputs(size, seed)]) for size in model.sizes]
+        runs = [(size, x, [model.run(x[0])]) for size, x in runs]
+        return Loaded(model.to_relax(), runs[0][1], runs[0][2], runs[1:])
     elif kind == "file":
         mod = load_model(rest)
     elif kind == "entry":
