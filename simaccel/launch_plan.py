@@ -34,7 +34,7 @@ from .kernels.target import StrayLaunch, recording
 from .ops import LaunchTarget, get_op
 from .ops.registry import generation
 from .program import OpNode, Program
-from .size_plans import Traced, TracedFloat
+from .traced import Traced, TracedFloat
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def signature(launch: Launch, program: Program) -> tuple:
 
 
 def _sizes(shape) -> tuple:
-    """A shape's dims as ints, or as Traced where a symbolic Program's plan is traced (simaccel.size_plans)."""
+    """A shape's dims as ints, or as Traced where a symbolic Program's plan is traced (simaccel.traced)."""
     return tuple(d if isinstance(d, Traced) else int(d) for d in shape)
 
 

@@ -29,7 +29,7 @@ CORE_LAYERS = (
     ("base", ("simaccel.errors", "simaccel.names", "simaccel.events", "simaccel.provided", "simaccel.shapes")),
     ("ops", ("simaccel.ops", "simaccel.ops.*")),
     ("model", ("simaccel.timing", "simaccel.profile", "simaccel.program", "simaccel.ledger")),
-    ("plan", ("simaccel.tensors", "simaccel.fusion", "simaccel.launch_plan")),
+    ("plan", ("simaccel.tensors", "simaccel.fusion", "simaccel.traced", "simaccel.launch_plan", "simaccel.size_plans")),
     ("engines", ("simaccel.engines", "simaccel.engines.*")),
     ("switches", ("simaccel.switches",)),
     ("runtime", ("simaccel.runtime",)),

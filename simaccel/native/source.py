@@ -28,7 +28,8 @@ from ..errors import EngineError
 from ..launch_plan import Launch, LaunchPlan, View, signature
 from ..program import Program
 from ..shapes import Dim, shape_text, var_name
-from ..size_plans import Traced, TracedFloat, groups_of, size_plans
+from ..size_plans import groups_of, size_plans
+from ..traced import Traced, TracedFloat
 
 _DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
