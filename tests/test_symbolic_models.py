@@ -308,6 +308,39 @@ def test_one_cuda_build_matches_tvm_alone_at_every_shape_with_no_host_copies(nam
 
 
 @pytest.mark.gpu
+def test_a_graph_captured_per_shape_replays_a_native_symbolic_region(clean_runtime):
+    """A user captures TVM's stream (torch.cuda.graph) once per shape, after warm-up calls at
+    that shape; the graphs, replayed in turn with new input contents, match TVM alone: the
+    region's intermediates, sized for the upper bounds, stay where each graph holds them."""
+    torch = pytest.importorskip("torch")
+    import tvm_ffi
+    from simaccel.tvm_integration.backend.pipeline import default_target
+
+    target, gpu = default_target("cuda"), tvm.cuda(0)
+    ours = relax.VirtualMachine(build(Flattened, target), gpu)
+    theirs = relax.VirtualMachine(build_tvm_only(Flattened, target), gpu)
+    w = tvm.runtime.tensor(_rng((16,)).standard_normal((16, 4)).astype("float32"), gpu)
+    stream, graphs = torch.cuda.Stream(), {}
+    with tvm_ffi.use_raw_stream(gpu, stream.cuda_stream), torch.cuda.stream(stream):
+        for shape in ((2, 3), (4, 32), (1, 1)):
+            x = tvm.runtime.tensor(_rng(shape).standard_normal((*shape, 16)).astype("float32"), gpu)
+            for _ in range(3):
+                ours["main"](x, w)
+            stream.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                out = ours["main"](x, w)
+            graphs[shape] = (graph, x, out)
+    for seed in (5, 6):
+        for shape, (graph, x, out) in graphs.items():
+            x.copyfrom(np.random.default_rng([seed, *shape]).standard_normal((*shape, 16)).astype("float32"))
+            graph.replay()
+            torch.cuda.synchronize()
+            found = array_difference(out.numpy(), theirs["main"](x, w).numpy(), scaled=True)
+            assert found.ok, f"graph of shape {shape}, inputs {seed}: {found.reason}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("name", ["encoder", "cnn"])
 def test_exported_dynamic_models_run_native_on_the_gpu_at_every_shape(name, clean_runtime, caplog):
     """torch.export models with Dim: one CUDA build, every region native, against TVM alone's CUDA
