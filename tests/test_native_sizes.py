@@ -182,3 +182,18 @@ def test_sample_points_of_many_vars_stay_inside_the_bounds_and_reach_each_end():
     for name, ends in (("a", (1, 7)), ("b", (2, 300)), ("c", (0, 4096))):
         assert {p[name] for p in points} >= set(ends)
     assert {"a": 7, "b": 300, "c": 4096} in points and {"a": 1, "b": 2, "c": 0} in points
+
+
+def test_the_generator_writes_the_size_ops_tables_h_defines():
+    """source.py's opcode names and tables.h's kSize constants: the same numbers, one by one."""
+    import re
+    from pathlib import Path
+
+    from simaccel.native import source
+
+    text = (Path(source.__file__).parent / "tables.h").read_text()
+    defined = {name: int(value) for name, value in re.findall(r"constexpr int64_t (kSize\w+) = (\d+);", text)}
+    spelled = {"const": "Const", "var": "Var", "+": "Add", "*": "Mul", "//": "FloorDiv", "%": "Mod", "neg": "Neg",
+               "==": "Eq0", "!=": "Ne0", "<": "Lt0", "<=": "Le0", ">": "Gt0", ">=": "Ge0", "float": "Float",
+               "to_float": "ToFloat", "f+": "FAdd", "f-": "FSub", "f*": "FMul", "f/": "FDiv", "fneg": "FNeg"}
+    assert {f"kSize{spelled[op]}": code for op, code in source._OPS.items()} == defined

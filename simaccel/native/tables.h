@@ -77,11 +77,26 @@ struct OpSpec {  // for the sanitizer's and the trace's messages
 // A symbolic region's sizes (simaccel.size_plans), evaluated per call by sizes.h: expressions
 // over its size vars as postfix code (the Op codes below), and its launches as plans, each
 // valid where its guards hold.
-enum SizeOp : int64_t {
-  kSizeConst = 0, kSizeVar, kSizeAdd, kSizeMul, kSizeFloorDiv, kSizeMod, kSizeNeg,  // int64
-  kSizeEq0, kSizeNe0, kSizeLt0, kSizeLe0, kSizeGt0, kSizeGe0,                      // guards: 1 where it holds
-  kSizeFloat, kSizeToFloat, kSizeFAdd, kSizeFSub, kSizeFMul, kSizeFDiv, kSizeFNeg  // float64, as its bits
-};
+constexpr int64_t kSizeConst = 0;  // int64: a constant (the next word)
+constexpr int64_t kSizeVar = 1;  // a var's value (its index: the next word)
+constexpr int64_t kSizeAdd = 2;
+constexpr int64_t kSizeMul = 3;
+constexpr int64_t kSizeFloorDiv = 4;  // by the next word (> 0), as Python's //
+constexpr int64_t kSizeMod = 5;  // by the next word (> 0), as Python's %
+constexpr int64_t kSizeNeg = 6;
+constexpr int64_t kSizeEq0 = 7;  // guards: 1 where the relation to 0 holds
+constexpr int64_t kSizeNe0 = 8;
+constexpr int64_t kSizeLt0 = 9;
+constexpr int64_t kSizeLe0 = 10;
+constexpr int64_t kSizeGt0 = 11;
+constexpr int64_t kSizeGe0 = 12;
+constexpr int64_t kSizeFloat = 13;  // float64, as its bits: a constant (the next word)
+constexpr int64_t kSizeToFloat = 14;  // an int64 as a float64
+constexpr int64_t kSizeFAdd = 15;
+constexpr int64_t kSizeFSub = 16;
+constexpr int64_t kSizeFMul = 17;
+constexpr int64_t kSizeFDiv = 18;
+constexpr int64_t kSizeFNeg = 19;
 
 struct Expr {
   int32_t start, length;  // in Sizes::code; kSizeConst, kSizeVar, kSizeFloorDiv, kSizeMod, kSizeFloat take the next word

@@ -211,7 +211,12 @@ def fuzz_op(name: str) -> FuzzOp | UserFuzzOp:
 
 # -- cases as JSON (reproductions, Dask tasks) -----------------------------------------------
 def case_to_json(case: Case) -> dict:
-    return {**dataclasses.asdict(case), "values": [dataclasses.asdict(v) for v in case.values]}
+    """The case as JSON; `batch_upper` only where set, so a static case's JSON is what it was
+    before cases could be symbolic."""
+    data = {**dataclasses.asdict(case), "values": [dataclasses.asdict(v) for v in case.values]}
+    if not case.batch_upper:
+        del data["batch_upper"]
+    return data
 
 
 def case_from_json(data: dict) -> Case:
