@@ -69,7 +69,7 @@ def load(name: str, size: str = "small", seed: int = 0) -> DynamicModel:
     torch.manual_seed(seed)
     nn, small = torch.nn, size == "small"
     if name == "dyn_mlp":
-        d, seq = (32, 64) if small else (512, 512)
+        d, seq = (32, 64) if small else (384, 512)
         module = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d), nn.LayerNorm(d))
         dims, rest = {0: ("batch", 8 if small else 16), 1: ("seq", seq)}, (d,)
         doc = "Linear-GELU-Linear-LayerNorm over (batch, seq, d), batch and seq dynamic"
