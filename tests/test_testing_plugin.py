@@ -262,3 +262,48 @@ def test_simaccel_testing_hands_over_the_tvm_side_s_names():
     assert simaccel.testing.assert_offloads is testing.assert_offloads
     with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
         simaccel.testing.nothing_here  # noqa: B018
+
+
+# -- symbolic sizes ----------------------------------------------------------------------------------
+def _symbolic_relu_matmul():
+    """(n, 16) @ w (16, 8) -> relu, n in [1, 32]."""
+    import tvm
+    from tvm.script import relax as R, tirx as T
+
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor(("n", 16), "float32"), w: R.Tensor((16, 8), "float32")) -> R.Tensor(("n", 8), "float32"):
+            n = T.int64()
+            R.func_attr({"tir_var_upper_bound": {"n": 32}})
+            with R.dataflow():
+                y = R.nn.relu(R.matmul(x, w))
+                R.output(y)
+            return y
+
+    return Module
+
+
+def test_a_symbolic_module_is_checked_once_built_at_every_size_given():
+    matches = assert_matches_tvm(_symbolic_relu_matmul(), sizes=[{"n": 1}, {"n": 17}, {"n": 32}], engines=["ref", "sim"])
+    assert [(m.engine, m.outputs[0].shape) for m in matches] == \
+        [(e, (n, 8)) for e in ("ref", "sim") for n in (1, 17, 32)]
+
+
+def test_a_symbolic_module_without_inputs_or_sizes_is_refused_naming_its_vars():
+    with pytest.raises(SimAccelError, match=r"main has symbolic dims \(n\); give inputs, or sizes=\{'n': \.\.\.\}"):
+        assert_matches_tvm(_symbolic_relu_matmul())
+    with pytest.raises(SimAccelError, match="give no value to size var n"):
+        assert_matches_tvm(_symbolic_relu_matmul(), sizes={"m": 3})
+
+
+def test_a_fault_at_one_size_fails_naming_the_size(monkeypatch):
+    from harness import plant_reference
+
+    import simaccel
+
+    plant_reference(monkeypatch, "simaccel.matmul_relu", lambda y: y + 1 if y.shape[0] == 17 else y)
+    with pytest.raises(AssertionError, match="at n = 17"):
+        assert_matches_tvm(_symbolic_relu_matmul(), sizes=[{"n": 1}, {"n": 17}], bisect=False)
+    monkeypatch.undo()
+    simaccel.get_runtime().clear()  # no Program keeps the planted op

@@ -23,10 +23,12 @@ from ... import debug
 from ...compare import mismatch
 from ...errors import EngineError, SimAccelError
 from ...runtime import get_runtime
+from ...shapes import shape_vars
 from ...testing import TEST_ENGINES
 from ..backend.native import has_native_regions
 from ..backend.partition import PartitionReport, partition_report
 from ..backend.pipeline import build, build_tvm_only, default_target
+from ..backend.sizes import dim_of
 from .bisect import bisect as bisect_model
 from .common.runs import outputs_as_list
 from .deploy import runtime_only
@@ -128,10 +130,13 @@ class Match:
 
 def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = None, atol: float | None = None,
                        engines=None, profile=None, func: str = "main", seed: int = 0, expect_offload: bool = True,
-                       sanitize: bool = True, bisect: bool = True) -> list[Match]:
+                       sanitize: bool = True, bisect: bool = True, sizes=None) -> list[Match]:
     """Build `mod` with simaccel and with TVM alone, run both on each engine, assert every output matches.
 
     inputs: numpy arrays, one per parameter of `func` (default: seeded random ones, `seed`).
+    sizes: for a module with symbolic dims, the sizes to run it at: a dict (size var -> value) or
+    a list of them; each build is made once and run at every one, with seeded random inputs
+    (a module with symbolic dims takes `inputs` or `sizes`).
     rtol, atol: the tolerance for every output (default: per output dtype, simaccel.compare; atol is
     times 1 + the output's largest magnitude).
     engines: names or `Engine`s, e.g. ``[simaccel_engine]`` (default: ``["ref"]``). TVM alone is
@@ -141,13 +146,13 @@ def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = N
     sanitize: run simaccel with its sanitizer on (`simaccel.debug.sanitize`).
     bisect: on a mismatch, run `simaccel.debug.bisect` and put its report in the message.
 
-    Returns one `Match` per engine. Raises AssertionError naming the engine, the output, how
+    Returns one `Match` per engine (and per sizes, in order). Raises AssertionError naming the engine, the output, how
     many elements differ, the largest error and where; a SimAccelError raised by simaccel
     (a sanitizer finding, a refused tensor) is raised as it is.
     """
     __tracebackhide__ = True  # pytest shows the test's line, not this function's
     engines = [Engine(e) for e in ([engines] if isinstance(engines, str) else (engines or ["ref"]))]
-    arrays = _inputs(mod, inputs, func, seed)
+    runs = _runs(mod, inputs, sizes, func, seed)  # (what, arrays): the inputs of each run of one build
     _, report = partition_report(mod, profile)
     if expect_offload and not report.regions:
         raise AssertionError(f"nothing of the model was offloaded to simaccel (expect_offload=False if that is meant)\n"
@@ -160,21 +165,23 @@ def assert_matches_tvm(mod: tvm.IRModule, inputs=None, *, rtol: float | None = N
         if reason:
             raise EngineError(f"engine {engine!r} cannot run here: {reason}")
         if engine.device not in references:
-            references[engine.device] = _run(build_tvm_only(mod, engine.target), arrays, engine, func)
-        want = references[engine.device]
+            theirs = build_tvm_only(mod, engine.target)
+            references[engine.device] = [_run(theirs, arrays, engine, func) for _, arrays in runs]
         executable = build(mod, engine.target, profile=profile, native=engine.native)
         if engine == "native" and report.regions and not has_native_regions(executable):
             raise AssertionError("engine 'native': the CUDA build holds no native region functions")
-        runtime.ledger.reset()
-        with engine.use(), debug.sanitize(sanitize):
-            got = _run(executable, arrays, engine, func)
-        ledger = runtime.ledger.snapshot()
-        problems = output_mismatches(got, want, rtol, atol)
-        if expect_offload and not ledger["offloaded_calls"]:
-            problems.insert(0, f"{len(report.regions)} region(s) were partitioned, but no region call reached simaccel")
-        if problems:
-            raise AssertionError(_failure(mod, arrays, engine, func, problems, report, rtol, atol, profile, bisect))
-        matches.append(Match(engine, got, want, ledger, report))
+        for (what, arrays), want in zip(runs, references[engine.device]):
+            runtime.ledger.reset()
+            with engine.use(), debug.sanitize(sanitize):
+                got = _run(executable, arrays, engine, func)
+            ledger = runtime.ledger.snapshot()
+            problems = output_mismatches(got, want, rtol, atol)
+            if expect_offload and not ledger["offloaded_calls"]:
+                problems.insert(0, f"{len(report.regions)} region(s) were partitioned, but no region call reached simaccel")
+            if problems:
+                problems = [f"{what}: {p}" for p in problems] if what else problems
+                raise AssertionError(_failure(mod, arrays, engine, func, problems, report, rtol, atol, profile, bisect))
+            matches.append(Match(engine, got, want, ledger, report))
     return matches
 
 
@@ -222,9 +229,32 @@ def _family(op: str) -> str | None:
         return None
 
 
-def _inputs(mod, inputs, func: str, seed: int) -> list[np.ndarray]:
+def _runs(mod, inputs, sizes, func: str, seed: int) -> list[tuple[str, list[np.ndarray]]]:
+    """(what, inputs) of each run: the given or seeded inputs; or, with `sizes`, seeded inputs at each."""
     if func not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise SimAccelError(f"assert_matches_tvm: the module has no function {func!r}")
+    symbolic = sorted(frozenset().union(*(shape_vars([dim_of(d) for d in p.ty.shape.values])
+                                          for p in mod[func].params if hasattr(p.ty, "shape"))))
+    if sizes is None:
+        if symbolic and inputs is None:
+            raise SimAccelError(f"assert_matches_tvm: {func} has symbolic dims ({', '.join(symbolic)}); give inputs, or "
+                                f"sizes={{{', '.join(f'{v!r}: ...' for v in symbolic)}}} (or a list of such dicts)")
+        return [("", _inputs(mod, inputs, func, seed))]
+    if inputs is not None:
+        raise SimAccelError("assert_matches_tvm: give inputs or sizes, not both")
+    runs = []
+    for values in [sizes] if isinstance(sizes, dict) else list(sizes):
+        missing = [v for v in symbolic if v not in values]
+        if missing:
+            raise SimAccelError(f"assert_matches_tvm: sizes {values} give no value to size var {missing[0]} "
+                                f"(the vars: {', '.join(symbolic)})")
+        runs.append((f"at {', '.join(f'{k} = {v}' for k, v in values.items())}", random_inputs(mod, seed, func, values)))
+    if not runs:
+        raise SimAccelError("assert_matches_tvm: sizes is an empty list")
+    return runs
+
+
+def _inputs(mod, inputs, func: str, seed: int) -> list[np.ndarray]:
     specs = param_specs(mod, func)
     if inputs is None:
         return random_inputs(mod, seed, func)
