@@ -197,3 +197,43 @@ def test_the_generator_writes_the_size_ops_tables_h_defines():
                "==": "Eq0", "!=": "Ne0", "<": "Lt0", "<=": "Le0", ">": "Gt0", ">=": "Ge0", "float": "Float",
                "to_float": "ToFloat", "f+": "FAdd", "f-": "FSub", "f*": "FMul", "f/": "FDiv", "fneg": "FNeg"}
     assert {f"kSize{spelled[op]}": code for op, code in source._OPS.items()} == defined
+
+
+def _symbolic_case(name, shapes, attrs, axis):
+    """One op of tests/test_launch_plan.py's CASES with dim `axis` of its first input (and every
+    other input's dim of that size) a size var n in [1, 300]; None where its shape rule needs a value."""
+    from simaccel.ops import get_op
+    from simaccel.program import OpNode, TensorSpec
+
+    n_ = Dim.var("n")
+    old = shapes[0][axis]
+    shapes = [[n_ if (i == 0 and j == axis) or (i and d == old != 1) else d for j, d in enumerate(s)]
+              for i, s in enumerate(shapes)]
+    op = get_op(name)
+    try:
+        out, _ = op.infer([tuple(s) for s in shapes], ["float32"] * len(shapes), **op.all_attrs(attrs))
+    except Exception:  # noqa: BLE001 - a shape rule that needs the size's value: the op stays on TVM
+        return None
+    k = len(shapes)
+    tensors = tuple(TensorSpec(f"t{i}", tuple(s), "float32") for i, s in enumerate(shapes)) + (TensorSpec("out", out, "float32"),)
+    return Program(name, tensors, tuple(range(k)), (k,), (OpNode(name, tuple(range(k)), k, dict(attrs)),),
+                   vars=(SizeVar("n", 1, 300),)).validate()
+
+
+def test_no_launcher_bakes_a_size_into_its_launches():
+    """Every op family's launches follow a symbolic size along each axis its shape rule accepts:
+    a few plans (the kernel variants the launchers choose by size), never one per size, which a
+    size pinned to its value (an int() of it, a dict keyed by it) would need at each of the
+    sample points."""
+    from test_launch_plan import CASES
+
+    tried = 0
+    for name, shapes, attrs in CASES:
+        for axis in range(len(shapes[0])):
+            program = _symbolic_case(name, shapes, attrs, axis)
+            if program is None:
+                continue
+            plans = size_plans(program)
+            tried += 1
+            assert len(plans) <= 10 < len(sample_points(program)), (name, axis, len(plans))
+    assert tried >= 20
