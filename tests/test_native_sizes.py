@@ -17,7 +17,7 @@ import pytest
 import tvm  # noqa: F401  (registers simaccel's errors and runtime functions with tvm-ffi)
 import tvm_ffi
 
-from simaccel import ShapeError
+from simaccel import EngineError, ShapeError
 from simaccel.aot import abi_params, compile_kernel, signature
 from simaccel.native.source import NativeRegion
 from simaccel.program import Program, SizeVar
@@ -237,3 +237,26 @@ def test_no_launcher_bakes_a_size_into_its_launches():
             tried += 1
             assert len(plans) <= 10 < len(sample_points(program)), (name, axis, len(plans))
     assert tried >= 20
+
+
+def test_sizes_no_plan_covers_go_to_the_python_runtime(tmp_path, monkeypatch, clean_runtime):
+    """A library whose region kept only its first size plan (concat's n = 0): a call at other
+    sizes forwards its tensors to simaccel's Python runtime (whose "cuda" engine then finds no
+    GPU here: proof the call went there) and launches nothing natively; a call the plan covers
+    runs natively."""
+    from simaccel.native import source
+
+    program = concat_model(upper=40, lower=0).validate()
+    monkeypatch.setattr(source, "size_plans", lambda p: size_plans(p)[:1])
+    monkeypatch.setenv("SIMACCEL_CUDA_DRIVER", str(fake_driver(tmp_path)))
+    library, _ = region_library([NativeRegion("r_first_plan_only", program)], tmp_path)
+    driver = FakeDriver(fake_driver(tmp_path))
+    driver.reset()
+    covered = [np.zeros((0, 8), np.float32), np.ones((1, 8), np.float32), np.zeros((1, 8), np.float32)]
+    library["r_first_plan_only"](*[cuda_tensor(a) for a in covered])
+    assert len(driver.launches()) == 1  # the one copy of b: a's is empty
+    driver.reset()
+    arrays = [np.zeros((5, 8), np.float32), np.ones((1, 8), np.float32), np.zeros((6, 8), np.float32)]
+    with pytest.raises(EngineError, match="engine 'cuda' cannot run here"):
+        library["r_first_plan_only"](*[cuda_tensor(a) for a in arrays])
+    assert driver.launches() == []
