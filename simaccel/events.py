@@ -117,6 +117,7 @@ class RegionRun:
     launches: list = field(default_factory=list)  # per op: its recorded launches (kernel engines)
     notes: dict = field(default_factory=dict)  # per-watcher state for this call, keyed by watcher
     scratch: dict = field(default_factory=dict)  # buffers watchers keep with the plan (freed with it)
+    sizes: dict = field(default_factory=dict)  # a symbolic region's size var values in this call (`program` is bound to them)
 
     def to_host(self, index: int) -> np.ndarray:
         """Tensor `index` of this call, copied to host memory."""

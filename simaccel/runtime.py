@@ -254,23 +254,24 @@ class Runtime:
             while len(self._programs) > self.max_plans:
                 self._programs.popitem(last=False)
 
-    def bound(self, program: Program, shapes, shape_values=()) -> Program:
+    def bound(self, program: Program, shapes, shape_values=()) -> tuple[Program, dict[str, int]]:
         """The static Program a symbolic `program` is for one call's tensor shapes (inputs, then
-        outputs): its vars bound from them and checked (`Program.bind_tensors`), validated once
-        per bound shape and cached beside the parsed Programs (the same LRU of `max_plans`)."""
+        outputs), and its vars' values: bound from them and checked (`Program.bind_tensors`),
+        validated once per bound shape and cached beside the parsed Programs (the same LRU of
+        `max_plans`)."""
         values = program.bind_tensors(shapes, shape_values)
         key = ("bound", program.fingerprint(), tuple(sorted(values.items())))
         with self._lock:
             entry = self._programs.get(key)
             if entry is not None:
                 self._programs.move_to_end(key)
-                return entry[1]
+                return entry[1], values
         try:
             static = program.bind(values).validate(self.profile)
         except SimAccelError as e:
             raise type(e)(f"region {program.name} at {sizes_text(values)}: {e}") from e
         self._keep(key, None, static)
-        return static
+        return static, values
 
     def invoke(self, key: str, program_json: str, *tensors, stream: int | None = None) -> None:
         """Run one region: `tensors` are the inputs, then the DPS outputs, in Program order.
@@ -320,8 +321,9 @@ class Runtime:
         refs = [tensor if isinstance(tensor, TensorRef) else from_dlpack(tensor, device, program.name, role,
                                                                          program.tensors[i].name)
                 for i, role, tensor in zip(ids, roles, tensors)]
+        sizes = {}
         if program.vars:
-            program = self.bound(program, [ref.shape for ref in refs], shape_values)
+            program, sizes = self.bound(program, [ref.shape for ref in refs], shape_values)
         for i, role, ref in zip(ids, roles, refs):
             spec = program.tensors[i]
             check(program.name, role, spec, ref)
@@ -336,10 +338,11 @@ class Runtime:
             plan_key += ("unfused",)
         with self._live_plan(plan_key, program, engine, device, stream, sanitize) as plan:
             call = Call(program.name, device, stream, staged, self.ledger, plan.scratch)
-            self._run_plan(plan, call, zip(ids, roles, refs), aliased)
+            self._run_plan(plan, call, zip(ids, roles, refs), aliased, sizes)
 
-    def _run_plan(self, plan: Plan, call: Call, boundary, aliased) -> None:
-        """One call of a locked plan: bind the boundary (tensor id, role, TensorRef), run the ops."""
+    def _run_plan(self, plan: Plan, call: Call, boundary, aliased, sizes: dict | None = None) -> None:
+        """One call of a locked plan: bind the boundary (tensor id, role, TensorRef), run the ops
+        (`sizes`: a symbolic region's size var values for this call, which watchers see)."""
         program, engine = plan.program, plan.engine
         with engine.activate(call):
             start = time.perf_counter()
@@ -358,7 +361,7 @@ class Runtime:
             run = None
             if watchers:
                 run = events.RegionRun(program, engine, call, slots, list(boundary_list), list(plan.launches),
-                                       scratch=plan.watcher_scratch)
+                                       scratch=plan.watcher_scratch, sizes=sizes or {})
                 for w in watchers:
                     w.region_start(run)
             for index, ((node, op), recorded) in enumerate(zip(plan.steps, plan.launches)):

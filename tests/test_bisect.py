@@ -390,3 +390,24 @@ def test_bisect_finds_the_wrong_op_of_a_symbolic_model_at_the_sizes_of_its_input
     assert c is not None and c.op == "wrongaccel.abs" and c.max_error == pytest.approx(0.25, abs=1e-6), report.format()
     with pytest.raises(ShapeError, match="main takes"):
         bisect(mod, [np.zeros((3, 7), "float32")], engine="ref")
+
+
+def test_bisect_runs_tvm_alone_on_an_op_that_takes_the_region_s_sizes(tmp_path, monkeypatch):
+    """A region whose tensors show b and s only as b * s takes them as a shape argument: bisect
+    passes the captured call's sizes to TVM alone's one-op module (no "numpy reference only"
+    note), finds the planted op, and reproduces it with the whole model."""
+    from harness import plant_reference
+    from test_symbolic_models import SizesPassed
+
+    plant_reference(monkeypatch, "simaccel.matmul_relu", lambda y: y + 0.5)
+    arrays = [np.random.default_rng(1).standard_normal((3, 5, 16)).astype("float32"),
+              np.random.default_rng(2).standard_normal((16, 4)).astype("float32")]
+    report = bisect(SizesPassed, arrays, engine="ref", out_dir=tmp_path / "repro")
+    monkeypatch.undo()
+    simaccel.get_runtime().clear()
+    c = report.culprit
+    assert c is not None and c.op == "simaccel.matmul_relu" and c.max_error == pytest.approx(0.5, abs=1e-5), report.format()
+    assert not [n for n in report.notes if "numpy reference only" in n], report.notes
+    # TVM alone's one-op module ran (the planted reference is what the ref engine runs too)
+    assert c.explanation.startswith("agrees with simaccel: the op's declaration"), c.explanation
+    assert (tmp_path / "repro" / "module.py").exists() and "R.reshape" in (tmp_path / "repro" / "module.py").read_text()

@@ -41,6 +41,7 @@ class RegionCapture:
     tensors: dict = field(default_factory=dict)  # tensor id -> host array (inputs and op outputs)
     outputs: dict = field(default_factory=dict)  # output tensor id -> host array after the last op
     ops_done: int = 0  # ops whose output was captured (fewer than the Program's when a call failed)
+    sizes: dict = field(default_factory=dict)  # a symbolic region's size var values in this call
 
     @property
     def region(self) -> str:
@@ -98,7 +99,7 @@ class Capture(Watcher):
         if self.only is not None and run.program.name not in self.only:
             return
         with self._lock:
-            capture = RegionCapture(len(self.calls), run.program, run.engine.name)
+            capture = RegionCapture(len(self.calls), run.program, run.engine.name, sizes=dict(run.sizes))
             self.calls.append(capture)
         run.notes[self] = capture
         for i in run.program.inputs:

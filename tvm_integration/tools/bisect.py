@@ -210,7 +210,7 @@ def bisect(mod, inputs, *, target="llvm", engine=None, rtol=None, atol=None, pro
                                      "outputs are passed on)")
             checker.repro = (mod, arrays, _user_families(partition.regions.values()))
     if report.culprit is not None:
-        module, repro_inputs, families = checker.repro
+        module, repro_inputs, families = checker.repro or (mod, arrays, _user_families(partition.regions.values()))
         report.repro_dir = write_reproducer(module, repro_inputs, report, families, out_dir, engine, target, profile)
         say(f"bisect: culprit {report.culprit.describe()}; reproducer in {report.repro_dir}")
     return report
@@ -290,7 +290,7 @@ class _Checker:
             self.report.notes.append(f"region {capture.region} op {index} {node.op}: its numpy reference failed "
                                      f"({type(e).__name__}: {e})")
         module = one_op_module(composite)
-        arrays = [capture.tensors[i] for i in arg_ids]
+        arrays = [i.value(capture.sizes) if isinstance(i, ShapeArgument) else capture.tensors[i] for i in arg_ids]
         try:
             tvm_out = self.run_tvm(module, arrays)[0]
         except Exception as e:  # noqa: BLE001 - TVM cannot build or run it alone: the reference decides
@@ -318,14 +318,24 @@ class _Checker:
                 said = ("agrees with TVM alone: the engine's kernel differs from its own reference"
                         if ref_tvm.ok else f"differs from both ({ref_diff.line('simaccel', 'reference')})")
         family = op.family
-        self.repro = (module, arrays, [family] if family.namespace != "simaccel" else [])
+        # An op that takes the region's sizes (a shape argument) is reproduced by the whole model:
+        # a reproducer's inputs are arrays only.
+        shaped = any(isinstance(i, ShapeArgument) for i in arg_ids)
+        self.repro = None if shaped else (module, arrays, [family] if family.namespace != "simaccel" else [])
         return Culprit("op", capture.region, node.op, index, spec.name, tuple(spec.shape), spec.dtype, diff.max_error,
                        diff.where, (rtol, atol), diff.got, diff.want, capture.call, said,
                        declaring_module(family) if family.namespace != "simaccel" else None)
 
     def region_outputs(self, capture, func) -> Culprit | None:
+        from tvm import relax
+
+        from ..backend.sizes import value_dims
+
         module = region_module(func)
-        arrays = capture.inputs()
+        inputs = iter(capture.inputs())  # the region's parameters: its inputs, and its sizes where it takes them
+        arrays = [ShapeArgument(tuple(value_dims(p) or ())).value(capture.sizes) if isinstance(p.ty, relax.ShapeType)
+                  else next(inputs) for p in func.params]
+        shaped = len(arrays) > len(capture.inputs())
         try:
             wants = self.run_tvm(module, arrays)
         except Exception as e:  # noqa: BLE001
@@ -336,7 +346,7 @@ class _Checker:
             rtol, atol = tolerance(spec.dtype, self.rtol, self.atol)
             diff = difference(got, want, rtol, atol)
             if not diff.ok:
-                self.repro = (module, arrays, _user_families([[n.op for n in capture.ops]]))
+                self.repro = None if shaped else (module, arrays, _user_families([[n.op for n in capture.ops]]))
                 return Culprit("region", capture.region, None, None, spec.name, tuple(spec.shape), spec.dtype,
                                diff.max_error, diff.where, (rtol, atol), diff.got, diff.want, capture.call,
                                f"every op of the region matches TVM alone on its own inputs; its output {k} "
@@ -353,6 +363,19 @@ class _Checker:
 
 
 # -- modules of one op or one region ------------------------------------------------------------
+@dataclass(frozen=True)
+class ShapeArgument:
+    """An argument of a composite call that is the region's shape parameter: its dims, which
+    the captured call's size var values make a shape (`RegionCapture.sizes`)."""
+
+    dims: tuple
+
+    def value(self, sizes: dict):
+        import tvm
+
+        return tvm.runtime.ShapeTuple([int(evaluate(d, sizes)) for d in self.dims])
+
+
 def region_ops(func, program) -> list[tuple]:
     """(composite function, tensor ids of its call's arguments, output tensor id) for each composite
     call of a region function, with `program`'s tensor ids (the codegen's): parameters are the
@@ -361,8 +384,13 @@ def region_ops(func, program) -> list[tuple]:
     from tvm import relax
 
     from ..backend.codegen import composite_calls
+    from ..backend.sizes import value_dims
 
-    ids = {param: k for k, param in enumerate(func.params)}
+    # The codegen's tensor ids: tensor parameters first; a shape parameter (the sizes TVM passes a
+    # symbolic region) is no tensor, and an argument of it is kept as its dims (`ShapeArgument`).
+    tensor_params = [p for p in func.params if not isinstance(p.ty, relax.ShapeType)]
+    ids = {param: k for k, param in enumerate(tensor_params)}
+    ids.update({p: ShapeArgument(tuple(value_dims(p) or ())) for p in func.params if isinstance(p.ty, relax.ShapeType)})
     outputs = iter(node.output for node in program.ops)
     ops = []
     for binding, composite in composite_calls(func):

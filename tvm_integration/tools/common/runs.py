@@ -28,12 +28,14 @@ def outputs_as_list(result) -> list:
 
 
 def run_vm(executable, arrays, dev) -> list[np.ndarray]:
-    """main's outputs as numpy arrays, run on `dev` with `arrays` as its arguments."""
+    """main's outputs as numpy arrays, run on `dev` with `arrays` as its arguments (a
+    tvm.runtime.ShapeTuple among them, for a shape parameter, as it is)."""
     import tvm
     from tvm import relax
 
     vm = relax.VirtualMachine(executable, dev)
-    return [t.numpy() for t in outputs_as_list(vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))]
+    args = [a if isinstance(a, tvm.runtime.ShapeTuple) else tvm.runtime.tensor(a, dev) for a in arrays]
+    return [t.numpy() for t in outputs_as_list(vm["main"](*args))]
 
 
 def run_fresh(jobs: list, workdir: Path, device: str = "cpu"):
