@@ -437,3 +437,15 @@ def test_a_fault_at_a_size_other_than_the_drawn_one_is_found(monkeypatch):
     assert outcome.verdict == FAIL and "at n = 11" in outcome.reason, outcome
     monkeypatch.undo()
     simaccel.get_runtime().clear()
+
+
+def test_a_weight_dim_that_matched_the_batch_by_chance_keeps_the_case_static():
+    """x (5, 31) and a (8, 5) weight contracted with x's batch after transposes: making 5 a size
+    var would contract a batch of n with 5 (TVM alone types it, and runs it at n = 1 unchecked),
+    so such a case is not made symbolic; a relu of a batch is."""
+    from simaccel.tvm_integration.tools.fuzz.case import Case, Value
+
+    values = [Value((5, 31), name="x"), Value((8, 5), name="w"), Value((31, 5), "permute_dims", (0,), {"axes": [1, 0]}),
+              Value((5, 8), "permute_dims", (1,), {"axes": [1, 0]}), Value((31, 8), "matmul", (2, 3))]
+    assert not Case("float32", values, [4], data_seed=0, batch_upper=13).batch_consistent()
+    assert _relu_case(11).batch_consistent()

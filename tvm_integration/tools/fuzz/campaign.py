@@ -100,7 +100,9 @@ def draw(campaign: Campaign, index: int, choices=None) -> tuple[Case, Draw]:
     source = Draw.seeded([campaign.seed, index]) if choices is None else Draw.replay(choices)
     case = draw_case(source, campaign.config())
     if campaign.symbolic and batchable(case):
-        case.batch_upper = 2 * case.params[0].shape[0] + 3
+        symbolic = replace(case, batch_upper=2 * case.params[0].shape[0] + 3)
+        if symbolic.batch_consistent():
+            case = symbolic
     return case, source
 
 

@@ -82,6 +82,19 @@ class Case:
         drawn = self.params[0].shape[0]
         return sorted({1, drawn, (1 + self.batch_upper) // 2, self.batch_upper})
 
+    def batch_consistent(self) -> bool:
+        """Whether the model means something at each of its batch sizes: its float64 reference
+        runs at each. A drawn size that a weight's dim matched by chance (a (5, 8) weight
+        contracted with a batch of 5) would change the model's meaning at other sizes."""
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for n in self.batch_sizes():
+                    self.at(n).reference()
+        except Exception:  # noqa: BLE001 - numpy refuses the shapes: the case stays static
+            return False
+        return True
+
     def at(self, n: int) -> "Case":
         """The static case a symbolic one is at batch size `n`: the batched parameters' leading dim `n`."""
         values = [dataclasses.replace(v, shape=(n, *v.shape[1:])) if v.op is None and self._batched(v) else v
