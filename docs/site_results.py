@@ -170,6 +170,7 @@ KIND_FILES = {
     "conformance": ("conformance.json",),
     "tutorials": ("03_on_the_gpu.out",),
     "symbolic_models": ("symbolic-gpu.json",),
+    "fuzz_symbolic": ("symbolic-fuzz-summary.json",),
 }
 MODELS_MEMBER = "untuned-models.json"  # the models report inside a run's models.tgz
 
@@ -379,7 +380,15 @@ def runs_list() -> str:
         f"({' and '.join(conf['zoo'])}, size {conf['size']}), engine {' and '.join(conf['engines'])}, on {conf['executor']}: "
         f"{_counts(conf['counts'])}.",
         f"- **Tutorial 3** ({source('tutorials')}): its output, every GPU step run.",
+        _symbolic_fuzz_line(),
     ])
+
+
+def _symbolic_fuzz_line() -> str:
+    _, fuzz = current("fuzz_symbolic")
+    return (f"- **Fuzz, symbolic batches** ({source('fuzz_symbolic')}): {fuzz['cases']} cases, engine "
+            f"{' and '.join(fuzz['engines'])}, {fuzz['symbolic_cases']} of them with a symbolic batch, one build each "
+            f"run at {fuzz['symbolic_sizes_run']} sizes in all: {_counts(fuzz['counts'])}.")
 
 
 def history_table() -> str:
