@@ -9,7 +9,6 @@ the static Program of those sizes; and that bad sizes are errors naming the var 
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from simaccel.program import Program, SizeVar
 from simaccel.shapes import Dim, evaluate
 from simaccel.size_plans import SizePlanError, recorded, sample_points, size_plans
 from native_cases import dims3
-from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
+from native_support import cuda_tensor, stand_in_library
 from test_native_regions import expected_words
 from test_symbolic_program import (broadcast_chain_model, concat_model, conv_model, double_concat_model, layer_norm_model,
                                    make, matmul_model, softmax_model, unary_chain_model)
@@ -43,6 +42,14 @@ def with_shape_arg():
                    shape_args=((1, (b, s)),))
 
 
+def with_redundant_shape_arg():
+    """relu of x (n, 16), with n also passed as a shape (argument 1): the shape must agree with x."""
+    n_ = Dim.var("n")
+    base = make("sym_redundant", [("x", (n_, 16), "float32"), ("y", (n_, 16), "float32")], (0,), (1,),
+                [("simaccel.relu", (0,), 1, {})], [SizeVar("n", 1, 64)])
+    return Program(base.name, base.tensors, base.inputs, base.outputs, base.ops, vars=base.vars, shape_args=((1, (n_,)),))
+
+
 MODELS = {
     "r_matmul": (matmul_model(n_upper=8, s_upper=100).validate(), [{"n": 1, "s": 1}, {"n": 3, "s": 37}, {"n": 8, "s": 100}]),
     "r_chain": (unary_chain_model(upper=5000).validate(), [{"n": 1}, {"n": 17}, {"n": 1000}, {"n": 5000}]),
@@ -53,18 +60,15 @@ MODELS = {
     "r_concat": (concat_model(upper=40, lower=0).validate(), [{"n": 0}, {"n": 1}, {"n": 23}, {"n": 40}]),
     "r_concat2": (double_concat_model().validate(), [{"n": 1}, {"n": 5}, {"n": 8}]),
     "r_shape_arg": (with_shape_arg().validate(), [{"b": 1, "s": 1}, {"b": 3, "s": 77}, {"b": 4, "s": 300}]),
+    "r_redundant": (with_redundant_shape_arg().validate(), [{"n": 1}, {"n": 33}, {"n": 64}]),
 }
 
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("native_sizes")
-    os.environ["SIMACCEL_CUDA_DRIVER"] = str(fake_driver(directory))
-    try:
-        library, _ = region_library([NativeRegion(k, p) for k, (p, _) in MODELS.items()], directory)
-        yield library, FakeDriver(fake_driver(directory))
-    finally:
-        os.environ.pop("SIMACCEL_CUDA_DRIVER", None)
+    regions = [NativeRegion(k, p) for k, (p, _) in MODELS.items()]
+    with stand_in_library(regions, tmp_path_factory.mktemp("native_sizes")) as both:
+        yield both
 
 
 @pytest.fixture
@@ -150,6 +154,17 @@ def test_a_shape_argument_that_disagrees_with_the_tensors_is_a_shape_error(fake)
     args = [cuda_tensor(x), tvm_ffi.Shape([2, 4]), cuda_tensor(np.zeros_like(x))]
     with pytest.raises(ShapeError, match=r"input 'x' has shape \(6, 16\), but \(b\*s, 16\) is \(8, 16\) where b = 2, s = 4"):
         library["r_shape_arg"](*args)
+
+
+def test_a_shape_argument_that_disagrees_with_a_tensor_it_repeats_is_a_shape_error(fake):
+    """n is read from x; the shape argument repeating it must agree, even where every tensor does."""
+    library, driver = fake
+    x = np.zeros((5, 16), np.float32)
+    with pytest.raises(ShapeError, match=r"region r_redundant: shape argument 1 is \(6,\), but it should be \(5,\) where n = 5"):
+        library["r_redundant"](cuda_tensor(x), tvm_ffi.Shape([6]), cuda_tensor(np.zeros_like(x)))
+    assert driver.launches() == []
+    library["r_redundant"](cuda_tensor(x), tvm_ffi.Shape([5]), cuda_tensor(np.zeros_like(x)))
+    assert len(driver.launches()) == 1
 
 
 def test_size_plans_cover_every_sample_point_with_few_plans():
@@ -248,15 +263,13 @@ def test_sizes_no_plan_covers_go_to_the_python_runtime(tmp_path, monkeypatch, cl
 
     program = concat_model(upper=40, lower=0).validate()
     monkeypatch.setattr(source, "size_plans", lambda p: size_plans(p)[:1])
-    monkeypatch.setenv("SIMACCEL_CUDA_DRIVER", str(fake_driver(tmp_path)))
-    library, _ = region_library([NativeRegion("r_first_plan_only", program)], tmp_path)
-    driver = FakeDriver(fake_driver(tmp_path))
-    driver.reset()
-    covered = [np.zeros((0, 8), np.float32), np.ones((1, 8), np.float32), np.zeros((1, 8), np.float32)]
-    library["r_first_plan_only"](*[cuda_tensor(a) for a in covered])
-    assert len(driver.launches()) == 1  # the one copy of b: a's is empty
-    driver.reset()
-    arrays = [np.zeros((5, 8), np.float32), np.ones((1, 8), np.float32), np.zeros((6, 8), np.float32)]
-    with pytest.raises(EngineError, match="engine 'cuda' cannot run here"):
-        library["r_first_plan_only"](*[cuda_tensor(a) for a in arrays])
-    assert driver.launches() == []
+    with stand_in_library([NativeRegion("r_first_plan_only", program)], tmp_path) as (library, driver):
+        driver.reset()
+        covered = [np.zeros((0, 8), np.float32), np.ones((1, 8), np.float32), np.zeros((1, 8), np.float32)]
+        library["r_first_plan_only"](*[cuda_tensor(a) for a in covered])
+        assert len(driver.launches()) == 1  # the one copy of b: a's is empty
+        driver.reset()
+        arrays = [np.zeros((5, 8), np.float32), np.ones((1, 8), np.float32), np.zeros((6, 8), np.float32)]
+        with pytest.raises(EngineError, match="engine 'cuda' cannot run here"):
+            library["r_first_plan_only"](*[cuda_tensor(a) for a in arrays])
+        assert driver.launches() == []

@@ -17,6 +17,13 @@
 #pragma GCC visibility push(hidden)
 namespace simaccel_native {
 
+// The tensor a TVM-FFI argument holds, or nullptr.
+DLTensor* as_tensor(const TVMFFIAny& a) {
+  if (a.type_index == kTVMFFIDLTensorPtr) return static_cast<DLTensor*>(a.v_ptr);
+  if (a.type_index == kTVMFFITensor) return TVMFFITensorGetDLTensorPtr(a.v_obj);
+  return nullptr;
+}
+
 // Write a constant's value into its memory, on the stream (a memset: legal while capturing).
 CUresult fill_constant(const Driver& d, const TensorSpec& t, CUdeviceptr p, CUstream stream) {
   switch (t.nbytes) {

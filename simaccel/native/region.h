@@ -50,13 +50,6 @@
 #pragma GCC visibility push(hidden)
 namespace simaccel_native {
 
-// The tensor a TVM-FFI argument holds, or nullptr.
-DLTensor* as_tensor(const TVMFFIAny& a) {
-  if (a.type_index == kTVMFFIDLTensorPtr) return static_cast<DLTensor*>(a.v_ptr);
-  if (a.type_index == kTVMFFITensor) return TVMFFITensorGetDLTensorPtr(a.v_obj);
-  return nullptr;
-}
-
 // Row-major without gaps; a tensor with no elements is compact whatever its strides.
 bool compact(const DLTensor* t) {
   if (t->strides == nullptr) return true;
@@ -247,9 +240,12 @@ int run_sized(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* ar
   }
   CallArray<int64_t, 16> value_array(z.num_vars, 0);
   int64_t* values = value_array.data;
-  if (read_sizes(r, args, values) != 0 || check_shapes(r, args, values) != 0) return -1;
+  if (read_sizes(r, args, values) != 0) return -1;
   std::unique_ptr<BoundRegion> scratch;
-  const Region* bound = bound_region(r, s, values, &scratch);
+  const BoundRegion* bound = bound_region(r, s, values, &scratch);
+  // The call's shapes against those the sizes give: compared with the bound region's, and only
+  // where they differ (or no plan covers the sizes) evaluated again, for the error's words.
+  if ((bound == nullptr || !same_shapes(r, *bound, args)) && check_shapes(r, args, values) != 0) return -1;
   if (bound == nullptr) {
     if (TVMFFIObjectHandle f = global_function(kInvokeFunc)) {
       TVMFFIObjectDecRef(f);
@@ -260,7 +256,7 @@ int run_sized(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* ar
   }
   CallArray<TVMFFIAny, 64> tensor_array(n, TVMFFIAny{});
   for (int32_t i = 0; i < n; ++i) tensor_array.data[i] = args[tensor_position(z, i)];
-  return run_static(*bound, s, lib, tensor_array.data, n);
+  return run_static(bound->region, s, lib, tensor_array.data, n);
 }
 
 int run_region(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* args, int32_t num_args) {

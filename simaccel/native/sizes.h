@@ -1,12 +1,13 @@
 // simaccel native regions: a symbolic region's call, bound to its sizes with no Python.
 //
-// Where it sits: region.h's `run_region` hands a region whose tables hold `Sizes`
-// (tables.h; written by simaccel.native.source from simaccel.size_plans) to `bind_call`
-// here. It reads each size var from the call's arguments (a tensor's dim, or an element of
-// a shape TVM passes, `R.shape([...])`), checks its bounds and every boundary tensor's shape
-// against its expressions, and finds the region bound to those sizes: a static Region whose
-// shapes, grids, blocks, shared memory and kernel parameters are the expressions evaluated,
-// from the first plan whose guards hold. Bound regions are kept per distinct sizes (up to
+// Where it sits: region.h's `run_sized` calls these for a region whose tables hold `Sizes`
+// (tables.h; written by simaccel.native.source from simaccel.size_plans). `read_sizes` reads
+// each size var from the call's arguments (a tensor's dim, or an element of a shape TVM
+// passes, `R.shape([...])`) and checks its bounds; `bound_region` finds the region bound to
+// those sizes: a static Region whose shapes, grids, blocks, shared memory and kernel
+// parameters are the expressions evaluated, from the first plan whose guards hold;
+// `same_shapes` compares the call's tensors and shape arguments with it, and `check_shapes`
+// says, from the expressions, which differs. Bound regions are kept per distinct sizes (up to
 // kMaxBound per region; past that each call binds its own), so a warm call evaluates nothing.
 // Intermediates are sized for the upper bounds (`capacity`), once per device and stream, as
 // TVM's memory planning does with tir_var_upper_bound, so every size shares them.
@@ -22,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "call.h"
 #include "errors.h"
 #include "tables.h"
 
@@ -134,6 +136,8 @@ bool bind_region(const Region& r, const int64_t* values, BoundRegion* b) {
     launch.patch_word = s.patch_word;
     launch.patch_tensor = s.patch_tensor;
   }
+  b->shape_args.resize(z.shape_arg_first[z.num_shape_args]);
+  for (size_t e = 0; e < b->shape_args.size(); ++e) b->shape_args[e] = evaluate(z, z.shape_arg_dims[e], values);
   b->region = r;
   b->region.tensors = b->tensors.data();
   b->region.num_launches = b->region.num_checked_launches = plan->num_launches;
@@ -159,8 +163,7 @@ const int64_t* shape_argument(const TVMFFIAny& a, int64_t* size) {
 std::string argument_shape_text(const TVMFFIAny& a) {
   int64_t size = 0;
   if (const int64_t* data = shape_argument(a, &size)) return shape_text(static_cast<int32_t>(size), data);
-  const DLTensor* t = a.type_index == kTVMFFIDLTensorPtr ? static_cast<DLTensor*>(a.v_ptr)
-                      : a.type_index == kTVMFFITensor   ? TVMFFITensorGetDLTensorPtr(a.v_obj) : nullptr;
+  const DLTensor* t = as_tensor(a);
   return t ? shape_text(t->ndim, t->shape) : std::string("(none)");
 }
 
@@ -180,8 +183,7 @@ int read_sizes(const Region& r, const TVMFFIAny* args, int64_t* values) {
                                        ", a shape, but the call passed TVM-FFI type index " + std::to_string(a.type_index));
       }
     } else {
-      const DLTensor* t = a.type_index == kTVMFFIDLTensorPtr ? static_cast<DLTensor*>(a.v_ptr)
-                          : a.type_index == kTVMFFITensor   ? TVMFFITensorGetDLTensorPtr(a.v_obj) : nullptr;
+      const DLTensor* t = as_tensor(a);
       if (t == nullptr) {
         return fail(kDeviceError, where + " is read from argument " + std::to_string(var.arg) +
                                       ", which is not a tensor (TVM-FFI type index " + std::to_string(a.type_index) + ")");
@@ -204,15 +206,33 @@ int read_sizes(const Region& r, const TVMFFIAny* args, int64_t* values) {
   return 0;
 }
 
-// Every boundary tensor's shape and every shape argument is what its expressions give.
+// Whether every boundary tensor and shape argument of the call has the shape `b` is bound to:
+// a warm call's check, which evaluates nothing (check_shapes says what differs).
+bool same_shapes(const Region& r, const BoundRegion& b, const TVMFFIAny* args) {
+  const Sizes& z = *r.sizes;
+  for (int32_t i = 0; i < r.num_inputs + r.num_outputs; ++i) {
+    const TensorSpec& spec = b.tensors[i < r.num_inputs ? r.inputs[i] : r.outputs[i - r.num_inputs]];
+    const DLTensor* got = as_tensor(args[tensor_position(z, i)]);
+    if (got == nullptr) continue;  // the static checks name it
+    if (got->ndim != spec.ndim || std::memcmp(got->shape, spec.shape, sizeof(int64_t) * spec.ndim) != 0) return false;
+  }
+  for (int32_t k = 0; k < z.num_shape_args; ++k) {
+    int64_t size = 0;
+    const int64_t* got = shape_argument(args[z.shape_arg_positions[k]], &size);
+    const int32_t first = z.shape_arg_first[k], count = z.shape_arg_first[k + 1] - first;
+    if (got == nullptr || size != count || std::memcmp(got, &b.shape_args[first], sizeof(int64_t) * count) != 0) return false;
+  }
+  return true;
+}
+
+// Every boundary tensor's shape and every shape argument is what its expressions give: a
+// ShapeError naming the first that differs, its expression, the values and the sizes.
 int check_shapes(const Region& r, const TVMFFIAny* args, const int64_t* values) {
   const Sizes& z = *r.sizes;
   const int32_t n = r.num_inputs + r.num_outputs;
   for (int32_t i = 0; i < n; ++i) {
     const int32_t t = i < r.num_inputs ? r.inputs[i] : r.outputs[i - r.num_inputs];
-    const TVMFFIAny& a = args[tensor_position(z, i)];
-    const DLTensor* got = a.type_index == kTVMFFIDLTensorPtr ? static_cast<DLTensor*>(a.v_ptr)
-                          : a.type_index == kTVMFFITensor   ? TVMFFITensorGetDLTensorPtr(a.v_obj) : nullptr;
+    const DLTensor* got = as_tensor(args[tensor_position(z, i)]);
     if (got == nullptr) continue;  // the static checks name it
     const int32_t ndim = r.tensors[t].ndim;
     bool same = got->ndim == ndim;
@@ -248,11 +268,12 @@ int check_shapes(const Region& r, const TVMFFIAny* args, const int64_t* values) 
 
 // The region bound to `values`: one kept in `s`, or made (and kept while fewer than kMaxBound
 // are), or made in `scratch`. nullptr where no plan's guards hold.
-const Region* bound_region(const Region& r, RegionState& s, const int64_t* values, std::unique_ptr<BoundRegion>* scratch) {
+const BoundRegion* bound_region(const Region& r, RegionState& s, const int64_t* values,
+                                std::unique_ptr<BoundRegion>* scratch) {
   const size_t n = static_cast<size_t>(r.sizes->num_vars);
   std::lock_guard<std::mutex> guard(s.bound_lock);
   for (const BoundRegion& b : s.bound) {
-    if (std::memcmp(b.values.data(), values, n * sizeof(int64_t)) == 0) return &b.region;
+    if (std::memcmp(b.values.data(), values, n * sizeof(int64_t)) == 0) return &b;
   }
   BoundRegion* b;
   if (s.bound.size() < kMaxBound) {
@@ -265,7 +286,7 @@ const Region* bound_region(const Region& r, RegionState& s, const int64_t* value
     if (b != scratch->get()) s.bound.pop_back();
     return nullptr;
   }
-  return &b->region;
+  return b;
 }
 
 }  // namespace simaccel_native

@@ -25,7 +25,7 @@ import numpy as np
 from .. import names
 from ..aot import CompiledKernel, abi_params, arch_name, compile_kernel
 from ..errors import EngineError
-from ..launch_plan import Launch, LaunchPlan, View, signature
+from ..launch_plan import Launch, LaunchPlan, View, dims3, signature
 from ..program import Program
 from ..shapes import Dim, shape_text, var_name
 from ..size_plans import groups_of, size_plans
@@ -331,7 +331,7 @@ def _size_tables(r: int, region: NativeRegion, plans: list) -> list[str]:
             out.append(f"const Expr kSizedWords{tag}[] = {{{exprs(words)}}};")
             out.append(f"const int32_t kSizedPatchWord{tag}[] = {{{', '.join(str(w) for w, _ in patches) or '0'}}};")
             out.append(f"const int32_t kSizedPatchTensor{tag}[] = {{{', '.join(str(t) for _, t in patches) or '0'}}};")
-            grid, block = _dims3(launch.grid), _dims3(launch.block)
+            grid, block = dims3(launch.grid), dims3(launch.block)
             rows.append(f"  {{{launch.op}, {kernel}, {{{exprs(grid)}}}, {{{exprs(block)}}}, {exprs([launch.shared_bytes])}, "
                         f"{len(words)}, kSizedWords{tag}, {len(patches)}, kSizedPatchWord{tag}, kSizedPatchTensor{tag}}},")
         out += [f"const SizedLaunch kSizedLaunches{r}_{p}[] = {{", *(rows or ["  {}"]), "};"]
@@ -341,11 +341,6 @@ def _size_tables(r: int, region: NativeRegion, plans: list) -> list[str]:
     out.append(f"const Sizes kSizes{r} = {{{len(names)}, kSizeVars{r}, kSizeCode{r}, kDims{r}, kFirstDim{r}, kShapeTexts{r}, "
                f"{len(positions)}, kShapeArgPositions{r}, kShapeArgDims{r}, kShapeArgFirst{r}, {len(plans)}, kSizePlans{r}}};")
     return out
-
-
-def _dims3(value) -> list:
-    dims = list(value) if isinstance(value, (tuple, list)) else [value]
-    return dims + [1] * (3 - len(dims))
 
 
 def _word_bits(value) -> int:
@@ -385,7 +380,7 @@ def _dims(value, region: NativeRegion, launch: Launch, what: str) -> tuple[int, 
     dims = tuple(int(v) for v in (value if isinstance(value, (tuple, list)) else (value,)))
     if not 1 <= len(dims) <= 3 or any(d < 0 for d in dims):
         raise EngineError(f"region {region.symbol}: op {launch.op} launches with {what} {value!r}")
-    return dims + (1,) * (3 - len(dims))
+    return dims3(dims)
 
 
 def _check_abi(kernel: CompiledKernel, launch: Launch) -> None:

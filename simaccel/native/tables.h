@@ -220,6 +220,7 @@ struct BoundRegion {
   std::vector<TensorSpec> tensors;
   std::vector<std::vector<int64_t>> words;
   std::vector<Launch> launches;
+  std::vector<int64_t> shape_args;  // every shape argument's elements, one after another
   Region region;
 };
 
