@@ -202,6 +202,12 @@ def _build(program: Program, groups) -> LaunchPlan:
                       frozenset(t for g in groups for t in g.fused_values(program)))
 
 
+def dims3(value) -> tuple:
+    """A launch's grid or block (a number, or up to three) as three dims, 1 where not given."""
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    return dims + (1,) * (3 - len(dims))
+
+
 def plan_launches(program: Program, fuse: bool = True) -> tuple[Launch, ...]:
     """Every kernel launch of `program` (a validated Program), in order (`LaunchPlan.of`)."""
     return LaunchPlan.of(program, fuse).launches

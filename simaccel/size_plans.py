@@ -31,6 +31,7 @@ import struct
 from dataclasses import dataclass
 
 from .errors import SimAccelError
+from .launch_plan import Launch, View, _build, dims3
 from .program import Program
 from .shapes import Dim, evaluate
 from .traced import Guard, Traced, TracedFloat, float_value, recording
@@ -59,8 +60,6 @@ class SizePlan:
 
     def at(self, values: dict) -> tuple:
         """Its launches at `values` (sizes its guards hold for), every value plain."""
-        from .launch_plan import View, Launch
-
         def plain(x):
             if isinstance(x, Traced):
                 return evaluate(x.dim, values)
@@ -78,16 +77,19 @@ class SizePlan:
 
 
 def groups_of(program: Program):
-    """The fused groups of a symbolic Program: chosen on its dims, the same at every size."""
+    """The fused groups of a symbolic Program: chosen on its dims, the same at every size (found
+    once per Program, `Program.derived`: every sample point's trace and record reads them)."""
     from . import fusion
+    from .ops.registry import generation
 
-    return fusion.groups(program)
+    key = ("fusion_groups", generation())
+    if key not in program.derived:
+        program.derived[key] = tuple(fusion.groups(program))
+    return program.derived[key]
 
 
 def trace(program: Program, point: dict, fuse: bool = True) -> SizePlan:
     """The size plan of `program` traced at `point` (a value per size var)."""
-    from .launch_plan import _build
-
     values = {v.name: Traced(point[v.name], Dim.var(v.name)) for v in program.vars}
     with recording() as guards:
         bound = program.bind(values)
@@ -97,8 +99,6 @@ def trace(program: Program, point: dict, fuse: bool = True) -> SizePlan:
 
 def recorded(program: Program, point: dict, fuse: bool = True) -> tuple:
     """The launches recorded from the static Program of `point`'s sizes, grouped as `program`."""
-    from .launch_plan import _build
-
     return _build(program.bind(point), groups_of(program) if fuse else ()).launches
 
 
@@ -175,7 +175,7 @@ def _same(got: tuple, want: tuple) -> bool:
     for a, b in zip(got, want):
         if (a.op, a.kernel, a.shared_bytes, len(a.args)) != (b.op, b.kernel, b.shared_bytes, len(b.args)):
             return False
-        if _dims3(a.grid) != _dims3(b.grid) or _dims3(a.block) != _dims3(b.block):
+        if dims3(a.grid) != dims3(b.grid) or dims3(a.block) != dims3(b.block):
             return False
         for x, y in zip(a.args, b.args):
             if isinstance(y, float) or isinstance(x, float):
@@ -184,11 +184,6 @@ def _same(got: tuple, want: tuple) -> bool:
             elif type(x) is not type(y) or x != y:
                 return False
     return True
-
-
-def _dims3(value) -> tuple:
-    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    return dims + (1,) * (3 - len(dims))
 
 
 def _text(point: dict) -> str:

@@ -76,24 +76,11 @@ def _operands(x):
     return None
 
 
-class Traced:
-    """An int a launcher computes from the sizes: its value at the traced point and its Dim."""
+class _Sized:
+    """What Traced and TracedFloat share: +, - and * through the class's `_arith`, the six
+    comparisons through its `_compare`, and the conversions to text and hash, which pin."""
 
-    __slots__ = ("value", "dim")
-
-    def __init__(self, value: int, dim: Dim):
-        self.value, self.dim = int(value), dim
-
-    # -- arithmetic keeps the Dim -------------------------------------------------------
-    def _arith(self, other, op, reflected=False):
-        o = _operands(other)
-        if o is None:
-            if isinstance(other, (float, TracedFloat)):
-                return TracedFloat.of(self)._arith(other, op, reflected)
-            return NotImplemented
-        if reflected:
-            return traced(op(o[0], self.value), op(o[1], self.dim))
-        return traced(op(self.value, o[0]), op(self.dim, o[1]))
+    __slots__ = ()
 
     def __add__(self, other):
         return self._arith(other, operator.add)
@@ -112,6 +99,53 @@ class Traced:
 
     def __rmul__(self, other):
         return self._arith(other, operator.mul, True)
+
+    def __lt__(self, other):
+        return self._compare(other, "<")
+
+    def __le__(self, other):
+        return self._compare(other, "<=")
+
+    def __gt__(self, other):
+        return self._compare(other, ">")
+
+    def __ge__(self, other):
+        return self._compare(other, ">=")
+
+    def __eq__(self, other):
+        return self._compare(other, "==")
+
+    def __ne__(self, other):
+        return self._compare(other, "!=")
+
+    def __hash__(self):
+        return hash(_pin(self))
+
+    def __format__(self, spec):
+        return format(_pin(self), spec)
+
+    def __str__(self):
+        return str(_pin(self))
+
+
+class Traced(_Sized):
+    """An int a launcher computes from the sizes: its value at the traced point and its Dim."""
+
+    __slots__ = ("value", "dim")
+
+    def __init__(self, value: int, dim: Dim):
+        self.value, self.dim = int(value), dim
+
+    # -- arithmetic keeps the Dim -------------------------------------------------------
+    def _arith(self, other, op, reflected=False):
+        o = _operands(other)
+        if o is None:
+            if isinstance(other, (float, TracedFloat)):
+                return TracedFloat.of(self)._arith(other, op, reflected)
+            return NotImplemented
+        if reflected:
+            return traced(op(o[0], self.value), op(o[1], self.dim))
+        return traced(op(self.value, o[0]), op(self.dim, o[1]))
 
     def __neg__(self):
         return traced(-self.value, -self.dim)
@@ -215,24 +249,6 @@ class Traced:
         _guard(self.dim - o[1], relation if held else _NEGATED[relation])
         return held
 
-    def __lt__(self, other):
-        return self._compare(other, "<")
-
-    def __le__(self, other):
-        return self._compare(other, "<=")
-
-    def __gt__(self, other):
-        return self._compare(other, ">")
-
-    def __ge__(self, other):
-        return self._compare(other, ">=")
-
-    def __eq__(self, other):
-        return self._compare(other, "==")
-
-    def __ne__(self, other):
-        return self._compare(other, "!=")
-
     def __bool__(self):
         held = self.value != 0
         _guard(self.dim, "!=" if held else "==")
@@ -247,15 +263,6 @@ class Traced:
     def __float__(self):
         return float(_pin(self))
 
-    def __hash__(self):
-        return hash(_pin(self))
-
-    def __format__(self, spec):
-        return format(_pin(self), spec)
-
-    def __str__(self):
-        return str(_pin(self))
-
     def __repr__(self):
         return f"Traced({self.value}, {self.dim})"
 
@@ -263,7 +270,7 @@ class Traced:
         return _pin(self).bit_length()
 
 
-class TracedFloat:
+class TracedFloat(_Sized):
     """A float a launcher computes from the sizes (`1.0 / n`): its value and its computation,
     postfix (("c", float) a constant, ("i", Dim, Traced) a size as a float, or an operator), in
     Python's own order of operations, so that the native region's evaluation gives the same bits."""
@@ -292,24 +299,6 @@ class TracedFloat:
         a, b = (o, self) if reflected else (self, o)
         return TracedFloat(op(a.value, b.value), a.code + b.code + ((self._OPS[op],),))
 
-    def __add__(self, other):
-        return self._arith(other, operator.add)
-
-    def __radd__(self, other):
-        return self._arith(other, operator.add, True)
-
-    def __sub__(self, other):
-        return self._arith(other, operator.sub)
-
-    def __rsub__(self, other):
-        return self._arith(other, operator.sub, True)
-
-    def __mul__(self, other):
-        return self._arith(other, operator.mul)
-
-    def __rmul__(self, other):
-        return self._arith(other, operator.mul, True)
-
     def __truediv__(self, other):
         return self._arith(other, operator.truediv)
 
@@ -319,9 +308,6 @@ class TracedFloat:
     def __neg__(self):
         return TracedFloat(-self.value, self.code + (("neg",),))
 
-    def _plain(self, *_):
-        return _pin(self)
-
     def __float__(self):
         return _pin(self)
 
@@ -330,15 +316,6 @@ class TracedFloat:
 
     def __bool__(self):
         return bool(_pin(self))
-
-    def __hash__(self):
-        return hash(_pin(self))
-
-    def __format__(self, spec):
-        return format(_pin(self), spec)
-
-    def __str__(self):
-        return str(_pin(self))
 
     def __repr__(self):
         return f"TracedFloat({self.value})"
@@ -358,23 +335,8 @@ class TracedFloat:
     def _compare(self, other, relation):
         return RELATIONS[relation](_pin(self), _pin(other))
 
-    def __lt__(self, other):
-        return self._compare(other, "<")
 
-    def __le__(self, other):
-        return self._compare(other, "<=")
-
-    def __gt__(self, other):
-        return self._compare(other, ">")
-
-    def __ge__(self, other):
-        return self._compare(other, ">=")
-
-    def __eq__(self, other):
-        return self._compare(other, "==")
-
-    def __ne__(self, other):
-        return self._compare(other, "!=")
+_FLOAT_OPERATORS = {symbol: op for op, symbol in TracedFloat._OPS.items()}
 
 
 def float_value(code: tuple, values: dict) -> float:
@@ -389,7 +351,7 @@ def float_value(code: tuple, values: dict) -> float:
             stack.append(-stack.pop())
         else:
             b, a = stack.pop(), stack.pop()
-            stack.append({"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}[item[0]](a, b))
+            stack.append(_FLOAT_OPERATORS[item[0]](a, b))
     [result] = stack
     return result
 
