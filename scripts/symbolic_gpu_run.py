@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np

@@ -4,12 +4,15 @@
 $SIMACCEL_CUDA_DRIVER names it. `cuda_tensor(array)` is a TVM-FFI tensor that says it lives
 on a CUDA device but whose data pointer is the numpy array's (the stand-in never reads it,
 except to copy an aliased output for real). `region_library(regions)` compiles native
-regions the way the codegen does and links them into a loadable shared library.
+regions the way the codegen does and links them into a loadable shared library;
+`stand_in_library(regions)` gives that library with the stand-in driver named while it is used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import pathlib
 import subprocess
 
@@ -174,3 +177,16 @@ def region_library(regions, directory: pathlib.Path, archs=((9, 0),)):
     so = directory / "regions.so"
     subprocess.run(["g++", "-shared", "-o", str(so), str(obj)], check=True)
     return tvm_ffi.load_module(str(so)), so
+
+
+@contextlib.contextmanager
+def stand_in_library(regions, directory: pathlib.Path):
+    """(library, FakeDriver): `regions` in one library (`region_library`), with
+    $SIMACCEL_CUDA_DRIVER naming the stand-in driver for as long as the block runs."""
+    path = fake_driver(directory)
+    os.environ["SIMACCEL_CUDA_DRIVER"] = str(path)
+    try:
+        library, _ = region_library(list(regions), directory)
+        yield library, FakeDriver(path)
+    finally:
+        os.environ.pop("SIMACCEL_CUDA_DRIVER", None)

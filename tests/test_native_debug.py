@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import re
 import time
 import warnings
@@ -28,7 +27,7 @@ from simaccel.errors import SanitizerError
 from simaccel.launch_plan import View, plan_launches
 from simaccel.native.source import NativeRegion
 from simaccel.program import OpNode, Program, TensorSpec
-from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
+from native_support import FakeDriver, cuda_tensor, stand_in_library
 from test_launch_plan import one_op_program
 from native_cases import _data_word, arrays_for, chain_program, constants_program, dims3, views_program
 
@@ -64,14 +63,9 @@ PROGRAMS = {
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("native_debug")
-    path = fake_driver(directory)
-    os.environ["SIMACCEL_CUDA_DRIVER"] = str(path)
-    try:
-        library, _ = region_library([NativeRegion(s, p) for s, p in PROGRAMS.items()], directory)
-        yield library, FakeDriver(path)
-    finally:
-        os.environ.pop("SIMACCEL_CUDA_DRIVER", None)
+    regions = [NativeRegion(s, p) for s, p in PROGRAMS.items()]
+    with stand_in_library(regions, tmp_path_factory.mktemp("native_debug")) as both:
+        yield both
 
 
 @pytest.fixture

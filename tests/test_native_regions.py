@@ -19,7 +19,7 @@ from simaccel.launch_plan import fused_values, View, plan_launches
 from simaccel.native.source import NativeRegion
 from simaccel.program import OpNode, Program, TensorSpec
 from native_cases import arrays_for, chain_program, dims3, views_program
-from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
+from native_support import cuda_tensor, region_library, stand_in_library
 from test_launch_plan import CASES, one_op_program
 
 # The region libraries here are generated, AOT-compiled and linked exactly as the codegen does
@@ -76,14 +76,8 @@ PROGRAMS["r_views"] = views_program()
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
     """(library, driver): every op in both dtypes and a 3-op chain, in one library."""
-    directory = tmp_path_factory.mktemp("native")
-    os.environ["SIMACCEL_CUDA_DRIVER"] = str(fake_driver(directory))
-    try:
-        library, _ = region_library([NativeRegion(s, p) for s, p in PROGRAMS.items()], directory)
-        driver = FakeDriver(fake_driver(directory))
-        yield library, driver
-    finally:
-        os.environ.pop("SIMACCEL_CUDA_DRIVER", None)
+    with stand_in_library([NativeRegion(s, p) for s, p in PROGRAMS.items()], tmp_path_factory.mktemp("native")) as both:
+        yield both
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ several shapes, against TVM alone (and torch, for exported models).
 
 Covers the TVM layer of symbolic regions: size vars and their bounds read from
 `tir_var_*_bound`, shape values and TVM's `tir_vars` passed to a region as shape arguments,
-derived dims (`b * s`, `m + 1`), and the build's choice of Python regions for them.
+derived dims (`b * s`, `m + 1`), and their native regions in a CUDA build.
 """
 
 from __future__ import annotations
@@ -131,34 +131,45 @@ def _symbolic_models():
     return {"Flattened": Flattened, "SizesPassed": SizesPassed, "CacheAppend": CacheAppend}
 
 
+def _torch_model(name):
+    """(torch model, its Relax module exported with Dim, shapes to run, per-sample shape): the
+    encoder layer (batch <= 8, seq <= 64) or the CNN (batch <= 16) the symbolic tests share."""
+    torch = pytest.importorskip("torch")
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    if name == "encoder":
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32),
+                                    torch.nn.LayerNorm(32))
+        mod = _exported(model, torch.randn(2, 5, 32), {0: Dim("batch", max=8), 1: Dim("seq", max=64)})
+        return model, mod, [(1, 1), (3, 7), (8, 64)], (32,)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
+    mod = _exported(model, torch.randn(2, 3, 16, 16), {0: Dim("batch", max=16)})
+    return model, mod, [(1,), (5,), (16,)], (3, 16, 16)
+
+
+def _built_natively(mod, target, caplog):
+    """`build(mod, target)`, asserting that the build logs no region as a Python one."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
+        executable = build(mod, target)
+    assert not [r.message for r in caplog.records if "Python region" in r.message]
+    return executable
+
+
 @pytest.mark.parametrize("name", ["Flattened", "SizesPassed", "CacheAppend", "encoder", "cnn"])
 def test_a_cuda_build_makes_every_symbolic_region_native(name, tmp_path, caplog):
     """Each region of a CUDA build is a native one (size plans, sizes.h), none a Python region;
     the exported library exports every region's function. Their results are the GPU tests'."""
-    import logging
     import subprocess
 
     from simaccel.tvm_integration.backend.native import has_native_regions
 
-    if name in ("encoder", "cnn"):
-        torch = pytest.importorskip("torch")
-        from torch.export import Dim
-
-        torch.manual_seed(0)
-        if name == "encoder":
-            layer = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32),
-                                        torch.nn.LayerNorm(32))
-            mod = _exported(layer, torch.randn(2, 5, 32), {0: Dim("batch", max=8), 1: Dim("seq", max=64)})
-        else:
-            model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                                        torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
-            mod = _exported(model, torch.randn(2, 3, 16, 16), {0: Dim("batch", max=16)})
-    else:
-        mod = _symbolic_models()[name]
+    mod = _torch_model(name)[1] if name in ("encoder", "cnn") else _symbolic_models()[name]
     _, report = partition_report(mod)
-    with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
-        executable = build(mod, "nvidia/nvidia-h100")
-    assert not [r.message for r in caplog.records if "Python region" in r.message]
+    executable = _built_natively(mod, "nvidia/nvidia-h100", caplog)
     assert has_native_regions(executable)
     executable.export_library(str(tmp_path / "model.so"))
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(tmp_path / "model.so")],
@@ -187,13 +198,9 @@ def _torch_reference(model):
 
 
 def test_a_cnn_with_a_dynamic_batch_offloads_as_its_static_twin():
-    torch = pytest.importorskip("torch")
-    from torch.export import Dim
+    model, dynamic, _, _ = _torch_model("cnn")
+    import torch
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
-    dynamic = _exported(model, torch.randn(2, 3, 16, 16), {0: Dim("batch", max=16)})
     static = _exported(model, torch.randn(2, 3, 16, 16), {})
     offloaded = [sum(len(ops) for ops in partition_report(m)[1].regions.values()) for m in (dynamic, static)]
     assert offloaded[0] >= offloaded[1] > 0
@@ -202,12 +209,7 @@ def test_a_cnn_with_a_dynamic_batch_offloads_as_its_static_twin():
 
 
 def test_an_encoder_with_dynamic_batch_and_sequence_matches_at_each_shape():
-    torch = pytest.importorskip("torch")
-    from torch.export import Dim
-
-    torch.manual_seed(0)
-    layer = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32), torch.nn.LayerNorm(32))
-    mod = _exported(layer, torch.randn(2, 5, 32), {0: Dim("batch", max=8), 1: Dim("seq", max=64)})
+    layer, mod, _, _ = _torch_model("encoder")
     _, report = partition_report(mod)
     assert report.kept == [], report.format()
     check_at_shapes(mod, lambda bs: [_rng(bs).standard_normal((*bs, 32)).astype("float32")],
@@ -273,17 +275,13 @@ def test_one_cuda_build_matches_tvm_alone_at_every_shape_with_no_host_copies(nam
     """A CUDA build: symbolic regions are native (size plans bound per call in C++, zero-copy,
     on TVM's stream) and match at each shape TVM alone's CUDA build of the same module (its CPU
     build where TVM cannot build it for CUDA); no byte goes through the host."""
-    import logging
-
     from simaccel.tvm_integration.backend.pipeline import default_target
 
-    mod = {"Flattened": Flattened, "SizesPassed": SizesPassed, "CacheAppend": CacheAppend}[name]
+    mod = _symbolic_models()[name]
     shapes = {"Flattened": [(1, 1), (3, 5), (4, 32)], "SizesPassed": [(1, 1), (3, 5), (4, 32)],
               "CacheAppend": [(1,), (7,), (64,)]}[name]
     target = default_target("cuda")
-    with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
-        ours = build(mod, target)
-    assert not [r.message for r in caplog.records if "Python region" in r.message]
+    ours = _built_natively(mod, target, caplog)
     try:
         theirs, their_device = build_tvm_only(mod, target), tvm.cuda(0)
     except tvm.error.InternalError:  # TVM alone's CUDA build of a dynamic concat: "constant size stack allocation"
@@ -345,27 +343,11 @@ def test_a_graph_captured_per_shape_replays_a_native_symbolic_region(clean_runti
 def test_exported_dynamic_models_run_native_on_the_gpu_at_every_shape(name, clean_runtime, caplog):
     """torch.export models with Dim: one CUDA build, every region native, against TVM alone's CUDA
     build and torch at 1, a middle size and the upper bounds."""
-    import logging
-
-    torch = pytest.importorskip("torch")
-    from torch.export import Dim
     from simaccel.tvm_integration.backend.pipeline import default_target
 
-    torch.manual_seed(0)
-    if name == "encoder":
-        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32),
-                                    torch.nn.LayerNorm(32))
-        mod = _exported(model, torch.randn(2, 5, 32), {0: Dim("batch", max=8), 1: Dim("seq", max=64)})
-        shapes, per = [(1, 1), (3, 7), (8, 64)], (32,)
-    else:
-        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-                                    torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
-        mod = _exported(model, torch.randn(2, 3, 16, 16), {0: Dim("batch", max=16)})
-        shapes, per = [(1,), (5,), (16,)], (3, 16, 16)
+    model, mod, shapes, per = _torch_model(name)
     target = default_target("cuda")
-    with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
-        ours = build(mod, target)
-    assert not [r.message for r in caplog.records if "Python region" in r.message]
+    ours = _built_natively(mod, target, caplog)
     theirs, gpu = build_tvm_only(mod, target), tvm.cuda(0)
     reference = _torch_reference(model)
     for shape in shapes:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from tvm import relax
 from compare import assert_same
 from harness import offloaded_ops, tvm_alone
 from model_zoo import single_op
-from native_support import FakeDriver, cuda_tensor, fake_driver, region_library
+from native_support import cuda_tensor, stand_in_library
 from simaccel.native.source import NativeRegion
 from simaccel.ops import list_ops
 from simaccel.tensors import is_compact
@@ -283,14 +282,10 @@ NATIVE_CASES = ["relu_0x3", "add_no_rows", "concat_empty_first", "matmul_bias_em
 
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("native_zero")
-    os.environ["SIMACCEL_CUDA_DRIVER"] = str(fake_driver(directory))
-    try:
-        programs = {case: regions(model(case))[0][0] for case in NATIVE_CASES}
-        library, _ = region_library([NativeRegion(p.name, p) for p in programs.values()], directory)
-        yield library, programs, FakeDriver(fake_driver(directory))
-    finally:
-        os.environ.pop("SIMACCEL_CUDA_DRIVER", None)
+    programs = {case: regions(model(case))[0][0] for case in NATIVE_CASES}
+    native_regions = [NativeRegion(p.name, p) for p in programs.values()]
+    with stand_in_library(native_regions, tmp_path_factory.mktemp("native_zero")) as (library, driver):
+        yield library, programs, driver
 
 
 @pytest.mark.parametrize("case", NATIVE_CASES)

@@ -99,26 +99,28 @@ class Checker:
             except Exception as e:  # noqa: BLE001 - anything TVM builds, the backend must build
                 return _failed(BUILD, e, f"{name} build failed where TVM alone builds: {error_line(e)}")
             for k, (point, at) in enumerate(points):  # what a case ran is counted once, at its first size
-                outcome = self._run_point(point, at, mod, theirs, executable, report, device, dev, count and k == 0)
+                outcome, want = self._run_point(point, at, mod, theirs, executable, report, device, dev, count and k == 0)
                 if outcome.verdict in (FAIL, SKIP):
                     return outcome
                 if outcome.verdict == TVM_OFF:
                     verdict = outcome
-            if export is not None and device == "cpu" and not case.batch_upper:
+            if export is not None and device == "cpu" and not case.batch_upper:  # a static case: its one point's want
                 path = self.workdir / f"case{len(self.exported)}.so"
                 executable.export_library(str(path))
-                self.exported.append((export, case, path, run_vm(theirs, case.runtime_arrays(), dev)))
+                self.exported.append((export, case, path, want))
         return verdict
 
-    def _run_point(self, case: Case, at: str, mod, theirs, executable, report, device: str, dev, count: bool) -> Outcome:
+    def _run_point(self, case: Case, at: str, mod, theirs, executable, report, device: str, dev,
+                   count: bool) -> tuple[Outcome, list | None]:
         """`case` (a static case, or a symbolic one at one batch size, `at` saying which) run by
-        TVM alone's build `theirs` and the backend's `executable` on every engine of `device`."""
+        TVM alone's build `theirs` and the backend's `executable` on every engine of `device`:
+        the verdict, and TVM alone's outputs (None where it could not run the case)."""
         arrays = case.runtime_arrays()
         try:
             want = run_vm(theirs, arrays, dev)
         except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
             stop_if_context_lost(e, "TVM alone", _case_text(case))
-            return Outcome(SKIP, f"TVM alone{at}: {error_line(e)}")
+            return Outcome(SKIP, f"TVM alone{at}: {error_line(e)}"), None
         name = self.backend.name
         verdict = Outcome(PASS)
         for engine in (e for e in self.engines if engine_device(e) == device):
@@ -130,7 +132,7 @@ class Checker:
                     got = run_vm(executable, arrays, dev)
             except Exception as e:  # noqa: BLE001 - the backend failed to run what TVM runs
                 stop_if_context_lost(e, f"{name} on engine {engine}", _case_text(case))
-                return _failed(f"{RUN} ({engine})", e, f"engine {engine}{at}: run failed: {error_line(e)}")
+                return _failed(f"{RUN} ({engine})", e, f"engine {engine}{at}: run failed: {error_line(e)}"), want
             ran = runtime.ledger.snapshot()["ops"] if self.backend.is_simaccel else \
                 Counter(op for ops in report.regions.values() for op in ops)
             if count:
@@ -142,10 +144,10 @@ class Checker:
                                                                      and case.exact_reference):
                 outcome = case_verdict(case, got, want, where, witness=self._tvm_on_cpu(mod, arrays), stage=stage)
             if outcome.verdict == FAIL:
-                return outcome
+                return outcome, want
             if outcome.verdict == TVM_OFF:
                 verdict = outcome
-        return verdict
+        return verdict, want
 
     @staticmethod
     def _tvm_on_cpu(mod, arrays) -> list | None:
