@@ -16,6 +16,11 @@ they disagree) and runs the static Program of those sizes (`bind`), checked agai
 Version 2 of the JSON form adds `vars` and dims written as text; a static Program is still
 written as version 1, byte for byte as before.
 
+`requires` (version 2): equalities of sizes its ops' shape rules hold for only at some values
+of the vars (a matmul of (31, n) by (5, 8) needs n == 5; simaccel.requirements). `validate`
+runs the rules assuming such equalities and checks that the Program requires each one it
+needed (`requiring` adds them); each call checks them once its vars are bound.
+
 `sanitize` true (`build(..., sanitize=True)`) makes every call of the region run under the
 sanitizer (simaccel.debug.sanitize); the JSON has the field only when it is true, so the
 fingerprints of other Programs are what they were.
@@ -23,6 +28,7 @@ fingerprints of other Programs are what they were.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -34,6 +40,7 @@ import numpy as np
 
 from .errors import ProgramError, ShapeError, SimAccelError
 from .profile import DEFAULT_PROFILE, DeviceProfile
+from .requirements import Requirement, assuming, never_zero, normal_difference, same_shape
 from .shapes import (Dim, SymbolicError, at_upper_bounds, bind_shape, bind_vars, parse, shape_text, shape_vars,
                      sizes_text, var_name)
 
@@ -120,6 +127,7 @@ class Program:
     # tensors do not show plainly, as `R.shape([s27, s77])`): (position among the call's
     # arguments, dims it holds). The tensors fill the other positions, inputs then outputs.
     shape_args: tuple[tuple[int, tuple], ...] = ()
+    requires: tuple[Requirement, ...] = ()
 
     @property
     def intermediates(self) -> tuple[int, ...]:
@@ -175,6 +183,8 @@ class Program:
             data["vars"] = [v.to_dict() for v in self.vars]
         if self.shape_args:
             data["shape_args"] = [{"position": k, "shape": _json_dims(dims)} for k, dims in self.shape_args]
+        if self.requires:
+            data["requires"] = [str(r) for r in self.requires]
         return data
 
     def to_json(self) -> str:
@@ -224,13 +234,15 @@ class Program:
             )
         read = _Reader(label, symbolic=version >= 2)
         read.keys(data, "Program", {"format", "version", "name", "tensors", "inputs", "outputs", "ops"},
-                  {"sanitize", "vars", "shape_args"} if version >= 2 else {"sanitize"})
+                  {"sanitize", "vars", "shape_args", "requires"} if version >= 2 else {"sanitize"})
         size_vars = read.size_vars(data.get("vars", []))
         shape_args = []
         for i, entry in enumerate(read.items(data.get("shape_args", []), "shape_args")):
             read.keys(entry, f"shape_args[{i}]", {"position", "shape"})
             shape_args.append((read.integer(entry["position"], f"shape_args[{i}].position"),
                                read.dims(entry["shape"], f"shape_args[{i}].shape")))
+        requires = tuple(read.requirement(text, f"requires[{i}]")
+                         for i, text in enumerate(read.items(data.get("requires", []), "requires")))
         tensors = []
         for i, t in enumerate(read.items(data["tensors"], "tensors")):
             where = f"tensors[{i}]"
@@ -255,6 +267,7 @@ class Program:
             sanitize=read.boolean(data.get("sanitize", False), "sanitize"),
             vars=size_vars,
             shape_args=tuple(shape_args),
+            requires=requires,
         )
 
     # -- validation ----------------------------------------------------------------------
@@ -262,8 +275,30 @@ class Program:
         """Check ids, dataflow, every op's shape rule and the profile; return self.
 
         Raises ProgramError for structure problems, and the op's own SimAccelError
-        (ShapeError, DtypeError, UnsupportedOpError) for an op the accelerator cannot run.
+        (ShapeError, DtypeError, UnsupportedOpError) for an op the accelerator cannot run; a
+        ShapeError where a rule holds only at sizes the Program does not require (`requiring`).
         """
+        unrequired = self._unrequired(self._check(profile))
+        if unrequired:
+            requirement, where = unrequired[0]
+            raise ShapeError(f"Program {self.name}: {where}'s shape rule holds only where {requirement}, which the "
+                             "Program does not require")
+        return self
+
+    def requiring(self, profile: DeviceProfile = DEFAULT_PROFILE) -> "Program":
+        """This Program, validated, with the requirements its ops' shape rules need added to `requires`."""
+        unrequired = self._unrequired(self._check(profile))
+        if not unrequired:
+            return self
+        return dataclasses.replace(self, requires=self.requires + tuple(r for r, _ in unrequired)).validate(profile)
+
+    def _unrequired(self, needed: dict) -> list:
+        declared = {r.key for r in self.requires}
+        return [(r, where) for key, (r, where) in needed.items() if key not in declared]
+
+    def _check(self, profile: DeviceProfile) -> dict:
+        """What `validate` checks; returns the requirements the shape rules needed, by key, each
+        with the op that first needed it ("op 0 (simaccel.matmul)")."""
         from .ops import get_op
 
         count = len(self.tensors)
@@ -282,6 +317,8 @@ class Program:
             raise ProgramError(f"Program {self.name}: has no outputs")
         self._check_vars()
         self._check_bounded(profile)
+        bounds = {v.name: (v.lower, v.upper) for v in self.vars}
+        needed: dict = {}
         for i in self.constants:
             spec = self.tensors[i]
             if i in self.inputs or i in self.outputs:
@@ -313,12 +350,15 @@ class Program:
                 profile.check_tensor(node.op, role, self.largest(spec.shape), spec.dtype)
             profile.check_tensor(node.op, "output", self.largest(out.shape), out.dtype)
             try:
-                shape, dtype = op.infer([t.shape for t in ins], [t.dtype for t in ins], **op.all_attrs(node.attrs))
+                with assuming(bounds) as assumed:
+                    shape, dtype = op.infer([t.shape for t in ins], [t.dtype for t in ins], **op.all_attrs(node.attrs))
             except SymbolicError as e:
                 raise ShapeError(f"Program {self.name}: {where}'s shape rule needs a size's value: {e}") from e
             except (TypeError, ValueError, IndexError, ZeroDivisionError) as e:
                 raise ProgramError(f"Program {self.name}: {where} cannot be checked with attributes {node.attrs}: {e}") from e
-            if tuple(shape) != out.shape or dtype != out.dtype:
+            for key, requirement in assumed.made.items():
+                needed.setdefault(key, (requirement, where))
+            if not same_shape(shape, out.shape, assumed.made) or dtype != out.dtype:
                 raise ProgramError(
                     f"Program {self.name}: {where} produces {tuple(shape)} {dtype}, but its output "
                     f"{out} is declared differently"
@@ -331,7 +371,8 @@ class Program:
             reason = profile.why_not_region(self.nbytes, f"Program {self.name}")
             if reason:
                 raise ProgramError(reason)
-        return self
+        self.derived["requirement_ops"] = {key: where for key, (_, where) in needed.items()}
+        return needed
 
     @property
     def nbytes(self) -> int:
@@ -374,6 +415,13 @@ class Program:
         undeclared = sorted(used - set(names))
         if undeclared:
             raise ProgramError(f"Program {self.name}: dims read size vars {undeclared}, which it does not declare")
+        bounds = {v.name: (v.lower, v.upper) for v in self.vars}
+        for r in self.requires:
+            if not r.vars() <= set(names):
+                raise ProgramError(f"Program {self.name}: requirement {r} reads size vars "
+                                   f"{sorted(r.vars() - set(names))}, which it does not declare")
+            if never_zero(normal_difference(r.lhs, r.rhs), bounds):
+                raise ShapeError(f"Program {self.name}: requirement {r} holds at no sizes within the vars' bounds")
         boundary = [self.tensors[i] for i in self.inputs + self.outputs]
         bindable = {var_name(d) for t in boundary for d in t.shape} - {None}
         bindable |= {var_name(d) for _, dims in self.shape_args for d in dims} - {None}
@@ -411,6 +459,11 @@ class Program:
             if tuple(int(d) for d in shape) != want:
                 raise ShapeError(f"region {self.name}: {spec.name} has shape {tuple(shape)}, but "
                                  f"{shape_text(spec.shape)} is {want} where {sizes_text(values)}")
+        for r in self.requires:
+            if not r.holds(values):
+                given = "; ".join(f"{name} = {values[name]} (from {source[name]})" for name in sorted(r.vars()))
+                by = self.derived.get("requirement_ops", {}).get(r.key, "an op")
+                raise ShapeError(f"region {self.name}: {given} breaks {r}, which {by}'s shape rule needs at every call")
         return values
 
     def bind(self, values: dict[str, int]) -> "Program":
@@ -533,6 +586,12 @@ class _Reader:
             if not isinstance(d, Dim) and not 0 <= d <= MAX_DIM:
                 self.fail(f"{what}[{i}]", f"must be between 0 and 2**63-1, got {d}")
         return dims
+
+    def requirement(self, value, what: str) -> Requirement:
+        try:
+            return Requirement.parse(self.text(value, what))
+        except ValueError as e:
+            self.fail(what, str(e))
 
     def dtype(self, value, what: str) -> str:
         self.text(value, what)

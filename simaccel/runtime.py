@@ -312,6 +312,9 @@ class Runtime:
             listing = ", ".join(f"{program.tensors[i].name}@{describe(d)}" for i, d in zip(ids, devices))
             raise DeviceError(f"region {program.name}: tensors are on mixed devices ({listing})")
         device = devices[0]
+        sizes = {}
+        if program.vars:  # sizes first: a call whose shapes are wrong is that error wherever it runs
+            program, sizes = self.bound(program, [tuple(t.shape) for t in tensors], shape_values)
         engine = get_engine(self.engine_name(device[0]))
         if engine.device_type != device[0]:
             raise DeviceError(
@@ -321,9 +324,6 @@ class Runtime:
         refs = [tensor if isinstance(tensor, TensorRef) else from_dlpack(tensor, device, program.name, role,
                                                                          program.tensors[i].name)
                 for i, role, tensor in zip(ids, roles, tensors)]
-        sizes = {}
-        if program.vars:
-            program, sizes = self.bound(program, [ref.shape for ref in refs], shape_values)
         for i, role, ref in zip(ids, roles, refs):
             spec = program.tensors[i]
             check(program.name, role, spec, ref)

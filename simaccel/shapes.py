@@ -9,7 +9,9 @@ A `Dim` is a polynomial with integer coefficients over atoms, an atom being a si
 or an exact floor division or remainder of a polynomial by a positive int (`(h - 1) // 2`).
 The polynomial is kept in one normal form, so two dims are equal (`==`) exactly when they are
 the same polynomial: `n * s == s * n`, `(n + 1) * 2 - 2 == 2 * n`. Arithmetic whose result is a
-constant gives a plain int. What a dim cannot say without the vars' values (`n < 8`, `bool(n)`,
+constant gives a plain int. While shape rules run `assuming` (simaccel.requirements), an
+equality that only some values make true is assumed and recorded, to be checked per call.
+What a dim cannot say without the vars' values (`n < 8`, `bool(n)`,
 `int(n)`, `range(n)`) raises `SymbolicError` (a TypeError): a shape rule that needs the value
 fails at build time, and what it checks stays on TVM with that reason.
 
@@ -19,6 +21,7 @@ Text form (the Program's JSON, messages): `n*s + 1`, `(m + 1)//2`, `h % 4`; `par
 from __future__ import annotations
 
 import ast
+import contextvars
 import functools
 import math
 from dataclasses import dataclass
@@ -30,6 +33,11 @@ Monomial = tuple  # the atoms of one term, sorted by their text, each as often a
 
 class SymbolicError(TypeError):
     """A question about a symbolic dim that only its vars' values can answer."""
+
+
+# While shape rules run under simaccel.requirements.assuming: its Assumptions, which answer an
+# equality of two different dims that only some values of the vars make true.
+_ASSUMING: contextvars.ContextVar = contextvars.ContextVar("simaccel_assuming", default=None)
 
 
 @dataclass(frozen=True)
@@ -151,7 +159,14 @@ class Dim:
 
     # -- equality, text -----------------------------------------------------------------
     def __eq__(self, other):
-        return isinstance(other, Dim) and self.terms == other.terms
+        """The same polynomial; or, while rules run `assuming` (simaccel.requirements), any other
+        int or Dim but 0 and 1 that the vars' bounds allow, recorded as a requirement."""
+        if isinstance(other, Dim) and self.terms == other.terms:
+            return True
+        assumptions = _ASSUMING.get()
+        if assumptions is None or not (isinstance(other, Dim) or (_is_int(other) and other not in (0, 1))):
+            return False
+        return assumptions.equal(self, other)
 
     def __hash__(self):
         return hash(frozenset(self.terms.items()))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from .errors import SimAccelError
 from .launch_plan import Launch, View, _build, dims3
 from .program import Program
+from .requirements import normal_difference
 from .shapes import Dim, evaluate
 from .traced import Guard, Traced, TracedFloat, float_value, recording
 
@@ -94,7 +95,10 @@ def trace(program: Program, point: dict, fuse: bool = True) -> SizePlan:
     with recording() as guards:
         bound = program.bind(values)
         launches = _build(bound, groups_of(program) if fuse else ()).launches
-    return SizePlan(tuple(dict.fromkeys(guards)), launches, tuple(sorted(point.items())))
+    # The Program's requirements hold wherever a plan does: sizes that break one are no plan's,
+    # and the Python runtime, which such a call goes to, names the requirement in its error.
+    required = [Guard(normal_difference(r.lhs, r.rhs), "==") for r in program.requires]
+    return SizePlan(tuple(dict.fromkeys(required + guards)), launches, tuple(sorted(point.items())))
 
 
 def recorded(program: Program, point: dict, fuse: bool = True) -> tuple:
@@ -103,9 +107,13 @@ def recorded(program: Program, point: dict, fuse: bool = True) -> tuple:
 
 
 def sample_points(program: Program, seed: int = 0) -> list[dict]:
-    """Points inside the vars' bounds (every var bounded above): ends, neighbours, middle, powers of two."""
+    """Points inside the vars' bounds (every var bounded above) where the Program's requirements
+    hold: ends, neighbours, middle, powers of two, combined over the vars; a var a requirement
+    gives in terms of the others (`n == 5`, `q == p`) takes that value at each point."""
+    solved = _solved(program)
+    free = [v for v in program.vars if v.name not in solved]
     axes = []
-    for v in program.vars:
+    for v in free:
         lo, hi = v.lower, v.upper
         picks = {lo, lo + 1, hi - 1, hi, (lo + hi) // 2, (lo + hi) // 2 + 1}
         p = 1
@@ -113,18 +121,47 @@ def sample_points(program: Program, seed: int = 0) -> list[dict]:
             picks |= {p - 1, p, p + 1}
             p *= 2
         axes.append(sorted(x for x in picks if lo <= x <= hi))
-    names = [v.name for v in program.vars]
+    names = [v.name for v in free]
     if math.prod(len(a) for a in axes) <= MAX_POINTS:
-        return [dict(zip(names, combo)) for combo in itertools.product(*axes)]
-    rng = random.Random(seed)
-    points = set()
-    for k, axis in enumerate(axes):  # each var along its axis, the others at their ends and middle
-        for pick in (lambda a: a[0], lambda a: a[-1], lambda a: a[len(a) // 2]):
-            for x in axis:
-                points.add(tuple(x if j == k else pick(a) for j, a in enumerate(axes)))
-    while len(points) < MAX_POINTS:
-        points.add(tuple(rng.choice(a) for a in axes))
-    return [dict(zip(names, combo)) for combo in sorted(points)]
+        combos = list(itertools.product(*axes))
+    else:
+        rng = random.Random(seed)
+        chosen = set()
+        for k, axis in enumerate(axes):  # each var along its axis, the others at their ends and middle
+            for pick in (lambda a: a[0], lambda a: a[-1], lambda a: a[len(a) // 2]):
+                for x in axis:
+                    chosen.add(tuple(x if j == k else pick(a) for j, a in enumerate(axes)))
+        while len(chosen) < MAX_POINTS:
+            chosen.add(tuple(rng.choice(a) for a in axes))
+        combos = sorted(chosen)
+    bounds = {v.name: (v.lower, v.upper) for v in program.vars}
+    points = []
+    for combo in combos:
+        point = dict(zip(names, combo))
+        for _ in solved:  # a solved var's value may read another's
+            point.update({name: evaluate(value, point) for name, value in solved.items()
+                          if name not in point and (not isinstance(value, Dim) or value.vars() <= point.keys())})
+        if len(point) == len(program.vars) and all(bounds[k][0] <= x <= bounds[k][1] for k, x in point.items()) and \
+                all(r.holds(point) for r in program.requires):
+            points.append({v.name: point[v.name] for v in program.vars})
+    return points
+
+
+def _solved(program: Program) -> dict[str, object]:
+    """Var -> its value in terms of other vars, from each requirement that has a var alone in a
+    term of coefficient 1 or -1 and nowhere else (`n == 5`: n is 5; `q == p`: q is p)."""
+    solved: dict[str, object] = {}
+    for r in program.requires:
+        difference = normal_difference(r.lhs, r.rhs)
+        for monomial, coefficient in difference.terms.items():
+            name = monomial[0].name if len(monomial) == 1 and abs(coefficient) == 1 else None
+            if name is None or name in solved:
+                continue
+            rest = difference - coefficient * Dim.var(name)
+            if not isinstance(rest, Dim) or name not in rest.vars():
+                solved[name] = -coefficient * rest  # coefficient * name + rest == 0
+                break
+    return solved
 
 
 def size_plans(program: Program, fuse: bool = True) -> tuple[SizePlan, ...]:
@@ -144,8 +181,12 @@ def _find(program: Program, fuse: bool) -> tuple[SizePlan, ...]:
     if unbounded:
         raise SizePlanError(f"region {program.name}: size var {unbounded[0]} has no upper bound; native regions "
                             "size their memory for the upper bounds")
+    points = sample_points(program)
+    if not points:
+        raise SizePlanError(f"region {program.name}: no sample point holds its requirements "
+                            f"({', '.join(map(str, program.requires))})")
     plans: list[SizePlan] = []
-    for point in sample_points(program):
+    for point in points:
         plan = next((p for p in plans if p.covers(point)), None)
         if plan is None:
             try:

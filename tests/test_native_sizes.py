@@ -25,6 +25,7 @@ from simaccel.size_plans import SizePlanError, recorded, sample_points, size_pla
 from native_cases import dims3
 from native_support import cuda_tensor, stand_in_library
 from test_native_regions import expected_words
+from test_requirements import pinned_matmul, viewed
 from test_symbolic_program import (broadcast_chain_model, concat_model, conv_model, double_concat_model, layer_norm_model,
                                    make, matmul_model, softmax_model, unary_chain_model)
 
@@ -61,6 +62,8 @@ MODELS = {
     "r_concat2": (double_concat_model().validate(), [{"n": 1}, {"n": 5}, {"n": 8}]),
     "r_shape_arg": (with_shape_arg().validate(), [{"b": 1, "s": 1}, {"b": 3, "s": 77}, {"b": 4, "s": 300}]),
     "r_redundant": (with_redundant_shape_arg().validate(), [{"n": 1}, {"n": 33}, {"n": 64}]),
+    "r_pinned": (pinned_matmul().requiring(), [{"n": 5}]),
+    "r_viewed": (viewed().requiring(), [{"p": 1, "q": 1}, {"p": 33, "q": 33}, {"p": 64, "q": 64}]),
 }
 
 
@@ -165,6 +168,19 @@ def test_a_shape_argument_that_disagrees_with_a_tensor_it_repeats_is_a_shape_err
     assert driver.launches() == []
     library["r_redundant"](cuda_tensor(x), tvm_ffi.Shape([5]), cuda_tensor(np.zeros_like(x)))
     assert len(driver.launches()) == 1
+
+
+@pytest.mark.parametrize("symbol, arrays, broken", [
+    ("r_pinned", [(31, 6), (5, 8), (31, 8)], r"n = 6 .* breaks n == 5"),
+    ("r_viewed", [(7, 4), (8, 4)], r"p = 7 .* q = 8 .* breaks q == p"),
+])
+def test_sizes_that_break_a_requirement_launch_nothing_and_are_a_shape_error(fake, symbol, arrays, broken):
+    """No size plan holds where a requirement breaks: the call goes to the Python runtime, which
+    names the requirement, the var and the tensor."""
+    library, driver = fake
+    with pytest.raises(ShapeError, match=broken):
+        library[symbol](*[cuda_tensor(np.zeros(shape, np.float32)) for shape in arrays])
+    assert driver.launches() == []
 
 
 def test_size_plans_cover_every_sample_point_with_few_plans():

@@ -294,8 +294,9 @@ def test_var_that_no_call_can_bind_is_refused(program):
 
 
 def test_shape_rule_that_cannot_be_decided_is_a_shape_error():
+    # reduction sizes k and j that no size within the bounds makes equal
     matmul = make("p", [("a", (4, k), "float32"), ("b", (j, 8), "float32"), ("c", (4, 8), "float32")], (0, 1), (2,),
-                  [("simaccel.matmul", (0, 1), 2, {})], [SizeVar("k", 1, 8), SizeVar("j", 1, 8)])
+                  [("simaccel.matmul", (0, 1), 2, {})], [SizeVar("k", 1, 8), SizeVar("j", 9, 16)])
     with pytest.raises(ShapeError, match=rf"reduction sizes differ: data \(4, {dim_text('k')}\) has K=k, "
                                          rf"weight \({dim_text('j')}, 8\) has K=j"):
         matmul.validate()

@@ -155,7 +155,7 @@ def region_program(symbol: str, func: relax.Function, specs: dict, sanitize: boo
     program = Program(symbol, tuple(tensors), inputs, outputs, tuple(ops), sanitize=sanitize,
                       vars=size_vars(func, tensors, ops, shape_args), shape_args=tuple(shape_args))
     try:
-        return program.validate()
+        return program.requiring()  # validated, requiring the equalities of sizes its rules need
     except SimAccelError as e:
         raise CodegenError(f"region {symbol}: {e}") from e
 

@@ -32,6 +32,7 @@ from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxTuple, RelaxValue, Reje
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
 from .sizes import tensor_dims, value_dims
+from ...requirements import assuming, same_shape
 from ...shapes import SymbolicError, at_upper_bounds, shape_text, shape_vars
 
 logger = logging.getLogger("simaccel.partition")
@@ -346,15 +347,18 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
                 return reason
         in_shapes, in_dtypes = [s for s, _ in infos], [d for _, d in infos]
         op.check_dtypes(in_dtypes)  # the family's rules only ever see dtypes it takes
-        attrs = program_attrs(spec, annotated, *match_infos(op, infos))
-        check_attrs(op, attrs)
-        shape, dtype = op.infer(in_shapes, in_dtypes, **op.all_attrs(attrs))
+        # Equalities of sizes that only some values make true are assumed, and checked by the
+        # region at every call (simaccel.requirements).
+        with assuming(_size_bounds.get()) as assumed:
+            attrs = program_attrs(spec, annotated, *match_infos(op, infos))
+            check_attrs(op, attrs)
+            shape, dtype = op.infer(in_shapes, in_dtypes, **op.all_attrs(attrs))
         if context is not None:
             # The fused op must compute what the matched Relax ops compute; its shape and dtype
             # are the first things that would differ (a bias whose broadcasting grows the result,
             # an out_dtype other than the inputs'). Symbolic dims compare as expressions.
             relax_shape, relax_dtype, _ = tensor_dims(context.matched_expr)
-            if (tuple(shape), dtype) != (relax_shape, relax_dtype):
+            if relax_shape is None or not same_shape(shape, relax_shape, assumed.made) or dtype != relax_dtype:
                 return (f"{op.name} would give {shape_text(shape)} {dtype} where Relax gives "
                         f"{shape_text(relax_shape) if relax_shape is not None else 'an unknown shape'} {relax_dtype}")
         reason = profile.why_not_tensor("output", largest(shape, "output"), dtype)

@@ -1,0 +1,158 @@
+"""Requirements: equalities of sizes that a symbolic region's shape rules need, checked per call.
+
+Where it sits: beside simaccel.shapes, in the base layer. A shape rule compares dims; two dims
+that are the same expression are equal, and two whose difference can never be 0 within the
+vars' bounds are not (`n + 1` and `n`, `2*n` and `5`, `n` and `70` where n <= 64). Any other
+pair (`n` and `5`, `p` and `q`, `4*p` and `4*q`) is equal only for some values: while rules run
+`assuming(bounds)`, such a comparison answers "equal" and records a `Requirement`, so that the
+op is accepted and its region checks the requirement at every call (`Program.requires`,
+`Program.bind_tensors`; native regions through their size plans' guards). Comparisons with 0 and
+1 are not assumed: rules ask them to choose a case (an empty tensor, a broadcast axis), so a
+symbolic dim is never taken to be 0 or 1 (simaccel.shapes).
+
+A requirement reads `lhs == rhs` in messages and in the Program's JSON; two are the same when
+their differences are the same up to a constant factor (`4*p == 4*q` is `p == q`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from dataclasses import dataclass
+
+from .shapes import _ASSUMING, Dim, evaluate, parse
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """`lhs == rhs`, each an int or a Dim, at least one of them symbolic."""
+
+    lhs: object
+    rhs: object
+
+    @functools.cached_property
+    def key(self) -> frozenset:
+        """What two requirements that are the same share: the terms of their `normal_difference`."""
+        return difference_key(normal_difference(self.lhs, self.rhs))
+
+    def holds(self, values: dict) -> bool:
+        return evaluate(self.lhs, values) == evaluate(self.rhs, values)
+
+    def vars(self) -> frozenset:
+        return normal_difference(self.lhs, self.rhs).vars()
+
+    def __str__(self) -> str:
+        return f"{self.lhs} == {self.rhs}"
+
+    @staticmethod
+    def parse(text: str) -> "Requirement":
+        """The requirement `text` says ("n == 5"); ValueError for anything else."""
+        if not isinstance(text, str) or text.count("==") != 1:
+            raise ValueError(f"a requirement reads 'lhs == rhs', got {text!r}")
+        lhs, rhs = (parse(side) for side in text.split("=="))
+        if not isinstance(normal_difference(lhs, rhs), Dim):
+            raise ValueError(f"{text!r} is no requirement: it reads no size var or is always false or true")
+        return Requirement(lhs, rhs)
+
+
+def normal_difference(lhs, rhs):
+    """`lhs - rhs` divided by the gcd of its coefficients, its first term positive (an int where it is one)."""
+    difference = lhs - rhs
+    if not isinstance(difference, Dim):
+        return difference
+    divisor = math.gcd(*difference.terms.values())
+    first = min((m for m in difference.terms if m), key=lambda m: [a.text for a in m])
+    if difference.terms[first] < 0:
+        divisor = -divisor
+    return Dim({m: c // divisor for m, c in difference.terms.items()})
+
+
+def difference_key(difference) -> frozenset:
+    """A difference's terms as a set: a dict key that never compares Dims (which, `assuming`,
+    would make requirements of their own)."""
+    return frozenset(difference.terms.items()) if isinstance(difference, Dim) else frozenset({((), difference)})
+
+
+class Assumptions:
+    """The requirements made while rules run `assuming` (`made`, in order, each once)."""
+
+    def __init__(self, bounds: dict):
+        self.bounds = bounds  # name -> (lower, upper or None)
+        self.made: dict = {}  # key -> Requirement
+
+    def equal(self, lhs, rhs) -> bool:
+        """Whether `lhs == rhs` may be assumed: False where it can never hold within the bounds,
+        else True, recording it."""
+        difference = normal_difference(lhs, rhs)
+        if not isinstance(difference, Dim):
+            return difference == 0
+        if never_zero(difference, self.bounds):
+            return False
+        common = math.gcd(*(c for side in (lhs, rhs) for c in (side.terms.values() if isinstance(side, Dim) else [side])))
+        self.made.setdefault(difference_key(difference), Requirement(lhs // common, rhs // common))  # 4*p == 4*q: p == q
+        return True
+
+
+@contextlib.contextmanager
+def assuming(bounds: dict):
+    """Run shape rules with equalities of sizes assumed (see the module's docstring); yields
+    the `Assumptions`, whose `made` are the requirements the rules needed."""
+    assumptions = Assumptions(bounds)
+    token = _ASSUMING.set(assumptions)
+    try:
+        yield assumptions
+    finally:
+        _ASSUMING.reset(token)
+
+
+def same_shape(shape, other, made: dict) -> bool:
+    """Whether two shapes are equal: each pair of dims the same, or equal by a requirement in
+    `made` (`Assumptions.made`): the shape a rule gave under the requirements it needed."""
+    return len(shape) == len(other) and all(
+        (a.terms == b.terms if isinstance(a, Dim) and isinstance(b, Dim) else
+         not isinstance(a, Dim) and not isinstance(b, Dim) and a == b)
+        or difference_key(normal_difference(a, b)) in made for a, b in zip(shape, other))
+
+
+def never_zero(dim: Dim, bounds: dict) -> bool:
+    """Whether `dim` differs from 0 at every value of its vars within `bounds` (name -> (lower,
+    upper or None); a var it lacks counts as (0, None)): its constant is no multiple of its other
+    coefficients' gcd, or its range excludes 0."""
+    constant = dim.terms.get((), 0)
+    step = math.gcd(*(c for m, c in dim.terms.items() if m))
+    if constant % step:
+        return True
+    low, high = _range(dim, bounds)
+    return low > 0 or high < 0
+
+
+def _range(dim, bounds: dict) -> tuple[float, float]:
+    """Bounds of `dim`'s values (math.inf where unbounded)."""
+    if not isinstance(dim, Dim):
+        return dim, dim
+    low = high = 0
+    for monomial, coefficient in dim.terms.items():
+        term = (coefficient, coefficient)
+        for atom in monomial:
+            term = _product(term, _atom_range(atom, bounds))
+        low, high = low + term[0], high + term[1]
+    return low, high
+
+
+def _atom_range(atom, bounds: dict) -> tuple[float, float]:
+    if atom.name is not None:
+        lower, upper = bounds.get(atom.name, (0, None))
+        return lower, math.inf if upper is None else upper
+    if atom.op == "%":
+        return 0, atom.divisor - 1
+    low, high = _range(atom.numerator, bounds)
+    return (low // atom.divisor if low != -math.inf else low), (high // atom.divisor if high != math.inf else high)
+
+
+def _product(a: tuple, b: tuple) -> tuple[float, float]:
+    def times(x, y):
+        return 0 if x == 0 or y == 0 else x * y
+
+    values = [times(x, y) for x in a for y in b]
+    return min(values), max(values)
