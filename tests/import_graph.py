@@ -26,7 +26,8 @@ _MODULE_STRING = re.compile(r"simaccel(\.\w+)+(:\w+)?")
 # The core's floor plan, bottom first: layer name -> its modules (a package stands for its
 # __init__ and, with ".*", every module under it). simaccel.kernels sits below every layer.
 CORE_LAYERS = (
-    ("base", ("simaccel.errors", "simaccel.names", "simaccel.events", "simaccel.provided", "simaccel.shapes")),
+    ("base", ("simaccel.errors", "simaccel.names", "simaccel.events", "simaccel.provided", "simaccel.shapes",
+              "simaccel.requirements")),
     ("ops", ("simaccel.ops", "simaccel.ops.*")),
     ("model", ("simaccel.timing", "simaccel.profile", "simaccel.program", "simaccel.ledger")),
     ("plan", ("simaccel.tensors", "simaccel.fusion", "simaccel.traced", "simaccel.launch_plan", "simaccel.size_plans")),
