@@ -9,8 +9,8 @@ An optional trace records, for every boundary tensor of every call, the memory a
 accelerator used, so a test can check that it is TVM's own buffer.
 
 Native regions (simaccel.native) count their calls themselves, in memory the ledger hands
-them (`native_counters`: calls, nanoseconds, bytes copied; launches follow from the calls and
-the region's launches per op); `snapshot` adds those counts in, so the ledger shows both
+them (`native_counters`: calls, nanoseconds, bytes copied, and each op's kernel launches, as
+the plan of each call launched them); `snapshot` adds those counts in, so the ledger shows both
 paths. Native calls are not traced. Every copy is announced as a COPY event
 (simaccel.events: the timeline trace listens).
 """
@@ -29,10 +29,12 @@ from .timing import modeled_beside_measured
 class _NativeRegion:
     """The counters one native region updates, with what they mean for the ledger."""
 
-    def __init__(self, name: str, ops: list[str], launches_per_op: list[int]):
-        self.name, self.ops, self.launches_per_op = name, ops, launches_per_op
-        self.counts = (ctypes.c_int64 * 3)()  # calls, nanoseconds, copied bytes
-        self.baseline = [0, 0, 0]
+    def __init__(self, name: str, ops: list[str]):
+        self.name, self.ops = name, ops
+        # calls, nanoseconds, copied bytes, then each op's kernel launches (those of the plan each
+        # call ran: a symbolic region's differ with its sizes)
+        self.counts = (ctypes.c_int64 * (3 + len(ops)))()
+        self.baseline = [0] * len(self.counts)
 
     def since_reset(self) -> list[int]:
         return [now - then for now, then in zip(self.counts, self.baseline)]
@@ -62,10 +64,11 @@ class Ledger:
             for region in self._native:
                 region.baseline = list(region.counts)
 
-    def native_counters(self, name: str, ops: list[str], launches_per_op: list[int], program=None) -> int:
-        """Address of three int64 counters a native region of `name` (with `ops`, and its
-        Program where the caller could read it) updates; kept forever."""
-        region = _NativeRegion(name, list(ops), list(launches_per_op))
+    def native_counters(self, name: str, ops: list[str], program=None) -> int:
+        """Address of the int64 counters a native region of `name` (with `ops`, and its Program
+        where the caller could read it) updates: calls, nanoseconds, copied bytes, then one
+        count of kernel launches per op; kept forever."""
+        region = _NativeRegion(name, list(ops))
         with self._lock:
             self._native.append(region)
             if program is not None:
@@ -128,16 +131,16 @@ class Ledger:
             bytes_ = dict(self._bytes)
             region_calls, seconds = Counter(self._region_calls), defaultdict(float, self._region_seconds)
             for region in self._native:
-                n, nanoseconds, copied = region.since_reset()
+                n, nanoseconds, copied, *op_launches = region.since_reset()
                 if n == 0:
                     continue
                 calls += n
                 region_calls[region.name] += n
                 seconds[region.name] += nanoseconds * 1e-9
                 bytes_["device_to_device"] += copied
-                for op, count in zip(region.ops, region.launches_per_op):
+                for op, count in zip(region.ops, op_launches):
                     ops[op] += n
-                    launches[op] += n * count
+                    launches[op] += count
             return {
                 "offloaded_calls": calls,
                 "ops": dict(ops),

@@ -270,6 +270,26 @@ def test_no_launcher_bakes_a_size_into_its_launches():
     assert tried >= 20
 
 
+def test_the_ledger_counts_the_launches_of_the_plan_each_call_ran(tmp_path, clean_runtime):
+    """concat's plan at n = 0 launches one copy (a is empty), its others two: the ledger counts,
+    per op, what each call's plan launched, not one plan's count for every call."""
+    from collections import Counter
+
+    program = concat_model(upper=40, lower=0).validate()
+    points = [{"n": 0}, {"n": 1}, {"n": 23}, {"n": 40}, {"n": 0}]
+    want = Counter()
+    for point in points:
+        want.update(program.ops[launch.op].op for launch in recorded(program, point))
+    assert len({len(recorded(program, p)) for p in points}) == 2  # the plans differ
+    with stand_in_library([NativeRegion("r_counted", program)], tmp_path) as (library, driver):
+        clean_runtime.ledger.reset()
+        for point in points:
+            call(library, "r_counted", program, call_arrays(program, point), point)
+    ledger = clean_runtime.ledger.snapshot()
+    assert ledger["kernel_launches"] == dict(want) and ledger["ops"] == {"simaccel.concat": len(points)}
+    assert ledger["regions"][program.name]["calls"] == len(points)
+
+
 def test_sizes_no_plan_covers_go_to_the_python_runtime(tmp_path, monkeypatch, clean_runtime):
     """A library whose region kept only its first size plan (concat's n = 0): a call at other
     sizes forwards its tensors to simaccel's Python runtime (whose "cuda" engine then finds no

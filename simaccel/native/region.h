@@ -122,8 +122,11 @@ int run_plain(const Call& c, int64_t* copied) {
 void share_counters(const Region& r, RegionState& s) {
   std::call_once(s.once, [&] {
     if (TVMFFIObjectHandle f = global_function(kNativeRegionFunc)) {
-      TVMFFIAny a[3] = {raw_str(r.key), raw_str(r.program_json), raw_str(r.launches_per_op)};
-      if (int64_t address = call_for_address(f, a, 3)) s.counters = reinterpret_cast<Counters*>(address);
+      TVMFFIAny a[2] = {raw_str(r.key), raw_str(r.program_json)};
+      if (int64_t address = call_for_address(f, a, 2)) {
+        s.counters = reinterpret_cast<Counters*>(address);
+        s.launches = reinterpret_cast<std::atomic<int64_t>*>(address) + 3;
+      }
       TVMFFIObjectDecRef(f);
     }
   });
@@ -321,6 +324,9 @@ int run_static(const Region& r, RegionState& s, Library& lib, const TVMFFIAny* a
   c.copied_bytes.fetch_add(copied, std::memory_order_relaxed);
   c.nanoseconds.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
                           std::memory_order_relaxed);
+  if (s.launches) {  // this call's plan's launches (a symbolic region's differ with its sizes)
+    for (int32_t l = 0; l < r.num_launches; ++l) s.launches[r.launches[l].op].fetch_add(1, std::memory_order_relaxed);
+  }
   return 0;
 }
 

@@ -203,9 +203,6 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
         out.append(f"const Launch kLaunches{r}[] = {{  {{}}  }};")
         tables = [(0, f"kLaunches{r}")] * 2
         out += _size_tables(r, region, plain)
-    per_op = [0] * len(program.ops)
-    for launch in (plain[0][0] if sized else plain[0]).launches:
-        per_op[launch.op] += 1
     ops = []  # for the sanitizer and the trace: each op's name, output and inputs (views as their owners)
     for k, node in enumerate(program.ops):
         inputs = sorted({program.views.get(i, i) for i in node.inputs})
@@ -216,7 +213,7 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
     out.append(
         f"const Region kRegion{r} = {{{_c_string(region.symbol)}, {_c_string(region.key)}, {_c_string(program.to_json())}, "
         f"{len(program.tensors)}, kTensors{r}, {len(program.inputs)}, kInputs{r}, {len(program.outputs)}, kOutputs{r}, "
-        f"{tables[0][0]}, {tables[0][1]}, kKinds{r}, {_c_string(','.join(map(str, per_op)))}, "
+        f"{tables[0][0]}, {tables[0][1]}, kKinds{r}, "
         f"{len(program.ops)}, kOps{r}, {sanitize}, {tables[1][0]}, {tables[1][1]}, {f'&kSizes{r}' if sized else 'nullptr'}}};"
     )
     out.append(f"RegionState kState{r};")

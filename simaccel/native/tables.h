@@ -158,7 +158,6 @@ struct Region {
   int32_t num_launches;
   const Launch* launches;
   const int8_t* kinds;          // per tensor: -3 fused value, -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
-  const char* launches_per_op;  // "1,1,2": for the ledger
   int32_t num_ops;
   const OpSpec* ops;
   int32_t sanitize;  // 1: built with sanitize=True (Program.sanitize): every call is sanitized
@@ -186,12 +185,13 @@ constexpr int kMaxDevices = 64;
 // ---------------------------------------------------------------------------------------------
 // Per-library state: kernels loaded per device, memory per region, counters.
 
-// Shared with simaccel's Python runtime when it is installed (simaccel.tvm_integration.backend.bridge);
-// else kept here.
+// Shared with simaccel's Python runtime when it is installed (simaccel.tvm_integration.backend.bridge),
+// followed there by one count of kernel launches per op of the Program; else kept here, without them.
 struct Counters {
   std::atomic<int64_t> calls{0}, nanoseconds{0}, copied_bytes{0};
 };
 static_assert(sizeof(Counters) == 3 * sizeof(int64_t), "counters are read as three int64 by Python");
+static_assert(sizeof(std::atomic<int64_t>) == sizeof(int64_t), "launch counts are read as int64 by Python");
 
 struct DeviceState {
   CUcontext context = nullptr;
@@ -228,6 +228,7 @@ struct RegionState {
   std::once_flag once;
   Counters local;  // used where simaccel's Python runtime is not installed
   Counters* counters = &local;
+  std::atomic<int64_t>* launches = nullptr;  // per op, after the Python runtime's counters; none locally
   std::mutex lock;  // guards `memory`, whose entries never move or go away
   std::deque<Memory> memory;
   std::mutex bound_lock;  // guards `bound`, whose entries never move or go away

@@ -40,10 +40,10 @@ def _invoke(key, program_json, *tensors):
     invoke(key, program_json, *tensors)
 
 
-def _native_region(key, program_json, launches_per_op):
+def _native_region(key, program_json):
     from .bridge import native_region
 
-    return native_region(key, program_json, launches_per_op)
+    return native_region(key, program_json)
 
 
 def _native_route():

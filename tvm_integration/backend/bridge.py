@@ -81,13 +81,13 @@ def shape_object(handle) -> tuple[int, ...]:
     return tuple((ctypes.c_int64 * size).from_address(data)) if size else ()
 
 
-def native_region(key: str, program_json: str, launches_per_op: str) -> int:
-    """Where a native region (simaccel.native) counts its calls: ledger memory, by address."""
+def native_region(key: str, program_json: str) -> int:
+    """Where a native region (simaccel.native) counts its calls and each op's kernel launches:
+    ledger memory, by address."""
     data = json.loads(program_json)
     ops = [op["op"] for op in data["ops"]]
-    launches = [int(n) for n in launches_per_op.split(",")] if launches_per_op else []
     try:  # for the timing model only: a region of ops this process has not declared still counts
         program = Program.from_dict(data)
     except SimAccelError:
         program = None
-    return get_runtime().ledger.native_counters(data["name"], ops, launches, program)
+    return get_runtime().ledger.native_counters(data["name"], ops, program)
