@@ -44,9 +44,10 @@ def add_parser(subparsers) -> None:
     fuzz.add_argument("--resume", action="store_true",
                       help="continue the campaign saved in --out (its settings; only the batches not done run)")
     fuzz.add_argument("--symbolic", action="store_true",
-                      help="give each model that can take one a symbolic batch: the first input's leading dim a size "
-                           "var n in [1, 2 * drawn + 3], built once and run at n = 1, the drawn size, the middle and the "
-                           "upper bound, each against TVM alone")
+                      help="give each model that can take them symbolic sizes: the first input's leading dim a size "
+                           "var n in [1, 2 * drawn + 3] and, where it has rank 3 or more, its axis 1 a var s likewise; "
+                           "built once and run at 1, the drawn sizes, the middle and the upper bounds (and each var at "
+                           "1 with the other at its bound), each against TVM alone")
     fuzz.add_argument("--replay", metavar="DIR", help="check a saved reproduction again instead of fuzzing")
     fuzz.add_argument("--partition", metavar="MODULE:FUNCTION", help=PARTITION_HELP)
     add_profile(fuzz)

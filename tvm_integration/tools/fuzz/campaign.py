@@ -47,7 +47,7 @@ from ..common.settings import saved_settings, user_op_modules, user_ops_environ
 from ..common.stderr_log import LOG_DISTINCT_KEPT, stderr_captured
 from ..common.verdicts import CRASH, FAIL, HANG, PASS, RELOAD, SKIP, TVM_OFF, report_head, run_line
 from .check import Checker, Outcome
-from .case import batchable
+from .case import symbolic_twin
 from .models import Case, Config, Draw, draw_case, drawable_user_families, user_families
 from .repro import save_reproduction
 
@@ -70,7 +70,7 @@ class Campaign:
     user_op_modules: tuple = ()
     profile: dict | None = None  # the device profile, where $SIMACCEL_PROFILE set one
     partition: str = SIMACCEL  # the backend checked: simaccel, or another's partition function (backends.py)
-    symbolic: bool = False  # each case that can takes a symbolic batch, built once, run at several sizes
+    symbolic: bool = False  # each case that can takes symbolic sizes, built once, run at several
 
     def config(self) -> Config:
         # On the GPU: no NaN/inf inputs (TVM's CUDA build takes max() as fmaxf, which drops NaN,
@@ -99,10 +99,8 @@ def draw(campaign: Campaign, index: int, choices=None) -> tuple[Case, Draw]:
     `choices` and `spans`)."""
     source = Draw.seeded([campaign.seed, index]) if choices is None else Draw.replay(choices)
     case = draw_case(source, campaign.config())
-    if campaign.symbolic and batchable(case):
-        symbolic = replace(case, batch_upper=2 * case.params[0].shape[0] + 3)
-        if symbolic.batch_consistent():
-            case = symbolic
+    if campaign.symbolic:
+        case = symbolic_twin(case)
     return case, source
 
 
@@ -128,11 +126,11 @@ def check_batch(campaign_json: dict, first: int, count: int, case_seconds: float
         counts: Counter = Counter()
         found: dict[int, dict] = {}
         logged, sample = 0, []  # lines the cases wrote on stderr (TVM's C++ log among them), kept off the console
-        symbolic = sizes = 0  # cases with a symbolic batch, and the sizes they ran at in all
+        symbolic = sizes = 0  # cases with symbolic sizes, and the size points they ran at in all
         for index in range(first, first + count):
             case, made = draw(campaign, index)
-            if case.batch_upper:
-                symbolic, sizes = symbolic + 1, sizes + len(case.batch_sizes())
+            if case.size_vars():
+                symbolic, sizes = symbolic + 1, sizes + len(case.size_points())
             export = index if campaign.export_every and index % campaign.export_every == 0 else None
             left = save_reproduction(case, Outcome("crashed", "the process died while checking this case"),
                                      campaign.engines, running, partition=campaign.partition) if running else None
@@ -240,8 +238,9 @@ def run_fuzz(cases: int = 100, seed: int = 0, engines=("ref",), dtypes=("float32
     of N worker processes on this machine) or a Dask scheduler's address (tcp://HOST:PORT).
     `resume`: continue the campaign saved in `out_dir` (its settings, not these).
     `symbolic`: each case whose first input has a leading dim (and no op reads sizes from its
-    attributes) makes that dim a size var n in [1, 2 * drawn + 3]: one build of each, run at
-    n = 1, the drawn size, the middle and the upper bound, each against TVM alone."""
+    attributes) makes that dim a size var n in [1, 2 * drawn + 3], and its axis 1 a var s
+    likewise where it has rank 3 or more (`symbolic_twin`): one build of each, run at each of
+    its size points (`Case.size_points`), each against TVM alone."""
     from ..deploy import runtime_only
 
     if runtime_only():
@@ -387,7 +386,7 @@ def _run(campaign: Campaign, executor, out: Path, shrink_seconds: float, resume:
         + (f" ({executor.workers} workers, {summary['cases_per_second']:.2f} cases/s)" if executor.workers > 1 else "")
         + f": {tally.line()}; {summary['cases_with_simaccel_regions']} ran simaccel regions "
         f"({sum(summary['simaccel_ops_run'].values())} ops); " + _user_ops_line(summary["user_ops_in_models"])
-        + (f"{summary['symbolic_cases']} with a symbolic batch, one build each run at {summary['symbolic_sizes_run']} "
+        + (f"{summary['symbolic_cases']} with symbolic sizes, one build each run at {summary['symbolic_sizes_run']} "
            "sizes in all; " if campaign.symbolic else "")
         + (f"{len(saved)} distinct failure(s); " if saved else "")
         + f"{summary['reloaded_in_fresh_process']} exported and run again in a fresh process"

@@ -44,7 +44,8 @@ class Case:
 
     `batch_upper` > 0 makes it symbolic: the first input's leading dim, and every other
     runtime parameter's leading dim of the same size, is a size var `n` in [1, batch_upper]
-    (`module()`); the case is built once and run at each of `batch_sizes()` (`at(n)`)."""
+    (`module()`). `seq_upper` > 0 does the same for axis 1 (a sequence), var `s` in
+    [1, seq_upper]. A symbolic case is built once and run at each of `size_points()` (`at`)."""
 
     dtype: str
     values: list[Value]
@@ -52,6 +53,7 @@ class Case:
     data_seed: int
     specials: bool = False
     batch_upper: int = 0
+    seq_upper: int = 0
 
     @property
     def params(self) -> list[Value]:
@@ -68,38 +70,57 @@ class Case:
 
     def describe(self) -> str:
         kinds = ", ".join(self.ops)
-        sizes = f", symbolic batch n in [1, {self.batch_upper}]" if self.batch_upper else ""
+        sizes = "".join(f", symbolic {what} {var} in [1, {upper}]" for var, (what, _, upper) in self.size_vars().items())
         return f"{self.dtype}, {len(self.params)} params, {len(self.ops)} ops ({kinds}), {len(self.outputs)} output(s){sizes}"
 
-    # -- a symbolic batch ---------------------------------------------------------------------
-    def _batched(self, v: Value) -> bool:
-        """Whether parameter `v`'s leading dim is the size var of a symbolic case."""
+    # -- symbolic sizes -------------------------------------------------------------------------
+    def size_vars(self) -> dict[str, tuple[str, int, int]]:
+        """The size vars of a symbolic case: name -> (what it is, the first input's axis, upper bound)."""
+        found = {"n": ("batch", 0, self.batch_upper), "s": ("sequence", 1, self.seq_upper)}
+        return {name: entry for name, entry in found.items() if entry[2]}
+
+    def _var_axes(self, v: Value) -> dict[int, str]:
+        """Axis -> size var of parameter `v`'s dims that are a symbolic case's vars: the runtime
+        parameters' dims at a var's axis that have the first input's size there."""
         first = self.params[0].shape
-        return bool(self.batch_upper) and not v.constant and len(v.shape) > 0 and v.shape[0] == first[0]
+        if v.constant:
+            return {}
+        return {axis: name for name, (_, axis, _) in self.size_vars().items()
+                if len(v.shape) > axis and v.shape[axis] == first[axis]}
 
-    def batch_sizes(self) -> list[int]:
-        """The sizes a symbolic case runs at: 1, its drawn size, the middle and the upper bound."""
-        drawn = self.params[0].shape[0]
-        return sorted({1, drawn, (1 + self.batch_upper) // 2, self.batch_upper})
+    def size_points(self) -> list[dict[str, int]]:
+        """The sizes a symbolic case runs at: each var at 1, its drawn size, the middle and its
+        upper bound, together; and with two vars, each at 1 while the other is at its bound."""
+        drawn = {name: self.params[0].shape[axis] for name, (_, axis, _) in self.size_vars().items()}
+        uppers = {name: upper for name, (_, _, upper) in self.size_vars().items()}
+        points = [{k: 1 for k in drawn}, drawn, {k: (1 + u) // 2 for k, u in uppers.items()}, uppers]
+        if len(drawn) == 2:
+            points += [{"n": 1, "s": uppers["s"]}, {"n": uppers["n"], "s": 1}]
+        unique = {tuple(sorted(p.items())): p for p in points}
+        return [unique[k] for k in sorted(unique)]
 
-    def batch_consistent(self) -> bool:
-        """Whether the model means something at each of its batch sizes: its float64 reference
+    def sizes_consistent(self) -> bool:
+        """Whether the model means something at each of its size points: its float64 reference
         runs at each. A drawn size that a weight's dim matched by chance (a (5, 8) weight
         contracted with a batch of 5) would change the model's meaning at other sizes."""
         try:
             with np.errstate(all="ignore"), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                for n in self.batch_sizes():
-                    self.at(n).reference()
+                for point in self.size_points():
+                    self.at(point).reference()
         except Exception:  # noqa: BLE001 - numpy refuses the shapes: the case stays static
             return False
         return True
 
-    def at(self, n: int) -> "Case":
-        """The static case a symbolic one is at batch size `n`: the batched parameters' leading dim `n`."""
-        values = [dataclasses.replace(v, shape=(n, *v.shape[1:])) if v.op is None and self._batched(v) else v
-                  for v in self.values]
-        return dataclasses.replace(self, values=values, batch_upper=0)
+    def at(self, point: dict[str, int]) -> "Case":
+        """The static case a symbolic one is at `point` (var -> size): the parameters' dims that
+        are those vars at those sizes."""
+        def sized(v: Value) -> Value:
+            axes = self._var_axes(v)
+            return dataclasses.replace(v, shape=tuple(point[axes[a]] if a in axes else d for a, d in enumerate(v.shape)))
+
+        values = [sized(v) if v.op is None else v for v in self.values]
+        return dataclasses.replace(self, values=values, batch_upper=0, seq_upper=0)
 
     # -- Relax --------------------------------------------------------------------------------
     def module(self):
@@ -107,10 +128,17 @@ class Case:
         import tvm
         from tvm import relax
 
-        n = tvm.tirx.Var("n", "int64")
-        params = {i: relax.Var(v.name, relax.TensorType((n, *v.shape[1:]) if self._batched(v) else v.shape, self.dtype))
+        size_vars = {name: tvm.tirx.Var(name, "int64") for name in self.size_vars()}
+
+        def dims(v: Value) -> tuple:
+            axes = self._var_axes(v)
+            return tuple(size_vars[axes[a]] if a in axes else d for a, d in enumerate(v.shape))
+
+        params = {i: relax.Var(v.name, relax.TensorType(dims(v), self.dtype))
                   for i, v in enumerate(self.values) if v.op is None}
-        attrs = {"tir_var_lower_bound": {"n": 1}, "tir_var_upper_bound": {"n": self.batch_upper}} if self.batch_upper else None
+        attrs = {"tir_var_lower_bound": {name: 1 for name in size_vars},
+                 "tir_var_upper_bound": {name: upper for name, (_, _, upper) in self.size_vars().items()}} \
+            if size_vars else None
         builder = relax.BlockBuilder()
         with builder.function("main", list(params.values()), attrs=attrs):
             with builder.dataflow():
@@ -204,11 +232,24 @@ _NOT_BATCHABLE = {"reshape", "broadcast_to", "take", "strided_slice"}
 
 
 def batchable(case: Case) -> bool:
-    """Whether `case` can take a symbolic batch (`Case.batch_upper`): its first input has a
-    leading dim, and no op reads sizes from its attributes."""
+    """Whether `case` can take symbolic sizes (`Case.batch_upper`, `seq_upper`): its first input
+    has a leading dim, and no op reads sizes from its attributes."""
     params = case.params
     return bool(params) and len(params[0].shape) > 0 and not params[0].constant and params[0].shape[0] > 0 \
         and not _NOT_BATCHABLE & set(case.ops) and not case.user_ops
+
+
+def symbolic_twin(case: Case) -> Case:
+    """`case` with symbolic sizes, each var's upper bound 2 * its drawn size + 3: a batch and a
+    sequence (axis 1, where the first input has rank 3 or more), or a batch alone, whichever
+    first means something at every size point (`sizes_consistent`); else `case` as it is."""
+    if not batchable(case):
+        return case
+    shape = case.params[0].shape
+    tries = [dataclasses.replace(case, batch_upper=2 * shape[0] + 3)]
+    if len(shape) >= 3 and shape[1] > 0:
+        tries.insert(0, dataclasses.replace(tries[0], seq_upper=2 * shape[1] + 3))
+    return next((twin for twin in tries if twin.sizes_consistent()), case)
 
 
 def fuzz_op(name: str) -> FuzzOp | UserFuzzOp:
@@ -224,11 +265,12 @@ def fuzz_op(name: str) -> FuzzOp | UserFuzzOp:
 
 # -- cases as JSON (reproductions, Dask tasks) -----------------------------------------------
 def case_to_json(case: Case) -> dict:
-    """The case as JSON; `batch_upper` only where set, so a static case's JSON is what it was
-    before cases could be symbolic."""
+    """The case as JSON; `batch_upper` and `seq_upper` only where set, so a static case's JSON is
+    what it was before cases could be symbolic."""
     data = {**dataclasses.asdict(case), "values": [dataclasses.asdict(v) for v in case.values]}
-    if not case.batch_upper:
-        del data["batch_upper"]
+    for key in ("batch_upper", "seq_upper"):
+        if not data[key]:
+            del data[key]
     return data
 
 
@@ -237,7 +279,7 @@ def case_from_json(data: dict) -> Case:
     this process has not declared."""
     values = [Value(**{**v, "shape": tuple(v["shape"]), "args": tuple(v["args"])}) for v in data["values"]]
     case = Case(data["dtype"], values, list(data["outputs"]), int(data["data_seed"]), bool(data["specials"]),
-                int(data.get("batch_upper", 0)))
+                int(data.get("batch_upper", 0)), int(data.get("seq_upper", 0)))
     for op in case.user_ops:
         fuzz_op(op)
     return case

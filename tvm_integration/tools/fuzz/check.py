@@ -30,6 +30,7 @@ import numpy as np
 from ....compare import array_difference, scaled_error, tolerance
 from ....errors import SimAccelError
 from ....runtime import get_runtime
+from ....shapes import sizes_text
 from ..backends import RUNTIME_ENGINE, Backend, engine_device
 from ..common.error_line import error_line
 from ..common.runs import read_outputs, run_fresh, run_vm, stop_if_context_lost
@@ -81,8 +82,8 @@ class Checker:
             raise  # a user op this process does not know (or declares wrongly): no skip hides it
         except Exception as e:  # noqa: BLE001 - a model Relax refuses is not a case
             return Outcome(SKIP, f"Relax refuses the model: {error_line(e)}")
-        # A symbolic case is built once and run at each of its batch sizes; a static one once.
-        points = [(case.at(n), f" at n = {n}") for n in case.batch_sizes()] if case.batch_upper else [(case, "")]
+        # A symbolic case is built once and run at each of its size points; a static one once.
+        points = [(case.at(p), f" at {sizes_text(p)}") for p in case.size_points()] if case.size_vars() else [(case, "")]
         verdict = Outcome(PASS)
         for device in dict.fromkeys(engine_device(e) for e in self.engines):
             target = default_target(device)
@@ -104,7 +105,7 @@ class Checker:
                     return outcome
                 if outcome.verdict == TVM_OFF:
                     verdict = outcome
-            if export is not None and device == "cpu" and not case.batch_upper:  # a static case: its one point's want
+            if export is not None and device == "cpu" and not case.size_vars():  # a static case: its one point's want
                 path = self.workdir / f"case{len(self.exported)}.so"
                 executable.export_library(str(path))
                 self.exported.append((export, case, path, want))

@@ -104,6 +104,8 @@ def _conv2d(xs, attrs, dtype):
     (sh, sw), (pt, pl, pb, pr), (dh, dw), groups = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
+    if c != cg * groups:  # slicing below would quietly read part of x, or broadcast one channel
+        raise ValueError(f"conv2d: data has {c} channels, weight {w.shape} with {groups} group(s) takes {cg * groups}")
     oh, ow = window_out((h, wd), (kh, kw), attrs)
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     out = np.zeros((n, o, oh, ow))
