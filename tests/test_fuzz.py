@@ -275,6 +275,27 @@ def test_an_op_no_output_reads_leaves_the_reference_exact_and_the_cpu_build_sett
     assert compare(live, ours, theirs, "engine native", witness=theirs).verdict == FAIL
 
 
+def test_the_reference_settles_an_output_that_never_reads_the_special_values():
+    """x with NaN and inf: a max over an empty slice of it is the dtype's lowest whatever x holds
+    (TVM alone's CPU build returned uninitialised memory, seed 21 case 53), so the reference
+    settles that output; a relu of x reads them, and nothing settles it."""
+    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, case_verdict as compare
+    from simaccel.tvm_integration.tools.fuzz.models import Case, Value
+
+    sliced = {"axes": [2], "begin": [0], "end": [0], "strides": [1]}
+    values = [Value((1, 2, 3), name="x"), Value((1, 2, 0), "strided_slice", (0,), sliced),
+              Value((1, 2), "max", (1,), {"axis": [2], "keepdims": False}), Value((1, 2, 3), "relu", (0,))]
+    case = Case("float32", values, [2, 3], data_seed=0, specials=True)
+    assert not np.isfinite(case.arrays()[0]).all() and case.free_of_specials() == [True, False]
+    ours = [r.astype("float32") for r in case.reference()]
+    garbage = np.array([[-935.1, 3.1e-41]], np.float32)
+    settled = compare(case, ours, [garbage, ours[1]], "engine ref")
+    assert settled.verdict == TVM_OFF and "errors against float64" in settled.reason
+    assert compare(case, [garbage, ours[1]], ours, "engine ref").verdict == FAIL  # simaccel the one off
+    unsettled = compare(case, ours, [ours[0], ours[1] + 1], "engine ref")
+    assert unsettled.verdict == FAIL and "no float64 reference to settle it" in unsettled.reason
+
+
 def test_cli_fuzz_partitions_for_a_device_profile(tmp_path):
     """--profile reaches every worker: the summary names it, and cut regions still match TVM alone."""
     profile = tmp_path / "scratch.json"
