@@ -386,9 +386,10 @@ def runs_list() -> str:
 
 def _symbolic_fuzz_line() -> str:
     _, fuzz = current("fuzz_symbolic")
-    return (f"- **Fuzz, symbolic batches** ({source('fuzz_symbolic')}): {fuzz['cases']} cases, engine "
-            f"{' and '.join(fuzz['engines'])}, {fuzz['symbolic_cases']} of them with a symbolic batch, one build each "
-            f"run at {fuzz['symbolic_sizes_run']} sizes in all: {_counts(fuzz['counts'])}.")
+    return (f"- **Fuzz, symbolic sizes** ({source('fuzz_symbolic')}): {fuzz['cases']} cases, engine "
+            f"{' and '.join(fuzz['engines'])}, {fuzz['symbolic_cases']} of them with symbolic sizes (a batch, and a "
+            f"sequence where the model has one), one build each run at {fuzz['symbolic_sizes_run']} size points in all: "
+            f"{_counts(fuzz['counts'])}.")
 
 
 def history_table() -> str:
