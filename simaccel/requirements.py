@@ -10,6 +10,10 @@ op is accepted and its region checks the requirement at every call (`Program.req
 1 are not assumed: rules ask them to choose a case (an empty tensor, a broadcast axis), so a
 symbolic dim is never taken to be 0 or 1 (simaccel.shapes).
 
+An order of sizes (`n - 2 >= 1`, a convolution's output height) is decided the same way where
+the bounds decide it (`Assumptions.order`), and needs the values (the op stays on TVM) where they
+do not: requirements are equalities only.
+
 A requirement reads `lhs == rhs` in messages and in the Program's JSON; two are the same when
 their differences are the same up to a constant factor (`4*p == 4*q` is `p == q`).
 """
@@ -92,6 +96,14 @@ class Assumptions:
         common = math.gcd(*(c for side in (lhs, rhs) for c in (side.terms.values() if isinstance(side, Dim) else [side])))
         self.made.setdefault(difference_key(difference), Requirement(lhs // common, rhs // common))  # 4*p == 4*q: p == q
         return True
+
+    def order(self, difference, relation: str) -> bool | None:
+        """Whether `difference <relation> 0` (relation "<", "<=", ">" or ">="): True where it holds
+        at every size within the bounds, False where at none, None where the sizes decide."""
+        low, high = _range(difference, self.bounds)
+        always, never = {"<": (high < 0, low >= 0), "<=": (high <= 0, low > 0),
+                         ">": (low > 0, high <= 0), ">=": (low >= 0, high < 0)}[relation]
+        return True if always else False if never else None
 
 
 @contextlib.contextmanager

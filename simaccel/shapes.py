@@ -10,7 +10,8 @@ or an exact floor division or remainder of a polynomial by a positive int (`(h -
 The polynomial is kept in one normal form, so two dims are equal (`==`) exactly when they are
 the same polynomial: `n * s == s * n`, `(n + 1) * 2 - 2 == 2 * n`. Arithmetic whose result is a
 constant gives a plain int. While shape rules run `assuming` (simaccel.requirements), an
-equality that only some values make true is assumed and recorded, to be checked per call.
+equality that only some values make true is assumed and recorded, to be checked per call, and
+an order (`n - 2 >= 1`) that the vars' bounds decide is decided.
 What a dim cannot say without the vars' values (`n < 8`, `bool(n)`,
 `int(n)`, `range(n)`) raises `SymbolicError` (a TypeError): a shape rule that needs the value
 fails at build time, and what it checks stays on TVM with that reason.
@@ -127,17 +128,15 @@ class Dim:
         divisor = _divisor(other, "//")
         if divisor == 1:
             return self
-        if all(c % divisor == 0 for c in self.terms.values()):
-            return Dim._make({m: c // divisor for m, c in self.terms.items()})
-        return _atom("//", self, divisor)
+        whole, rest = _split(self, divisor)
+        return whole + (_atom("//", rest, divisor) if isinstance(rest, Dim) else rest // divisor)
 
     def __mod__(self, other):
         if not _is_int(other) and not isinstance(other, Dim):
             return NotImplemented
         divisor = _divisor(other, "%")
-        if all(c % divisor == 0 for c in self.terms.values()):
-            return 0
-        return _atom("%", self, divisor)
+        _, rest = _split(self, divisor)
+        return _atom("%", rest, divisor) if isinstance(rest, Dim) else rest % divisor
 
     def __rfloordiv__(self, other):
         raise SymbolicError(f"{other} // ({self}): a division by a symbolic size")
@@ -155,7 +154,29 @@ class Dim:
     def _undecided(self, *_):
         raise SymbolicError(f"the size {self} has no value until its vars {sorted(self.vars())} are bound")
 
-    __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __int__ = __index__ = __float__ = _undecided
+    __bool__ = __int__ = __index__ = __float__ = _undecided
+
+    def _order(self, other, relation: str) -> bool:
+        """`self <relation> other`: decided by the vars' bounds while rules run `assuming`, where
+        it holds at every size within them or at none; else SymbolicError."""
+        assumptions = _ASSUMING.get()
+        if assumptions is not None and _terms(other) is not None:
+            decided = assumptions.order(self - other, relation)
+            if decided is not None:
+                return decided
+        self._undecided()
+
+    def __lt__(self, other):
+        return self._order(other, "<")
+
+    def __le__(self, other):
+        return self._order(other, "<=")
+
+    def __gt__(self, other):
+        return self._order(other, ">")
+
+    def __ge__(self, other):
+        return self._order(other, ">=")
 
     # -- equality, text -----------------------------------------------------------------
     def __eq__(self, other):
@@ -220,6 +241,21 @@ def _divisor(value, op: str) -> int:
     if value <= 0:
         raise SymbolicError(f"{op} by {value}: a symbolic size is divided by positive ints only")
     return value
+
+
+def _split(dim: Dim, divisor: int) -> tuple:
+    """(whole, rest) with dim == divisor * whole + rest: the terms whose coefficient `divisor`
+    divides, and the constant's multiple of it, go to `whole`; `rest` keeps the other terms and
+    a constant in [0, divisor). So `(h - 2)//2 + 1` and `h//2` are one normal form."""
+    whole, rest = {}, {}
+    for m, c in dim.terms.items():
+        if m == ():
+            whole[m], rest[m] = divmod(c, divisor)
+        elif c % divisor == 0:
+            whole[m] = c // divisor
+        else:
+            rest[m] = c
+    return Dim._make(whole), Dim._make(rest)
 
 
 def _atom_text(atom: _Atom) -> str:

@@ -62,6 +62,31 @@ def test_comparisons_with_0_and_1_choose_a_case_and_are_never_assumed():
     assert not assumed.made
 
 
+@pytest.mark.parametrize("question, answer", [
+    (lambda: N - 2 >= 1, None),          # n may be 1 or 2
+    (lambda: N + 2 >= 3, True),
+    (lambda: N < 65, True),
+    (lambda: N > 64, False),
+    (lambda: 1 > N - 2, None),
+    (lambda: (N - 2) // 2 + 1 < 1, None),
+    (lambda: P * Q <= 4096, True),
+    (lambda: P - Q < 64, True),
+    (lambda: N // 2 >= 0, True),
+])
+def test_an_order_of_sizes_is_decided_where_the_bounds_decide_it(question, answer):
+    from simaccel.shapes import SymbolicError
+
+    with assuming(BOUNDS) as assumed:
+        if answer is None:
+            with pytest.raises(SymbolicError, match="has no value until its vars"):
+                question()
+        else:
+            assert question() is answer
+    assert not assumed.made
+    with pytest.raises(SymbolicError):  # outside rules, an order always needs the values
+        question()
+
+
 def test_outside_rules_dims_compare_as_expressions():
     assert N != 5 and P != Q and N == Dim.var("n")
 

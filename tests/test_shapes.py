@@ -124,6 +124,14 @@ def test_random_expressions_obey_the_ring_laws():
     (n // 1, n),
     ((n + 1) // 2 * 2, 2 * ((1 + n) // 2)),
     (n % 4 + n // 4, n // 4 + n % 4),
+    # a division's multiples of its divisor come out of it: a window's output (n - 2)//2 + 1
+    # is numpy's n//2, and a remainder keeps a constant in [0, divisor)
+    ((n - 2) // 2 + 1, n // 2),
+    ((2 * n + 1) // 2, n),
+    ((4 * n - 3) // 4, n - 1),
+    ((n + 2 * s - 1) // 2, (n + 1) // 2 + s - 1),
+    ((n + 3) % 2, (n + 1) % 2),
+    ((n + 4 * s) % 4, n % 4),
 ], ids=str)
 def test_equal_polynomials_compare_and_hash_equal(left, right):
     assert left == right

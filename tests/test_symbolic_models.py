@@ -133,7 +133,8 @@ def _symbolic_models():
 
 def _torch_model(name):
     """(torch model, its Relax module exported with Dim, shapes to run, per-sample shape): the
-    encoder layer (batch <= 8, seq <= 64) or the CNN (batch <= 16) the symbolic tests share."""
+    encoder layer (batch <= 8, seq <= 64), the CNN (batch <= 16) or the fully convolutional net
+    (batch <= 8, height 8..32, width 8..40) the symbolic tests share."""
     torch = pytest.importorskip("torch")
     from torch.export import Dim
 
@@ -143,6 +144,12 @@ def _torch_model(name):
                                     torch.nn.LayerNorm(32))
         mod = _exported(model, torch.randn(2, 5, 32), {0: Dim("batch", max=8), 1: Dim("seq", max=64)})
         return model, mod, [(1, 1), (3, 7), (8, 64)], (32,)
+    if name == "fcn":  # convolutions and a pooling over a dynamic height and width
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                    torch.nn.Conv2d(8, 4, 3), torch.nn.Sigmoid())
+        dynamic = {0: Dim("batch", max=8), 2: Dim("height", min=8, max=32), 3: Dim("width", min=8, max=40)}
+        mod = _exported(model, torch.randn(2, 3, 16, 20), dynamic)
+        return model, mod, [(1, 3, 8, 8), (3, 3, 17, 23), (8, 3, 32, 40)], ()
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                                 torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 10))
     mod = _exported(model, torch.randn(2, 3, 16, 16), {0: Dim("batch", max=16)})
@@ -159,7 +166,7 @@ def _built_natively(mod, target, caplog):
     return executable
 
 
-@pytest.mark.parametrize("name", ["Flattened", "SizesPassed", "CacheAppend", "encoder", "cnn"])
+@pytest.mark.parametrize("name", ["Flattened", "SizesPassed", "CacheAppend", "encoder", "cnn", "fcn"])
 def test_a_cuda_build_makes_every_symbolic_region_native(name, tmp_path, caplog):
     """Each region of a CUDA build is a native one (size plans, sizes.h), none a Python region;
     the exported library exports every region's function. Their results are the GPU tests'."""
@@ -167,7 +174,7 @@ def test_a_cuda_build_makes_every_symbolic_region_native(name, tmp_path, caplog)
 
     from simaccel.tvm_integration.backend.native import has_native_regions
 
-    mod = _torch_model(name)[1] if name in ("encoder", "cnn") else _symbolic_models()[name]
+    mod = _torch_model(name)[1] if name in ("encoder", "cnn", "fcn") else _symbolic_models()[name]
     _, report = partition_report(mod)
     executable = _built_natively(mod, "nvidia/nvidia-h100", caplog)
     assert has_native_regions(executable)
@@ -206,6 +213,21 @@ def test_a_cnn_with_a_dynamic_batch_offloads_as_its_static_twin():
     assert offloaded[0] >= offloaded[1] > 0
     check_at_shapes(dynamic, lambda n: [_rng((n,)).standard_normal((n, 3, 16, 16)).astype("float32")],
                     [1, 5, 16], reference=_torch_reference(model))
+
+
+def test_convolutions_over_a_dynamic_height_and_width_offload_as_their_static_twin():
+    """A convolution's output height (h + 2 - 3)//1 + 1 and a pooling's (h - 2)//2 + 1 are
+    expressions whose order against 1 the bounds decide (h >= 8), so the whole net is one region,
+    as its static twin, and matches TVM alone and torch at three sizes."""
+    import torch
+
+    model, mod, shapes, _ = _torch_model("fcn")
+    static = _exported(model, torch.randn(2, 3, 16, 20), {})
+    dynamic_report, static_report = (partition_report(m)[1] for m in (mod, static))
+    assert list(dynamic_report.regions.values()) == list(static_report.regions.values())
+    assert len(dynamic_report.regions) == 1 and not dynamic_report.kept
+    check_at_shapes(mod, lambda shape: [_rng(shape).standard_normal(shape).astype("float32")], shapes,
+                    reference=_torch_reference(model))
 
 
 def test_an_encoder_with_dynamic_batch_and_sequence_matches_at_each_shape():
@@ -339,7 +361,7 @@ def test_a_graph_captured_per_shape_replays_a_native_symbolic_region(clean_runti
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["encoder", "cnn"])
+@pytest.mark.parametrize("name", ["encoder", "cnn", "fcn"])
 def test_exported_dynamic_models_run_native_on_the_gpu_at_every_shape(name, clean_runtime, caplog):
     """torch.export models with Dim: one CUDA build, every region native, against TVM alone's CUDA
     build and torch at 1, a middle size and the upper bounds."""

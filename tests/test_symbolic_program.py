@@ -300,13 +300,17 @@ def test_shape_rule_that_cannot_be_decided_is_a_shape_error():
     with pytest.raises(ShapeError, match=rf"reduction sizes differ: data \(4, {dim_text('k')}\) has K=k, "
                                          rf"weight \({dim_text('j')}, 8\) has K=j"):
         matmul.validate()
-    # a symbolic image height: conv2d's rule compares its output height with 1
-    conv = make("p", [("x", (1, 3, h, 8), "float32"), ("w", (4, 3, 3, 3), "float32"),
-                      ("y", (1, 4, h - 2, 6), "float32")],
-                (0, 1), (2,), [("simaccel.conv2d", (0, 1), 2, CONV_ATTRS)], [SizeVar("h", 3, 16)])
+    # a symbolic image height: conv2d's rule compares its output height h - 2 with 1, which the
+    # bounds decide where h is at least 3, and only the value can where h may be 1 or 2
+    def conv(lower):
+        return make("p", [("x", (1, 3, h, 8), "float32"), ("w", (4, 3, 3, 3), "float32"),
+                          ("y", (1, 4, h - 2, 6), "float32")],
+                    (0, 1), (2,), [("simaccel.conv2d", (0, 1), 2, CONV_ATTRS)], [SizeVar("h", lower, 16)])
+
+    assert conv(3).validate().requires == ()
     with pytest.raises(ShapeError, match=r"simaccel\.conv2d: its shape rule needs the value of a symbolic size: "
                                          r"the size h - 2 has no value"):
-        conv.validate()
+        conv(1).validate()
     # a reshape whose element counts are different polynomials
     reshape = make("p", [("x", (n, s), "float32"), ("y", (n * s + 1,), "float32")], (0,), (1,),
                    [("simaccel.reshape", (0,), 1, {"shape": [n * s + 1]})], [SizeVar("n", 1, 4), SizeVar("s", 1, 4)])
