@@ -28,46 +28,58 @@ from dataclasses import dataclass
 from .shapes import _ASSUMING, Dim, evaluate, parse
 
 
+RELATIONS = ("==", ">=")
+
+
 @dataclass(frozen=True)
 class Requirement:
-    """`lhs == rhs`, each an int or a Dim, at least one of them symbolic."""
+    """`lhs == rhs` or `lhs >= rhs` (`relation`), each side an int or a Dim, at least one symbolic."""
 
     lhs: object
     rhs: object
+    relation: str = "=="
 
     @functools.cached_property
-    def key(self) -> frozenset:
-        """What two requirements that are the same share: the terms of their `normal_difference`."""
-        return difference_key(normal_difference(self.lhs, self.rhs))
+    def difference(self):
+        """`lhs - rhs` in one normal form (`normal_difference`): the requirement is that it is 0, or at least 0."""
+        return normal_difference(self.lhs, self.rhs, signed=self.relation != "==")
+
+    @functools.cached_property
+    def key(self) -> tuple:
+        """What two requirements that are the same share: their relation and the terms of their difference."""
+        return self.relation, difference_key(self.difference)
 
     def holds(self, values: dict) -> bool:
-        return evaluate(self.lhs, values) == evaluate(self.rhs, values)
+        difference = evaluate(self.lhs, values) - evaluate(self.rhs, values)
+        return difference == 0 if self.relation == "==" else difference >= 0
 
     def vars(self) -> frozenset:
-        return normal_difference(self.lhs, self.rhs).vars()
+        return self.difference.vars()
 
     def __str__(self) -> str:
-        return f"{self.lhs} == {self.rhs}"
+        return f"{self.lhs} {self.relation} {self.rhs}"
 
     @staticmethod
     def parse(text: str) -> "Requirement":
-        """The requirement `text` says ("n == 5"); ValueError for anything else."""
-        if not isinstance(text, str) or text.count("==") != 1:
-            raise ValueError(f"a requirement reads 'lhs == rhs', got {text!r}")
-        lhs, rhs = (parse(side) for side in text.split("=="))
-        if not isinstance(normal_difference(lhs, rhs), Dim):
-            raise ValueError(f"{text!r} is no requirement: it reads no size var or is always false or true")
-        return Requirement(lhs, rhs)
+        """The requirement `text` says ("n == 5", "n - 1 >= 0"); ValueError for anything else."""
+        relations = [r for r in RELATIONS if isinstance(text, str) and text.count(r) == 1]
+        if len(relations) != 1 or sum(text.count(r) for r in RELATIONS) != 1:
+            raise ValueError(f"a requirement reads 'lhs == rhs' or 'lhs >= rhs', got {text!r}")
+        lhs, rhs = (parse(side) for side in text.split(relations[0]))
+        if not isinstance(lhs - rhs, Dim):
+            raise ValueError(f"{text!r} is no requirement: it reads no size var")
+        return Requirement(lhs, rhs, relations[0])
 
 
-def normal_difference(lhs, rhs):
-    """`lhs - rhs` divided by the gcd of its coefficients, its first term positive (an int where it is one)."""
+def normal_difference(lhs, rhs, signed: bool = False):
+    """`lhs - rhs` divided by the gcd of its coefficients (an int where it is one); its first
+    term made positive unless `signed` (an order's difference keeps its sign)."""
     difference = lhs - rhs
     if not isinstance(difference, Dim):
         return difference
     divisor = math.gcd(*difference.terms.values())
     first = min((m for m in difference.terms if m), key=lambda m: [a.text for a in m])
-    if difference.terms[first] < 0:
+    if difference.terms[first] < 0 and not signed:
         divisor = -divisor
     return Dim({m: c // divisor for m, c in difference.terms.items()})
 
@@ -83,7 +95,7 @@ class Assumptions:
 
     def __init__(self, bounds: dict):
         self.bounds = bounds  # name -> (lower, upper or None)
-        self.made: dict = {}  # key -> Requirement
+        self.made: dict = {}  # Requirement.key -> Requirement
 
     def equal(self, lhs, rhs) -> bool:
         """Whether `lhs == rhs` may be assumed: False where it can never hold within the bounds,
@@ -93,9 +105,20 @@ class Assumptions:
             return difference == 0
         if never_zero(difference, self.bounds):
             return False
-        common = math.gcd(*(c for side in (lhs, rhs) for c in (side.terms.values() if isinstance(side, Dim) else [side])))
-        self.made.setdefault(difference_key(difference), Requirement(lhs // common, rhs // common))  # 4*p == 4*q: p == q
+        self._make(Requirement(*_simplest(lhs, rhs)))  # 4*p == 4*q: p == q
         return True
+
+    def at_least(self, lhs, rhs) -> bool:
+        """Whether `lhs >= rhs` may be assumed: decided by the bounds where they decide it, else
+        True, recorded."""
+        decided = self.order(lhs - rhs, ">=")
+        if decided is None:
+            self._make(Requirement(*_simplest(lhs, rhs), ">="))
+            return True
+        return decided
+
+    def _make(self, requirement: Requirement) -> None:
+        self.made.setdefault(requirement.key, requirement)
 
     def order(self, difference, relation: str) -> bool | None:
         """Whether `difference <relation> 0` (relation "<", "<=", ">" or ">="): True where it holds
@@ -104,6 +127,25 @@ class Assumptions:
         always, never = {"<": (high < 0, low >= 0), "<=": (high <= 0, low > 0),
                          ">": (low > 0, high <= 0), ">=": (low >= 0, high < 0)}[relation]
         return True if always else False if never else None
+
+
+def _simplest(lhs, rhs) -> tuple:
+    """`lhs` and `rhs` divided by the gcd of all their coefficients (`4*p`, `4*q`: `p`, `q`)."""
+    common = math.gcd(*(c for side in (lhs, rhs) for c in (side.terms.values() if isinstance(side, Dim) else [side])))
+    return (lhs // common, rhs // common) if common > 1 else (lhs, rhs)
+
+
+def at_least(lhs, rhs) -> bool:
+    """Whether `lhs >= rhs`, for a shape rule's check that a size is in range (a slice's end
+    within its axis, a window's output at least 1): ints compare; sizes are decided by the vars'
+    bounds where they decide it, else, while rules run `assuming`, required at every call, else
+    SymbolicError (the op stays on TVM)."""
+    if not isinstance(lhs - rhs, Dim):
+        return lhs - rhs >= 0
+    assumptions = _ASSUMING.get()
+    if assumptions is None:
+        return (lhs - rhs) >= 0  # SymbolicError: the size has no value
+    return assumptions.at_least(lhs, rhs)
 
 
 @contextlib.contextmanager
@@ -124,7 +166,7 @@ def same_shape(shape, other, made: dict) -> bool:
     return len(shape) == len(other) and all(
         (a.terms == b.terms if isinstance(a, Dim) and isinstance(b, Dim) else
          not isinstance(a, Dim) and not isinstance(b, Dim) and a == b)
-        or difference_key(normal_difference(a, b)) in made for a, b in zip(shape, other))
+        or ("==", difference_key(normal_difference(a, b))) in made for a, b in zip(shape, other))
 
 
 def never_zero(dim: Dim, bounds: dict) -> bool:

@@ -33,11 +33,10 @@ from dataclasses import dataclass
 from .errors import SimAccelError
 from .launch_plan import Launch, View, _build, dims3
 from .program import Program
-from .requirements import normal_difference
 from .shapes import Dim, evaluate
 from .traced import Guard, Traced, TracedFloat, float_value, recording
 
-MAX_PLANS = 32  # a Program whose launchers choose among more size cases keeps its Python runtime
+MAX_PLANS = 64  # a Program whose launchers choose among more size cases keeps its Python runtime
 MAX_POINTS = 160  # sample points per Program (all combinations where there are this few)
 
 
@@ -97,7 +96,7 @@ def trace(program: Program, point: dict, fuse: bool = True) -> SizePlan:
         launches = _build(bound, groups_of(program) if fuse else ()).launches
     # The Program's requirements hold wherever a plan does: sizes that break one are no plan's,
     # and the Python runtime, which such a call goes to, names the requirement in its error.
-    required = [Guard(normal_difference(r.lhs, r.rhs), "==") for r in program.requires]
+    required = [Guard(r.difference, r.relation) for r in program.requires]
     return SizePlan(tuple(dict.fromkeys(required + guards)), launches, tuple(sorted(point.items())))
 
 
@@ -151,8 +150,8 @@ def _solved(program: Program) -> dict[str, object]:
     """Var -> its value in terms of other vars, from each requirement that has a var alone in a
     term of coefficient 1 or -1 and nowhere else (`n == 5`: n is 5; `q == p`: q is p)."""
     solved: dict[str, object] = {}
-    for r in program.requires:
-        difference = normal_difference(r.lhs, r.rhs)
+    for r in (r for r in program.requires if r.relation == "=="):
+        difference = r.difference
         for monomial, coefficient in difference.terms.items():
             name = monomial[0].name if len(monomial) == 1 and abs(coefficient) == 1 else None
             if name is None or name in solved:

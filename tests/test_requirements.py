@@ -87,6 +87,47 @@ def test_an_order_of_sizes_is_decided_where_the_bounds_decide_it(question, answe
         question()
 
 
+def test_a_range_check_the_bounds_do_not_decide_is_required_at_every_call():
+    from simaccel.requirements import at_least
+    from simaccel.shapes import SymbolicError
+
+    with assuming(BOUNDS) as assumed:
+        assert at_least(N + 3, 4) and at_least(64, N) and not at_least(N, 65) and at_least(7, 5)
+        assert at_least(N - 2, 1) and at_least(2 * P, 2 * Q)  # n may be 1 or 2; p may be below q
+    assert [str(r) for r in assumed.made.values()] == ["n - 2 >= 1", "p >= q"]
+    assert [r.holds({"n": 3, "p": 2, "q": 2}) for r in assumed.made.values()] == [True, True]
+    assert [r.holds({"n": 2, "p": 1, "q": 2}) for r in assumed.made.values()] == [False, False]
+    with pytest.raises(SymbolicError):  # outside rules a size's range needs its value
+        at_least(N - 2, 1)
+    again = Requirement.parse("n - 2 >= 1")
+    assert (again.relation, again.key) == (">=", next(iter(assumed.made.values())).key)
+    assert Requirement.parse("p >= q").key != Requirement.parse("q >= p").key != Requirement.parse("p == q").key
+
+
+def windowed():
+    """A 3x3 convolution over a height h in [1, 16]: its output h - 2 is at least 1 only where h >= 3."""
+    h = Dim.var("h")
+    attrs = {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 1}
+    return make("windowed", [("x", (1, 3, h, 8), "float32"), ("w", (4, 3, 3, 3), "float32"),
+                             ("y", (1, 4, h - 2, 6), "float32")],
+                (0, 1), (2,), [("simaccel.conv2d", (0, 1), 2, attrs)], [SizeVar("h", 1, 16)])
+
+
+def test_a_range_requirement_travels_in_the_json_and_is_checked_per_call(clean_runtime):
+    program = windowed().requiring()
+    assert json.loads(program.to_json())["requires"] == ["h - 2 >= 1"]
+    assert Program.from_json(program.to_json()).requires == program.requires
+    assert all(point["h"] >= 3 for point in sample_points(program))
+    assert all(not plan.covers({"h": 2}) for plan in size_plans(program))
+    with pytest.raises(ShapeError, match=r"h = 2 \(from x \(dim 2 of \(1, 3, 2, 8\)\)\) breaks h - 2 >= 1, which op 0 "
+                                         r"\(simaccel.conv2d\)'s shape rule needs at every call"):
+        program.bind_tensors([(1, 3, 2, 8), (4, 3, 3, 3), (1, 4, 0, 6)])
+    x, w = np.ones((1, 3, 5, 8), np.float32), np.ones((4, 3, 3, 3), np.float32)
+    y = np.zeros((1, 4, 3, 6), np.float32)
+    clean_runtime.run(program, x, w, y)
+    np.testing.assert_array_equal(y, np.full_like(y, 27.0))
+
+
 def test_outside_rules_dims_compare_as_expressions():
     assert N != 5 and P != Q and N == Dim.var("n")
 

@@ -10,6 +10,7 @@ import re
 import numpy as np
 
 from ..errors import ShapeError
+from ..requirements import at_least  # noqa: F401  (a rule's range check of sizes: ints, or symbolic ones)
 
 FLOAT_DTYPES = ("float32", "float16")
 INT_DTYPES = ("int64", "int32", "int8")

@@ -31,9 +31,9 @@ from ...errors import OpDeclarationError, SimAccelError
 from ...ops import OpDef, RelaxMatch, RelaxPattern, RelaxTuple, RelaxValue, Reject, families, get_op
 from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
-from .sizes import tensor_dims, value_dims
 from ...requirements import assuming, same_shape
-from ...shapes import SymbolicError, at_upper_bounds, shape_text, shape_vars
+from ...shapes import Dim, SymbolicError, at_upper_bounds, shape_text, shape_vars
+from .sizes import dim_of, is_size_expression, tensor_dims, value_dims
 
 logger = logging.getLogger("simaccel.partition")
 
@@ -110,7 +110,12 @@ def constant_value(expr):
         return python_value(expr)
     if isinstance(expr, relax.Tuple):  # a tuple of numbers (strided_slice's axes, begins, ...)
         values = [constant_value(f) for f in expr.fields]
-        return values if all(isinstance(v, (int, float)) for v in values) else None
+        return values if all(isinstance(v, (int, float, Dim)) for v in values) else None
+    if is_size_expression(expr):  # a size (a slice's `n - 1`)
+        try:
+            return dim_of(expr)
+        except ValueError:
+            return None
     if isinstance(expr, tvm.ir.GenericConst) and expr.value.numpy().ndim == 0:
         return expr.value.numpy().item()
     return None

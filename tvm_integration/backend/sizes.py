@@ -39,6 +39,11 @@ def dim_of(value):
         raise ValueError(f"the size {value}: {e}") from None
 
 
+def is_size_expression(value) -> bool:
+    """Whether `value` is a TIR size var or +, -, *, //, % of sizes (what `dim_of` reads)."""
+    return isinstance(value, (tirx.Var, *_DIM_OPERATIONS)) and str(value.expr_ty()).startswith("int")
+
+
 def tensor_dims(expr) -> tuple[tuple | None, str | None, str | None]:
     """(shape, dtype, why) of a Relax tensor expression, each dim an int or a `Dim` (`dim_of`);
     shape None where it is unknown or a dim cannot be represented, `why` then saying so."""

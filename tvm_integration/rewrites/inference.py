@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from .constants import fold_constant_masks
 from .tuples import forward_tuple_fields, split_rewrites
-from .types import tensor_info
+from .types import axis_length, tensor_info
 
 BATCH_NORM = "relax.nn.batch_norm"
 
@@ -122,18 +123,26 @@ def _slice_rewrites(counts: dict) -> list:
     take = is_op("relax.take")(data, index)
 
     def take_one(expr, matches):
-        shape = tensor_info(matches[data])[0]
         value = matches[index].value.numpy()
-        if shape is None or value.ndim != 0 or value.dtype.kind not in "iu":
-            return expr
-        axis = int(expr.attrs.axis) % len(shape) if expr.attrs.axis is not None else None
-        if axis is None or shape[axis] == 0:
-            return expr  # a flattened take, or nothing to take from: leave it to TVM
-        i = _take_index(int(value), shape[axis], str(expr.attrs.mode))
-        if i is None:
-            return expr
+        if expr.attrs.axis is None or value.ndim != 0 or value.dtype.kind not in "iu":
+            return expr  # a flattened take, or not one index: leave it to TVM
+        axis, length = axis_length(matches[data], int(expr.attrs.axis))
+        if axis is None or length == 0:
+            return expr  # nothing to take from
+        if length is None:  # a symbolic axis: an index from the end reads what torch's x[-1] means
+            i, mode = int(value), str(expr.attrs.mode)
+            if not (mode == "fast" or (mode == "wrap" and i == -1)):
+                return expr  # which element depends on the length: leave it to TVM
+            begin = i if i >= 0 else i + matches[data].ty.shape.values[axis]
+            # in the axis (a region checks it per call, a requirement of its slice's shape rule)
+            sliced = relax.op.strided_slice(matches[data], [axis], [begin], [begin + 1], [1], assume_inbound=True)
+        else:
+            begin = _take_index(int(value), length, str(expr.attrs.mode))
+            if begin is None:
+                return expr
+            sliced = relax.op.strided_slice(matches[data], [axis], [begin], [begin + 1], [1])
         counts["take"] += 1
-        return relax.op.squeeze(relax.op.strided_slice(matches[data], [axis], [i], [i + 1], [1]), [axis])
+        return relax.op.squeeze(sliced, [axis])
 
     sliced = is_op("relax.strided_slice")(wildcard(), wildcard(), wildcard(), wildcard())
 
@@ -169,7 +178,7 @@ def _broadcast_rewrites(counts: dict) -> list:
     broadcast = is_op("relax.broadcast_to")(data, shape)
 
     def identity(expr, matches):
-        if tensor_info(matches[data])[0] is None or tensor_info(matches[data]) != tensor_info(expr):
+        if not _same_type(matches[data], expr):
             return expr
         counts["broadcast"] += 1
         return matches[data]
@@ -182,22 +191,43 @@ def _broadcast_rewrites(counts: dict) -> list:
 
         def into_matmul(expr, matches, side=side, operand=operand, other=other, wide=wide):
             args = (matches[operand], matches[other]) if side == 0 else (matches[other], matches[operand])
-            (a, _), (b, _) = tensor_info(args[0]), tensor_info(args[1])
-            if a is None or b is None or len(a) < 2 or len(b) < 2:
+            source, target = (_dims(matches[k]) for k in (operand, wide))
+            if source is None or target is None or len(source) < 2 or len(target) < 2 or \
+                    not all(_same_dim(x, y) for x, y in zip(source[-2:], target[-2:])):
+                return expr  # the broadcast widened a matrix dim (M, K or N), or the shapes are unknown
+            try:  # the matmul's type without the broadcast, inferred by Relax on stand-ins of the operands
+                stand_ins = [relax.Var(f"operand{k}", arg.ty) for k, arg in enumerate(args)]
+                narrow = relax.BlockBuilder().normalize(relax.op.matmul(*stand_ins, out_dtype=expr.attrs.out_dtype))
+            except Exception:  # noqa: BLE001 - Relax refuses the operands' shapes without the broadcast
                 return expr
-            source, target = tensor_info(matches[operand])[0], tensor_info(matches[wide])[0]
-            if target is None or source[-2:] != target[-2:]:  # the broadcast widened a matrix dim (M, K or N)
-                return expr
-            try:
-                batch = np.broadcast_shapes(a[:-2], b[:-2])
-            except ValueError:
-                return expr
-            if tuple(batch) + (a[-2], b[-1]) != tensor_info(expr)[0]:  # the broadcast shaped the result
+            if not _same_type(narrow, expr):  # the broadcast shaped the result
                 return expr
             counts["broadcast"] += 1
             return relax.op.matmul(*args, out_dtype=expr.attrs.out_dtype)
         rewrites.append((matmul, into_matmul))
     return rewrites
+
+
+def _dims(expr) -> list | None:
+    """A tensor expression's dims as Relax writes them (ints or TIR size expressions), or None."""
+    ty = expr.ty
+    shape = ty.shape if isinstance(ty, relax.TensorType) else None
+    return list(shape.values) if shape is not None and hasattr(shape, "values") else None
+
+
+def _same_dim(a, b) -> bool:
+    """The same dim: equal ints, or TIR expressions over the same size vars that TVM's
+    arithmetic analyzer proves equal (`s65 + 1` and `1 + s65`)."""
+    from tvm.sym.analyzer import Analyzer
+
+    return tvm_ffi.structural_equal(a, b, map_free_vars=False) or bool(Analyzer().can_prove_equal(a, b))
+
+
+def _same_type(a, b) -> bool:
+    """Two tensor expressions of one dtype and one known shape (symbolic dims the same expressions)."""
+    dims_a, dims_b = _dims(a), _dims(b)
+    return dims_a is not None and dims_b is not None and len(dims_a) == len(dims_b) and \
+        str(a.ty.dtype) == str(b.ty.dtype) and all(_same_dim(x, y) for x, y in zip(dims_a, dims_b))
 
 
 def _affine(data: relax.Expr, call: relax.Call) -> relax.Expr | None:

@@ -19,7 +19,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, is_tuple_get_item, rewrite_call, wildcard
 
-from .types import tensor_info
+from .types import axis_length
 
 
 def split_bounds(length: int, indices_or_sections) -> list[tuple[int, int]]:
@@ -41,14 +41,13 @@ def split_rewrites(counts: dict) -> list:
 
     def piece(expr, matches):
         call = matches[split]
-        shape, _ = tensor_info(matches[data])
-        if shape is None:
+        axis, length = axis_length(matches[data], int(call.attrs.axis))
+        if length is None:  # the split axis is symbolic or unknown (other axes may be symbolic)
             return expr
-        axis = int(call.attrs.axis) % len(shape)
         sections = call.attrs.indices_or_sections
         sections = int(sections.value) if hasattr(sections, "value") else [int(p.value if hasattr(p, "value") else p)
                                                                           for p in sections]
-        bounds = split_bounds(shape[axis], sections)
+        bounds = split_bounds(length, sections)
         if not 0 <= expr.index < len(bounds):
             return expr
         begin, end = bounds[expr.index]

@@ -14,7 +14,7 @@ from ...errors import ShapeError
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
-from ..rules import check_rank, f32, output_hw, padding4, window_taps
+from ..rules import at_least, check_rank, f32, output_hw, padding4, window_taps
 
 OP = "simaccel.conv2d"
 
@@ -40,7 +40,7 @@ def infer_conv2d(shapes, *, strides, padding, dilation, groups):
         raise ShapeError(f"data {tuple(data)} has {c} channels, weight {tuple(weight)} with groups={groups} "
                          f"expects {c_w * groups}")
     oh, ow = output_hw((h, w), (kh, kw), strides, padding, dilation)
-    if oh < 1 or ow < 1:
+    if not (at_least(oh, 1) and at_least(ow, 1)):
         raise ShapeError(f"kernel {kh}x{kw} does not fit data {tuple(data)} with padding {tuple(padding)}")
     return (n, o, oh, ow)
 

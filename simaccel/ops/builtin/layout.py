@@ -19,7 +19,7 @@ from ...errors import ShapeError
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op, relax_tuple, relax_value
 from ..registry import declare
-from ..rules import ISA_DTYPES, check_rank
+from ..rules import ISA_DTYPES, at_least, check_rank
 
 MAX_RANK = 6
 COPY = "simaccel.kernels.masks:launch_copy"  # exact for every dtype (floats: elementwise.launch_copy)
@@ -126,12 +126,27 @@ def strided_slice_from_relax(match):
         raise Reject(f"strided_slice with {len(axes)} axes, {len(begin)} begins, {len(end)} ends, {len(steps)} steps")
     if any(s < 1 for s in steps):
         raise Reject(f"strided_slice steps {list(steps)} (only steps >= 1)")
+    inbound = "assume_inbound" in match.attrs and bool(match.attrs["assume_inbound"])
     first, last, step = [0] * rank, list(data), [1] * rank
     for a, b, e, s in zip(axes, begin, end, steps):
-        start, stop, _ = slice(b, e, s).indices(data[a % rank])  # Relax clamps like Python
-        count = len(range(start, stop, s))
-        first[a % rank], last[a % rank], step[a % rank] = start, start + max(count - 1, 0) * s + (count > 0), s
+        # Relax clamps like Python; where it may assume the indices are inside the axis (symbolic
+        # ones are then written as sizes, `n - 1`), it does not, and the rule checks them per call
+        start, stop = ((i + data[a % rank] if isinstance(i, int) and i < 0 else i) if inbound else
+                       _clamped(i, data[a % rank]) for i in (b, e))
+        # the last element taken, plus one: start where the slice is empty
+        past = start if stop - start <= 0 else start + (-(-(stop - start) // s) - 1) * s + 1
+        first[a % rank], last[a % rank], step[a % rank] = start, past, s
     return {"begin": first, "end": last, "strides": step}
+
+
+def _clamped(index: int, length):
+    """Python's slice clamping of one index (a negative one counts from the end) to an axis of
+    `length`, an int or a symbolic size: the comparisons that need its value are decided by the
+    size vars' bounds while partitioning, else the op stays on TVM (SymbolicError)."""
+    if index < 0:
+        index = index + length
+        return 0 if index < 0 else index
+    return length if length < index else index
 
 
 def infer_strided_slice(shapes, *, begin, end, strides):
@@ -141,7 +156,7 @@ def infer_strided_slice(shapes, *, begin, end, strides):
         raise ShapeError(f"begin {list(begin)}, end {list(end)} and strides {list(strides)} need one value per axis "
                          f"of data {data}")
     for k, (b, e, s, d) in enumerate(zip(begin, end, strides, data)):
-        if not (0 <= b <= e <= d and s >= 1):
+        if not (at_least(b, 0) and at_least(e, b) and at_least(d, e) and s >= 1):
             raise ShapeError(f"axis {k}: slice {b}:{e}:{s} is not within 0..{d} with a step >= 1")
     return tuple(-(-(e - b) // s) for b, e, s in zip(begin, end, strides))
 

@@ -16,7 +16,7 @@ from ...errors import ShapeError
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
-from ..rules import check_rank, f32, output_hw, padding4, window_taps
+from ..rules import at_least, check_rank, f32, output_hw, padding4, window_taps
 
 WINDOW_ATTRS = {"pool_size": kinds.pair, "strides": kinds.pair, "padding": kinds.padding, "dilation": kinds.pair}
 
@@ -63,7 +63,7 @@ def infer_pool2d(shapes, *, pool_size, strides, padding, dilation, **_):
     check_rank("data", data, 4, 4)
     n, c, h, w = data
     oh, ow = output_hw((h, w), pool_size, strides, padding, dilation)
-    if oh < 1 or ow < 1:
+    if not (at_least(oh, 1) and at_least(ow, 1)):
         raise ShapeError(f"window {tuple(pool_size)} does not fit data {tuple(data)}")
     return (n, c, oh, ow)
 
