@@ -41,7 +41,12 @@ def dim_of(value):
 
 def is_size_expression(value) -> bool:
     """Whether `value` is a TIR size var or +, -, *, //, % of sizes (what `dim_of` reads)."""
-    return isinstance(value, (tirx.Var, *_DIM_OPERATIONS)) and str(value.expr_ty()).startswith("int")
+    if not isinstance(value, (tirx.Var, *_DIM_OPERATIONS)):
+        return False
+    try:
+        return str(value.expr_ty()).startswith("int")
+    except TypeError:  # a Relax var of a tensor: Relax's and TIR's vars are one class in TVM 0.27
+        return False
 
 
 def tensor_dims(expr) -> tuple[tuple | None, str | None, str | None]:
