@@ -1,4 +1,4 @@
-"""Requirements: equalities of sizes that a symbolic region's shape rules need, checked per call.
+"""Requirements: equalities and ranges of sizes that a symbolic region's shape rules need, checked per call.
 
 Where it sits: beside simaccel.shapes, in the base layer. A shape rule compares dims; two dims
 that are the same expression are equal, and two whose difference can never be 0 within the
@@ -10,12 +10,15 @@ op is accepted and its region checks the requirement at every call (`Program.req
 1 are not assumed: rules ask them to choose a case (an empty tensor, a broadcast axis), so a
 symbolic dim is never taken to be 0 or 1 (simaccel.shapes).
 
-An order of sizes (`n - 2 >= 1`, a convolution's output height) is decided the same way where
-the bounds decide it (`Assumptions.order`), and needs the values (the op stays on TVM) where they
-do not: requirements are equalities only.
+An order of sizes (`n - 2 >= 1`, a convolution's output height) is decided by the bounds where
+they decide it (`Assumptions.order`). Where they do not, a rule's range check written with
+`at_least` (a slice inside its axis, a window's output at least 1) records a requirement
+`lhs >= rhs`; any other order needs the values (SymbolicError: the op stays on TVM), since a
+rule may ask it to choose a case.
 
-A requirement reads `lhs == rhs` in messages and in the Program's JSON; two are the same when
-their differences are the same up to a constant factor (`4*p == 4*q` is `p == q`).
+A requirement reads `lhs == rhs` or `lhs >= rhs` in messages and in the Program's JSON; two are
+the same when their relation is and their differences are the same up to a positive factor
+(`4*p == 4*q` is `p == q`).
 """
 
 from __future__ import annotations
