@@ -40,7 +40,7 @@ import numpy as np
 
 from .errors import ProgramError, ShapeError, SimAccelError
 from .profile import DEFAULT_PROFILE, DeviceProfile
-from .requirements import RELATIONS, Assumptions, Requirement, assuming, never_zero, same_shape
+from .requirements import RELATIONS, Requirement, assuming, same_shape
 from .shapes import (Dim, SymbolicError, at_upper_bounds, bind_shape, bind_vars, parse, shape_text, shape_vars,
                      sizes_text, var_name)
 
@@ -423,7 +423,7 @@ class Program:
             if r.relation not in RELATIONS:
                 raise ProgramError(f"Program {self.name}: requirement {r} has relation {r.relation!r}, not one of "
                                    f"{RELATIONS}")
-            if (never_zero(r.difference, bounds) if r.relation == "==" else Assumptions(bounds).order(r.difference, ">=") is False):
+            if r.holds_nowhere(bounds):
                 raise ShapeError(f"Program {self.name}: requirement {r} holds at no sizes within the vars' bounds")
         boundary = [self.tensors[i] for i in self.inputs + self.outputs]
         bindable = {var_name(d) for t in boundary for d in t.shape} - {None}

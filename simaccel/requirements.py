@@ -59,6 +59,12 @@ class Requirement:
     def vars(self) -> frozenset:
         return self.difference.vars()
 
+    def holds_nowhere(self, bounds: dict) -> bool:
+        """Whether no sizes within `bounds` (name -> (lower, upper or None)) satisfy it."""
+        if self.relation == "==":
+            return never_zero(self.difference, bounds)
+        return _range(self.difference, bounds)[1] < 0
+
     def __str__(self) -> str:
         return f"{self.lhs} {self.relation} {self.rhs}"
 
@@ -166,10 +172,11 @@ def assuming(bounds: dict):
 def same_shape(shape, other, made: dict) -> bool:
     """Whether two shapes are equal: each pair of dims the same, or equal by a requirement in
     `made` (`Assumptions.made`): the shape a rule gave under the requirements it needed."""
-    return len(shape) == len(other) and all(
-        (a.terms == b.terms if isinstance(a, Dim) and isinstance(b, Dim) else
-         not isinstance(a, Dim) and not isinstance(b, Dim) and a == b)
-        or ("==", difference_key(normal_difference(a, b))) in made for a, b in zip(shape, other))
+    def equal(a, b) -> bool:
+        difference = normal_difference(a, b)  # a plain int where the two are the same expression
+        return difference == 0 if not isinstance(difference, Dim) else ("==", difference_key(difference)) in made
+
+    return len(shape) == len(other) and all(equal(a, b) for a, b in zip(shape, other))
 
 
 def never_zero(dim: Dim, bounds: dict) -> bool:

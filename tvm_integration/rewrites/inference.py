@@ -40,7 +40,7 @@ from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wild
 
 from .constants import fold_constant_masks
 from .tuples import forward_tuple_fields, split_rewrites
-from .types import axis_length, tensor_info
+from .types import axis_length, relax_dims, tensor_info
 
 BATCH_NORM = "relax.nn.batch_norm"
 
@@ -191,7 +191,7 @@ def _broadcast_rewrites(counts: dict) -> list:
 
         def into_matmul(expr, matches, side=side, operand=operand, other=other, wide=wide):
             args = (matches[operand], matches[other]) if side == 0 else (matches[other], matches[operand])
-            source, target = (_dims(matches[k]) for k in (operand, wide))
+            source, target = (relax_dims(matches[k]) for k in (operand, wide))
             if source is None or target is None or len(source) < 2 or len(target) < 2 or \
                     not all(_same_dim(x, y) for x, y in zip(source[-2:], target[-2:])):
                 return expr  # the broadcast widened a matrix dim (M, K or N), or the shapes are unknown
@@ -208,13 +208,6 @@ def _broadcast_rewrites(counts: dict) -> list:
     return rewrites
 
 
-def _dims(expr) -> list | None:
-    """A tensor expression's dims as Relax writes them (ints or TIR size expressions), or None."""
-    ty = expr.ty
-    shape = ty.shape if isinstance(ty, relax.TensorType) else None
-    return list(shape.values) if shape is not None and hasattr(shape, "values") else None
-
-
 def _same_dim(a, b) -> bool:
     """The same dim: equal ints, or TIR expressions over the same size vars that TVM's
     arithmetic analyzer proves equal (`s65 + 1` and `1 + s65`)."""
@@ -225,7 +218,7 @@ def _same_dim(a, b) -> bool:
 
 def _same_type(a, b) -> bool:
     """Two tensor expressions of one dtype and one known shape (symbolic dims the same expressions)."""
-    dims_a, dims_b = _dims(a), _dims(b)
+    dims_a, dims_b = relax_dims(a), relax_dims(b)
     return dims_a is not None and dims_b is not None and len(dims_a) == len(dims_b) and \
         str(a.ty.dtype) == str(b.ty.dtype) and all(_same_dim(x, y) for x, y in zip(dims_a, dims_b))
 

@@ -8,17 +8,22 @@ from __future__ import annotations
 from tvm import relax
 
 
-def axis_length(expr, axis: int) -> tuple[int | None, int | None]:
-    """(axis made non-negative, its static length) of a Relax tensor expression of known rank;
-    the length None where the axis is symbolic, (None, None) where the rank is unknown."""
+def relax_dims(expr) -> list | None:
+    """A tensor expression's dims as Relax writes them (IntImms or TIR size expressions), or None
+    where its shape is unknown."""
     ty = expr.ty
-    rank = getattr(ty, "ndim", -1) if isinstance(ty, relax.TensorType) else -1
-    if rank is None or rank < 0 or not -rank <= axis < rank:
+    shape = ty.shape if isinstance(ty, relax.TensorType) else None
+    return list(shape.values) if shape is not None and hasattr(shape, "values") else None
+
+
+def axis_length(expr, axis: int) -> tuple[int | None, int | None]:
+    """(axis made non-negative, its static length) of a Relax tensor expression of known shape;
+    the length None where the axis is symbolic, (None, None) where the shape is unknown."""
+    dims = relax_dims(expr)
+    if dims is None or not -len(dims) <= axis < len(dims):
         return None, None
-    axis %= rank
-    shape = ty.shape
-    dim = shape.values[axis] if shape is not None and hasattr(shape, "values") else None
-    return axis, int(dim.value) if hasattr(dim, "value") else None
+    axis %= len(dims)
+    return axis, int(dims[axis].value) if hasattr(dims[axis], "value") else None
 
 
 def tensor_info(expr) -> tuple[tuple[int, ...] | None, str | None]:

@@ -129,20 +129,21 @@ def strided_slice_from_relax(match):
     inbound = "assume_inbound" in match.attrs and bool(match.attrs["assume_inbound"])
     first, last, step = [0] * rank, list(data), [1] * rank
     for a, b, e, s in zip(axes, begin, end, steps):
-        # Relax clamps like Python; where it may assume the indices are inside the axis (symbolic
-        # ones are then written as sizes, `n - 1`), it does not, and the rule checks them per call
-        start, stop = ((i + data[a % rank] if isinstance(i, int) and i < 0 else i) if inbound else
-                       _clamped(i, data[a % rank]) for i in (b, e))
+        start, stop = (_slice_index(i, data[a % rank], inbound) for i in (b, e))
         # the last element taken, plus one: start where the slice is empty
         past = start if stop - start <= 0 else start + (-(-(stop - start) // s) - 1) * s + 1
         first[a % rank], last[a % rank], step[a % rank] = start, past, s
     return {"begin": first, "end": last, "strides": step}
 
 
-def _clamped(index: int, length):
-    """Python's slice clamping of one index (a negative one counts from the end) to an axis of
-    `length`, an int or a symbolic size: the comparisons that need its value are decided by the
-    size vars' bounds while partitioning, else the op stays on TVM (SymbolicError)."""
+def _slice_index(index, length, inbound: bool):
+    """One slice index on an axis of `length` (an int or a symbolic size); a negative one counts
+    from the end. Relax clamps it to the axis as Python does, which needs comparisons that the size
+    vars' bounds decide while partitioning, else the op stays on TVM (SymbolicError). Where the
+    call may assume its indices are inside the axis (`assume_inbound`; a symbolic index is then a
+    size, `n - 1`), it is taken as it is, and the shape rule requires it inside per call."""
+    if inbound:
+        return index + length if isinstance(index, int) and index < 0 else index
     if index < 0:
         index = index + length
         return 0 if index < 0 else index
