@@ -133,6 +133,68 @@ def test_take_of_a_constant_index_reads_what_tvm_reads(mode, index, axis):
     compare_or_skip(mod)
 
 
+@pytest.mark.parametrize("mode", ["fast", "clip", "wrap"])
+@pytest.mark.parametrize("index", [-2, -1, 0, 2])
+def test_take_of_a_constant_index_on_a_symbolic_axis(mode, index):
+    """x (n, 4) with n in [3, 8], one build run at n = 3, 5 and 8: an index whose element does not
+    depend on the length's value (fast mode; wrap's -1) becomes a slice from the length, the
+    element torch's x[index] reads; clip's and wrap's others stay TVM's take. TVM alone's fast
+    take of a negative index reads out of bounds, so the peer is numpy."""
+    from simaccel.tvm_integration.backend.pipeline import build
+
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 4), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x], attrs={"tir_var_lower_bound": {"n": 3}, "tir_var_upper_bound": {"n": 8}}):
+        with builder.dataflow():
+            out = builder.emit_output(builder.emit(op.nn.relu(op.take(x, relax.const(index, "int64"), axis=0, mode=mode))))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    assert rewritten(mod, "take") == (mode == "fast" or (mode == "wrap" and index == -1))
+    ours, theirs = build(mod, "llvm"), build_tvm_only(mod, "llvm")
+    for length in (3, 5, 8):
+        data = np.linspace(-1, 1, length * 4, dtype=np.float32).reshape(length, 4)
+        row = min(max(index, 0), length - 1) if mode == "clip" else index % length
+        want = np.maximum(data[row], 0)
+        for executable in (ours, theirs) if not (mode == "fast" and index < 0) else (ours,):
+            got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(data)).numpy()
+            np.testing.assert_array_equal(got, want, err_msg=f"n = {length}")
+
+
+@pytest.mark.parametrize("sections", [3, [2, 7], [5, 20]], ids=str)
+@pytest.mark.parametrize("axis", [1, 0])
+def test_a_split_of_a_tensor_with_symbolic_dims(sections, axis):
+    """x (n, 12), n in [1, 8], split along its static axis 1: slices, one build giving numpy's
+    pieces at n = 1, 5 and 8 (TVM alone's, where it runs them: its split of split points past the
+    axis asks for 2**61 bytes); split along the symbolic axis 0, whose pieces depend on n: left
+    to TVM (whose own build of it fails the same way at run time)."""
+    from simaccel.tvm_integration.backend.pipeline import build
+
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 12), "float32"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x], attrs={"tir_var_lower_bound": {"n": 1}, "tir_var_upper_bound": {"n": 8}}):
+        with builder.dataflow():
+            pieces = builder.emit(op.split(x, sections, axis=axis))
+            count = sections if isinstance(sections, int) else len(sections) + 1
+            outs = [builder.emit(op.nn.relu(relax.TupleGetItem(pieces, k))) for k in range(count)]
+            out = builder.emit_output(relax.Tuple(outs))
+        builder.emit_func_output(out)
+    mod = builder.get()
+    assert rewritten(mod, "split") == (count if axis == 1 else 0)
+    if axis == 0:
+        return
+    ours = build(mod, "llvm")
+    for length in (1, 5, 8):
+        data = np.linspace(-1, 1, length * 12, dtype=np.float32).reshape(length, 12)
+        got = [o.numpy() for o in relax.VirtualMachine(ours, tvm.cpu())["main"](tvm.runtime.tensor(data))]
+        want = [np.maximum(p, 0) for p in np.split(data, sections, axis=1)]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=f"n = {length}")
+    if sections != [5, 20]:
+        compare_or_skip(mod, arrays=[np.linspace(-1, 1, 60, dtype=np.float32).reshape(5, 12)])
+
+
 # -- scales folded into batch_norm's affine and a conv's weights: only finite ones -------------------
 def batch_norm_model(var, epsilon, dtype="float32"):
     channels = len(var)
