@@ -32,6 +32,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba import cuda, float32, types
+from numba.cuda.types import bfloat16
 from numba.cuda.extending import register_jitable
 
 from . import conv2d_grouped
@@ -43,6 +44,7 @@ from .grid import chunk_starts, dims_of, launch_grid
 from .main_loop import HERE, data_pointer, declare_cpp, same
 from .matmul import (MIN_SLICED_K, MIN_SMALL_TILES, NTHREADS, SLICED, SLICED_LD, SMALL, THREADS_X, THREADS_Y,
                      launch_gemm, result_tile_store, tile_arrays, tile_column, tile_steps)
+from .simulator import host_array
 from .target import shared_alignment, with_simulator_twin
 
 _MAX_GRID_YZ = 65535
@@ -241,7 +243,7 @@ def _channels_outer_kernel(BM, BN, BK, epilogue, simulator, dtype):
 GEMM_TILES = SMALL
 # The C++ K loops (conv2d_f32.cu), per operand dtype.
 CONV_SOURCE = "conv2d_f32.cu"
-_CONV_DTYPES = {"float32": (float32, "f32"), "float16": (types.float16, "f16")}
+_CONV_DTYPES = {"float32": (float32, "f32"), "float16": (types.float16, "f16"), "bfloat16": (bfloat16, "bf16")}
 
 
 def _declare_conv_loop(name: str, t):
@@ -263,7 +265,7 @@ def _simulated_conv_loop(positions):
     computes them up to the order of the float32 sums."""
 
     def main_loop(acc, w, w_off, ldw, m_left, x, x_off, col0, P, OW, H, W, CG, KHW, KW, sh, sw, pt, pl, dh, dw):
-        flat_acc, fw, fx = acc.reshape(-1), np.asarray(w).reshape(-1), np.asarray(x).reshape(-1)
+        flat_acc, fw, fx = acc.reshape(-1), host_array(w).reshape(-1), host_array(x).reshape(-1)
         kh, kw = np.divmod(np.arange(KHW), KW)
         channels = np.arange(CG)[:, None] * (H * W)
         for i, row, col in positions():

@@ -15,8 +15,9 @@
 //
 // Operands: w is the tile's first output channel row of the (O, CG * KH * KW) weight (OIHW,
 // row stride ldw = K), m_left of its rows in the group; x the group's first input channel of
-// the image (C x H x W planes). T is float or __half; math is float32.
+// the image (C x H x W planes). T is float, __half or __nv_bfloat16; math is float32.
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "sliced_k.cuh"
@@ -25,6 +26,7 @@ namespace {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // A block's K loop over tiles of TILE output channels x TILE output pixels, its 256 threads in
 // GROUPS groups of N = 256 / GROUPS: group g multiplies K slices g, g + GROUPS, ... (every group
@@ -160,5 +162,7 @@ __device__ __forceinline__ void conv_tile(float* acc, const T* w, int ldw, int m
 
 SIMACCEL_CONV_TILE(simaccel_conv_tile_64_f32, float, 64, 1)
 SIMACCEL_CONV_TILE(simaccel_conv_tile_64_f16, __half, 64, 1)
+SIMACCEL_CONV_TILE(simaccel_conv_tile_64_bf16, __nv_bfloat16, 64, 1)
 SIMACCEL_CONV_TILE(simaccel_conv_sliced_32_f32, float, 32, 4)
 SIMACCEL_CONV_TILE(simaccel_conv_sliced_32_f16, __half, 32, 4)
+SIMACCEL_CONV_TILE(simaccel_conv_sliced_32_bf16, __nv_bfloat16, 32, 4)

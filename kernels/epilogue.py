@@ -32,6 +32,7 @@ from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
 from .activation import scalar_function
+from .dtypes import ROUNDING, round_bfloat16
 
 from .elementwise import divmod_fast, per_thread
 from .grid import RANK, broadcast_strides, dims_of, launch_grid, padded, size
@@ -87,15 +88,12 @@ def _literal(value) -> str:
     return f"float32({value!r})"
 
 
-_ROUNDING = {"float32": "{}", "float16": "float32(float16({}))"}
-
-
 def _generate(epilogue):
     """Write and compile the Python source of `epilogue`'s device function."""
     # `__name__` names the module the generated code's warnings come from (the simulator's
     # float math warns; simaccel.engines.sim silences this module's warnings).
     namespace = {"__name__": __name__, "float32": float32, "float16": types.float16, "math": math,
-                 "element_index": element_index}
+                 "round_bfloat16": round_bfloat16, "element_index": element_index}
     lines = ["def epilogue(v, i, e0, e1, e2, d1, d2, d3, inv1, inv2, inv3,",
              "             s00, s01, s02, s03, s10, s11, s12, s13, s20, s21, s22, s23):"]
     if epilogue.extras:
@@ -104,7 +102,7 @@ def _generate(epilogue):
         lines.append(f"    x{j} = float32(e{j}[i0 * s{j}0 + i1 * s{j}1 + i2 * s{j}2 + i3 * s{j}3])")
     # The producer's value, rounded as its store would round it (not at all where a step of
     # the producer's own, a bias, comes first: `with_bias`).
-    lines.append(f"    r0 = {_ROUNDING.get(epilogue.producer_dtype, '{}').format('float32(v)')}")
+    lines.append(f"    r0 = {ROUNDING.get(epilogue.producer_dtype, '{}').format('float32(v)')}")
     names = {0: "r0"}
     for k, step in enumerate(epilogue.steps, start=1):
         fn_name = f"f{k}"
@@ -122,7 +120,7 @@ def _generate(epilogue):
         keywords = [f"{name}={_literal(value) if isinstance(value, float) else repr(value)}"
                     for name, value in step.attrs if name in accepted]
         call = f"{fn_name}({', '.join(operands + keywords)})"
-        lines.append(f"    r{k} = {_ROUNDING[step.dtype].format(f'float32({call})')}")
+        lines.append(f"    r{k} = {ROUNDING[step.dtype].format(f'float32({call})')}")
         names[k] = f"r{k}"
     lines.append(f"    return r{len(epilogue.steps)}")
     source = "\n".join(lines) + "\n"

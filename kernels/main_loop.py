@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda, types
 from numba.cuda.extending import intrinsic, register_jitable
 
+from .simulator import host_array
 from .target import cpp_link
 
 HERE = Path(__file__).parent
@@ -83,7 +84,7 @@ def simulated_main_loop(transpose_b: bool, positions):
 
     def main_loop(acc, a, a_off, lda, b, b_off, ldb, m_left, n_left, K):
         flat_acc = acc.reshape(-1)
-        flat_a, flat_b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+        flat_a, flat_b = host_array(a).reshape(-1), host_array(b).reshape(-1)
         for i, row, col in positions():
             if row >= m_left or col >= n_left:
                 flat_acc[i] = 0.0

@@ -21,6 +21,7 @@ from numba.cuda.extending import register_jitable
 
 from .elementwise import divmod_fast, launch_copy as launch_float_copy
 from .grid import broadcast_strides, collapse_dims, dims_of, launch_grid, padded, size
+from .dtypes import is_float
 from .layout import _launch_gather
 
 COMPARE = {"less": 0, "less_equal": 1, "greater": 2, "greater_equal": 3, "equal": 4, "not_equal": 5}
@@ -213,7 +214,7 @@ def _launch_pair(target, kernel, out, a, b, op) -> int:
 
 def launch_compare(target, out, lhs, rhs, *, operation) -> int:
     """out (bool) = lhs <operation> rhs (a key of COMPARE), numpy broadcasting, rank <= 4."""
-    kernel = _compare_float_kernel if np.dtype(str(lhs.dtype)).kind == "f" else _compare_kernel
+    kernel = _compare_float_kernel if is_float(lhs.dtype) else _compare_kernel
     return _launch_pair(target, kernel, out, lhs, rhs, COMPARE[operation])
 
 
@@ -260,7 +261,7 @@ def launch_astype(target, out, data, *, dtype) -> int:
     if total == 0:
         return 0
     grid, block = launch_grid(total)
-    kernel = _astype_float_kernel if np.dtype(str(data.dtype)).kind == "f" else _astype_kernel
+    kernel = _astype_float_kernel if is_float(data.dtype) else _astype_kernel
     target.launch(kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (total,)), total)
     return 1
 
@@ -283,7 +284,7 @@ def launch_fill(target, out, *arrays, dtype, shape=None, value=None) -> int:
 def launch_copy(target, out, data, **attrs) -> int:
     """out = data's elements in order (a view op whose output is a region output), any rank
     and dtype: floats through elementwise.launch_copy, others as they are (an exact gather)."""
-    if np.dtype(str(data.dtype)).kind == "f":
+    if is_float(data.dtype):
         return launch_float_copy(target, out, data, **attrs)
     total = size(data.shape)
     if total == 0:

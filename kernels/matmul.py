@@ -392,7 +392,7 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
     """Launch the tiled kernels on 2-D views: `batches` matrices out[z] (M x N, stacked by rows
     in o2) = a[za] @ B[zb] (+ b1 per column when has_bias, activation `act`), the batch index
     z = (i0, i1) over (., d1) and the matrices' strides `sa`, `sb` as the kernels take them;
-    float16 on tensor cores. `out` is the output as the op sees it (the epilogue's index space).
+    float16 and bfloat16 on tensor cores. `out` is the output as the op sees it (the epilogue's index space).
     Also used by conv2d for pointwise convolutions (a shared weight, one matrix per image).
     `tiling_override` ("gemv", "large", "small", "sliced") replaces `tiling`'s float32 choice,
     for benchmarks that compare the tilings on one problem ("gemv" only where M <= GEMV[0])."""
@@ -403,9 +403,9 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
     if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
-    if dtype == "float16":  # tensor cores (kernels/tensor_core.py)
+    if dtype in tensor_core.DTYPES:  # tensor cores (kernels/tensor_core.py)
         BM, BN = tensor_core.BM, tensor_core.width(M, N, batches)
-        kernel, block = tensor_core.kernel(transpose_b, BN, epilogue), (tensor_core.THREADS,)
+        kernel, block = tensor_core.kernel(transpose_b, BN, dtype, epilogue), (tensor_core.THREADS,)
     elif (choice := tiling_override or tiling(M, N, K, batches)) in _SHARED_TILES:
         kernel, block = _shared_tile(choice, transpose_b, epilogue), (THREADS_X, THREADS_Y)
         _, BM, BN, _ = _SHARED_TILES[choice]

@@ -62,6 +62,13 @@ class SimThread(greenlet):
         self.parent.switch()  # run_block resumes this thread once every live one reached a barrier
 
 
+def host_array(array) -> np.ndarray:
+    """The numpy array a simulated device array (or a numpy array) holds: numpy reads a
+    simulated bfloat16 array through its buffer as raw bytes (dtype V2), so the simulator's
+    numpy models take the array it wraps."""
+    return np.asarray(getattr(array, "_ary", array))
+
+
 def _simulator_thread_api():
     """syncthreads_count / _and / _or: the simulator's own, on `SimThread.syncthreads`."""
     from numba.cuda.simulator.kernel import BlockThread

@@ -1,4 +1,4 @@
-// Tensor-core main loop of the float16 matmul (kernels/tensor_core.py launches it).
+// Tensor-core main loop of the float16 and bfloat16 matmuls (kernels/tensor_core.py launches it).
 //
 // The one piece of the accelerator written in CUDA C++: Numba has no access to the `mma`,
 // `wgmma` and `ldmatrix` instructions, so the Numba kernel calls this device function
@@ -12,7 +12,7 @@
 // too little traps). Then, by target:
 // - sm_90a (H100, H200; the arch-specific target, __CUDA_ARCH_FEAT_SM90_ALL): BK = 64, 4
 //   stages; each of the two warpgroups multiplies its 64 rows by the whole slice with
-//   wgmma.m64nBNk16 straight from shared memory (f16 in, f32 accumulate), in wgmma's 128-byte
+//   wgmma.m64nBNk16 straight from shared memory (f16 or bf16 in, f32 accumulate), in wgmma's 128-byte
 //   swizzle (K-major rows of A and of the dense form's B; the (K, N) form's B N-major). One
 //   barrier per slice: slice t + 2 is staged into the buffer of slice t - 2, whose wgmma every
 //   warpgroup has waited for, while slice t's runs;
@@ -41,9 +41,28 @@
 // leading dimension is not (K or N not a multiple of 8, or a view at an odd offset), slices
 // are staged with element loads instead, with the same bounds.
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 namespace {
+
+// The operand element types: T is __half or __nv_bfloat16 throughout, both 16 bits, so
+// staging, swizzles and ldmatrix are the same; only the mma / wgmma instruction's type and the
+// conversions differ.
+template <typename T>
+struct Element;
+template <>
+struct Element<__half> {
+    static constexpr bool kBf16 = false;
+    static __device__ __forceinline__ __half zero() { return __float2half(0.0f); }
+    static __device__ __forceinline__ float value(__half x) { return __half2float(x); }
+};
+template <>
+struct Element<__nv_bfloat16> {
+    static constexpr bool kBf16 = true;
+    static __device__ __forceinline__ __nv_bfloat16 zero() { return __float2bfloat16(0.0f); }
+    static __device__ __forceinline__ float value(__nv_bfloat16 x) { return __bfloat162float(x); }
+};
 
 constexpr int BM = 128, THREADS = 256;  // 8 warps
 
@@ -123,16 +142,16 @@ __device__ __forceinline__ int n_rows(int k, int c) {
 // rows below chunk 0) and `dst + i * THREADS` in the stage buffer (the swizzle of k_major
 // depends on row % 8, which a step of STEP rows keeps). `stage` copies one slice and moves
 // `src` on to the next: slices are staged in order.
-template <int ROWS>
+template <typename T, int ROWS>
 struct RowChunks {
     static constexpr int N = ROWS * KCHUNKS / THREADS, STEP = THREADS / KCHUNKS;
     static_assert(ROWS * KCHUNKS % THREADS == 0, "whole chunks per thread");
-    const __half* src;
+    const T* src;
     long long stride;
     int dst, col;    // its chunks' place in a stage buffer (chunk 0) and column in a slice
     unsigned valid;  // bit i: chunk i's row is in the matrix
 
-    __device__ __forceinline__ RowChunks(const __half* base, int ld, int rows_left, int tid) {
+    __device__ __forceinline__ RowChunks(const T* base, int ld, int rows_left, int tid) {
         const int row = tid / KCHUNKS, c = tid % KCHUNKS;
         col = c * 8;
         src = base + (long long)row * ld + col;
@@ -153,16 +172,16 @@ struct RowChunks {
 
 // The same for a (K, N) row-major operand laid out as `n_rows`: chunk i is STEP k rows below
 // chunk 0 (a multiple of 8, so the swizzle stays), its column fixed.
-template <int BN, bool kNMajor>
+template <typename T, int BN, bool kNMajor>
 struct KRowChunks {
     static constexpr int ROW = BN / 8, N = BK * ROW / THREADS, STEP = THREADS / ROW;
     static_assert(STEP % 8 == 0, "the swizzle of n_rows repeats every 8 k rows");
-    const __half* src;
+    const T* src;
     long long stride;
     int dst, k;
     bool in_n;  // its column is in the matrix
 
-    __device__ __forceinline__ KRowChunks(const __half* base, int ld, int n_left, int tid) {
+    __device__ __forceinline__ KRowChunks(const T* base, int ld, int n_left, int tid) {
         const int c = tid % ROW;
         k = tid / ROW;
         src = base + (long long)k * ld + c * 8;
@@ -183,39 +202,39 @@ struct KRowChunks {
 // Stage `ROWS` x BK halves of a row-major source from column k0 with element loads (rows or
 // pointers not 16-byte aligned), a chunk at a time: unrolled, the loads of every chunk would
 // all be in flight, in registers the accumulators need (the kernel gets the larger count).
-template <int ROWS>
-__device__ __forceinline__ void stage_rows_by_element(uint4* dst, const __half* src, int ld, int rows_left, int k0,
+template <int ROWS, typename T>
+__device__ __forceinline__ void stage_rows_by_element(uint4* dst, const T* src, int ld, int rows_left, int k0,
                                                       int K, int tid) {
 #pragma unroll 1
     for (int i = 0; i < ROWS * KCHUNKS / THREADS; ++i) {
         const int q = tid + i * THREADS, row = q / KCHUNKS, c = q % KCHUNKS, k = k0 + c * 8;
-        __align__(16) __half v[8];  // stored as one 16-byte chunk
+        __align__(16) T v[8];  // stored as one 16-byte chunk
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-            v[e] = (row < rows_left && k + e < K) ? src[(long long)row * ld + k + e] : __float2half(0.0f);
+            v[e] = (row < rows_left && k + e < K) ? src[(long long)row * ld + k + e] : Element<T>::zero();
         dst[k_major(row, c)] = *reinterpret_cast<uint4*>(v);
     }
 }
 
 // The same for BK k rows x BN halves of a (K, N) source from row k0, laid out as `n_rows`.
-template <int BN, bool kNMajor>
-__device__ __forceinline__ void stage_k_rows_by_element(uint4* dst, const __half* src, int ld, int n_left, int k0,
+template <int BN, bool kNMajor, typename T>
+__device__ __forceinline__ void stage_k_rows_by_element(uint4* dst, const T* src, int ld, int n_left, int k0,
                                                         int K, int tid) {
     constexpr int ROW = BN / 8;  // chunks per k row
 #pragma unroll 1
     for (int i = 0; i < BK * ROW / THREADS; ++i) {
         const int q = tid + i * THREADS, k = q / ROW, c = q % ROW, n = c * 8;
-        __align__(16) __half v[8];  // stored as one 16-byte chunk
+        __align__(16) T v[8];  // stored as one 16-byte chunk
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-            v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : __float2half(0.0f);
+            v[e] = (k0 + k < K && n + e < n_left) ? src[(long long)(k0 + k) * ld + n + e] : Element<T>::zero();
         dst[n_rows<BN, kNMajor>(k, c)] = *reinterpret_cast<uint4*>(v);
     }
 }
 
 // How this thread stages both operands' slices into a stage buffer: A's BM rows, then B's.
 // kFast: 16-byte cp.async copies from pointers worked out once; else element loads.
-template <int BN, bool kTransB, bool kFast, bool kNMajor>
+template <typename T, int BN, bool kTransB, bool kFast, bool kNMajor>
 struct Stager;
 
 template <bool kFirst, typename T, typename F>
@@ -223,13 +242,13 @@ struct Pick { using type = T; };
 template <typename T, typename F>
 struct Pick<false, T, F> { using type = F; };
 
-template <int BN, bool kTransB, bool kNMajor>
-struct Stager<BN, kTransB, true, kNMajor> {
-    RowChunks<BM> a;
-    typename Pick<kTransB, RowChunks<BN>, KRowChunks<BN, kNMajor>>::type b;
+template <typename T, int BN, bool kTransB, bool kNMajor>
+struct Stager<T, BN, kTransB, true, kNMajor> {
+    RowChunks<T, BM> a;
+    typename Pick<kTransB, RowChunks<T, BN>, KRowChunks<T, BN, kNMajor>>::type b;
     int K;
 
-    __device__ __forceinline__ Stager(const __half* a_, int lda, const __half* b_, int ldb, int m_left, int n_left, int K,
+    __device__ __forceinline__ Stager(const T* a_, int lda, const T* b_, int ldb, int m_left, int n_left, int K,
                                       int tid)
         : a(a_, lda, m_left, tid), b(b_, ldb, n_left, tid), K(K) {}
 
@@ -239,12 +258,12 @@ struct Stager<BN, kTransB, true, kNMajor> {
     }
 };
 
-template <int BN, bool kTransB, bool kNMajor>
-struct Stager<BN, kTransB, false, kNMajor> {
-    const __half *a, *b;
+template <typename T, int BN, bool kTransB, bool kNMajor>
+struct Stager<T, BN, kTransB, false, kNMajor> {
+    const T *a, *b;
     int lda, ldb, m_left, n_left, K, tid;
 
-    __device__ __forceinline__ Stager(const __half* a, int lda, const __half* b, int ldb, int m_left, int n_left, int K,
+    __device__ __forceinline__ Stager(const T* a, int lda, const T* b, int ldb, int m_left, int n_left, int K,
                                       int tid)
         : a(a), b(b), lda(lda), ldb(ldb), m_left(m_left), n_left(n_left), K(K), tid(tid) {}
 
@@ -274,16 +293,24 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                  : "r"(smem_addr(p)));
 }
 
+template <typename T>
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (Element<T>::kBf16)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int BN, bool kTransB, bool kFast>
-__device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, const __half* b, int ldb, int m_left,
+template <int BN, bool kTransB, bool kFast, typename T>
+__device__ __forceinline__ void main_loop(float* acc, const T* a, int lda, const T* b, int ldb, int m_left,
                                           int n_left, int K) {
     constexpr int STAGES = stages<BN>(), WN = BN / 4, NI = WN / 8;  // a warp's columns, its n8 tiles
     uint4* const smem = stage_memory<BN>();
@@ -297,7 +324,7 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
 #pragma unroll
             for (int r = 0; r < 4; ++r) c[mi][ni][r] = 0.0f;
 
-    Stager<BN, kTransB, kFast, false> stager(a, lda, b, ldb, m_left, n_left, K, tid);
+    Stager<T, BN, kTransB, kFast, false> stager(a, lda, b, ldb, m_left, n_left, K, tid);
     auto stage = [&](int s, int k0) { stager(smem + s * stage_chunks<BN>(), k0); };
 
     const int slices = (K + BK - 1) / BK;
@@ -337,7 +364,7 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
             for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
                 for (int ni = 0; ni < NI; ++ni)
-                    mma16816(c[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
+                    mma16816<T>(c[mi][ni], af[mi], bf[ni >> 1][(ni & 1) * 2], bf[ni >> 1][(ni & 1) * 2 + 1]);
         }
     }
     wait_groups<0>();
@@ -360,13 +387,32 @@ __device__ __forceinline__ unsigned long long descriptor(const void* p, int lbo,
 
 #define SIMACCEL_D8(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
                        "+f"(d[i + 6]), "+f"(d[i + 7])
+// The operand lists of wgmma's accumulators: %0 ... %63, and %64 ... %127.
+#define SIMACCEL_R64 \
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,"  \
+    "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,"    \
+    "%57,%58,%59,%60,%61,%62,%63"
+#define SIMACCEL_R64_128 \
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,"    \
+    "%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114," \
+    "%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
 #define SIMACCEL_D64(i) SIMACCEL_D8(i), SIMACCEL_D8(i + 8), SIMACCEL_D8(i + 16), SIMACCEL_D8(i + 24), \
                         SIMACCEL_D8(i + 32), SIMACCEL_D8(i + 40), SIMACCEL_D8(i + 48), SIMACCEL_D8(i + 56)
 
 // d += A (64 x 16, K-major) * B (16 x BN; kNMajor: N-major, the (K, N) form) for this warpgroup.
-template <int BN, int kNMajor>
+template <typename T, int BN, int kNMajor>
 __device__ __forceinline__ void wgmma(float (&d)[BN / 2], unsigned long long a, unsigned long long b) {
-    if constexpr (BN == 128) {
+    if constexpr (BN == 128 && Element<T>::kBf16) {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 SIMACCEL_R64 "}, %64, %65, 1, 1, 1, 0, %66;\n"
+                     : SIMACCEL_D64(0)
+                     : "l"(a), "l"(b), "n"(kNMajor));
+    } else if constexpr (BN == 256 && Element<T>::kBf16) {
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 SIMACCEL_R64 "," SIMACCEL_R64_128 "}, %128, %129, 1, 1, 1, 0, %130;\n"
+                     : SIMACCEL_D64(0), SIMACCEL_D64(64)
+                     : "l"(a), "l"(b), "n"(kNMajor));
+    } else if constexpr (BN == 128) {
         asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
                  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
                  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
@@ -394,6 +440,8 @@ __device__ __forceinline__ void wgmma(float (&d)[BN / 2], unsigned long long a, 
 
 #undef SIMACCEL_D64
 #undef SIMACCEL_D8
+#undef SIMACCEL_R64
+#undef SIMACCEL_R64_128
 
 // The accumulators are written by wgmma asynchronously, behind the compiler's back: this pins
 // every one of them at this point (no read moved above the wait, no write below the fence).
@@ -404,8 +452,8 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
 }
 
 // The same entry as mma.sync's main_loop above, which this one replaces on sm_90a.
-template <int BN, bool kTransB, bool kFast>
-__device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, const __half* b, int ldb, int m_left,
+template <int BN, bool kTransB, bool kFast, typename T>
+__device__ __forceinline__ void main_loop(float* acc, const T* a, int lda, const T* b, int ldb, int m_left,
                                           int n_left, int K) {
     constexpr int STAGES = stages<BN>();
     uint4* const smem = stage_memory<BN>();
@@ -414,7 +462,7 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) d[i] = 0.0f;
 
-    Stager<BN, kTransB, kFast, true> stager(a, lda, b, ldb, m_left, n_left, K, tid);
+    Stager<T, BN, kTransB, kFast, true> stager(a, lda, b, ldb, m_left, n_left, K, tid);
     auto stage = [&](int s, int k0) { stager(smem + s * stage_chunks<BN>(), k0); };
 
     // The first buffer's operands: K-major with the 128-byte swizzle, 8-row groups 1024 bytes
@@ -448,7 +496,7 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
-            wgmma<BN, kTransB ? 0 : 1>(d, a_desc + offset + kk * 2, b_desc + offset + kk * (kTransB ? 2 : 128));
+            wgmma<T, BN, kTransB ? 0 : 1>(d, a_desc + offset + kk * 2, b_desc + offset + kk * (kTransB ? 2 : 128));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // slice t - 1's is done
         fence_registers(d);
@@ -480,8 +528,8 @@ __device__ __forceinline__ void main_loop(float* acc, const __half* a, int lda, 
 
 // GPUs before sm_80 (no cp.async, no m16n8k16): each thread computes its BN / 2 outputs of
 // the mma.sync layout with float32 FMAs straight from global memory. Correct, not fast.
-template <int BN, bool kTransB>
-__device__ __forceinline__ void tile_without_tensor_cores(float* acc, const __half* a, int lda, const __half* b,
+template <int BN, bool kTransB, typename T>
+__device__ __forceinline__ void tile_without_tensor_cores(float* acc, const T* a, int lda, const T* b,
                                                           int ldb, int m_left, int n_left, int K) {
     constexpr int NI = BN / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -492,16 +540,16 @@ __device__ __forceinline__ void tile_without_tensor_cores(float* acc, const __ha
         float sum = 0.0f;
         if (row < m_left && col < n_left)
             for (int k = 0; k < K; ++k)
-                sum += __half2float(a[(long long)row * lda + k]) *
-                       __half2float(kTransB ? b[(long long)col * ldb + k] : b[(long long)k * ldb + col]);
+                sum += Element<T>::value(a[(long long)row * lda + k]) *
+                       Element<T>::value(kTransB ? b[(long long)col * ldb + k] : b[(long long)k * ldb + col]);
         acc[i] = sum;
     }
 }
 
 #endif
 
-template <int BN, bool kTransB>
-__device__ __forceinline__ void tile(float* acc, const __half* a, int lda, const __half* b, int ldb, int m_left,
+template <int BN, bool kTransB, typename T>
+__device__ __forceinline__ void tile(float* acc, const T* a, int lda, const T* b, int ldb, int m_left,
                                      int n_left, int K) {
 #if __CUDA_ARCH__ < 800
     tile_without_tensor_cores<BN, kTransB>(acc, a, lda, b, ldb, m_left, n_left, K);
@@ -521,16 +569,20 @@ __device__ __forceinline__ void tile(float* acc, const __half* a, int lda, const
 // the int result is always 0. a_off / b_off: element offsets of the tile's first row / column
 // in a / b. Sizes are 64-bit (what Numba passes); a tile's sizes and a matrix's K and N fit 32
 // bits (launch_matmul sends larger ones to the CUDA-core kernel).
-#define SIMACCEL_TILE_ENTRY(name, BN, kTransB)                                                                        \
-    extern "C" __device__ int name(float* acc, const __half* a, long long a_off, long long lda, const __half* b,     \
+#define SIMACCEL_TILE_ENTRY(name, T, BN, kTransB)                                                                     \
+    extern "C" __device__ int name(float* acc, const T* a, long long a_off, long long lda, const T* b,               \
                                    long long b_off, long long ldb, long long m_left, long long n_left, long long K) { \
         tile<BN, kTransB>(acc, a + a_off, lda, b + b_off, ldb, m_left, n_left, K);                                    \
         return 0;                                                                                                     \
     }
-SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_128, 128, true)
-SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_128, 128, false)
-SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_256, 256, true)
-SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_256, 256, false)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_128, __half, 128, true)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_128, __half, 128, false)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_nk_256, __half, 256, true)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_kn_256, __half, 256, false)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_bf16_nk_128, __nv_bfloat16, 128, true)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_bf16_kn_128, __nv_bfloat16, 128, false)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_bf16_nk_256, __nv_bfloat16, 256, true)
+SIMACCEL_TILE_ENTRY(simaccel_mma_tile_bf16_kn_256, __nv_bfloat16, 256, false)
 #undef SIMACCEL_TILE_ENTRY
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -1,6 +1,6 @@
-"""float16 matmul on tensor cores: a Numba kernel around a CUDA C++ main loop.
+"""float16 and bfloat16 matmuls on tensor cores: a Numba kernel around a CUDA C++ main loop.
 
-Called by kernels/matmul.py's `launch_matmul` for float16 operands (simaccel.matmul*,
+Called by kernels/matmul.py's `launch_matmul` for float16 and bfloat16 operands (simaccel.matmul*,
 simaccel.dense*). Numba has no access to the `mma`, `ldmatrix` and `cp.async` instructions,
 so the K loop of each 128 x BN output tile (BN 128, or 256 where a GEMM has enough such tiles
 to fill the GPU: `width`) is a CUDA C++ device function (tensor_core.cu), declared with
@@ -10,13 +10,14 @@ inlined). Its stage buffers are dynamic shared memory, sized per compile target
 add to a launch's shared bytes). The Numba kernel finds the tile's operands (batch strides
 as the float32 kernel's), calls the main loop for BN / 2 float32 accumulators per thread, asks the C++ side
 which tile element each accumulator is (`simaccel_mma_cell`, the layout of the instruction
-it was compiled with), and applies bias, activation and the bounds-checked float16 store,
+it was compiled with), and applies bias, activation and the bounds-checked store (rounded to
+the output's dtype),
 with the same activation code as every other kernel.
 
 Where it runs:
 - on sm_90a (H100, H200 cubins): warpgroup MMA, wgmma.m64nBNk16 from shared memory;
 - on a GPU of compute capability 8.0 or newer (and sm_90's portable PTX): mma.sync tensor
-  cores (float16 products, float32 sums);
+  cores (float16 or bfloat16 products, float32 sums);
 - on older GPUs: the same C++ entry computes the same accumulators with float32 FMAs;
 - on the simulator: a numpy model stands in for the C++ function (kernels/main_loop.py),
   filling each thread's accumulators in the C++ layout, so the kernel around it (offsets,
@@ -28,6 +29,7 @@ from __future__ import annotations
 import functools
 
 from numba import cuda, float32, types, uint64
+from numba.cuda.types import bfloat16
 from numba.cuda.extending import register_jitable
 
 from .activation import apply_activation
@@ -36,6 +38,8 @@ from .main_loop import HERE, data_pointer, declare, declare_cpp, same, simulated
 from .target import with_simulator_twin
 
 SOURCE = "tensor_core.cu"  # the C++ main loop, next to this file
+# The operand dtypes it takes: (Numba type of the C++ entry's pointers, the entries' infix).
+DTYPES = {"float16": (types.float16, ""), "bfloat16": (bfloat16, "bf16_")}
 BM = 128  # output tile rows of a block
 WIDTHS = (128, 256)  # output tile columns (BN) a kernel is compiled for
 THREADS = 256  # 8 warps: 2 along M x 4 along N, each a 64 x BN/4 piece (wgmma: 2 warpgroups of 64 rows)
@@ -50,7 +54,7 @@ def accumulators(bn: int) -> int:
 
 
 def width(M: int, N: int, batches: int) -> int:
-    """The tile width (BN) of a float16 GEMM of `batches` M x N results."""
+    """The tile width (BN) of a tensor-core GEMM of `batches` M x N results."""
     wide = -(-M // BM) * -(-N // 256) * batches
     return 256 if N > 128 and wide >= MIN_WIDE_TILES else 128
 
@@ -117,9 +121,9 @@ def _compiled_position(bn: int):
     return position
 
 
-def _kernel(transpose_b, bn, epilogue, simulator):
-    """The kernel for one form of B (`transpose_b`: b is (N, K), the dense form) and tile width
-    `bn`, around the C++ main loop, or on the simulator its numpy model."""
+def _kernel(transpose_b, bn, dtype, epilogue, simulator):
+    """The kernel for one form of B (`transpose_b`: b is (N, K), the dense form), tile width
+    `bn` and operand `dtype`, around the C++ main loop, or on the simulator its numpy model."""
     acc_count = accumulators(bn)
     if simulator:
         def positions():  # the simulator model's view of this thread (this module's `cuda`)
@@ -129,7 +133,8 @@ def _kernel(transpose_b, bn, epilogue, simulator):
         main_loop, pointer = simulated_main_loop(transpose_b, positions), same
         position, accumulator = fragment_position, _simulated_acc
     else:
-        main_loop = declare(f"simaccel_mma_tile_{'nk' if transpose_b else 'kn'}_{bn}", types.float16, SOURCE)
+        numba_type, infix = DTYPES[dtype]
+        main_loop = declare(f"simaccel_mma_tile_{infix}{'nk' if transpose_b else 'kn'}_{bn}", numba_type, SOURCE)
         pointer, position, accumulator = data_pointer, _compiled_position(bn), _compiled_acc
 
     def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
@@ -165,7 +170,8 @@ def _kernel(transpose_b, bn, epilogue, simulator):
                                                              ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11,
                                                              es12, es13, es20, es21, es22, es23)
 
-    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_tensor_core_kernel_{bn}"
+    suffix = "" if dtype == "float16" else f"_{dtype}"
+    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_tensor_core_kernel_{bn}{suffix}"
     if not simulator:
         kernel.link = (str(HERE / SOURCE),)
         # The stage buffers are dynamic shared memory, sized per compile target.
@@ -177,13 +183,15 @@ def _kernel(transpose_b, bn, epilogue, simulator):
     return kernel
 
 
-# (transpose_b, bn) -> kernel, without a fused group
-KERNELS = {(t, bn): with_simulator_twin(_kernel, t, bn, IDENTITY) for t in (False, True) for bn in WIDTHS}
+# (transpose_b, bn, dtype) -> kernel, without a fused group
+KERNELS = {(t, bn, dtype): with_simulator_twin(_kernel, t, bn, dtype, IDENTITY)
+           for t in (False, True) for bn in WIDTHS for dtype in DTYPES}
 
 
-def kernel(transpose_b: bool, bn: int, epilogue):
-    """The kernel for one form of B and tile width with `epilogue`'s group fused (None: none)."""
+def kernel(transpose_b: bool, bn: int, dtype: str, epilogue):
+    """The kernel for one form of B, tile width and operand dtype with `epilogue`'s group fused
+    (None: none)."""
     if epilogue is None:
-        return KERNELS[transpose_b, bn]
-    return fused_kernel(("tensor_core", transpose_b, bn), epilogue,
-                        lambda fn: with_simulator_twin(_kernel, transpose_b, bn, fn))
+        return KERNELS[transpose_b, bn, dtype]
+    return fused_kernel(("tensor_core", transpose_b, bn, dtype), epilogue,
+                        lambda fn: with_simulator_twin(_kernel, transpose_b, bn, dtype, fn))

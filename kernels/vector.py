@@ -27,6 +27,8 @@ from llvmlite import ir
 from numba import types
 from numba.cuda.extending import intrinsic, register_jitable
 
+from .simulator import host_array
+
 ALIGNMENT = 16  # bytes: what `aligned` checks, enough for any vector below
 # Consecutive elements a kernel's vector loop moves per access: 16 bytes of float32 (8 of
 # float16), one `ld.global.v4.f32`.
@@ -154,7 +156,7 @@ def _check_vector(array, index, count):
 
 
 def _address(array) -> int:
-    return np.asarray(getattr(array, "_ary", array)).__array_interface__["data"][0]
+    return host_array(array).__array_interface__["data"][0]
 
 
 def _simulated_aligned(array):

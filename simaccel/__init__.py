@@ -13,6 +13,10 @@ import importlib.util
 import os
 import sys
 
+# numpy's bfloat16 (np.dtype("bfloat16")): ml_dtypes registers it; TVM and numba-cuda read
+# bfloat16 arrays as ml_dtypes' too.
+import ml_dtypes  # noqa: F401
+
 
 class _CheckoutFolders:
     """Finds exactly `simaccel.kernels` and `simaccel.tvm_integration` in a source checkout."""

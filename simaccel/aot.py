@@ -236,9 +236,9 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
     reason = toolchain_missing()
     if reason:
         raise EngineError(reason)
-    from .kernels.target import lineinfo, link_sources
+    from .kernels.target import lineinfo
 
-    compiled = _compile(kernel, sig, tuple(arch), lineinfo() and not link_sources(kernel))
+    compiled = _compile(kernel, sig, tuple(arch), lineinfo() and not links_cpp(kernel, sig))
     if compiled.ptx_version > MAX_PTX_VERSION:
         from cuda.bindings import nvjitlink
 
@@ -253,11 +253,11 @@ def compile_kernel(kernel, sig: tuple, arch: tuple[int, int]) -> CompiledKernel:
 def _compile(kernel, sig: tuple, arch: tuple[int, int], lineinfo: bool = False) -> CompiledKernel:
     from numba.cuda.core.compiler_lock import global_compiler_lock
 
-    from .kernels.target import launch_bounds, link_sources
+    from .kernels.target import launch_bounds
 
-    sources = link_sources(kernel)
-    library = _frontend(kernel, sig, launch_bounds(kernel, arch), lineinfo, bool(sources), arch)
-    if not sources:
+    lto = links_cpp(kernel, sig)
+    library = _frontend(kernel, sig, launch_bounds(kernel, arch), lineinfo, lto, arch)
+    if not lto:
         with global_compiler_lock:
             [ptx] = library.get_asm_strs(cc=arch)  # NVVM, for this architecture
         return _without_spills(CompiledKernel(kernel, sig, arch, ptx, b""), [(ptx.encode(), "PTX")], lineinfo)
@@ -269,12 +269,34 @@ def _compile(kernel, sig: tuple, arch: tuple[int, int], lineinfo: bool = False) 
     # __CUDA_ARCH_FEAT_SM90_ALL and which run on that architecture alone.
     with global_compiler_lock:
         ltoir = library.get_ltoir(cc=arch)
-    inputs = [(bytes(ltoir), "LTOIR")] + [(_nvrtc_ltoir(path, arch), "LTOIR") for path in sources]
+    sources = _cpp_sources(library)
+    inputs = [(bytes(ltoir), "LTOIR")] + [(_nvrtc_compile(name, text, arch), "LTOIR") for name, text in sources]
     ptx, _ = _link(inputs, arch, kernel.__name__, ptx=True)
     specific = arch_specific(arch)
     if specific != arch:
-        inputs = inputs[:1] + [(_nvrtc_ltoir(path, specific), "LTOIR") for path in sources]
+        inputs = inputs[:1] + [(_nvrtc_compile(name, text, specific), "LTOIR") for name, text in sources]
     return _without_spills(CompiledKernel(kernel, sig, arch, ptx.decode(), b""), inputs, cubin_arch=specific)
+
+
+def links_cpp(kernel, sig) -> bool:
+    """Whether `kernel` at `sig` calls CUDA C++: its own files (`link`: the matmul main loops),
+    or numba-cuda's bfloat16 conversions, which a bfloat16 array argument brings (numba-cuda
+    0.30 lowers them to calls into cuda_bf16.h, compiled beside the kernel)."""
+    from numba.cuda.types import bfloat16
+
+    from .kernels.target import link_sources
+
+    return bool(link_sources(kernel)) or any(getattr(t, "dtype", None) == bfloat16 for t in sig)
+
+
+def _cpp_sources(library) -> list[tuple[str, str]]:
+    """(name, text) of every CUDA C++ source numba-cuda's front end linked into `library`: the
+    kernel's own files (named by their paths, kernels.target.cpp_link) and the shims of
+    cuda_bf16.h it generated. numba-cuda keeps them in the library's `_linking_files` and
+    compiles them itself when it links at run time; here NVRTC compiles each to LTO-IR."""
+    files = [f for f in library._linking_files if hasattr(f, "data")]
+    sources = {(f.name, f.data.decode() if isinstance(f.data, bytes) else f.data) for f in files}
+    return sorted(sources)
 
 
 # Architectures whose cubins carry arch-specific instructions of CUDA C++ main loops: the

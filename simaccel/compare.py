@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-5), "float16": dict(rtol=2e-2, atol=2e-2),
+             "bfloat16": dict(rtol=5e-2, atol=5e-2),
              "float64": dict(rtol=1e-7, atol=1e-9)}
 
 

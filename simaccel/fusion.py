@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from .ops import get_op
 from .ops.attrs import INFINITIES
+from .ops.rules import FLOAT_DTYPES
 from .program import Program
 
 MAX_EXTRAS = 3  # kernels/epilogue.py passes three tensors besides the producer's value
-FLOAT_DTYPES = ("float32", "float16")
 
 
 @dataclass(frozen=True)

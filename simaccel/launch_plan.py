@@ -227,7 +227,7 @@ def group_inputs(program: Program, group) -> tuple[int, ...]:
 def signature(launch: Launch, program: Program) -> tuple:
     """The Numba signature `launch`'s kernel is called with: arrays C-contiguous, ints int64, floats float64."""
     from numba import types
-    from numba.np.numpy_support import from_dtype
+    from numba.cuda.np.numpy_support import from_dtype  # numba-cuda's: it knows bfloat16 (ml_dtypes)
 
     typed = []
     for arg in launch.args:

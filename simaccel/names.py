@@ -43,7 +43,7 @@ DEBUG_TRACE = 2
 # numpy make quiet NaNs, so no written element matches); every other dtype: bytes of
 # BYTE_POISON[0], and where any bit pattern is a value (not bool) the op runs again over
 # BYTE_POISON[1] and only elements that kept both count as unwritten.
-FLOAT_POISON = {"float16": 0x7D5A, "float32": 0x7FA5A5A5, "float64": 0x7FF5A5A5A5A5A5A5}
+FLOAT_POISON = {"float16": 0x7D5A, "bfloat16": 0x7FA5, "float32": 0x7FA5A5A5, "float64": 0x7FF5A5A5A5A5A5A5}
 BYTE_POISON = (0xA5, 0x5A)
 # The bytes of the guard bands around native regions' sanitized scratch.
 CANARY = 0xCB
@@ -75,7 +75,8 @@ def cpp_numbers() -> list[tuple[str, str, int]]:
     """(C++ name, type, value) of the debug word's bits and the sanitizer's patterns."""
     f64 = FLOAT_POISON["float64"]
     return [("kDebugSanitize", "int32_t", DEBUG_SANITIZE), ("kDebugTrace", "int32_t", DEBUG_TRACE),
-            ("kPoisonFloat16", "uint16_t", FLOAT_POISON["float16"]), ("kPoisonFloat32", "uint32_t", FLOAT_POISON["float32"]),
+            ("kPoisonFloat16", "uint16_t", FLOAT_POISON["float16"]),
+            ("kPoisonBfloat16", "uint16_t", FLOAT_POISON["bfloat16"]), ("kPoisonFloat32", "uint32_t", FLOAT_POISON["float32"]),
             ("kPoisonFloat64Low", "uint32_t", f64 & 0xFFFFFFFF), ("kPoisonFloat64High", "uint32_t", f64 >> 32),
             ("kPoisonByte", "uint8_t", BYTE_POISON[0]), ("kPoisonByteAgain", "uint8_t", BYTE_POISON[1]),
             ("kCanary", "uint8_t", CANARY)]

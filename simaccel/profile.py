@@ -63,7 +63,7 @@ class DeviceProfile:
 
     name: str = "simaccel-default"
     ops: frozenset[str] | None = field(default=None)
-    dtypes: tuple[str, ...] = ("float32", "float16", "int64", "int32", "int8", "bool")
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16", "int64", "int32", "int8", "bool")
     max_rank: int = 6
     max_tensor_bytes: int | None = None
     max_region_bytes: int | None = None

@@ -25,8 +25,27 @@ from .program import TensorSpec
 
 # DLPack device type codes (dlpack.h, DLDeviceType).
 DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 10: "rocm", 13: "cuda_managed"}
-# DLPack dtype codes (DLDataTypeCode) for the element types numpy knows.
-_DLPACK_KINDS = {0: "int", 1: "uint", 2: "float", 6: "bool"}
+# DLPack dtype codes (DLDataTypeCode) of the element types numpy (with ml_dtypes) knows.
+_DLPACK_KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
+
+
+def dlpack_dtype(code: int, bits: int, lanes: int = 1):
+    """The numpy dtype of a DLPack (code, bits, lanes), or None for one numpy lacks."""
+    kind = _DLPACK_KINDS.get(code)
+    if kind is None or lanes != 1 or (kind == "bool") != (bits == 8) or (kind == "bfloat" and bits != 16):
+        return None
+    try:
+        return np.dtype("bool" if kind == "bool" else f"{kind}{bits}")
+    except TypeError:
+        return None
+
+
+def dlpack_code(dtype) -> int | None:
+    """The DLPack dtype code of numpy `dtype` (bfloat16: 4), or None for one DLPack lacks."""
+    dtype = np.dtype(dtype)
+    if dtype.name == "bfloat16":
+        return 4
+    return {"i": 0, "u": 1, "f": 2, "b": 6}.get(dtype.kind)
 
 
 class _DLDevice(ctypes.Structure):
@@ -109,8 +128,7 @@ def from_dltensor(address) -> TensorRef:
     shape = tuple(t.shape[:ndim]) if ndim else ()
     strides = tuple(t.strides[:ndim]) if ndim and t.strides else None
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
-    kind = _DLPACK_KINDS.get(code)
-    dtype = np.dtype(f"{kind}{bits}" if kind != "bool" else "bool") if kind and lanes == 1 else None
+    dtype = dlpack_dtype(code, bits, lanes)
     if dtype is None:
         dtype = f"DLPack dtype (code {code}, bits {bits}, lanes {lanes})"
     device = (_device_name(t.device.device_type), int(t.device.device_id))
@@ -120,11 +138,13 @@ def from_dltensor(address) -> TensorRef:
 def from_dlpack(tensor, device: tuple[str, int], region: str, role: str, name: str) -> TensorRef:
     """A TensorRef of any DLPack producer's tensor on `device` (never a copy)."""
     where = f"region {region}: {role} {name!r} (on {describe(device)})"
+    array = None
     if device[0] == "cpu":
         try:
             array = np.from_dlpack(tensor)
-        except (BufferError, TypeError, ValueError, RuntimeError) as e:
-            raise DeviceError(f"{where} cannot be viewed through DLPack: {e}") from e
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            pass  # numpy imports no bfloat16 through DLPack: cuda.core's view below reads it
+    if array is not None:
         strides = tuple(s // array.itemsize for s in array.strides) if array.strides else None
         if strides is not None and any(s * array.itemsize != b for s, b in zip(strides, array.strides)):
             raise LayoutError(f"{where}: byte strides {array.strides} are not whole {array.dtype} elements")

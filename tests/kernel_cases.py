@@ -3,7 +3,7 @@
 
 The tests run every registered op through `op.kernel` on tiny shapes (the simulator runs one
 Python thread per CUDA thread), including sizes that are not multiples of the matmul tile and
-float16 inputs, and compare it with `op.reference`. Launches go through a recording target
+float16 and bfloat16 inputs, and compare it with `op.reference`. Launches go through a recording target
 that also checks each launch passes only views of the caller's arrays (no host copies).
 """
 
@@ -14,10 +14,14 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
 from simaccel.kernels import KernelTarget
 from simaccel.ops import get_op
+from simaccel.ops.rules import FLOAT_DTYPES
 
 
-DTYPES = ("float32", "float16")
-TOL = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2)}
+DTYPES = FLOAT_DTYPES  # float32, float16, bfloat16
+# A kernel and its reference both compute in float32 and round once: bfloat16's 8 bits of
+# precision give 2**-8 relative for one rounding, float16's 11 bits 2**-11.
+TOL = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2),
+       "bfloat16": dict(rtol=3e-2, atol=3e-2)}
 
 
 class RecordingTarget(KernelTarget):

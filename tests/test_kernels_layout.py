@@ -73,8 +73,8 @@ def test_permute_kernels(shape, axes, kernel, dtype, ilp, monkeypatch):
 
     monkeypatch.setattr(elementwise, "MIN_ILP_TOTAL", 0 if ilp == 8 else 1 << 40)
     x = _random(np.random.default_rng(7), shape, dtype)
-    if dtype == "float16" and shape[-1] == 9:
-        kernel = "_gather_kernel"  # 9 halves are 18 bytes: less than a sector a row
+    if np.dtype(dtype).itemsize == 2 and shape[-1] == 9:
+        kernel = "_gather_kernel"  # 9 float16 or bfloat16 values are 18 bytes: less than a sector a row
     target = RecordingTarget()
     out = np.full(tuple(shape[a] for a in axes), np.nan, dtype)
     get_op("simaccel.permute_dims").kernel(target, FakeCUDAArray(out), FakeCUDAArray(x), axes=axes)

@@ -28,10 +28,10 @@ from ..errors import EngineError
 from ..launch_plan import Launch, LaunchPlan, View, dims3, signature
 from ..program import Program
 from ..shapes import Dim, shape_text, var_name
+from ..tensors import dlpack_code
 from ..size_plans import groups_of, size_plans
 from ..traced import Traced, TracedFloat
 
-_DLPACK_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
 _SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -152,7 +152,7 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
     specs = []
     for t, spec in enumerate(program.tensors):
         dtype = np.dtype(spec.dtype)
-        code = _DLPACK_CODES.get(dtype.kind)
+        code = dlpack_code(dtype)
         if code is None:
             raise EngineError(f"region {region.symbol}: tensor {spec.name!r} has dtype {spec.dtype}, which has no DLPack code here")
         align = max(dtype.itemsize, region.alignment or 1)

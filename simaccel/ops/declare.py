@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 
 from ..errors import DtypeError, OpDeclarationError, ShapeError, SimAccelError
+from ..kernels.dtypes import is_float
 from ..shapes import Dim, SymbolicError, broadcast_shapes
 from .activation import ACTIVATIONS, activate
 from .rules import FLOAT_DTYPES, ISA_DTYPES, is_bias_for, is_dtype_name
@@ -490,7 +491,7 @@ class OpDef:
         if result.shape != shape:
             bad(f"an array of shape {result.shape}" + (" (numpy broadcasting would spread it silently)"
                                                        if _broadcasts(result.shape, shape) else ""))
-        if result.dtype.kind not in "biuf":
+        if result.dtype.kind not in "biu" and not is_float(result.dtype):
             bad(f"an array of dtype {result.dtype}, which does not cast to {out_dtype} (an output takes a float, "
                 "integer or bool result)")
 

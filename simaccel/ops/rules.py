@@ -12,7 +12,8 @@ import numpy as np
 from ..errors import ShapeError
 from ..requirements import at_least  # noqa: F401  (a rule's range check of sizes: ints, or symbolic ones)
 
-FLOAT_DTYPES = ("float32", "float16")
+# Float dtypes are stored as they are and computed in float32, rounded once on store.
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 INT_DTYPES = ("int64", "int32", "int8")
 # Every dtype an op may declare (OpFamily.dtypes, role_dtypes, out_dtype): the float ones an
 # op computes in (float32 accumulation), and the integer and bool ones of index and mask
