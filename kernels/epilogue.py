@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from numba import types
 from numba import cuda, float32
-from numba.cuda.extending import register_jitable
+from numba.cuda.extending import overload, register_jitable
 
 from .activation import scalar_function
 from .dtypes import ROUNDING, round_bfloat16
@@ -86,6 +86,17 @@ def _literal(value) -> str:
     if math.isinf(value):
         return f"float32({'-' if value < 0 else ''}math.inf)"
     return f"float32({value!r})"
+
+
+@overload(round_bfloat16, target="cuda")
+def _round_bfloat16_cuda(x):
+    """round_bfloat16 in a CUDA kernel: numba-cuda's __nv_bfloat16 from a float32 and back."""
+    from numba.cuda.bf16 import bfloat16
+
+    def impl(x):
+        return float32(bfloat16(float32(x)))
+
+    return impl
 
 
 def _generate(epilogue):

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ProgramError, ShapeError, SimAccelError
+from .kernels.dtypes import is_float
 from .profile import DEFAULT_PROFILE, DeviceProfile
 from .requirements import RELATIONS, Requirement, assuming, same_shape
 from .shapes import (Dim, SymbolicError, at_upper_bounds, bind_shape, bind_vars, parse, shape_text, shape_vars,
@@ -607,7 +608,7 @@ class _Reader:
     def scalar(self, value, dtype: str, what: str):
         """A constant's value: a JSON number (or true/false for bool, "nan"/"inf"/"-inf" for a
         float) that its dtype holds exactly as written."""
-        kind = np.dtype(dtype).kind
+        kind = "f" if is_float(dtype) else np.dtype(dtype).kind  # bfloat16's numpy kind is "V"
         if kind == "f" and value in _NON_FINITE:
             return float(value)
         ok = {"b": type(value) is bool, "i": type(value) is int, "u": type(value) is int,

@@ -32,7 +32,7 @@ _DLPACK_KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
 def dlpack_dtype(code: int, bits: int, lanes: int = 1):
     """The numpy dtype of a DLPack (code, bits, lanes), or None for one numpy lacks."""
     kind = _DLPACK_KINDS.get(code)
-    if kind is None or lanes != 1 or (kind == "bool") != (bits == 8) or (kind == "bfloat" and bits != 16):
+    if kind is None or lanes != 1 or (kind == "bool" and bits != 8) or (kind == "bfloat" and bits != 16):
         return None
     try:
         return np.dtype("bool" if kind == "bool" else f"{kind}{bits}")

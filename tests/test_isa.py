@@ -310,7 +310,7 @@ def test_a_bug_in_a_declaration_is_named_not_hidden(hook, message):
 @pytest.mark.parametrize("hook, reason", [
     ({"out_dtype": lambda dtypes: "float64"},
      "testaccel.wide rejected: testaccel.wide: its out_dtype rule gave float64 for inputs data=float32, a dtype the ISA "
-     "does not compute in (float32, float16, int64, int32, int8, bool)"),
+     "does not compute in (float32, float16, bfloat16, int64, int32, int8, bool)"),
     ({"attrs": {"slope": attrs.positive_float}, "from_relax": lambda match: {"slope": -1.0}},
      "testaccel.wide rejected: testaccel.wide: attribute slope read from the Relax call must be a finite number > 0, "
      "got -1.0"),

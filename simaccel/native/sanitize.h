@@ -52,15 +52,18 @@ CUresult to_host(const Call& c, void* host, CUdeviceptr from, size_t bytes) {
   return rc != 0 ? rc : d.StreamSynchronize(c.stream);
 }
 
-// The poison (simaccel.debug.flags): a NaN with a payload for float16/32/64, else bytes; where
+// The poison (simaccel.debug.flags): a NaN with a payload for float16/32/64 and bfloat16, else bytes; where
 // any bit pattern is a value (`ambiguous`), a second pass over other bytes tells them apart.
-bool is_float(const TensorSpec& s) { return s.code == kDLFloat && (s.bits == 16 || s.bits == 32 || s.bits == 64); }
+bool is_bfloat16(const TensorSpec& s) { return s.code == kDLBfloat && s.bits == 16; }
+bool is_float(const TensorSpec& s) {
+  return (s.code == kDLFloat && (s.bits == 16 || s.bits == 32 || s.bits == 64)) || is_bfloat16(s);
+}
 bool ambiguous(const TensorSpec& s) { return !is_float(s) && s.code != kDLBool; }
 
 std::string poison_element(const TensorSpec& spec, bool again) {
   std::string e(static_cast<size_t>(spec.bits / 8), static_cast<char>(again ? kPoisonByteAgain : kPoisonByte));
   if (!is_float(spec)) return e;
-  if (spec.bits == 16) std::memcpy(&e[0], &kPoisonFloat16, 2);
+  if (spec.bits == 16) std::memcpy(&e[0], is_bfloat16(spec) ? &kPoisonBfloat16 : &kPoisonFloat16, 2);
   if (spec.bits == 32) std::memcpy(&e[0], &kPoisonFloat32, 4);
   if (spec.bits == 64) {
     std::memcpy(&e[0], &kPoisonFloat64Low, 4);
@@ -73,7 +76,7 @@ CUresult poison(const Call& c, CUdeviceptr p, const TensorSpec& spec, bool again
   const Driver& d = driver();
   const size_t n = static_cast<size_t>(spec.nbytes);
   if (!is_float(spec)) return d.MemsetD8Async(p, again ? kPoisonByteAgain : kPoisonByte, n, c.stream);
-  if (spec.bits == 16) return d.MemsetD16Async(p, kPoisonFloat16, n / 2, c.stream);
+  if (spec.bits == 16) return d.MemsetD16Async(p, is_bfloat16(spec) ? kPoisonBfloat16 : kPoisonFloat16, n / 2, c.stream);
   if (spec.bits == 32) return d.MemsetD32Async(p, kPoisonFloat32, n / 4, c.stream);
   // float64: each element's two 4-byte words, as two columns 8 bytes apart
   CUresult rc = d.MemsetD2D32Async(p, 8, kPoisonFloat64Low, 1, n / 8, c.stream);

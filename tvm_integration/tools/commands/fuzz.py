@@ -6,6 +6,7 @@ The work is tools/fuzz/'s (`run_fuzz`, `replay`).
 from __future__ import annotations
 
 from ....errors import SimAccelError
+from ....ops.rules import FLOAT_DTYPES
 from .options import PARTITION_HELP, add_profile, check_at_least, check_partition, engine_names
 
 NAME = "fuzz"
@@ -26,7 +27,8 @@ def add_parser(subparsers) -> None:
     fuzz.add_argument("--engine", help="engines, comma-separated: ref, sim (small models), cuda (the Python "
                       "engine on the GPU), native (native regions on the GPU) (default ref); with --partition: cpu, "
                       "cuda (default cpu)")
-    fuzz.add_argument("--dtype", default="float32,float16", help="model dtypes, comma-separated (default both)")
+    fuzz.add_argument("--dtype", default="float32,float16", help="model dtypes, comma-separated, of float32, "
+                      "float16 and bfloat16 (default float32,float16: the draws committed campaigns were made with)")
     fuzz.add_argument("--max-ops", type=int, default=8, help="most op groups drawn per model (default 8)")
     fuzz.add_argument("--out", default="fuzz-out", help="folder for fuzz-summary.json and reproductions")
     fuzz.add_argument("--export-every", type=int, default=25,
@@ -59,7 +61,7 @@ def check(args) -> None:
                    ("--jobs", args.jobs, 1), ("--batch-size", args.batch_size or 1, 1),
                    ("--case-seconds", args.case_seconds, 1))
     for flag, value, known in (("--engine", args.engine, engine_names(args)),
-                               ("--dtype", args.dtype, ("float32", "float16"))):
+                               ("--dtype", args.dtype, FLOAT_DTYPES)):
         items = (value or ",".join(known)).split(",")
         if not items or any(item not in known for item in items):
             raise SimAccelError(f"{flag} {value}: choose from {', '.join(known)} (comma-separated)")

@@ -17,7 +17,7 @@ TRACE_HELP = ("write a timeline trace (Chrome trace-event JSON, for ui.perfetto.
 PARTITION_HELP = ("check another BYOC backend instead of simaccel: its partition function (TVM's partition_for_<x> "
                   "convention; MODULE is a module name or a .py path), built with RunCodegen() and tvm.compile")
 PROFILE_HELP = ("device profile to partition for and enforce: a JSON file of simaccel.DeviceProfile fields "
-                "(default: $SIMACCEL_PROFILE, else every op, float32/float16, no size limits)")
+                "(default: $SIMACCEL_PROFILE, else every op, every dtype of the ISA, no size limits)")
 MODEL_HELP = "a Python file defining a Relax IRModule `mod` whose main takes static shapes"
 
 

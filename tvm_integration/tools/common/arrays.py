@@ -4,7 +4,8 @@ Where it sits: `simaccel run` reads --inputs and --expect and writes --save, `si
 writes a library's inputs and TVM alone's outputs, `simaccel bisect` and the fuzzer's
 reproductions read and write theirs, all through `read_arrays` and `write_arrays`: arrays
 named arg0, arg1, ... (numpy's arr_0, ... accepted), every problem a SimAccelError naming the
-file and what is wrong with it.
+file and what is wrong with it. A bfloat16 array is written as numpy writes ml_dtypes' types,
+raw 2-byte elements (dtype V2), and read back as bfloat16 (`npz_array`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import zipfile
 import zlib
 
+import ml_dtypes
 import numpy as np
 
 from ....errors import SimAccelError
@@ -21,6 +23,12 @@ from .error_line import error_line
 
 NPZ_KEY = re.compile(r"(arg|arr_)(0|[1-9][0-9]*)")
 NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)  # what numpy raises on bad files
+
+
+def npz_array(array: np.ndarray) -> np.ndarray:
+    """An array as read from an .npz, with its dtype back: numpy stores ml_dtypes' bfloat16 as
+    2-byte raw elements (V2), the only such dtype the ISA's arrays have."""
+    return array.view(ml_dtypes.bfloat16) if array.dtype == np.dtype("V2") else array
 
 
 def check_readable(path, label: str = "file") -> None:
@@ -98,10 +106,10 @@ def _argument_order(where: str, keys: list[str]) -> list[str]:
 
 def _read_array(where: str, data, key: str) -> np.ndarray:
     try:
-        array = data[key]
+        array = npz_array(data[key])
     except NPZ_ERRORS as e:
         raise SimAccelError(f"{where}: cannot read array {key!r} ({error_line(e)})") from e
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biufc":
+    if not isinstance(array, np.ndarray) or (array.dtype.kind not in "biufc" and array.dtype != ml_dtypes.bfloat16):
         kind = array.dtype if isinstance(array, np.ndarray) else "raw bytes"
         raise SimAccelError(f"{where}: {key!r} is not a numeric array ({kind})")
     return array

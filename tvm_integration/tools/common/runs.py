@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ....errors import SimAccelError
+from .arrays import npz_array
 from .error_line import error_line
 
 
@@ -59,12 +60,15 @@ import numpy as np
 sys.modules["torch"] = None  # tvm-ffi imports torch where installed (2 s a process); loading a library needs none
 import tvm
 del sys.modules["torch"]  # a user op's code that imports torch still can
+import ml_dtypes
+def npz_array(a):  # common/arrays.py's rule, here without importing simaccel: V2 is bfloat16
+    return a.view(ml_dtypes.bfloat16) if a.dtype == np.dtype("V2") else a
 device = tvm.device(sys.argv[2], 0)
 for lib, inputs, out in json.load(open(sys.argv[1])):
     try:
         vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(lib), device)
         with np.load(inputs) as data:
-            args = [tvm.runtime.tensor(data[f"arr_{i}"], device) for i in range(len(data.files))]
+            args = [tvm.runtime.tensor(npz_array(data[f"arr_{i}"]), device) for i in range(len(data.files))]
         result = vm["main"](*args)
         results = [result] if hasattr(result, "numpy") else list(result)
         np.savez(out, *[r.numpy() for r in results])
@@ -76,7 +80,7 @@ for lib, inputs, out in json.load(open(sys.argv[1])):
 def read_outputs(path) -> list[np.ndarray]:
     """The outputs a fresh process wrote (arr_0, arr_1, ... of an .npz), in order."""
     with np.load(path) as data:
-        return [data[f"arr_{k}"] for k in range(len(data.files))]
+        return [npz_array(data[f"arr_{k}"]) for k in range(len(data.files))]
 
 
 class ContextLost(SimAccelError):
