@@ -17,10 +17,28 @@ import ml_dtypes
 import numpy as np
 
 
+# Numba's names of the element types numpy spells otherwise (numba-cuda's bfloat16 type).
+_NUMBA_NAMES = {"__nv_bfloat16": "bfloat16"}
+
+
+def numpy_dtype(dtype) -> np.dtype:
+    """The numpy dtype of `dtype`: a numpy dtype, its name, a Numba type or an array's dtype
+    (a simulated array's numpy one, a device array's or a Numba array type's)."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    name = str(dtype)
+    return np.dtype(_NUMBA_NAMES.get(name, name))
+
+
 def is_float(dtype) -> bool:
-    """Whether numpy `dtype` (or its name) is a float type: float16/32/64 or bfloat16."""
-    dtype = np.dtype(str(dtype)) if not isinstance(dtype, np.dtype) else dtype
+    """Whether `dtype` (as `numpy_dtype` takes it) is a float type: float16/32/64 or bfloat16."""
+    dtype = numpy_dtype(dtype)
     return dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+def lowest(dtype) -> float:
+    """The most negative finite value of float `dtype` (ml_dtypes' finfo knows bfloat16 too)."""
+    return float(ml_dtypes.finfo(numpy_dtype(dtype)).min)
 
 
 def round_bfloat16(x):

@@ -33,6 +33,7 @@ import numpy as np
 from numba import cuda
 from numba.cuda.extending import register_jitable
 
+from .dtypes import numpy_dtype
 from .elementwise import ILP, divmod_fast, per_thread
 from .grid import BLOCK, MAX_BLOCKS, dims_of, launch_grid, pow2_at_least, size
 
@@ -203,7 +204,7 @@ def _padded(dims, strides, rank):
 
 def _min_lanes(dtype) -> int:
     """Threads per row of the row copy: a warp's access to a row covers a whole 32-byte sector."""
-    return max(1, min(32, SECTOR // np.dtype(str(dtype)).itemsize))
+    return max(1, min(32, SECTOR // numpy_dtype(dtype).itemsize))
 
 
 def plan_copy_rows(rows: int, L: int, dtype, total: int) -> tuple[int, int, int]:

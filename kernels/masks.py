@@ -21,7 +21,7 @@ from numba.cuda.extending import register_jitable
 
 from .elementwise import divmod_fast, launch_copy as launch_float_copy
 from .grid import broadcast_strides, collapse_dims, dims_of, launch_grid, padded, size
-from .dtypes import is_float
+from .dtypes import is_float, numpy_dtype
 from .layout import _launch_gather
 
 COMPARE = {"less": 0, "less_equal": 1, "greater": 2, "greater_equal": 3, "equal": 4, "not_equal": 5}
@@ -250,7 +250,7 @@ def launch_integer_max(target, out, data, *, axes, keepdims) -> int:
     flat_out = target.reshape(out, (total,))
     flat_in = target.reshape(data, (size(shape),)) if R else flat_out  # reducing nothing reads nothing
     grid, block = launch_grid(total)
-    lowest = int(np.iinfo(np.dtype(str(data.dtype))).min)
+    lowest = int(np.iinfo(numpy_dtype(data.dtype)).min)
     target.launch(_integer_max_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner, lowest, total)
     return 1
 

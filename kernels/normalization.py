@@ -57,6 +57,7 @@ from numba.cuda.extending import register_jitable
 
 from .grid import dims_of, pow2_at_least
 from .row_passes import long_row_passes, row_passes
+from .dtypes import numpy_dtype
 from .target import with_simulator_twin
 from .vector import VEC, accessors, alignment_check, both_ways
 
@@ -480,7 +481,7 @@ def _rows_view(target, out, data):
 
 
 def _itemsize(array) -> int:
-    return np.dtype(str(array.dtype)).itemsize
+    return numpy_dtype(array.dtype).itemsize
 
 
 def _rows_grid(rows: int, lanes: int) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
+from .dtypes import lowest as float_lowest
 from .elementwise import divmod_fast
 from .grid import dims_of, launch_grid
 
@@ -153,7 +154,7 @@ def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilatio
         return 0
     grid, block, o1, x1, dims = prep
     total = dims_of(o1.shape)[0]
-    lowest = float(np.finfo(np.dtype(str(out.dtype))).min)
+    lowest = float_lowest(out.dtype)
     target.launch(_max_pool2d_kernel, grid, block, o1, x1, *dims, lowest, total)
     return 1
 

@@ -27,6 +27,7 @@ from llvmlite import ir
 from numba import types
 from numba.cuda.extending import intrinsic, register_jitable
 
+from .dtypes import numpy_dtype
 from .simulator import host_array
 
 ALIGNMENT = 16  # bytes: what `aligned` checks, enough for any vector below
@@ -55,7 +56,7 @@ def _vector_typing(global_array, local_array, count):
         return None
     if global_array.layout != "C" or global_array.ndim != 1:  # the address is data + index: flat views only
         return None
-    nbytes = count.literal_value * np.dtype(str(global_array.dtype)).itemsize
+    nbytes = count.literal_value * numpy_dtype(global_array.dtype).itemsize
     return (count.literal_value, nbytes) if nbytes in (1, 2, 4, 8, 16, 32) else None
 
 

@@ -146,7 +146,9 @@ class _CudaLike:
         m.dl_tensor.data = a.ctypes.data
         m.dl_tensor.device = _DLDevice(self.device_type, self.device_id)
         m.dl_tensor.ndim = len(shape)
-        m.dl_tensor.dtype = _DLDataType({"f": 2, "i": 0, "u": 1, "b": 6}[a.dtype.kind], a.dtype.itemsize * 8, 1)
+        # DLPack's codes (simaccel.tensors.dlpack_code; simaccel may be absent from this process)
+        code = 4 if a.dtype.name == "bfloat16" else {"f": 2, "i": 0, "u": 1, "b": 6}[a.dtype.kind]
+        m.dl_tensor.dtype = _DLDataType(code, a.dtype.itemsize * 8, 1)
         m.dl_tensor.shape = dims
         m.dl_tensor.strides = strides
         m.dl_tensor.byte_offset = self.byte_offset

@@ -20,6 +20,7 @@ from simaccel.native.source import NativeRegion
 from simaccel.program import OpNode, Program, TensorSpec
 from native_cases import arrays_for, chain_program, dims3, views_program
 from native_support import cuda_tensor, region_library, stand_in_library
+from simaccel.ops.rules import FLOAT_DTYPES
 from test_launch_plan import CASES, one_op_program
 
 # The region libraries here are generated, AOT-compiled and linked exactly as the codegen does
@@ -66,7 +67,7 @@ def wide_program(inputs: int = 70) -> Program:
     return Program("wide", t, tuple(range(inputs)), (len(t) - 1,), ops).validate()
 
 
-PROGRAMS = {region_symbol(n, d): one_op_program(n, s, d, a) for n, s, a in CASES for d in ("float32", "float16")}
+PROGRAMS = {region_symbol(n, d): one_op_program(n, s, d, a) for n, s, a in CASES for d in FLOAT_DTYPES}
 PROGRAMS["r_wide"] = wide_program()
 PROGRAMS["r_masks"] = masks_program()
 PROGRAMS["r_chain"] = chain_program()

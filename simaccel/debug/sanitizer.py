@@ -290,12 +290,9 @@ def _middle(flat, spec: TensorSpec):
     """The tensor between the guards of `flat`: shape and dtype of `spec`, the same memory."""
     if isinstance(flat, np.ndarray):
         return flat[GUARD:GUARD + spec.nbytes].view(spec.np_dtype).reshape(spec.shape)
-    from numba import cuda
+    from ..engines.cuda import device_view
 
-    address = flat.__cuda_array_interface__["data"][0] + GUARD
-    return cuda.from_cuda_array_interface(
-        {"shape": spec.shape, "strides": None, "typestr": spec.np_dtype.str, "data": (address, False), "version": 3},
-        owner=flat, sync=False)
+    return device_view(flat.__cuda_array_interface__["data"][0] + GUARD, spec, owner=flat)
 
 
 def _overlap(a, b) -> bool:

@@ -102,7 +102,7 @@ class CudaEngine(Engine):
         from numba import cuda
 
         with cuda.gpus[device_id]:
-            return cuda.device_array(spec.shape, dtype=spec.dtype)
+            return cuda.device_array(spec.shape, dtype=spec.np_dtype)
 
     def constant(self, spec, device_id: int = 0):
         from numba import cuda
@@ -178,8 +178,6 @@ class CudaEngine(Engine):
     # -- zero-copy views -----------------------------------------------------------------
     def _view(self, call: Call, ref, spec, role: str):
         """A Numba device array over the caller's memory (a checked TensorRef), cached by address."""
-        from numba import cuda
-
         if call.ledger.tracing:
             call.ledger.record_tensor(call.region, role, spec.name, describe(call.device), ref.address)
         key = (ref.address, spec.shape, spec.dtype, call.device[1])
@@ -188,11 +186,7 @@ class CudaEngine(Engine):
             if array is not None:
                 self._views.move_to_end(key)
                 return array
-        array = cuda.from_cuda_array_interface(
-            {"shape": spec.shape, "strides": None, "typestr": spec.np_dtype.str, "data": (ref.address, False), "version": 3},
-            owner=None,
-            sync=False,
-        )
+        array = device_view(ref.address, spec, owner=None)
         with self._lock:
             self._views[key] = array
             if len(self._views) > _VIEW_CACHE_SIZE:
@@ -217,3 +211,13 @@ class CudaEngine(Engine):
         call.ledger.record_copy("host_to_device", host.nbytes)
         return staging
 
+
+def device_view(address: int, spec, owner=None):
+    """A Numba device array of `spec`'s shape and dtype over the device memory at `address`
+    (C-contiguous, no copy, no synchronisation). The dtype goes to numba-cuda as a numpy dtype,
+    not its typestr: bfloat16's is '<V2', raw bytes."""
+    from numba import cuda
+
+    return cuda.from_cuda_array_interface(
+        {"shape": spec.shape, "strides": None, "typestr": spec.np_dtype, "data": (address, False), "version": 3},
+        owner=owner, sync=False)
