@@ -1,11 +1,12 @@
-"""Time the float16 GEMM kernels on a GPU against cuBLAS (torch): C = A @ B and the dense form.
+"""Time the float16 (or bfloat16) GEMM kernels on a GPU against cuBLAS (torch): C = A @ B and the dense form.
 
-    python scripts/fp16_gemm_gpu.py OUT_DIR [--ncu]
+    python scripts/fp16_gemm_gpu.py OUT_DIR [--ncu] [--bfloat16]
 
 Each case runs through its op's own launcher (the tile width it picks for its size, or the
 one forced with `bn`), is checked against torch's float32 product (simaccel.compare's rule for
 whole outputs with float16's tolerance; the max abs error over the result's scale is reported), then timed with CUDA events (median of 20 samples of 10 calls queued behind a spin
-kernel, after 3 warm-ups) interleaved with torch's float16 matmul. Writes OUT_DIR/fp16_gemm.json. With --ncu, each case is
+kernel, after 3 warm-ups) interleaved with torch's matmul in the same dtype. Writes OUT_DIR/fp16_gemm.json
+(--bfloat16: OUT_DIR/bf16_gemm.json, the same cases in bfloat16). With --ncu, each case is
 launched twice and nothing is timed (for Nsight Compute).
 """
 import json
@@ -13,6 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from numba import cuda
 
@@ -52,16 +54,24 @@ def events_ms(fn, reps=20, warm=3, queued=10):
     return statistics.median(times)
 
 
-def prepare(name, M, N, K, bn):
+def numba_array(t):
+    """A Numba device array over torch tensor `t` (contiguous): its dtype given as numpy's, as
+    torch's __cuda_array_interface__ has no bfloat16."""
+    dtype = np.dtype(str(t.dtype).removeprefix("torch."))
+    return cuda.from_cuda_array_interface({"shape": tuple(t.shape), "strides": None, "typestr": dtype,
+                                           "data": (t.data_ptr(), False), "version": 3}, owner=t, sync=False)
+
+
+def prepare(name, M, N, K, bn, dtype):
     torch.manual_seed(0)
-    a = torch.rand(M, K, device="cuda", dtype=torch.float16) - 0.5
-    b = torch.rand(K, N, device="cuda", dtype=torch.float16) - 0.5
+    a = torch.rand(M, K, device="cuda", dtype=dtype) - 0.5
+    b = torch.rand(K, N, device="cuda", dtype=dtype) - 0.5
     weight = b.T.contiguous() if "dense" in name else b
-    out = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    out = torch.empty(M, N, device="cuda", dtype=dtype)
     op = get_op(name)
     target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
-    bias = [torch.zeros(N, device="cuda", dtype=torch.float16)] if "_bias" in name else []
-    args = [cuda.as_cuda_array(t) for t in (out, a, weight, *bias)]
+    bias = [torch.zeros(N, device="cuda", dtype=dtype)] if "_bias" in name else []
+    args = [numba_array(t) for t in (out, a, weight, *bias)]
 
     def launch():
         if bn is None:
@@ -77,11 +87,12 @@ def prepare(name, M, N, K, bn):
     return a, b, out, launch
 
 
-def main(out_dir: Path, ncu: bool) -> int:
+def main(out_dir: Path, ncu: bool, dtype_name: str = "float16") -> int:
+    dtype = getattr(torch, dtype_name)
     rows = []
     failed = 0
     for label, name, M, N, K, bn in CASES:
-        a, b, out, launch = prepare(name, M, N, K, bn)
+        a, b, out, launch = prepare(name, M, N, K, bn, dtype)
         if ncu:
             launch()
             launch()
@@ -94,7 +105,7 @@ def main(out_dir: Path, ncu: bool) -> int:
         if "gelu" in name:
             want = torch.nn.functional.gelu(want)
         error = float((out.float() - want).abs().max() / want.abs().max())
-        found = array_difference(out.float().cpu().numpy(), want.cpu().numpy(), dtype="float16", scaled=True)
+        found = array_difference(out.float().cpu().numpy(), want.cpu().numpy(), dtype=dtype_name, scaled=True)
         ours = events_ms(launch)
         theirs = events_ms(lambda: torch.matmul(a, b))
         flops = 2.0 * M * N * K
@@ -109,9 +120,11 @@ def main(out_dir: Path, ncu: bool) -> int:
               f"{'' if ok else '  MISMATCH: ' + found.reason}")
     if not ncu:
         out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "fp16_gemm.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+        name = "fp16_gemm.json" if dtype_name == "float16" else "bf16_gemm.json"
+        (out_dir / name).write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype_name,
+                                                "rows": rows}, indent=1))
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), "--ncu" in sys.argv[2:]))
+    sys.exit(main(Path(sys.argv[1]), "--ncu" in sys.argv[2:], "bfloat16" if "--bfloat16" in sys.argv[2:] else "float16"))

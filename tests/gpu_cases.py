@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2)}
+TOLERANCE = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2),
+             "bfloat16": dict(rtol=5e-2, atol=5e-2)}
 ZERO = {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
 
 

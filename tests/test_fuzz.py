@@ -529,3 +529,28 @@ def test_a_weight_dim_that_matched_the_batch_by_chance_keeps_the_case_static():
               Value((5, 8), "permute_dims", (1,), {"axes": [1, 0]}), Value((31, 8), "matmul", (2, 3))]
     assert not Case("float32", values, [4], data_seed=0, batch_upper=13).sizes_consistent()
     assert _relu_case(11).sizes_consistent()
+
+
+def _bfloat16_layer_norm_case():
+    """layer_norm over the last axis in bfloat16: TVM 0.27 builds none (its topi takes float32
+    and float16 only); simaccel offloads it."""
+    from simaccel.tvm_integration.tools.fuzz.case import Case, Value
+
+    values = [Value((4, 8), name="x"), Value((8,), name="g"), Value((8,), name="b"),
+              Value((4, 8), "layer_norm", (0, 1, 2), {"axes": [-1], "epsilon": 1e-5})]
+    return Case("bfloat16", values, [3], data_seed=5)
+
+
+def test_a_bfloat16_case_tvm_alone_cannot_build_is_checked_against_the_float64_reference(monkeypatch):
+    from simaccel.tvm_integration.tools.fuzz import FAIL, Checker
+
+    case = _bfloat16_layer_norm_case()
+    with pytest.raises(Exception, match="float32 and float16"):
+        build_tvm_only(case.bound_module())
+    outcome = Checker(["ref"]).check(case)
+    assert outcome.verdict == PASS and "float64 reference" in outcome.reason, outcome
+    plant_reference(monkeypatch, "simaccel.layer_norm", lambda y: y + 1)  # simaccel made wrong
+    outcome = Checker(["ref"]).check(case)
+    assert outcome.verdict == FAIL and "differs from the float64 reference" in outcome.reason, outcome
+    monkeypatch.undo()
+    simaccel.get_runtime().clear()

@@ -1,4 +1,4 @@
-"""Each kernel at real sizes on a real GPU against its numpy reference: tilings, unaligned views, float16 tensor cores."""
+"""Each kernel at real sizes on a real GPU against its numpy reference: tilings, unaligned views, float16 and bfloat16 tensor cores."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gpu_cases import TOLERANCE, one_op_program
+from simaccel.ops.rules import FLOAT_DTYPES
 
 pytestmark = pytest.mark.gpu  # skipped, with the reason, where no GPU exists
 
@@ -90,7 +91,7 @@ KERNEL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("name, shapes, attrs", KERNEL_CASES, ids=[c[0] for c in KERNEL_CASES])
 def test_kernels_at_real_sizes(name, shapes, attrs, dtype):
     _check_at_real_size(name, shapes, attrs, dtype)
@@ -110,7 +111,7 @@ TILING_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("tiles", ["64x64", "sliced"])
 @pytest.mark.parametrize("name, shapes, attrs", TILING_CASES, ids=[c[0] for c in TILING_CASES])
 def test_both_tilings_at_real_sizes(name, shapes, attrs, tiles, dtype, monkeypatch):
@@ -147,7 +148,7 @@ def _check_at_real_size(name, shapes, attrs, dtype):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("name", ["simaccel.dense_bias_relu", "simaccel.matmul"])
 def test_matmul_main_loops_on_unaligned_operands(name, dtype):
     # The C++ main loops copy 16-byte vectors where rows are 16-byte aligned, else element by
@@ -176,7 +177,7 @@ def test_matmul_main_loops_on_unaligned_operands(name, dtype):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("name, shapes, attrs", [("simaccel.softmax", [(2048, 1024)], {}),
                                                  ("simaccel.layer_norm", [(2048, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
                                                  ("simaccel.softmax", [(4096, 64)], {}),
@@ -271,42 +272,49 @@ TENSOR_CORE_SHAPES = [
 ]
 
 
-def _tensor_core_case(name, shapes, seed):
+def _tensor_core_case(name, shapes, seed, dtype="float16"):
     from simaccel.ops import get_op
 
     op = get_op(name)
     rng = np.random.default_rng(seed)
-    arrays = [rng.uniform(-1, 1, s).astype("float16") for s in shapes]
+    arrays = [rng.uniform(-1, 1, s).astype(dtype) for s in shapes]
     attrs = op.all_attrs({})
     want = op.reference(*[a.astype(np.float64) for a in arrays], **attrs)
     return op, arrays, attrs, want
 
 
-def _assert_tensor_core_close(got, want, shapes, err_msg=""):
-    """Within float16's rounding of sums of K products of numbers within [-1, 1]."""
+def _assert_tensor_core_close(got, want, shapes, err_msg="", dtype="float16"):
+    """Within the output's rounding (float16: 2**-11, bfloat16: 2**-8 relative) of sums of K
+    products of numbers within [-1, 1], summed in float32."""
     scale = np.sqrt(shapes[0][-1])
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-2, atol=2e-3 * scale, err_msg=err_msg)
+    rtol = 1e-2 if dtype == "float16" else 1e-2 + 2.0**-8
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=2e-3 * scale, err_msg=err_msg)
 
 
+TENSOR_CORE_DTYPES = ("float16", "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", TENSOR_CORE_DTYPES)
 @pytest.mark.parametrize("name, shapes", TENSOR_CORE_SHAPES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(TENSOR_CORE_SHAPES)])
-def test_float16_tensor_core_matmuls_on_partial_tiles(name, shapes):
+def test_tensor_core_matmuls_on_partial_tiles(name, shapes, dtype):
     """Numba's own compile on this GPU (sm_90a on an H100/H200): every element of the output
-    against float64 numpy, within float16's rounding of sums of up to 4096 products."""
+    against float64 numpy, within the dtype's rounding of sums of up to 4096 products."""
     from numba import cuda
 
     from simaccel.kernels import KernelTarget
 
-    op, arrays, attrs, want = _tensor_core_case(name, shapes, 5)
-    shape, _ = op.infer([a.shape for a in arrays], ["float16"] * len(arrays), **attrs)
+    op, arrays, attrs, want = _tensor_core_case(name, shapes, 5, dtype)
+    shape, _ = op.infer([a.shape for a in arrays], [dtype] * len(arrays), **attrs)
     stream = cuda.stream()
-    out = cuda.device_array(shape, dtype="float16")
+    out = cuda.device_array(shape, dtype=dtype)
     op.kernel(KernelTarget("cuda", stream), out, *[cuda.to_device(a, stream=stream) for a in arrays], **attrs)
     got = out.copy_to_host(stream=stream)
     stream.synchronize()
-    _assert_tensor_core_close(got, want, shapes)
+    _assert_tensor_core_close(got, want, shapes, dtype=dtype)
 
 
-def test_native_float16_tensor_core_matmuls_on_partial_tiles(clean_runtime, tmp_path):
+@pytest.mark.parametrize("dtype", TENSOR_CORE_DTYPES)
+def test_native_tensor_core_matmuls_on_partial_tiles(clean_runtime, tmp_path, dtype):
     """The same GEMMs in one native library: the cubins simaccel.aot links for sm_90 (sm_90a's
     wgmma main loop), launched from C++ on TVM's tensors."""
     import tvm
@@ -322,11 +330,11 @@ def test_native_float16_tensor_core_matmuls_on_partial_tiles(clean_runtime, tmp_
     from native_support import region_library
 
     prepare_cuda()  # a runtime-only TVM run on its own: TVM's CUDA device API
-    programs = {f"tc{i}": one_op_program(name, shapes, "float16") for i, (name, shapes) in enumerate(TENSOR_CORE_SHAPES)}
+    programs = {f"tc{i}": one_op_program(name, shapes, dtype) for i, (name, shapes) in enumerate(TENSOR_CORE_SHAPES)}
     library, _ = region_library([NativeRegion(s, p) for s, p in programs.items()], tmp_path)
     for i, (name, shapes) in enumerate(TENSOR_CORE_SHAPES):
-        _, arrays, _, want = _tensor_core_case(name, shapes, 5)
+        _, arrays, _, want = _tensor_core_case(name, shapes, 5, dtype)
         tensors = [tvm.runtime.tensor(a, tvm.cuda(0)) for a in arrays]
-        got = tvm.runtime.tensor(np.zeros(want.shape, "float16"), tvm.cuda(0))
+        got = tvm.runtime.tensor(np.zeros(want.shape, dtype), tvm.cuda(0))
         library[f"tc{i}"](*tensors, got)
-        _assert_tensor_core_close(got.numpy(), want, shapes, f"{name} {shapes}")
+        _assert_tensor_core_close(got.numpy(), want, shapes, f"{name} {shapes}", dtype)

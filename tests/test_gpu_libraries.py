@@ -70,7 +70,8 @@ class Case:
 
 
 @pytest.mark.parametrize("path", PATHS)
-@pytest.mark.parametrize("name", ["demo_f32", "demo_f16", "hetero_f32", "hetero_f16", "upstream_f32", "mm8", "mm1024"])
+@pytest.mark.parametrize("name", ["demo_f32", "demo_f16", "hetero_f32", "hetero_f16", "hetero_bf16", "upstream_f32", "mm8",
+                                  "mm1024", "mm1024_bf16", "conv28_bf16"])
 def test_matches_tvm_only_on_the_gpu_with_zero_host_traffic(artifacts, clean_runtime, name, path):
     case = Case(artifacts, name)
     tensors = case.tensors()

@@ -24,6 +24,7 @@ import numpy as np
 
 from ...errors import SimAccelError
 from ...json_file import read_json
+from ...kernels.dtypes import is_float
 
 
 def _models():
@@ -37,6 +38,9 @@ CASES = {
     "demo_f16": lambda: _models().demo_cnn("float16", batch=8),
     "hetero_f32": lambda: _models().hetero_chain("float32"),
     "hetero_f16": lambda: _models().hetero_chain("float16"),
+    "hetero_bf16": lambda: _models().hetero_chain("bfloat16"),
+    "mm1024_bf16": lambda: _models().matmul_relu(1024, "bfloat16"),
+    "conv28_bf16": lambda: _models().conv_bias_relu(8, 128, 28, dtype="bfloat16"),
     "upstream_f32": lambda: _models().long_upstream("float32"),
     "mm8": lambda: _models().matmul_relu(8),
     "mm1024": lambda: _models().matmul_relu(1024),
@@ -147,7 +151,7 @@ def _spec_ok(spec) -> bool:
     if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str) and isinstance(spec[2], str)):
         return False
     try:
-        numeric = np.dtype(spec[2]).kind in "biuf"
+        numeric = np.dtype(spec[2]).kind in "biu" or is_float(spec[2])
     except TypeError:
         return False
     return numeric and isinstance(spec[1], list) and all(map(_is_count, spec[1]))
