@@ -56,6 +56,9 @@ setup(
         "apache-tvm==0.27.*",
         "apache-tvm-ffi>=0.1.15,<0.2",
         "numba-cuda==0.30.*",
+        # numpy's bfloat16 (the ISA's bfloat16 tensors, their references); TVM and numba-cuda
+        # read bfloat16 arrays as its type too. Checked with 0.7.0 on 2026-12-06.
+        "ml_dtypes>=0.5,<0.8",
         # numba-cuda 0.30.4 fails to import with numpy 2.5 (np.row_stack was removed).
         "numpy>=2,<2.5",
         # The simulator's CUDA threads of a block as greenlets (kernels/simulator.py); checked

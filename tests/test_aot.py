@@ -82,16 +82,21 @@ TENSOR_CORE_CASES = [("simaccel.matmul_bias_gelu", (4096, 64), (64, 4096), 256),
                      ("simaccel.dense_bias_gelu", (1024, 64), (1024, 64), 128)]
 
 
-def _tensor_core_kernel(name, data, weight, bn, arch=SM90):
+def _tensor_core_kernel(name, data, weight, bn, arch=SM90, dtype="float16"):
     n = weight[-1] if "matmul" in name else weight[-2]
-    program = one_op_program(name, [data, weight, (n,)], "float16")
+    program = one_op_program(name, [data, weight, (n,)], dtype)
     [kernel] = compile_program(program, arch)
-    assert kernel.kernel.__name__.endswith(f"_tensor_core_kernel_{bn}")
+    assert kernel.kernel.__name__.endswith(f"_tensor_core_kernel_{bn}" + ("" if dtype == "float16" else f"_{dtype}"))
     return program, kernel
 
 
+# The tensor-core operand dtypes and their instructions' type infix (mma.sync, wgmma).
+MMA_TYPES = {"float16": "f16.f16", "bfloat16": "bf16.bf16"}
+
+
+@pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
 @pytest.mark.parametrize("name, data, weight, bn", TENSOR_CORE_CASES)
-def test_float16_matmul_kernels_use_tensor_cores(name, data, weight, bn):
+def test_tensor_core_matmul_kernels_use_tensor_cores(name, data, weight, bn, dtype):
     """The CUDA C++ main loop (kernels/tensor_core.cu) is linked into the Numba kernel with
     link-time optimisation: inlined (no call left), with mma, ldmatrix and cp.async in the
     portable PTX, no spills; its bn / 2 accumulators cross into the Numba epilogue through a
@@ -99,11 +104,11 @@ def test_float16_matmul_kernels_use_tensor_cores(name, data, weight, bn):
     kernel function says for each target."""
     from simaccel.kernels.tensor_core import dynamic_shared_bytes
 
-    _, kernel = _tensor_core_kernel(name, data, weight, bn)
-    for instruction in ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "ldmatrix.sync.aligned.m8n8.x4",
+    _, kernel = _tensor_core_kernel(name, data, weight, bn, dtype=dtype)
+    for instruction in (f"mma.sync.aligned.m16n8k16.row.col.f32.{MMA_TYPES[dtype]}.f32", "ldmatrix.sync.aligned.m8n8.x4",
                         "cp.async.cg.shared.global", "%dynamic_smem_size"):
         assert instruction in kernel.ptx, instruction
-    assert "simaccel_mma_tile" not in kernel.ptx  # inlined
+    assert "simaccel_mma_tile" not in kernel.ptx and "call" not in kernel.ptx.replace("callseq", "")  # all inlined
     used = no_spills(kernel)
     assert used["stack"] <= 4 * bn // 2 and used["registers"] <= 255, used
     assert kernel.cubin_target == (9, 0, "a")
@@ -111,8 +116,9 @@ def test_float16_matmul_kernels_use_tensor_cores(name, data, weight, bn):
                                                              dynamic_shared_bytes(bn, (9, 0)))
 
 
+@pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
 @pytest.mark.parametrize("name, data, weight, bn", TENSOR_CORE_CASES)
-def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, bn, tmp_path):
+def test_tensor_core_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, bn, dtype, tmp_path):
     """The sm_90 cubin is linked for sm_90a, whose main loop is wgmma.m64n{bn}k16 from shared
     memory (both forms of B: K-major and the (K, N) form's N-major), without spills; the
     shipped PTX stays portable (mma.sync, no wgmma), so a GPU newer than sm_90 JITs it. The
@@ -121,9 +127,9 @@ def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, bn
     import subprocess
 
     from simaccel import aot
-    from simaccel.kernels.target import launch_bounds, link_sources
+    from simaccel.kernels.target import launch_bounds
 
-    program, kernel = _tensor_core_kernel(name, data, weight, bn)
+    program, kernel = _tensor_core_kernel(name, data, weight, bn, dtype=dtype)
     assert "wgmma" not in kernel.ptx and "mma.sync" in kernel.ptx
     assert b"sm_90a" in kernel.cubin
     used = no_spills(kernel)
@@ -133,9 +139,9 @@ def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, bn
     [launch] = plan_launches(program)
     library = aot._frontend(launch.kernel, kernel.signature, launch_bounds(launch.kernel, SM90), False, True, SM90)
     inputs = [(bytes(library.get_ltoir(cc=SM90)), "LTOIR")]
-    inputs += [(aot._nvrtc_ltoir(path, (9, 0, "a")), "LTOIR") for path in link_sources(launch.kernel)]
+    inputs += [(aot._nvrtc_compile(name, text, (9, 0, "a")), "LTOIR") for name, text in aot._cpp_sources(library)]
     specific = aot._link(inputs, (9, 0, "a"), launch.kernel.__name__, ptx=True)[0].decode()
-    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16" in specific and "mma.sync" not in specific
+    assert f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{MMA_TYPES[dtype]}" in specific and "mma.sync" not in specific
     assert "fence.proxy.async.shared::cta" in specific
     cuobjdump = shutil.which("cuobjdump")
     if cuobjdump:
@@ -145,10 +151,11 @@ def test_float16_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight, bn
         assert f"HGMMA.64x{bn}x16.F32" in sass and "HMMA" not in sass
 
 
-def test_float16_matmul_kernels_compile_for_gpus_without_tensor_cores():
+@pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
+def test_tensor_core_matmul_kernels_compile_for_gpus_without_tensor_cores(dtype):
     # sm_75 has neither m16n8k16 nor cp.async: the same C++ entry computes with float32 FMAs.
     for case in TENSOR_CORE_CASES[1::2]:
-        _, kernel = _tensor_core_kernel(*case, arch=(7, 5))
+        _, kernel = _tensor_core_kernel(*case, arch=(7, 5), dtype=dtype)
         assert "mma.sync" not in kernel.ptx and "cp.async" not in kernel.ptx and kernel.cubin
         assert kernel.shared_bytes == kernel.ptx_shared_bytes == 0  # it stages nothing
 
@@ -156,7 +163,7 @@ def test_float16_matmul_kernels_compile_for_gpus_without_tensor_cores():
 CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_conv2d_sliced_kernel_compiles_without_spills(dtype):
     """A batch-1 stage's convolution (16 tiles of 64 x 64) takes the sliced 32 x 32 kernel: four
     groups' double buffers of 16 x 36 and 16 x 32 floats, and the 32 x 33 result tile."""
@@ -169,7 +176,7 @@ def test_conv2d_sliced_kernel_compiles_without_spills(dtype):
     assert f"{4 * 2 * 16 * (36 + 32) * 4 + 32 * 33 * 4} bytes smem" in kernel.link_log, kernel.link_log
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("channels", [256, 3])
 def test_conv2d_gemm_kernels_keep_their_accumulators_in_registers(channels, dtype):
     """The implicit-GEMM conv2d, bias and ReLU fused, both orders of K: channels inner on the
