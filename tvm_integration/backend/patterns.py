@@ -137,6 +137,10 @@ class _Attrs(dict):
     def __contains__(self, key):
         return dict.__contains__(self, key) or (self._attrs is not None and hasattr(self._attrs, key))
 
+    def get(self, key, default=None):
+        """dict.get, reading the attribute as [] does (dict.get alone never calls __missing__)."""
+        return self[key] if key in self else default
+
 
 # -- patterns derived from the ISA ---------------------------------------------------------
 @dataclass(frozen=True)

@@ -1,0 +1,95 @@
+"""``simaccel.attention``: Relax's fused multi-head attention, ``relax.nn.attention``.
+
+softmax(Q K^T * scale [causal mask]) V per batch and head, in BSNH layout as Relax's op:
+query (B, S, H, D), key (B, T, H, D), value (B, T, H, Dv) -> (B, S, H, Dv); the default scale
+1 / sqrt(D). A causal mask keeps key j for query i where j <= i + offset: 0 for "TopLeft",
+|S - T| for "BottomRight" (TVM's legalization's own definition, abs included). TVM's torch and
+ONNX frontends and `relax.frontend.nn` emit it (torch's scaled_dot_product_attention). A bias
+(`attention_bias`) and sliding windows stay on TVM. Computed in float32 with an online softmax
+(one pass over the keys), rounded once to the output's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...errors import ShapeError
+from .. import attrs as kinds
+from ..declare import OpFamily, Reject, relax_op
+from ..registry import declare
+from ..rules import at_least, check_rank, f32
+
+MAX_HEAD_DIM = 256  # the kernel keeps a row of Q and of the output in registers: 8 values a lane
+
+
+def attention_from_relax(match):
+    a = match.attrs  # read by key: the matched call's attributes, each read on first use
+    if a["window_size"] is not None:
+        raise Reject(f"sliding-window attention (window_size {a['window_size']})")
+    mask = a["causal_mask"]
+    if mask not in (None, "", "TopLeft", "BottomRight"):
+        raise Reject(f"causal_mask {mask!r}")
+    d = match.shapes["query"][-1]
+    scale = a["scale"]
+    if scale is None:
+        if not isinstance(d, int):
+            raise Reject("the default scale of a symbolic head dim")
+        scale = 1.0 / math.sqrt(d)
+    return {"scale": float(scale), "causal": bool(mask), "bottom_right": mask == "BottomRight"}
+
+
+def infer_attention(shapes, *, scale, causal, bottom_right):
+    q, k, v = (tuple(s) for s in shapes)
+    for role, shape in (("query", q), ("key", k), ("value", v)):
+        check_rank(role, shape, 4, 4)
+    if not (q[0] == k[0] == v[0] and q[2] == k[2] == v[2]):
+        raise ShapeError(f"batch and heads differ: query {q}, key {k}, value {v}")
+    if k[1] != v[1] or q[3] != k[3]:
+        raise ShapeError(f"key {k} and value {v} must share their length, query {q} and key their head dim")
+    for role, d in (("query", q[3]), ("value", v[3])):
+        if not at_least(MAX_HEAD_DIM, d):
+            raise ShapeError(f"{role} head dim {d} is over {MAX_HEAD_DIM}")
+    return (q[0], q[1], q[2], v[3])
+
+
+def causal_offset(s: int, t: int, bottom_right: bool) -> int:
+    """The key a query row may see past its own index: j <= i + offset."""
+    return abs(s - t) if bottom_right else 0
+
+
+def attention(query, key, value, *, scale, causal, bottom_right):
+    """The numpy reference (float32): masked entries take no part in the softmax."""
+    q, k, v = (np.transpose(f32(a), (0, 2, 1, 3)) for a in (query, key, value))  # (B, H, ., .)
+    s, t = q.shape[2], k.shape[2]
+    with np.errstate(all="ignore"):
+        scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale)
+        if causal:
+            keep = np.arange(t)[None, :] <= np.arange(s)[:, None] + causal_offset(s, t, bottom_right)
+            scores = np.where(keep, scores, -np.inf)
+        top = scores.max(axis=-1, keepdims=True, initial=-np.inf)
+        e = np.exp(scores - np.where(np.isfinite(top), top, 0))
+        total = e.sum(axis=-1, keepdims=True)
+        out = np.where(total == 0, 0, np.matmul(e, v) / np.where(total == 0, 1, total))  # no key seen: 0
+    return np.transpose(out, (0, 2, 1, 3)).astype(np.float32)
+
+
+def attention_flops(shapes, out_shape, **attrs):
+    """Q K^T and P V: two multiply-adds per query, key and head dim."""
+    (b, s, h, d), (_, t, _, _) = shapes[0], shapes[1]
+    return 2 * b * h * s * t * (d + out_shape[-1])
+
+
+declare(OpFamily(
+    name="simaccel.attention",
+    inputs=("query", "key", "value"),
+    pattern=relax_op("relax.nn.attention", "query", "key", "value"),
+    attrs={"scale": kinds.number, "causal": kinds.flag, "bottom_right": kinds.flag},
+    from_relax=attention_from_relax,
+    infer=infer_attention,
+    reference=attention,
+    kernel="simaccel.kernels.attention:launch_attention",
+    flops=attention_flops,
+    doc="softmax(Q K^T * scale [causal]) V, BSNH (relax.nn.attention)",
+))

@@ -1,0 +1,130 @@
+"""simaccel.attention (relax.nn.attention): the kernel against its numpy reference on the
+simulator, the reference against torch's scaled_dot_product_attention, models against TVM
+alone (static, causal both ways, symbolic lengths), and what stays on TVM with its reason."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+from tvm import relax
+from tvm.script import relax as R
+
+from kernel_cases import DTYPES, TOL, RecordingTarget
+from simaccel.ops import get_op
+from simaccel.testing import assert_matches_tvm, assert_offloads
+from simaccel.tvm_integration.backend.partition import partition_report
+
+CAUSAL = {None: dict(causal=False, bottom_right=False), "TopLeft": dict(causal=True, bottom_right=False),
+          "BottomRight": dict(causal=True, bottom_right=True)}
+
+
+def _inputs(rng, b, s, t, h, d, dv, dtype):
+    return [rng.standard_normal(shape).astype(dtype) for shape in ((b, s, h, d), (b, t, h, d), (b, t, h, dv))]
+
+
+def _run_kernel(arrays, attrs):
+    op = get_op("simaccel.attention")
+    shape, dtype = op.infer([a.shape for a in arrays], [str(a.dtype) for a in arrays], **attrs)
+    out = np.full(shape, np.nan, dtype)
+    target = RecordingTarget()
+    launches = op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **attrs)
+    return out, op.reference(*arrays, **attrs), launches
+
+
+# (batch, query rows, keys, heads, head dim, value head dim)
+SHAPES = [(1, 3, 5, 2, 8, 8), (2, 5, 3, 1, 33, 40), (1, 1, 9, 3, 64, 64), (1, 4, 4, 1, 256, 7), (1, 2, 1, 2, 1, 1)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask", sorted(CAUSAL, key=str))
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_the_kernel_matches_its_reference(shape, mask, dtype):
+    arrays = _inputs(np.random.default_rng(sum(shape)), *shape, dtype)
+    attrs = dict(scale=0.3, **CAUSAL[mask])
+    out, ref, launches = _run_kernel(arrays, attrs)
+    assert launches == 1 and out.dtype == ref.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[dtype])
+
+
+def test_an_empty_key_set_gives_zeros_and_nan_spreads_over_its_row():
+    arrays = _inputs(np.random.default_rng(0), 1, 3, 0, 2, 4, 4, "float32")
+    out, ref, _ = _run_kernel(arrays, dict(scale=1.0, **CAUSAL[None]))
+    assert (out == 0).all() and (ref == 0).all()
+    arrays = _inputs(np.random.default_rng(1), 1, 3, 4, 1, 4, 4, "float32")
+    arrays[1][0, 2, 0, 1] = np.nan  # key 2: every query row that sees it is NaN
+    out, ref, _ = _run_kernel(arrays, dict(scale=1.0, **CAUSAL["TopLeft"]))
+    assert np.isnan(out[0, 2:]).all() and np.isfinite(out[0, :2]).all()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+
+
+@pytest.mark.parametrize("s, t", [(4, 4), (3, 6), (6, 3)])
+@pytest.mark.parametrize("mask", sorted(CAUSAL, key=str))
+def test_the_reference_is_torchs_scaled_dot_product_attention_where_torch_means_the_same(s, t, mask):
+    """torch's is_causal is TopLeft; its BottomRight (a causal_lower_right bias) keeps key j for
+    query i where j <= i + t - s, which is TVM's |s - t| only where t >= s."""
+    torch = pytest.importorskip("torch")
+    if mask == "BottomRight" and s > t:
+        pytest.skip("TVM's BottomRight offset is |s - t|, torch's t - s")
+    q, k, v = _inputs(np.random.default_rng(s * t), 2, s, t, 3, 8, 8, "float32")
+    tq, tk, tv = (torch.from_numpy(a).permute(0, 2, 1, 3) for a in (q, k, v))
+    keep = None
+    if mask is not None:
+        keep = torch.ones(s, t, dtype=torch.bool).tril(t - s if mask == "BottomRight" else 0)
+    want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep).permute(0, 2, 1, 3).numpy()
+    got = get_op("simaccel.attention").reference(q, k, v, scale=8 ** -0.5, **CAUSAL[mask])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def attention_module(dtype, s, t, heads=2, d=16, dv=16, mask=None, scale=None, batch=2):
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", R.Tensor((batch, s, heads, d), dtype))
+    k = relax.Var("k", R.Tensor((batch, t, heads, d), dtype))
+    v = relax.Var("v", R.Tensor((batch, t, heads, dv), dtype))
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.attention(q, k, v, scale=scale, causal_mask=mask))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("s, t, mask", [(5, 7, None), (7, 5, "TopLeft"), (3, 9, "BottomRight"), (7, 5, "BottomRight")])
+def test_attention_models_offload_and_match_tvm_alone(s, t, mask, dtype, engine):
+    mod = attention_module(dtype, s, t, mask=mask, dv=8)
+    assert_offloads(mod, ["simaccel.attention"])
+    assert_matches_tvm(mod, engines=[engine])
+
+
+def test_a_given_scale_is_the_models():
+    assert_matches_tvm(attention_module("float32", 4, 4, scale=0.05, mask="TopLeft"), engines=["ref"])
+
+
+def test_symbolic_lengths_take_one_build_at_every_length():
+    """A decode step's shapes: s query rows against a cache of t keys, both symbolic."""
+    s, t = tvm.tirx.Var("s", "int64"), tvm.tirx.Var("t", "int64")
+    mod = attention_module("float32", s, t, mask="BottomRight")
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"s": 16, "t": 64})
+    assert_offloads(mod, ["simaccel.attention"])
+    assert_matches_tvm(mod, sizes=[{"s": 1, "t": 1}, {"s": 1, "t": 37}, {"s": 5, "t": 5}, {"s": 16, "t": 64}],
+                       engines=["ref", "sim"])
+
+
+@pytest.mark.parametrize("d, reason", [(300, "query head dim 300 is over 256")])
+def test_what_the_kernel_cannot_take_stays_on_tvm_with_its_reason(d, reason):
+    _, report = partition_report(attention_module("float32", 4, 4, d=d, dv=8))
+    assert not report.regions and any(reason in why for _, _, why in report.kept), report.format()
+
+
+def test_attention_with_a_bias_stays_on_tvm():
+    bb = relax.BlockBuilder()
+    q, k, v = (relax.Var(n, R.Tensor((1, 4, 2, 8), "float32")) for n in "qkv")
+    bias = relax.Var("bias", R.Tensor((1, 2, 4, 4), "float32"))
+    with bb.function("main", [q, k, v, bias]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.attention(q, k, v, bias))
+        bb.emit_func_output(out)
+    _, report = partition_report(bb.get())
+    assert not report.regions and [op for _, op, _ in report.kept] == ["relax.nn.attention_bias"], report.format()
