@@ -18,7 +18,7 @@ from numba.cuda.extending import register_jitable
 
 # The kernels' code for each activation of the ISA (simaccel.ops.activation names the same ones).
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "sqrt": 7, "rsqrt": 8,
-               "gelu_tanh": 9}
+               "gelu_tanh": 9, "negative": 10, "sin": 11, "cos": 12}
 
 _INV_SQRT2 = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -57,6 +57,12 @@ def apply_activation(v, code):
     if code == 7 or code == 8:
         r = numba.float32(math.nan) if x < numba.float32(0.0) else numba.float32(math.sqrt(x))
         return r if code == 7 else numba.float32(numba.float32(1.0) / r)
+    if code == 10:
+        return numba.float32(-x)  # -0.0 for 0.0 (a negation, not 0 - x)
+    if code == 11 or code == 12:
+        if math.isinf(x):  # NaN, as on the GPU (Python's math raises)
+            return numba.float32(math.nan)
+        return numba.float32(math.sin(x)) if code == 11 else numba.float32(math.cos(x))
     return x
 
 
