@@ -70,7 +70,7 @@ CASES = [
       for name in ("add", "subtract", "multiply", "divide", "power", "less", "less_equal", "greater", "greater_equal",
                    "equal", "not_equal", "logical_and", "logical_or")],
     *[(name, lambda x, name=name: getattr(op, name)(x), [(2, 3)])
-      for name in ("sigmoid", "tanh", "exp", "sqrt", "rsqrt", "logical_not", "bitwise_not")],
+      for name in ("sigmoid", "tanh", "exp", "sqrt", "rsqrt", "negative", "sin", "cos", "logical_not", "bitwise_not")],
     *[(name, lambda x, name=name: getattr(op.nn, name)(x), [(2, 3)]) for name in ("relu", "gelu", "gelu_tanh", "silu")],
     ("where", lambda c, x, y: op.where(c, x, y), [Fixed((2, 3), "bool"), (2, 3), (3,)]),
     ("full", lambda v: op.full((2, 3), v), [()]),
