@@ -407,7 +407,7 @@ FAMILY_CASES = [
     ("simaccel.power", [(3, 4), (3, 4)], {}), ("simaccel.clip", [(7, 3)], {"min": 0.0, "max": 6.0}),
     ("simaccel.broadcast_to", [(1, 6)], {"shape": [4, 6]}),
     *[(f"simaccel.{name}", [(9, 4)], {}) for name in ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "exp", "sqrt",
-                                                             "rsqrt")],
+                                                             "rsqrt", "negative", "sin", "cos")],
     ("simaccel.gelu", [(1 << 21,)], {}),
     ("simaccel.permute_dims", [(4, 5, 6, 7)], {"axes": [0, 2, 1, 3]}),
     ("simaccel.strided_slice", [(6, 9)], {"begin": [1, 0], "end": [6, 9], "strides": [2, 3]}),
@@ -420,6 +420,8 @@ FAMILY_CASES = [
     ("simaccel.softmax", [(1024, 8192)], {}),  # the wide twin: blocks of 1024
     ("simaccel.layer_norm", [(2, 9), (9,), (9,)], {"epsilon": 1e-5}),
     ("simaccel.layer_norm", [(4096, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
+    ("simaccel.rms_norm", [(2, 9), (9,)], {"epsilon": 1e-5}), ("simaccel.rms_norm", [(4096, 128), (128,)], {"epsilon": 1e-5}),
+    ("simaccel.rms_norm", [(2, 9000), (9000,)], {"epsilon": 1e-5}),  # the long-row kernel
     ("simaccel.max_pool2d", [(1, 2, 9, 9)], POOL), ("simaccel.avg_pool2d", [(1, 2, 9, 9)], {**POOL, "count_include_pad": True}),
     ("simaccel.sum", [(4, 5, 6)], {"axes": [1], "keepdims": False}),
     ("simaccel.mean", [(2, 3, 64, 64)], {"axes": [2, 3], "keepdims": True}),
