@@ -462,7 +462,11 @@ def test_every_op_family_compiles_for_every_architecture(arch):
                 # As on sm_90: no stack, but the tensor-core kernels' accumulators handed across
                 # to the Numba epilogue (4 bytes each); registers are the compiler's off sm_90.
                 tensor_core_kernel = "_tensor_core_kernel_" in kernel.kernel.__name__
-                assert used["stack"] <= (512 if tensor_core_kernel else 0), (name, dtype, kernel.kernel.__name__, used)
+                # sin and cos (their own kernel): libdevice's argument reduction of a large |x|
+                # keeps a few words in a local array, a stack frame that no other kernel carries
+                trig = kernel.kernel.__name__ == "_trig_kernel"
+                allowed = 512 if tensor_core_kernel else 32 if trig else 0
+                assert used["stack"] <= allowed, (name, dtype, kernel.kernel.__name__, used)
                 assert used["registers"] <= 255
                 tensor_core = "mma.sync" in kernel.ptx or "cp.async" in kernel.ptx
                 assert not tensor_core or arch >= (8, 0), (name, dtype, arch)
