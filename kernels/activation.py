@@ -18,7 +18,7 @@ from numba.cuda.extending import register_jitable
 
 # The kernels' code for each activation of the ISA (simaccel.ops.activation names the same ones).
 ACTIVATIONS = {"none": 0, "relu": 1, "gelu": 2, "sigmoid": 3, "tanh": 4, "silu": 5, "exp": 6, "sqrt": 7, "rsqrt": 8,
-               "gelu_tanh": 9}
+               "gelu_tanh": 9, "negative": 10, "sin": 11, "cos": 12}
 
 _INV_SQRT2 = 0.7071067811865476
 _SQRT_2_OVER_PI = 0.7978845608028654
@@ -57,7 +57,26 @@ def apply_activation(v, code):
     if code == 7 or code == 8:
         r = numba.float32(math.nan) if x < numba.float32(0.0) else numba.float32(math.sqrt(x))
         return r if code == 7 else numba.float32(numba.float32(1.0) / r)
+    if code == 10:
+        return numba.float32(-x)  # -0.0 for 0.0 (a negation, not 0 - x)
     return x
+
+
+# sin and cos: not in `apply_activation`, whose callers (matmul and conv kernels, the unary
+# kernel) take the code as a run-time argument, so each would carry their argument reduction
+# for large |x| and its local array (a stack frame: tests/test_aot.py's spill checks).
+TRIG_CODES = (ACTIVATIONS["sin"], ACTIVATIONS["cos"])
+
+
+@register_jitable
+def apply_trig(v, code):
+    """sin (code 11) or cos (12) of scalar `v` in float32; NaN for NaN and +-inf, as TVM's."""
+    x = numba.float32(v)
+    if math.isinf(x):  # written out: the simulator runs Python's math, which raises there
+        return numba.float32(math.nan)
+    if code == 11:
+        return numba.float32(math.sin(x))
+    return numba.float32(math.cos(x))
 
 
 @register_jitable
@@ -74,9 +93,14 @@ def _sigmoid(x):
 def scalar_function(code: int):
     """Activation `code` as a function of one value (what fused epilogues call), one per code."""
 
-    @register_jitable
-    def scalar(x):
-        return apply_activation(x, code)
+    if code in TRIG_CODES:
+        @register_jitable
+        def scalar(x):
+            return apply_trig(x, code)
+    else:
+        @register_jitable
+        def scalar(x):
+            return apply_activation(x, code)
 
     return scalar
 

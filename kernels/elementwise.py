@@ -29,7 +29,7 @@ import numba
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
-from .activation import ACTIVATIONS, apply_activation
+from .activation import ACTIVATIONS, TRIG_CODES, apply_activation, apply_trig
 from .grid import BLOCK, broadcast_strides, collapse_dims, dims_of, launch_grid, padded, size
 from .target import with_simulator_twin
 from .vector import VEC, accessors, alignment_check, both_ways
@@ -170,9 +170,10 @@ def _binary_kernel_for(simulator):
     return kernel
 
 
-def _map_kernel_for(clip, simulator):
-    """A one-input kernel: activation `act` (a code of ACTIVATIONS) of each element, or with
-    `clip` TVM's clip to [low, high] (max(min(x, high), low) as selects: NaN gives `high`).
+def _map_kernel_for(clip, simulator, trig=False):
+    """A one-input kernel: activation `act` (a code of ACTIVATIONS) of each element (with
+    `trig`, sin or cos: `apply_trig`), or with `clip` TVM's clip to [low, high]
+    (max(min(x, high), low) as selects: NaN gives `high`).
     Its vector copy runs where every launch has ILP elements a thread, the element count is a
     multiple of VEC and both arrays are `aligned`."""
     aligned = alignment_check(simulator)
@@ -200,6 +201,8 @@ def _map_kernel_for(clip, simulator):
                             if clip:
                                 c = v[k] if v[k] < hi else hi
                                 v[k] = c if c > lo else lo
+                            elif trig:
+                                v[k] = apply_trig(v[k], act)
                             else:
                                 v[k] = apply_activation(v[k], act)
                         store_values(out, idx, v, j)
@@ -215,13 +218,14 @@ def _map_kernel_for(clip, simulator):
         else:
             element_loop(out, x, act, low, high, total, ilp)
 
-    kernel.__name__ = kernel.__qualname__ = "_clip_kernel" if clip else "_unary_kernel"
+    kernel.__name__ = kernel.__qualname__ = "_clip_kernel" if clip else "_trig_kernel" if trig else "_unary_kernel"
     return kernel
 
 
 _binary_kernel = with_simulator_twin(_binary_kernel_for)
 _unary_kernel = with_simulator_twin(_map_kernel_for, False)
 _clip_kernel = with_simulator_twin(_map_kernel_for, True)
+_trig_kernel = with_simulator_twin(_map_kernel_for, False, trig=True)
 
 
 def per_thread(total: int) -> int:
@@ -258,7 +262,7 @@ def _launch_unary(target, out, data, act) -> int:
         return 0
     ilp = per_thread(total)
     grid, block = launch_grid(total, ilp)
-    target.launch(_unary_kernel, grid, block, target.reshape(out, (total,)),
+    target.launch(_trig_kernel if act in TRIG_CODES else _unary_kernel, grid, block, target.reshape(out, (total,)),
                   target.reshape(data, (total,)), act, 0.0, 0.0, total, ilp)
     return 1
 
@@ -305,4 +309,4 @@ def launch_clip(target, out, data, *, min, max) -> int:
 # an SM: left alone, the float32 unary kernel took 106 (the index of each of its ILP elements
 # is 64-bit). tests/test_aot.py checks that it does not spill (at 64 it did, by 8 bytes, and
 # so did the clip kernel, its twin).
-_unary_kernel.launch_bounds = _clip_kernel.launch_bounds = (BLOCK, 3)
+_unary_kernel.launch_bounds = _clip_kernel.launch_bounds = _trig_kernel.launch_bounds = (BLOCK, 3)

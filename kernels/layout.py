@@ -1,7 +1,8 @@
-"""Layout kernels: permute_dims (transposes of up to 6 axes), strided_slice and concat.
+"""Layout kernels: permute_dims (transposes of up to 6 axes), strided_slice, concat and take.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
-(simaccel.permute_dims, simaccel.strided_slice, simaccel.concat). Output element (i0, ..., i5)
+(simaccel.permute_dims, simaccel.strided_slice, simaccel.concat, simaccel.take; take is a
+gather of its own, `_take_kernel`, described there). Output element (i0, ..., i5)
 reads input element ``offset + sum(i_k * s_k)``: a transpose permutes the input's strides, a
 slice starts at an offset and scales them by its steps. Output axes that stay neighbours in the
 input are merged first, so (0, 2, 1, 3) of a (B, H, S, D) tensor has four dims, not six, and
@@ -324,6 +325,51 @@ def launch_concat(target, out, *data, axis) -> int:
             launches += 1
         offset += row
     return launches
+
+
+TAKE_MODES = {"clip": 0, "wrap": 1, "fast": 2}  # simaccel.take's modes (simaccel/ops/builtin/layout.py)
+
+
+@register_jitable
+def take_index(i, n, mode):
+    """The element of an axis of n >= 1 that take reads for index i in `mode` (TAKE_MODES):
+    "wrap" i mod n; "fast" i + n for i in [-n, 0); then clamped to [0, n - 1] ("clip")."""
+    if mode == 1:
+        i = i % n  # Python's (and Numba's) modulo: never negative for n > 0
+    elif mode == 2 and i < 0 and i >= -n:
+        i += n
+    if i < 0:
+        return 0
+    if i >= n:
+        return n - 1
+    return i
+
+
+def _take_kernel(out, x, indices, n, inner, inv_inner, count, inv_count, mode, total):
+    # out viewed as (outer, count, inner), x as (outer, n, inner), indices flat (count,): output
+    # element (o, k, j) is x[o, index k, j]. Consecutive threads copy consecutive elements of a
+    # row (an embedding's vector), so reads and writes stay coalesced along it.
+    idx = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while idx < total:
+        rest, j = divmod_fast(idx, inner, inv_inner)
+        o, k = divmod_fast(rest, count, inv_count)
+        i = take_index(numba.int64(indices[k]), n, mode)
+        out[idx] = x[(o * n + i) * inner + j]
+        idx += step
+
+
+def launch_take(target, out, data, indices, *, axis, mode) -> int:
+    """out = data's elements along `axis` at `indices` (any rank), read as `take_index` says."""
+    total = size(out.shape)
+    if not total:
+        return 0
+    shape = dims_of(data.shape)
+    n, inner, count = shape[axis], size(shape[axis + 1:]), size(indices.shape)
+    grid, block = launch_grid(total)
+    target.launch(_take_kernel, grid, block, target.reshape(out, (total,)), target.reshape(data, (size(shape),)),
+                  target.reshape(indices, (count,)), n, inner, 1.0 / inner, count, 1.0 / count, TAKE_MODES[mode], total)
+    return 1
 
 
 # At most 64 registers (4 blocks of 256 per SM): left alone, the gather's 8 unrolled offsets took 89.

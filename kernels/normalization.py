@@ -1,7 +1,8 @@
-"""Row-wise kernels (over the last axis): softmax, layer normalization, and row sums.
+"""Row-wise kernels (over the last axis): softmax, layer and RMS normalization, and row sums.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
-(simaccel.softmax, simaccel.layer_norm; simaccel.sum and simaccel.mean over the innermost
+(simaccel.softmax, simaccel.layer_norm, simaccel.rms_norm: layer norm's kernels with no mean
+and no beta; simaccel.sum and simaccel.mean over the innermost
 axes, through simaccel.kernels.reduction: row sums, laid out as softmax). Math is float32; rows are indexed through flat
 views with unsigned offsets (no wrap-around of negative indices per access). Two layouts,
 chosen by the row length D:
@@ -265,18 +266,19 @@ _softmax_long_kernel = with_simulator_twin(_softmax_block_kernel, True)
 _softmax_wide_kernel = with_simulator_twin(_softmax_block_kernel, False, name="_softmax_wide_kernel")
 
 
-def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
+def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE, rms=False):
     """Layer norm, a block per row (see above), as `_softmax_block_kernel`; gamma and beta are
-    loaded an access at a time, before the values they scale are stored."""
+    loaded an access at a time, before the values they scale are stored. `rms`: RMS norm, the
+    same passes with a mean of 0 (none computed) and no beta (its argument is never read)."""
     assert cache % VEC == 0, f"a thread's {cache} values must be whole vectors of {VEC}"
     block_reduce = _block_reduce if simulator else _block_reduce_shuffle
     aligned = alignment_check(simulator)
 
     def rows_loop(vec):
         load_values, store_values = accessors(simulator, vec)
-        passes = row_passes(load_values, store_values, vec, cache)
+        passes = row_passes(load_values, store_values, vec, cache, not rms)
         load, add, add_squares, normalize_store = passes.load, passes.add, passes.add_squares, passes.normalize_store
-        load_normalize_store = long_row_passes(load_values, store_values, vec, cache).load_normalize_store
+        load_normalize_store = long_row_passes(load_values, store_values, vec, cache, not rms).load_normalize_store
 
         def loop(out, x, gamma, beta, rows, D, eps, buf):
             vals = cuda.local.array(cache, float32)
@@ -303,11 +305,11 @@ def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
                     for k in range(j, j + vec):
                         acc += vals[k]
                 p = span
-                while long_rows and p < D:
+                while long_rows and not rms and p < D:
                     load(chunk, x, base, p, first, stride, D, False, True)
                     acc = add(acc, chunk, p, first, stride, D, False, True)
                     p += span
-                mean = block_reduce(buf, acc, False) * inv_d
+                mean = float32(0.0) if rms else block_reduce(buf, acc, False) * inv_d
                 # 2. biased variance, two-pass (no cancellation from E[x^2] - E[x]^2)
                 acc = add_squares(float32(0.0), vals, mean, 0, first, stride, D, whole, True)
                 p = span
@@ -335,12 +337,15 @@ def _layer_norm_block_kernel(long_rows, simulator, cache=ROW_CACHE):
         else:
             element_loop(out, x, gamma, beta, rows, D, eps, buf)
 
-    kernel.__name__ = kernel.__qualname__ = "_layer_norm_long_kernel" if long_rows else "_layer_norm_kernel"
+    name = "_rms_norm" if rms else "_layer_norm"
+    kernel.__name__ = kernel.__qualname__ = f"{name}_long_kernel" if long_rows else f"{name}_kernel"
     return kernel
 
 
 _layer_norm_kernel = with_simulator_twin(_layer_norm_block_kernel, False)
 _layer_norm_long_kernel = with_simulator_twin(_layer_norm_block_kernel, True)
+_rms_norm_kernel = with_simulator_twin(_layer_norm_block_kernel, False, rms=True)
+_rms_norm_long_kernel = with_simulator_twin(_layer_norm_block_kernel, True, rms=True)
 
 
 def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
@@ -391,15 +396,16 @@ def _softmax_rows_kernel(simulator, cache=WARP_CACHE):
     return kernel
 
 
-def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
-    """Layer norm, a group of lanes per row (as `_softmax_rows_kernel`)."""
+def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE, rms=False):
+    """Layer norm (or RMS norm: `rms` as in `_layer_norm_block_kernel`), a group of lanes per
+    row (as `_softmax_rows_kernel`)."""
     assert cache % VEC == 0, f"a thread's {cache} values must be whole vectors of {VEC}"
     reduce = _lanes_reduce_shared if simulator else _lanes_reduce_shuffle
     aligned = alignment_check(simulator)
 
     def rows_loop(vec):
         load_values, store_values = accessors(simulator, vec)
-        passes = row_passes(load_values, store_values, vec, cache)
+        passes = row_passes(load_values, store_values, vec, cache, not rms)
         add_squares, normalize_store = passes.add_squares, passes.normalize_store
 
         def loop(out, x, gamma, beta, rows, D, eps, shift, buf):
@@ -420,7 +426,7 @@ def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
                         load_values(vals, j, x, base + i)
                         for k in range(j, j + vec):
                             acc += vals[k]
-                mean = reduce(buf, acc, False, lane, group, lanes) * inv_d
+                mean = float32(0.0) if rms else reduce(buf, acc, False, lane, group, lanes) * inv_d
                 acc = add_squares(float32(0.0), vals, mean, 0, first, stride, D, False, live)
                 rstd = float32(1.0) / float32(math.sqrt(reduce(buf, acc, False, lane, group, lanes) * inv_d + float32(eps)))
                 normalize_store(out, base, vals, gamma, beta, g, b, mean, rstd, first, stride, D, False, live)
@@ -437,12 +443,13 @@ def _layer_norm_rows_kernel(simulator, cache=WARP_CACHE):
         else:
             element_loop(out, x, gamma, beta, rows, D, eps, shift, buf)
 
-    kernel.__name__ = kernel.__qualname__ = "_layer_norm_rows_kernel"
+    kernel.__name__ = kernel.__qualname__ = "_rms_norm_rows_kernel" if rms else "_layer_norm_rows_kernel"
     return kernel
 
 
 _SOFTMAX_ROWS = with_simulator_twin(_softmax_rows_kernel)
 _LAYER_NORM_ROWS = with_simulator_twin(_layer_norm_rows_kernel)
+_RMS_NORM_ROWS = with_simulator_twin(_layer_norm_rows_kernel, rms=True)
 
 
 def row_lanes(rows: int, D: int, itemsize: int):
@@ -510,19 +517,33 @@ def launch_softmax(target, out, data) -> int:
 
 def launch_layer_norm(target, out, data, gamma, beta, *, epsilon) -> int:
     """Layer norm over the last axis: (x - mean) / sqrt(var + eps) * gamma + beta."""
+    return _launch_norm(target, out, data, gamma, beta, epsilon,
+                        (_LAYER_NORM_ROWS, _layer_norm_kernel, _layer_norm_long_kernel))
+
+
+def launch_rms_norm(target, out, data, weight, *, epsilon) -> int:
+    """RMS norm over the last axis: x * rsqrt(sum(x * x) / D + eps) * weight (TVM's). The
+    layer norm kernels' passes with no mean and no beta: `weight` also stands in beta's
+    place, never read."""
+    return _launch_norm(target, out, data, weight, weight, epsilon, (_RMS_NORM_ROWS, _rms_norm_kernel, _rms_norm_long_kernel))
+
+
+def _launch_norm(target, out, data, gamma, beta, epsilon, kernels) -> int:
+    """A layer or RMS norm's launch: `kernels` are its grouped, cached-block and long-row kernels."""
     view = _rows_view(target, out, data)
     if view is None:
         return 0
+    rows_kernel, block_kernel, long_kernel = kernels
     rows, D, x1, o1 = view
     g1 = target.reshape(gamma, (D,))
     b1 = target.reshape(beta, (D,))
     lanes = row_lanes(rows, D, _itemsize(data))
     if lanes:
-        target.launch(_LAYER_NORM_ROWS, _rows_grid(rows, lanes), ROWS_BLOCK,
+        target.launch(rows_kernel, _rows_grid(rows, lanes), ROWS_BLOCK,
                       o1, x1, g1, b1, rows, D, float(epsilon), lanes.bit_length() - 1)
     else:
-        block = min(_block_size(D, rows), _layer_norm_kernel.launch_bounds[0])
-        kernel = _layer_norm_kernel if D <= ROW_CACHE * block else _layer_norm_long_kernel
+        block = min(_block_size(D, rows), block_kernel.launch_bounds[0])
+        kernel = block_kernel if D <= ROW_CACHE * block else long_kernel
         target.launch(kernel, min(rows, _MAX_GRID), min(block, kernel.launch_bounds[0]),
                       o1, x1, g1, b1, rows, D, float(epsilon))
     return 1
@@ -657,7 +678,7 @@ _softmax_wide_kernel.launch_bounds = (MAX_BLOCK, 1)
 # Half the block, two blocks an SM: the same 64 registers on the H200 (TUNED_ARCH), and up
 # to 128 elsewhere, where only the block size is passed (kernels/target.py `launch_bounds`):
 # at 1024 threads it spilled on sm_75.
-_layer_norm_kernel.launch_bounds = (MAX_BLOCK // 2, 2)
+_layer_norm_kernel.launch_bounds = _rms_norm_kernel.launch_bounds = (MAX_BLOCK // 2, 2)
 _softmax_long_kernel.launch_bounds = (MAX_BLOCK, 1)
-_layer_norm_long_kernel.launch_bounds = (FEW_ROWS_BLOCK, 2)
-_SOFTMAX_ROWS.launch_bounds = _LAYER_NORM_ROWS.launch_bounds = (ROWS_BLOCK, 8)
+_layer_norm_long_kernel.launch_bounds = _rms_norm_long_kernel.launch_bounds = (FEW_ROWS_BLOCK, 2)
+_SOFTMAX_ROWS.launch_bounds = _LAYER_NORM_ROWS.launch_bounds = _RMS_NORM_ROWS.launch_bounds = (ROWS_BLOCK, 8)

@@ -22,11 +22,12 @@ from numba import float32
 from numba.cuda.extending import register_jitable
 
 
-def row_passes(load_values, store_values, vec: int, cache: int) -> SimpleNamespace:
+def row_passes(load_values, store_values, vec: int, cache: int, shift: bool = True) -> SimpleNamespace:
     """The passes below (load, add, add_squares, exp_add, scale_store, normalize_store) for a
     loop moving `vec` elements an access (`load_values` / `store_values` of
     kernels.vector.accessors) and keeping `cache` values a thread; a kernel's loop binds the
-    ones it calls to names of its own (Numba calls functions, not attributes of an object)."""
+    ones it calls to names of its own (Numba calls functions, not attributes of an object).
+    Without `shift` (RMS norm), normalize_store adds no beta and never reads it."""
 
     @register_jitable(inline="always")
     def load(values, x, base, p, first, stride, D, whole, live):
@@ -86,19 +87,21 @@ def row_passes(load_values, store_values, vec: int, cache: int) -> SimpleNamespa
             i = first + (j // vec) * stride
             if whole or (live and i < D):
                 load_values(g, 0, gamma, i)
-                load_values(b, 0, beta, i)
+                if shift:
+                    load_values(b, 0, beta, i)
                 for k in range(vec):
-                    values[j + k] = (values[j + k] - mean) * rstd * g[k] + b[k]
+                    v = (values[j + k] - mean) * rstd * g[k]
+                    values[j + k] = v + b[k] if shift else v
                 store_values(out, base + i, values, j)
 
     return SimpleNamespace(load=load, add=add, add_squares=add_squares, exp_add=exp_add, scale_store=scale_store,
                            normalize_store=normalize_store)
 
 
-def long_row_passes(load_values, store_values, vec: int, cache: int) -> SimpleNamespace:
+def long_row_passes(load_values, store_values, vec: int, cache: int, shift: bool = True) -> SimpleNamespace:
     """The passes over the tail of a row longer than a block's caches (online_add,
     load_normalize_store, load_exp_scale_store): a slot is in the row where its first element
-    is below D."""
+    is below D. `shift` as in `row_passes`."""
 
     @register_jitable(inline="always")
     def online_add(values, p, first, stride, D, tm, ts):
@@ -127,12 +130,14 @@ def long_row_passes(load_values, store_values, vec: int, cache: int) -> SimpleNa
             if i < D:
                 load_values(values, j, x, base + i)
                 load_values(g, j, gamma, i)
-                load_values(b, j, beta, i)
+                if shift:
+                    load_values(b, j, beta, i)
         for j in range(0, cache, vec):
             i = p + first + (j // vec) * stride
             if i < D:
                 for k in range(j, j + vec):
-                    values[k] = (values[k] - mean) * rstd * g[k] + b[k]
+                    v = (values[k] - mean) * rstd * g[k]
+                    values[k] = v + b[k] if shift else v
                 store_values(out, base + i, values, j)
 
     @register_jitable(inline="always")

@@ -414,7 +414,7 @@ FAMILY_CASES = [
     ("simaccel.power", [(3, 4), (3, 4)], {}), ("simaccel.clip", [(7, 3)], {"min": 0.0, "max": 6.0}),
     ("simaccel.broadcast_to", [(1, 6)], {"shape": [4, 6]}),
     *[(f"simaccel.{name}", [(9, 4)], {}) for name in ("relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "silu", "exp", "sqrt",
-                                                             "rsqrt")],
+                                                             "rsqrt", "negative", "sin", "cos")],
     ("simaccel.gelu", [(1 << 21,)], {}),
     ("simaccel.permute_dims", [(4, 5, 6, 7)], {"axes": [0, 2, 1, 3]}),
     ("simaccel.strided_slice", [(6, 9)], {"begin": [1, 0], "end": [6, 9], "strides": [2, 3]}),
@@ -427,6 +427,8 @@ FAMILY_CASES = [
     ("simaccel.softmax", [(1024, 8192)], {}),  # the wide twin: blocks of 1024
     ("simaccel.layer_norm", [(2, 9), (9,), (9,)], {"epsilon": 1e-5}),
     ("simaccel.layer_norm", [(4096, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
+    ("simaccel.rms_norm", [(2, 9), (9,)], {"epsilon": 1e-5}), ("simaccel.rms_norm", [(4096, 128), (128,)], {"epsilon": 1e-5}),
+    ("simaccel.rms_norm", [(2, 9000), (9000,)], {"epsilon": 1e-5}),  # the long-row kernel
     ("simaccel.max_pool2d", [(1, 2, 9, 9)], POOL), ("simaccel.avg_pool2d", [(1, 2, 9, 9)], {**POOL, "count_include_pad": True}),
     ("simaccel.sum", [(4, 5, 6)], {"axes": [1], "keepdims": False}),
     ("simaccel.mean", [(2, 3, 64, 64)], {"axes": [2, 3], "keepdims": True}),
@@ -467,7 +469,11 @@ def test_every_op_family_compiles_for_every_architecture(arch):
                 # As on sm_90: no stack, but the tensor-core kernels' accumulators handed across
                 # to the Numba epilogue (4 bytes each); registers are the compiler's off sm_90.
                 tensor_core_kernel = "_tensor_core_kernel_" in kernel.kernel.__name__
-                assert used["stack"] <= (512 if tensor_core_kernel else 0), (name, dtype, kernel.kernel.__name__, used)
+                # sin and cos (their own kernel): libdevice's argument reduction of a large |x|
+                # keeps a few words in a local array, a stack frame that no other kernel carries
+                trig = kernel.kernel.__name__ == "_trig_kernel"
+                allowed = 512 if tensor_core_kernel else 32 if trig else 0
+                assert used["stack"] <= allowed, (name, dtype, kernel.kernel.__name__, used)
                 assert used["registers"] <= 255
                 tensor_core = "mma.sync" in kernel.ptx or "cp.async" in kernel.ptx
                 assert not tensor_core or arch >= (8, 0), (name, dtype, arch)

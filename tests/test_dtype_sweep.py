@@ -100,6 +100,11 @@ CASES = [
     *[(f"matmul_out_{t}", lambda x, w, t=t: op.matmul(x, w, out_dtype=t), [(2, 3), (3, 4)]) for t in CAST_DTYPES],
     *[(f"conv2d_out_{t}", lambda x, w, t=t: op.nn.conv2d(x, w, out_dtype=t), [(1, 2, 4, 4), (3, 2, 3, 3)])
       for t in CAST_DTYPES],
+    # A decoder's ops, last so that the inputs drawn for the cases above stay those of before.
+    *[(name, lambda x, name=name: getattr(op, name)(x), [(2, 3)]) for name in ("negative", "sin", "cos")],
+    ("rms_norm", lambda x, w: op.nn.rms_norm(x, w, axes=[-1]), [(2, 3), (3,)]),
+    # indices from -5 to 5 (`values`) of a table of 4 rows: clip's answer is TVM's for each
+    *[(f"take_by_{t}", lambda x, i: op.take(x, i, axis=0, mode="clip"), [(4, 3), Fixed((2, 2), t)]) for t in ("int32", "int64")],
 ]
 BY_ID = {case[0]: case for case in CASES}
 

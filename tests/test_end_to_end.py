@@ -52,6 +52,11 @@ OPS = [
     ("power", lambda x, y: op.power(op.exp(x), y), [((2, 3, 4), None), ((4,), None)]),
     ("sigmoid_tanh_silu", lambda x: op.add(op.sigmoid(x), op.multiply(op.tanh(x), op.nn.silu(x))), [((3, 7), None)]),
     ("exp_sqrt_rsqrt", lambda x: op.add(op.sqrt(op.exp(x)), op.rsqrt(op.add(op.exp(x), const(0.5, x)))), [((2, 9), None)]),
+    # A decoder's (LLaMA's): RMSNorm, and rotary embeddings' x * cos(t) + rotate_half(x) * sin(t).
+    ("rms_norm", lambda x, w: op.nn.rms_norm(x, w, axes=[-1], epsilon=1e-5), [((2, 3, 9), None), ((9,), None)]),
+    ("rotary_sin_cos_negative", lambda x, t: op.add(op.multiply(x, op.cos(t)), op.multiply(
+        op.concat([op.negative(op.strided_slice(x, [1], [2], [4])), op.strided_slice(x, [1], [0], [2])], axis=-1),
+        op.sin(t))), [((3, 4), None), ((3, 4), None)]),
     ("clip_relu6", lambda x: op.clip(op.multiply(x, const(4.0, x)), 0.0, 6.0), [((2, 3, 4, 4), None)]),
     ("broadcast_to", lambda x: op.broadcast_to(x, (2, 3, 4)), [((3, 1), None)]),
     ("reshape_views", lambda x, w: op.reshape(op.matmul(op.reshape(x, (6, 4)), w), (2, 3, 5)), [((2, 3, 4), None), ((4, 5), None)]),
@@ -165,3 +170,75 @@ def test_scalar_constant_operands(simaccel_engine):
         bb.emit_func_output(out)
     [run] = assert_matches_tvm(bb.get(), engines=[simaccel_engine])
     assert set(run.ledger["ops"]) == {"simaccel.multiply", "simaccel.add", "simaccel.gelu"}
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+@pytest.mark.parametrize("mode", ["fast", "clip", "wrap"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_take_of_tensor_indices_matches_tvm(index_dtype, mode, engine):
+    """An embedding lookup (take along axis 0 by a (2, 3) tensor of indices) and a take along
+    axis 1, fused with what follows; out of range indices where TVM's mode defines them
+    (clip: clamped, -1 reads row 0; wrap: modulo), in range for fast (TVM reads anything else
+    unchecked)."""
+    x = relax.Var("x", relax.TensorType((7, 5), F32))
+    i = relax.Var("i", relax.TensorType((2, 3), index_dtype))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, i]):
+        with bb.dataflow():
+            rows = bb.emit(op.nn.relu(op.take(x, i, axis=0, mode=mode)))
+            cols = bb.emit(op.take(x, op.reshape(i, (6,)), axis=1, mode="clip"))
+            out = bb.emit_output(relax.Tuple([rows, op.exp(cols)]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert_offloads(mod, ["simaccel.take", "simaccel.take"], kept=0)
+    indices = [[0, 6, 3], [1, 2, 5]] if mode == "fast" else [[0, 7, -1], [-8, 9, 3]]
+    arrays = [np.random.default_rng(0).standard_normal((7, 5)).astype(F32), np.array(indices, index_dtype)]
+    [run] = assert_matches_tvm(mod, arrays, engines=[engine])
+    assert run.ledger["ops"]["simaccel.take"] == 2
+
+
+def test_take_of_a_constant_index_array_is_the_op_and_of_one_index_still_a_slice():
+    x = relax.Var("x", relax.TensorType((4, 6), F32))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            picked = bb.emit(op.take(x, relax.const(np.array([3, 0, 3], "int64")), axis=0))
+            one = bb.emit(op.take(x, relax.const(2, "int64"), axis=1))
+            out = bb.emit_output(relax.Tuple([op.nn.relu(picked), op.exp(one)]))
+        bb.emit_func_output(out)
+    report = assert_offloads(bb.get(), ["simaccel.take", "simaccel.strided_slice"], kept=0)
+    assert [op for ops in report.regions.values() for op in ops].count("simaccel.take") == 1
+    assert_matches_tvm(bb.get(), engines=["ref", "sim"])
+
+
+def test_what_take_and_rms_norm_leave_to_tvm_says_why():
+    x = relax.Var("x", relax.TensorType((3, 4), F32))
+    i = relax.Var("i", relax.TensorType((2,), "int64"))
+    w = relax.Var("w", relax.TensorType((3,), F32))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, i, w]):
+        with bb.dataflow():
+            a = bb.emit(op.take(x, i, axis=0, mode="nan"))
+            b = bb.emit(op.nn.rms_norm(x, w, axes=[0]))
+            out = bb.emit_output(relax.Tuple([a, b]))
+        bb.emit_func_output(out)
+    report = assert_offloads(bb.get(), regions=0, kept=2)
+    reasons = {relax_op: reason for _, relax_op, reason in report.kept}
+    assert reasons["relax.take"] == "simaccel.take rejected: take mode 'nan' (simaccel takes clip, wrap, fast)"
+    assert reasons["relax.nn.rms_norm"] == "simaccel.rms_norm rejected: rms_norm over axis 0 (only the last axis)"
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_rms_norm_float16_rows_of_zeros_and_tiny_eps_match_tvm(engine):
+    """TVM adds eps in float32 (not rounded to float16, where 1e-8 is 0): rows of zeros stay 0."""
+    x = relax.Var("x", relax.TensorType((3, 8), F16))
+    w = relax.Var("w", relax.TensorType((8,), F16))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(op.nn.rms_norm(x, w, axes=[-1], epsilon=1e-8))
+        bb.emit_func_output(out)
+    data = np.zeros((3, 8), F16)
+    data[1, 0] = 1e-3
+    [run] = assert_matches_tvm(bb.get(), [data, np.ones(8, F16)], engines=[engine])
+    assert (run.outputs[0][[0, 2]] == 0).all() and abs(float(run.outputs[0][1, 0]) - 2.72) < 0.01  # 2.83 with eps 0

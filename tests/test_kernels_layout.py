@@ -1,4 +1,4 @@
-"""The layout kernels on the simulator: views, permute_dims, strided_slice and concat, against numpy."""
+"""The layout kernels on the simulator: views, permute_dims, strided_slice, concat and take, against numpy."""
 
 from __future__ import annotations
 
@@ -162,3 +162,57 @@ def test_a_slice_out_of_bounds_is_refused():
 
     with pytest.raises(ShapeError, match="axis 1: slice 2:5:1 is not within 0..4"):
         get_op("simaccel.strided_slice").infer([(3, 4)], ["float32"], begin=[0, 2], end=[3, 5], strides=[1, 1])
+
+
+# take: (data, indices, axis). Embedding tables (axis 0) with indices of rank 0..3, other axes,
+# odd sizes, no indices, and an embedding row longer than a block.
+TAKE_CASES = [((7, 5), (3,), 0), ((7, 5), (), 0), ((7, 5), (2, 3), 0), ((5,), (2, 1, 3), 0), ((3, 9, 2), (4,), 1),
+              ((2, 3, 4), (2, 2), 2), ((6, 3), (0,), 0), ((0, 3), (0, 2), 0), ((4, 300), (5,), 0)]
+# TVM's take (topi) for each mode, written apart from simaccel's: clip clamps (-1 reads 0), wrap
+# is i mod n; fast reads i unchecked (only [0, n) is defined; simaccel clamps the rest, reading
+# i + n for i in [-n, 0) as torch does).
+TVM_TAKE = {"clip": lambda i, n: np.clip(i, 0, n - 1), "wrap": lambda i, n: np.mod(i, n), "fast": lambda i, n: i}
+
+
+@pytest.mark.parametrize("dtype", DTYPES + ("int64", "bool"))
+@pytest.mark.parametrize("mode", ["clip", "wrap", "fast"])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+@pytest.mark.parametrize("shape,index_shape,axis", TAKE_CASES, ids=str)
+def test_take(shape, index_shape, axis, index_dtype, mode, dtype):
+    rng = np.random.default_rng(len(shape) * 10 + axis)
+    x = _random(rng, shape, dtype, scale=10.0) if dtype != "bool" else rng.random(shape) > 0.5
+    if x.size and dtype.startswith("float"):
+        x.reshape(-1)[: 3] = [np.nan, np.inf, -np.inf][: min(3, x.size)]  # copied as they are
+    n = shape[axis]
+    low, high = (0, n) if mode == "fast" else (-2 * n - 1, 2 * n + 2)  # fast: in range, TVM's defined answer
+    indices = rng.integers(low, max(high, low + 1), index_shape).astype(index_dtype)
+    out, ref = run_op("simaccel.take", [x, indices], {"axis": axis, "mode": mode},
+                      expected_launches=int(np.prod(index_shape, dtype=int) > 0 and x.size > 0))
+    want = np.take(x, TVM_TAKE[mode](indices.astype(np.int64), n), axis=axis) if indices.size else ref
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(ref, want)
+
+
+def test_take_fast_out_of_range_is_torch_s_from_the_end_then_clamped():
+    x = np.arange(5, dtype=np.float32) * 10
+    indices = np.array([0, 4, -1, -5, 5, -6, 100, -100], np.int64)
+    for mode, want in (("fast", [0, 40, 40, 0, 40, 0, 40, 0]), ("clip", [0, 40, 0, 0, 40, 0, 40, 0]),
+                       ("wrap", [0, 40, 40, 0, 0, 40, 0, 0])):
+        out, ref = run_op("simaccel.take", [x, indices], {"axis": 0, "mode": mode})
+        assert out.tolist() == ref.tolist() == want, mode
+
+
+def test_take_refuses_what_it_cannot_read():
+    from simaccel.errors import DtypeError, ShapeError
+
+    op = get_op("simaccel.take")
+    with pytest.raises(ShapeError, match=r"simaccel.take: cannot take indices \(2,\) from axis 0 of data \(0, 3\)"):
+        op.infer([(0, 3), (2,)], ["float32", "int64"], axis=0, mode="clip")
+    with pytest.raises(ShapeError, match="axis 2 is not an axis of data"):
+        op.infer([(3, 4), (2,)], ["float32", "int64"], axis=2, mode="clip")
+    with pytest.raises(ShapeError, match="result must have rank 0..6"):
+        op.infer([(2, 2, 2, 2, 2), (1, 1, 1)], ["float32", "int64"], axis=0, mode="clip")
+    with pytest.raises(DtypeError, match="indices"):
+        op.infer([(3, 4), (2,)], ["float32", "float32"], axis=0, mode="clip")
+    with pytest.raises(ValueError, match="must be one of"):
+        op.attrs["mode"]("nan")

@@ -1,4 +1,4 @@
-"""The softmax and layer norm row kernels on the simulator, each way rows spread over threads, against the references."""
+"""The softmax, layer norm and RMS norm row kernels on the simulator, each way rows spread over threads, against the references."""
 
 from __future__ import annotations
 
@@ -47,13 +47,13 @@ def test_softmax(shape, dtype, row_threads):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
-def test_layer_norm(shape, dtype, row_threads):
+@pytest.mark.parametrize("name", ["simaccel.layer_norm", "simaccel.rms_norm"])
+def test_layer_and_rms_norm(name, shape, dtype, row_threads):
     rng = np.random.default_rng(len(shape) * 2000 + shape[-1])
     d = shape[-1]
     data = _random(rng, shape, dtype, scale=3.0) + np.array(5.0, dtype)  # non-zero mean
-    gamma = _random(rng, (d,), dtype)
-    beta = _random(rng, (d,), dtype)
-    check("simaccel.layer_norm", [data, gamma, beta], dict(epsilon=1e-5))
+    weights = [_random(rng, (d,), dtype) for _ in range(2 if name.endswith("layer_norm") else 1)]
+    check(name, [data, *weights], dict(epsilon=1e-5))
 
 
 @pytest.mark.parametrize("D", [17, 300, 2100])
@@ -72,6 +72,16 @@ def test_row_kernels_keep_nan_and_inf_as_numpy(D, row_threads):
         np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
         assert np.isnan(ref[:nan_rows]).all() and not np.isnan(ref[nan_rows:]).any(), name
         np.testing.assert_allclose(out[nan_rows:], ref[nan_rows:], **TOL["float32"])
+    # RMS norm (TVM's x * rsqrt(sum(x * x) / D + eps) * w): a NaN row is NaN; an infinity makes
+    # its row's scale 0, so its finite values give 0 and the infinities NaN.
+    with np.errstate(invalid="ignore"):
+        out, ref = run_op("simaccel.rms_norm", [x, g], {"epsilon": 1e-5})
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    assert np.isnan(ref[[0, 2]]).all() and not np.isnan(ref[4]).any()
+    for r in (1, 3):
+        np.testing.assert_array_equal(np.isnan(ref[r]), np.isinf(x[r]))
+        assert (out[r][np.isfinite(x[r])] == 0).all()
+    np.testing.assert_allclose(out[4], ref[4], **TOL["float32"])
 
 
 @pytest.mark.parametrize("misplaced", ["x", "gamma", "out"])
@@ -91,8 +101,9 @@ def test_row_kernels_on_arrays_off_the_vector_alignment(shape, misplaced, row_th
     x = _random(rng, shape, "float32", scale=3.0)
     g, b = _random(rng, shape[-1:], "float32"), _random(rng, shape[-1:], "float32")
     for name, arrays, attrs in (("simaccel.softmax", [x], {}), ("simaccel.layer_norm", [x, g, b], {"epsilon": 1e-5}),
+                                ("simaccel.rms_norm", [x, g], {"epsilon": 1e-5}),
                                 ("simaccel.sum", [x], {"axes": [1], "keepdims": False})):
-        if misplaced == "gamma" and name != "simaccel.layer_norm":
+        if misplaced == "gamma" and not name.endswith("_norm"):
             continue
         check(name, arrays, attrs)
         assert taken, f"{name}: aligned arrays took no vector access"
@@ -128,7 +139,9 @@ def test_long_rows_read_their_tail_in_several_passes(dtype):
     gamma, beta = _random(rng, (D,), dtype), _random(rng, (D,), dtype)
     for name, arrays, attrs, kernel in (("simaccel.softmax", [with_inf], {}, normalization._softmax_long_kernel),
                                         ("simaccel.layer_norm", [x + np.array(5.0, dtype), gamma, beta],
-                                         {"epsilon": 1e-5}, normalization._layer_norm_long_kernel)):
+                                         {"epsilon": 1e-5}, normalization._layer_norm_long_kernel),
+                                        ("simaccel.rms_norm", [x, gamma], {"epsilon": 1e-5},
+                                         normalization._rms_norm_long_kernel)):
         target = PlanOnlyTarget()
         op = get_op(name)
         op.kernel(target, FakeCUDAArray(np.empty_like(x)), *map(FakeCUDAArray, arrays), **op.all_attrs(attrs))
@@ -143,3 +156,18 @@ def test_layer_norm_unit_affine_is_normalized():
                    dict(epsilon=1e-6))
     np.testing.assert_allclose(out.mean(axis=-1), 0.0, atol=1e-5)
     np.testing.assert_allclose(out.var(axis=-1), 1.0, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_of_zero_rows_and_empty_tensors(dtype, row_threads):
+    """A row of zeros normalises to zeros (eps keeps rsqrt finite; TVM rounds no float16 eps to
+    0: 1e-8 too); zero rows or zero-length rows launch nothing."""
+    x = np.zeros((3, 8), dtype)
+    x[1] = 1.0
+    out, ref = check("simaccel.rms_norm", [x, np.full(8, 2.0, dtype)], {"epsilon": 1e-8})
+    assert (out[0] == 0).all() and (out[2] == 0).all()
+    np.testing.assert_allclose(out[1].astype(np.float32), 2.0, rtol=1e-3)
+    for shape in ((0, 5), (4, 0)):
+        out, ref = run_op("simaccel.rms_norm", [np.ones(shape, dtype), np.ones(shape[-1:], dtype)], {"epsilon": 1e-5},
+                          expected_launches=0)
+        assert out.shape == ref.shape == shape

@@ -189,6 +189,8 @@ MASK_FAMILY_CASES = [  # (op, input shapes, input dtypes, attrs)
     ("simaccel.where", [(4, 1), (4, 8), ()], ["bool", "float32", "float32"], {}),
     ("simaccel.where", [(4, 1), (4, 8), ()], ["bool", "float16", "float16"], {}),
     ("simaccel.where", [(4, 1), (4, 8), ()], ["bool", "int64", "int64"], {}),
+    *[("simaccel.take", [(11, 8), (2, 5)], d, {"axis": 0, "mode": "fast"})  # an embedding lookup (tests/test_kernels_layout.py)
+      for d in (["float32", "int32"], ["float16", "int64"], ["int64", "int64"], ["bool", "int32"])],
     *[(f"simaccel.integer_{n}", [(4, 8), (8,)], [d] * 2, {}) for n in ("add", "subtract", "multiply")
       for d in ("int64", "int32")],
     ("simaccel.integer_max", [(4, 5, 6)], ["int8"], {"axes": [2], "keepdims": True}),

@@ -96,3 +96,50 @@ def test_reference_outputs_are_not_trivial():
     model = torch_models.load("resnet18", "small")
     out = model.run(np.random.default_rng(0).standard_normal(model.input_shape).astype(np.float32))
     assert out.shape == (1, 10) and float(out.std()) > 1e-3  # the small resnet18 has 10 classes
+
+
+def _decoder_block():
+    """A LLaMA-style toy block: token embedding (nn.Embedding: take), RMSNorm, a projection
+    and rotary embeddings (x * cos + rotate_half(x) * sin, rotate_half by negative and concat)
+    of positions given as an input; its Relax module from torch.export."""
+    import torch
+    from torch import nn
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class DecoderBlock(nn.Module):
+        def __init__(self, vocab=11, dim=8):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            self.norm = nn.RMSNorm(dim, eps=1e-5)
+            self.proj = nn.Linear(dim, dim, bias=False)
+            self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim))
+
+        def forward(self, tokens, positions):
+            q = self.proj(self.norm(self.embed(tokens)))
+            freqs = positions[..., None] * self.inv_freq
+            emb = torch.cat((freqs, freqs), dim=-1)
+            half = q.shape[-1] // 2
+            rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+            return q * emb.cos() + rotated * emb.sin()
+
+    torch.manual_seed(0)
+    model = DecoderBlock().eval()
+    tokens = np.array([[0, 10, 3, 3, 7], [5, 1, 0, 9, 2]], np.int64)  # in range: nn.Embedding's (and TVM's fast take's)
+    positions = np.tile(np.arange(5, dtype=np.float32) * 7, (2, 1))  # angles past 2 pi
+    program = torch.export.export(model, (torch.from_numpy(tokens), torch.from_numpy(positions)))
+    with torch.no_grad():
+        want = model(torch.from_numpy(tokens), torch.from_numpy(positions)).numpy()
+    return from_exported_program(program, keep_params_as_input=False), [tokens, positions], want
+
+
+def test_a_decoder_block_is_one_region_and_matches_tvm_alone_and_torch():
+    """Embedding, RMSNorm (torch.export writes it as power, mean, add, rsqrt and multiplies)
+    and rotary embeddings: every op offloaded, in one region, on ref and sim."""
+    from simaccel.testing import assert_matches_tvm, assert_offloads
+
+    mod, inputs, want = _decoder_block()
+    report = assert_offloads(mod, ["simaccel.take", "simaccel.negative", "simaccel.sin", "simaccel.cos", "simaccel.rsqrt"],
+                             regions=1, kept=0)
+    assert "simaccel.astype" in next(iter(report.regions.values()))  # tokens to int32, as the frontend casts them
+    for run in assert_matches_tvm(mod, inputs, engines=["ref", "sim"]):
+        assert_same(run.outputs[0], want, "float32")

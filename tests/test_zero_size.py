@@ -22,6 +22,7 @@ from tvm import relax
 
 from compare import assert_same
 from harness import offloaded_ops, tvm_alone
+from test_dtype_sweep import Fixed  # an input of a dtype of its own (take's indices)
 from model_zoo import single_op
 from native_support import cuda_tensor, stand_in_library
 from simaccel.native.source import NativeRegion
@@ -79,11 +80,15 @@ CASES = [
     *[(f"{name}_{tag}", getattr(op, name), shapes) for name in ("add", "subtract", "multiply", "divide", "power")
       for tag, shapes in (("no_rows", [(0, 3), (1, 3)]), ("broadcast_empty", [(2, 1), (0,)]))],
     ("clip", lambda x: op.clip(x, 0.0, 6.0), [(0, 3)]),
+    ("rms_norm_no_rows", lambda x, w: op.nn.rms_norm(x, w, axes=[-1]), [(0, 3), (3,)]),
+    ("take_no_indices", lambda x, i: op.take(x, i, axis=0), [(4, 3), Fixed((0, 2), "int64")]),
+    ("take_from_no_columns", lambda x, i: op.take(x, i, axis=0, mode="clip"), [(2, 0), Fixed((3,), "int32")]),
     ("broadcast_to_no_rows", lambda x: op.broadcast_to(x, (0, 3)), [(1, 3)]),
     ("broadcast_to_empty", lambda x: op.broadcast_to(x, (2, 0, 4)), [(0, 1)]),
     *[(f"{name}_{tag}", fn, [shape]) for name, fn in (
         ("relu", op.nn.relu), ("gelu", op.nn.gelu), ("gelu_tanh", op.nn.gelu_tanh), ("sigmoid", op.sigmoid), ("tanh", op.tanh), ("silu", op.nn.silu),
-        ("exp", op.exp), ("sqrt", op.sqrt), ("rsqrt", op.rsqrt)) for tag, shape in (("0x3", (0, 3)), ("2x0x4", (2, 0, 4)))],
+        ("exp", op.exp), ("sqrt", op.sqrt), ("rsqrt", op.rsqrt), ("negative", op.negative), ("sin", op.sin), ("cos", op.cos))
+        for tag, shape in (("0x3", (0, 3)), ("2x0x4", (2, 0, 4)))],
     ("reshape", lambda x: op.nn.relu(op.reshape(x, (0, 2, 3))), [(0, 6)]),
     ("expand_dims", lambda x: op.nn.relu(op.expand_dims(x, 1)), [(0, 3)]),
     ("squeeze", lambda x: op.nn.relu(op.squeeze(x, [1])), [(0, 1, 3)]),
@@ -150,7 +155,7 @@ BY_ID = {c[0]: c for c in CASES}
 @functools.lru_cache(maxsize=None)
 def model(case: str):
     _, make, shapes, *_ = BY_ID[case]
-    return single_op(make, [(s, None) for s in shapes])
+    return single_op(make, [(s, getattr(s, "dtype", None)) for s in shapes])
 
 
 @functools.lru_cache(maxsize=None)

@@ -56,6 +56,9 @@ ACTIVATIONS = {
     "exp": ("relax.exp", np.exp),
     "sqrt": ("relax.sqrt", np.sqrt),
     "rsqrt": ("relax.rsqrt", lambda x: 1 / np.sqrt(x)),
+    "negative": ("relax.negative", np.negative),  # IEEE negation: -0.0 for 0.0, as TVM's
+    "sin": ("relax.sin", np.sin),  # NaN for +-inf, as TVM's
+    "cos": ("relax.cos", np.cos),
 }
 
 

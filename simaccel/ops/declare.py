@@ -289,6 +289,8 @@ class OpFamily:
         unknown = [a for a in self.activations if a not in ACTIVATIONS]
         if unknown:
             bad(f"unknown activations {unknown}; the ISA's are {sorted(ACTIVATIONS)}")
+        if {"sin", "cos"} & set(self.activations):  # kernels' fused activations: apply_activation's, not sin and cos
+            bad("sin and cos are elementwise ops, not fused activation variants (they fuse as epilogues)")
         if self.activations and "activation" in {*self.attrs, *self.fixed}:
             bad("'activation' is set by the variant; do not declare it as an attribute")
         clash = set(self.attrs) & set(self.fixed)

@@ -1,7 +1,7 @@
 """Elementwise families: ``simaccel.add``, ``subtract``, ``multiply``, ``divide`` and ``power`` (numpy
 broadcasting, rank <= 4), ``simaccel.clip``, ``simaccel.broadcast_to``, and one op per ISA
 activation (``simaccel.relu``, ``gelu``, ``gelu_tanh``, ``sigmoid``, ``tanh``, ``silu``, ``exp``, ``sqrt``,
-``rsqrt``). Computed in float32, stored in the input dtype."""
+``rsqrt``, ``negative``, ``sin``, ``cos``). Computed in float32, stored in the input dtype."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Layout families: views (``simaccel.reshape``, ``expand_dims``, ``squeeze``, ``flatten``),
-``simaccel.permute_dims``, ``simaccel.strided_slice`` and ``simaccel.concat``.
+``simaccel.permute_dims``, ``simaccel.strided_slice``, ``simaccel.concat`` and ``simaccel.take``
+(a gather along one axis by a tensor of int32 or int64 indices: embedding lookups).
 
 A view op's result is its input's elements in the same order under another shape, so it is
 declared ``view=True``: where its output is an intermediate of a region, no kernel runs and
@@ -209,4 +210,67 @@ declare(OpFamily(
     kernel="simaccel.kernels.layout:launch_concat",
     dtypes=ISA_DTYPES,
     doc=f"concat of one or more tensors along one axis, rank <= {MAX_RANK}",
+))
+
+
+# relax.take's modes and what simaccel reads for an index i of an axis of n elements. TVM 0.27
+# (topi take): "clip" clamps to [0, n - 1] (-1 reads element 0), "wrap" reads i mod n, and
+# "fast" (the default, and torch.export's nn.Embedding) reads element i unchecked, so an
+# index outside [0, n) reads outside the tensor (undefined). simaccel's "fast" reads what
+# TVM reads for every index in [0, n), what torch means (element i + n) for one in [-n, 0),
+# as the constant-index rewrite does, and clamps the rest as "clip": never outside the tensor.
+# "nan" (NaN for an index out of range) stays on TVM.
+TAKE_MODES = ("clip", "wrap", "fast")
+
+
+def take_mode(value) -> str:
+    """An attribute kind: one of TAKE_MODES."""
+    if value not in TAKE_MODES:
+        raise ValueError(f"must be one of {list(TAKE_MODES)}, got {value!r}")
+    return value
+
+
+def take_from_relax(match):
+    mode, axis = str(match.attrs["mode"]), match.attrs["axis"]
+    if mode not in TAKE_MODES:
+        raise Reject(f"take mode {mode!r} (simaccel takes {', '.join(TAKE_MODES)})")
+    if axis is None:  # Relax takes only 1-D tensors then: axis 0
+        axis = 0
+    return {"axis": axis % len(match.shapes["data"]), "mode": mode}
+
+
+def infer_take(shapes, *, axis, mode):
+    data, indices = tuple(shapes[0]), tuple(shapes[1])
+    check_rank("data", data, 1, MAX_RANK)
+    if not 0 <= axis < len(data):
+        raise ShapeError(f"axis {axis} is not an axis of data {data}")
+    out = data[:axis] + indices + data[axis + 1:]
+    check_rank("result", out, 0, MAX_RANK)
+    if data[axis] == 0 and math.prod(indices) != 0:
+        raise ShapeError(f"cannot take indices {indices} from axis {axis} of data {data}: it has no elements")
+    return out
+
+
+def take_index(indices, n: int, mode: str):
+    """The element of an axis of `n` that simaccel's take reads for each of `indices` (TAKE_MODES)."""
+    i = np.asarray(indices, np.int64)
+    if mode == "wrap":
+        i = i % max(n, 1)
+    elif mode == "fast":
+        i = np.where((i < 0) & (i >= -n), i + n, i)
+    return np.clip(i, 0, max(n - 1, 0))
+
+
+declare(OpFamily(
+    name="simaccel.take",
+    inputs=("data", "indices"),
+    pattern=relax_op("relax.take", "data", "indices"),
+    attrs={"axis": kinds.integer, "mode": take_mode},
+    from_relax=take_from_relax,
+    infer=infer_take,
+    reference=lambda data, indices, *, axis, mode: np.take(data, take_index(indices, data.shape[axis], mode), axis=axis),
+    kernel="simaccel.kernels.layout:launch_take",
+    dtypes=ISA_DTYPES,
+    role_dtypes={"indices": ("int32", "int64")},
+    doc="take along one axis by a tensor of int32/int64 indices (embeddings); clip, wrap, fast (clamped)",
 ))

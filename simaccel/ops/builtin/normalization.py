@@ -1,4 +1,5 @@
-"""Row-wise families over the last axis: ``simaccel.softmax`` and ``simaccel.layer_norm``."""
+"""Row-wise families over the last axis: ``simaccel.softmax``, ``simaccel.layer_norm`` and
+``simaccel.rms_norm``."""
 
 from __future__ import annotations
 
@@ -42,10 +43,10 @@ def layer_norm_from_relax(match):
     return {"epsilon": float(a["epsilon"])}
 
 
-def infer_layer_norm(shapes, *, epsilon):
+def infer_layer_norm(shapes, *, epsilon, roles=("gamma", "beta")):
     check_rank("data", shapes[0], 1, 4)
     d = shapes[0][-1]
-    for role, shape in zip(("gamma", "beta"), shapes[1:]):
+    for role, shape in zip(roles, shapes[1:]):
         if tuple(shape) != (d,):
             raise ShapeError(f"{role} must have shape ({d},) to match data {tuple(shapes[0])}, got {tuple(shape)}")
     return tuple(shapes[0])
@@ -58,6 +59,21 @@ def layer_norm(data, gamma, beta, *, epsilon):
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     return (x - mean) / np.sqrt(var + np.float32(epsilon)) * f32(gamma) + f32(beta)
+
+
+def rms_norm_from_relax(match):
+    _last_axis_only(match, list(match.attrs["axes"]), "rms_norm")
+    return {"epsilon": float(match.attrs["epsilon"])}
+
+
+def rms_norm(data, weight, *, epsilon):
+    """TVM's rms_norm (topi/nn/rms_norm.h), all in float32: x * rsqrt(sum(x * x) / D + eps) * weight
+    (a row of inf gives 0 for its finite values and NaN for its infinities)."""
+    x = f32(data)
+    if x.shape[-1] == 0:
+        return x  # rows of no elements: nothing to normalise
+    square_mean = (x * x).sum(axis=-1, keepdims=True) / np.float32(x.shape[-1])
+    return np.float32(1) / np.sqrt(square_mean + np.float32(epsilon)) * x * f32(weight)
 
 
 declare(OpFamily(
@@ -81,4 +97,16 @@ declare(OpFamily(
     reference=layer_norm,
     kernel="simaccel.kernels.normalization:launch_layer_norm",
     doc="layer normalisation over the last axis, with gamma and beta",
+))
+
+declare(OpFamily(
+    name="simaccel.rms_norm",
+    inputs=("data", "weight"),
+    pattern=relax_op("relax.nn.rms_norm", "data", "weight"),
+    attrs={"epsilon": kinds.positive_float},
+    from_relax=rms_norm_from_relax,
+    infer=lambda shapes, *, epsilon: infer_layer_norm(shapes, epsilon=epsilon, roles=("weight",)),
+    reference=rms_norm,
+    kernel="simaccel.kernels.normalization:launch_rms_norm",
+    doc="RMS normalisation over the last axis (LLaMA's), with a weight",
 ))

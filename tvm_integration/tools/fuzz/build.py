@@ -7,9 +7,10 @@ group that fits its rank and builds it: the op (a built-in of fuzz/vocabulary.py
 family of fuzz/user_ops.py), its attributes, and new parameters where the op needs them
 (weights, biases, other operands), sometimes followed by a bias and an activation. The ops mix
 what simaccel offloads (matmul/dense, batched too, with bias and activation, conv2d with
-groups, pooling, softmax, layer_norm, elementwise ops, clip, reductions, reshape,
-permute_dims, strided_slice, take of a constant index, broadcast_to, concat) with what it must
-leave to TVM (softmax and layer_norm over other axes, reductions over axes apart, backward
+groups, pooling, softmax, layer_norm, rms_norm, elementwise ops (negative, sin and cos too), clip,
+reductions, reshape, permute_dims, strided_slice, take of a constant index or index array,
+broadcast_to, concat) with what it must
+leave to TVM (softmax, layer_norm and rms_norm over other axes, reductions over axes apart, backward
 slices, ceil-mode pooling, leaky_relu, ...), with edge shapes: 1, primes, sizes off the
 kernels' tiles, broadcast batch dims, and now and then a zero-size dim.
 """
@@ -119,7 +120,7 @@ class Builder:
 
     def unary(self, x, shape):
         name = self.draw.choice(("relu", "gelu", "tanh", "sigmoid", "exp", "relu", "silu", "sqrt", "rsqrt", "clip",
-                                 "leakyrelu"))
+                                 "leakyrelu", "negative", "sin", "cos"))
         if name == "clip":
             low = self.draw.choice((0.0, -1.0, -0.5))
             self.add("clip", [x], {"min": low, "max": low + self.draw.choice((0.0, 0.25, 6.0))})
@@ -139,8 +140,9 @@ class Builder:
         """A strided_slice of one axis (steps 1 or 2; now and then -1, TVM's), or x[i] (take)."""
         axis = self.draw.int(0, len(shape) - 1)
         size = shape[axis]
-        if size and self.draw.chance(25):
-            self.add("take", [x], {"index": self.draw.int(0, size - 1), "axis": axis})
+        if size and self.draw.chance(25):  # one index (a slice once rewritten) or a list of them (simaccel.take)
+            index = [self.draw.int(0, size - 1) for _ in range(self.draw.int(1, 3))] if self.draw.chance(50) else None
+            self.add("take", [x], {"index": self.draw.int(0, size - 1) if index is None else index, "axis": axis})
             return
         step = self.draw.choice((1, 1, 2, -1))
         if step < 0 and size < 2 and not self.config.zero_dim_percent:
@@ -204,6 +206,9 @@ class Builder:
             return self.unary(x, shape)
         axes = [-1] if self.draw.chance(80) or len(shape) < 2 else [-2, -1]
         norm = tuple(shape[a] for a in axes)
+        if len(shape) >= 2 and 0 not in norm and self.draw.chance(35):  # TVM builds neither a 1-D nor an empty one
+            self.add("rms_norm", [x, self.param(norm, "g", weight=True)], {"axes": axes, "epsilon": self.draw.choice((1e-5, 1e-3))})
+            return
         gamma, beta = self.param(norm, "g", weight=True), self.param(norm, "b", weight=True)
         self.add("layer_norm", [x, gamma, beta], {"axes": axes, "epsilon": self.draw.choice((1e-5, 1e-3))})
 

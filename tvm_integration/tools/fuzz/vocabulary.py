@@ -99,6 +99,11 @@ def _layer_norm(xs, attrs, dtype):
     return (x - mean) / np.sqrt(var + attrs["epsilon"]) * gamma + beta
 
 
+def _rms_norm(xs, attrs, dtype):
+    x, weight = xs
+    return x / np.sqrt((x * x).mean(axis=tuple(attrs["axes"]), keepdims=True) + attrs["epsilon"]) * weight
+
+
 def _conv2d(xs, attrs, dtype):
     x, w = xs
     (sh, sw), (pt, pl, pb, pr), (dh, dw), groups = attrs["strides"], attrs["padding"], attrs["dilation"], attrs["groups"]
@@ -234,7 +239,13 @@ def _concat_make(exprs, attrs, dtype):
 def _take_make(exprs, attrs, dtype):
     from tvm import relax
 
-    return relax.op.take(exprs[0], relax.const(attrs["index"], "int64"), axis=attrs["axis"])
+    return relax.op.take(exprs[0], relax.const(np.array(attrs["index"], "int64")), axis=attrs["axis"])
+
+
+def _take_shape(shapes, attrs):
+    """x[i] (one index: the axis goes) or x[[i, j, ...]] (a list: the axis is that long)."""
+    index, axis, shape = attrs["index"], attrs["axis"], shapes[0]
+    return shape[:axis] + ((len(index),) if isinstance(index, list) else ()) + shape[axis + 1:]
 
 
 OPS: dict[str, FuzzOp] = {
@@ -246,6 +257,9 @@ OPS: dict[str, FuzzOp] = {
     "silu": _unary("nn.silu", lambda x: x / (1.0 + np.exp(-x))),
     "sqrt": _unary("sqrt", np.sqrt),
     "rsqrt": _unary("rsqrt", lambda x: 1.0 / np.sqrt(x)),
+    "negative": _unary("negative", np.negative),
+    "sin": _unary("sin", np.sin),
+    "cos": _unary("cos", np.cos),
     "clip": FuzzOp(_relax_op("clip", "min", "max"), _same_shape, lambda xs, attrs, dtype: _clip(xs[0], attrs)),
     "leakyrelu": FuzzOp(_relax_op("nn.leakyrelu", "alpha"), _same_shape,
                         lambda xs, attrs, dtype: np.where(xs[0] > 0, xs[0], xs[0] * attrs["alpha"])),
@@ -257,7 +271,7 @@ OPS: dict[str, FuzzOp] = {
     "max": FuzzOp(_relax_op("max", "axis", "keepdims"), lambda s, a: _reduced_shape(s[0], a), _running_max),
     "strided_slice": FuzzOp(_relax_op("strided_slice", "axes", "begin", "end", "strides"), lambda s, a: _sliced(np.empty(s[0], np.int8), a).shape,
                             lambda xs, attrs, dtype: _sliced(xs[0], attrs)),
-    "take": FuzzOp(_take_make, lambda s, a: s[0][:a["axis"]] + s[0][a["axis"] + 1:],
+    "take": FuzzOp(_take_make, _take_shape,
                    lambda xs, attrs, dtype: np.take(xs[0], attrs["index"], axis=attrs["axis"])),
     "concat": FuzzOp(_concat_make, lambda s, a: np.concatenate([np.empty(x, np.int8) for x in s], a["axis"]).shape,
                      lambda xs, attrs, dtype: np.concatenate(xs, axis=attrs["axis"])),
@@ -268,6 +282,7 @@ OPS: dict[str, FuzzOp] = {
     "subtract": _binary("subtract", np.subtract),
     "softmax": FuzzOp(_relax_op("nn.softmax", "axis"), _same_shape, _softmax),
     "layer_norm": FuzzOp(_relax_op("nn.layer_norm", "axes", "epsilon"), _same_shape, _layer_norm),
+    "rms_norm": FuzzOp(_relax_op("nn.rms_norm", "axes", "epsilon"), _same_shape, _rms_norm),
     "matmul": FuzzOp(_relax_op("matmul"), _matmul_shape, lambda xs, attrs, dtype: np.matmul(xs[0], xs[1])),
     "permute_dims": FuzzOp(_relax_op("permute_dims", "axes"), _permute_shape,
                            lambda xs, attrs, dtype: np.transpose(xs[0], attrs["axes"])),
