@@ -28,7 +28,7 @@ NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error)  # 
 def npz_array(array: np.ndarray) -> np.ndarray:
     """An array as read from an .npz, with its dtype back: numpy stores ml_dtypes' bfloat16 as
     2-byte raw elements (V2), the only such dtype the ISA's arrays have."""
-    return array.view(ml_dtypes.bfloat16) if array.dtype == np.dtype("V2") else array
+    return array.view(ml_dtypes.bfloat16) if isinstance(array, np.ndarray) and array.dtype == np.dtype("V2") else array
 
 
 def check_readable(path, label: str = "file") -> None:
