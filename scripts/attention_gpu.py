@@ -1,0 +1,90 @@
+"""Time simaccel.attention's kernel on a GPU against torch's scaled_dot_product_attention.
+
+    python scripts/attention_gpu.py OUT_DIR
+
+Prefill (S = T query rows and keys, causal) and decode (1 query row against T keys) in float16
+and bfloat16, 32 heads of 128: each checked against torch (simaccel.compare's rule with the
+dtype's tolerance), then timed with CUDA events (the median of 20 samples of 5 calls queued
+behind a spin kernel), interleaved with torch's SDPA (flash where torch picks it). Writes
+OUT_DIR/attention.json.
+"""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from numba import cuda
+
+from simaccel.compare import array_difference
+from simaccel.kernels import KernelTarget
+from simaccel.ops import get_op
+
+# (label, batch, query rows, keys, heads, head dim, causal)
+CASES = [("prefill 2048", 1, 2048, 2048, 32, 128, True), ("prefill 512", 4, 512, 512, 32, 128, True),
+         ("decode 4096", 1, 1, 4096, 32, 128, False), ("decode 1024 x8", 8, 1, 1024, 32, 128, False)]
+
+
+def numba_array(t):
+    dtype = np.dtype(str(t.dtype).removeprefix("torch."))
+    return cuda.from_cuda_array_interface({"shape": tuple(t.shape), "strides": None, "typestr": dtype,
+                                           "data": (t.data_ptr(), False), "version": 3}, owner=t, sync=False)
+
+
+def events_ms(fn, reps=20, warm=2, queued=5):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(20_000_000)
+        start.record()
+        for _ in range(queued):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / queued)
+    return statistics.median(times)
+
+
+def main(out_dir: Path) -> int:
+    op = get_op("simaccel.attention")
+    target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
+    rows, failed = [], 0
+    for dtype_name in ("float16", "bfloat16"):
+        dtype = getattr(torch, dtype_name)
+        for label, b, s, t, h, d, causal in CASES:
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=dtype) for n in (s, t, t))
+            out = torch.empty(b, s, h, d, device="cuda", dtype=dtype)
+            attrs = {"scale": d ** -0.5, "causal": causal, "bottom_right": True}
+            args = [numba_array(x) for x in (out, q, k, v)]
+
+            def ours():
+                op.kernel(target, *args, **attrs)
+
+            def theirs():
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal and s > 1)
+
+            ours()
+            want = theirs().transpose(1, 2).float()
+            torch.cuda.synchronize()
+            found = array_difference(out.float().cpu().numpy(), want.cpu().numpy(), dtype=dtype_name, scaled=True)
+            failed += not found.ok
+            ms, torch_ms = events_ms(ours), events_ms(theirs)
+            flops = 4.0 * b * h * s * t * d / (2 if causal else 1)
+            row = {"case": label, "dtype": dtype_name, "batch": b, "S": s, "T": t, "heads": h, "head_dim": d,
+                   "causal": causal, "ms": ms, "torch_ms": torch_ms, "ratio": ms / torch_ms,
+                   "tflops": flops / ms / 1e9, "matches_torch": found.ok}
+            rows.append(row)
+            print(f"{dtype_name:9s} {label:16s} {ms * 1e3:10.1f} us | torch {torch_ms * 1e3:8.1f} us | "
+                  f"{row['ratio']:6.2f}x | {'ok' if found.ok else 'MISMATCH ' + found.reason}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "attention.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
