@@ -213,3 +213,13 @@ def test_a_wrong_op_in_a_copy_of_the_plugin_example_fails_readably(tmp_path):
     assert "mybackend.abs -> simaccel.matmul_relu" in out  # the partition: which ops ran on simaccel
     assert "assert_matches_tvm(model(), engines=[simaccel_engine])" in out  # the user's line, not the plugin's
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("dtype, engine", [("float32", "ref"), ("float16", "ref"), ("bfloat16", "ref"), ("bfloat16", "sim")])
+def test_the_decoder_layer_is_one_region_and_matches_tvm_alone_at_both_lengths(dtype, engine):
+    result = run_example("decoder_layer.py", "--dtype", dtype, "--engine", engine)
+    assert result.returncode == 0
+    assert "offloaded to simaccel: 1 region(s)" in result.stdout and "kept on TVM: 0 op(s)" in result.stdout
+    assert "simaccel.attention" in result.stdout and "simaccel.rms_norm" in result.stdout
+    for seq in (7, 1):
+        assert f"s = {seq}: {dtype} on {engine}," in result.stdout and result.stdout.count(": match") == 2
