@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
+import tvm_ffi
 from tvm import relax
+from tvm.script import relax as R
 
 from harness import compare_with_tvm
 from model_zoo import single_op
@@ -243,3 +245,35 @@ def test_a_conv_scale_folds_only_when_per_channel_and_finite(shape, values, fold
                     [((1, 2, 3, 3), None)])
     assert rewritten(mod, "conv2d") == folds
     compare_or_skip(mod)
+
+
+ALIASED = {  # each rewrite's pattern where the rewrite declines, its result bound to a var and that var to the output
+    "take of an index array": (lambda x: relax.op.take(x, relax.const(np.array([1], "int64")), axis=0), (3, 4)),
+    "split along a symbolic axis": (lambda x: relax.TupleGetItem(relax.op.split(x, 2, axis=0), 1),
+                                    (tvm.tirx.Var("n", "int64"), 4)),
+    "a broadcast that shapes the result": (lambda x: relax.op.broadcast_to(x, (2, 3, 4)), (3, 4)),
+    "a broadcast of a matrix dim into a matmul": (lambda x: relax.op.matmul(relax.op.broadcast_to(x, (3, 4)),
+                                                                            relax.const(np.ones((4, 5), "float32"))), (1, 4)),
+    "batch_norm in training": (lambda x: relax.TupleGetItem(relax.op.nn.batch_norm(
+        x, *(relax.const(np.full((4,), v, "float32")) for v in (2.0, 0.5, 0.1, 1.5)), axis=1), 0), (3, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALIASED))
+def test_a_declined_rewrite_of_a_result_bound_to_another_var_leaves_the_model_as_it_is(name):
+    """Where a rewriter declines a call (returns it), TVM's rewrite_call tries the binding that
+    forwards it (gv = lv, as BlockBuilder's emit_output writes) and hands the rewriter the var
+    lv: every rewriter reads the call from its matches (the fuzzer found take's reading
+    `expr.attrs` of such a var: an AttributeError that failed the build)."""
+    make, shape = ALIASED[name]
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            lv = bb.emit(make(x))
+            gv = bb.emit_output(lv)
+        bb.emit_func_output(gv)
+    mod = bb.get()
+    prepare_for_inference(mod)
+    if all(isinstance(d, int) for d in shape):
+        compare_with_tvm(mod, "ref", expect_offload=False)

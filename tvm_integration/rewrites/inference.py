@@ -123,21 +123,22 @@ def _slice_rewrites(counts: dict) -> list:
     take = is_op("relax.take")(data, index)
 
     def take_one(expr, matches):
+        call = matches[take]  # `expr` may be the var the call is bound to
         value = matches[index].value.numpy()
-        if expr.attrs.axis is None or value.ndim != 0 or value.dtype.kind not in "iu":
+        if call.attrs.axis is None or value.ndim != 0 or value.dtype.kind not in "iu":
             return expr  # a flattened take, or not one index: leave it to TVM
-        axis, length = axis_length(matches[data], int(expr.attrs.axis))
+        axis, length = axis_length(matches[data], int(call.attrs.axis))
         if axis is None or length == 0:
             return expr  # nothing to take from
         if length is None:  # a symbolic axis: an index from the end reads what torch's x[-1] means
-            i, mode = int(value), str(expr.attrs.mode)
+            i, mode = int(value), str(call.attrs.mode)
             if not (mode == "fast" or (mode == "wrap" and i == -1)):
                 return expr  # which element depends on the length: leave it to TVM
             begin = i if i >= 0 else i + matches[data].ty.shape.values[axis]
             # in the axis (a region checks it per call, a requirement of its slice's shape rule)
             sliced = relax.op.strided_slice(matches[data], [axis], [begin], [begin + 1], [1], assume_inbound=True)
         else:
-            begin = _take_index(int(value), length, str(expr.attrs.mode))
+            begin = _take_index(int(value), length, str(call.attrs.mode))
             if begin is None:
                 return expr
             sliced = relax.op.strided_slice(matches[data], [axis], [begin], [begin + 1], [1])
@@ -147,11 +148,12 @@ def _slice_rewrites(counts: dict) -> list:
     sliced = is_op("relax.strided_slice")(wildcard(), wildcard(), wildcard(), wildcard())
 
     def with_steps(expr, matches):
-        axes = expr.args[1]
+        call = matches[sliced]  # `expr` may be the var the call is bound to
+        axes = call.args[1]
         steps = relax.Tuple([tvm.tirx.IntImm("int64", 1) for _ in axes.fields]) if isinstance(axes, relax.Tuple) else None
         if steps is None:
             return expr
-        return relax.Call(expr.op, [*expr.args, steps], expr.attrs)
+        return relax.Call(call.op, [*call.args, steps], call.attrs)
 
     return [(take, take_one), (sliced, with_steps)]
 
@@ -178,7 +180,7 @@ def _broadcast_rewrites(counts: dict) -> list:
     broadcast = is_op("relax.broadcast_to")(data, shape)
 
     def identity(expr, matches):
-        if not _same_type(matches[data], expr):
+        if not _same_type(matches[data], matches[broadcast]):
             return expr
         counts["broadcast"] += 1
         return matches[data]
@@ -189,7 +191,8 @@ def _broadcast_rewrites(counts: dict) -> list:
         wide = is_op("relax.broadcast_to")(operand, wildcard())
         matmul = is_op("relax.matmul")(*((wide, other) if side == 0 else (other, wide)))
 
-        def into_matmul(expr, matches, side=side, operand=operand, other=other, wide=wide):
+        def into_matmul(expr, matches, side=side, operand=operand, other=other, wide=wide, matmul=matmul):
+            call = matches[matmul]  # `expr` may be the var the call is bound to
             args = (matches[operand], matches[other]) if side == 0 else (matches[other], matches[operand])
             source, target = (relax_dims(matches[k]) for k in (operand, wide))
             if source is None or target is None or len(source) < 2 or len(target) < 2 or \
@@ -197,13 +200,13 @@ def _broadcast_rewrites(counts: dict) -> list:
                 return expr  # the broadcast widened a matrix dim (M, K or N), or the shapes are unknown
             try:  # the matmul's type without the broadcast, inferred by Relax on stand-ins of the operands
                 stand_ins = [relax.Var(f"operand{k}", arg.ty) for k, arg in enumerate(args)]
-                narrow = relax.BlockBuilder().normalize(relax.op.matmul(*stand_ins, out_dtype=expr.attrs.out_dtype))
+                narrow = relax.BlockBuilder().normalize(relax.op.matmul(*stand_ins, out_dtype=call.attrs.out_dtype))
             except Exception:  # noqa: BLE001 - Relax refuses the operands' shapes without the broadcast
                 return expr
-            if not _same_type(narrow, expr):  # the broadcast shaped the result
+            if not _same_type(narrow, call):  # the broadcast shaped the result
                 return expr
             counts["broadcast"] += 1
-            return relax.op.matmul(*args, out_dtype=expr.attrs.out_dtype)
+            return relax.op.matmul(*args, out_dtype=call.attrs.out_dtype)
         rewrites.append((matmul, into_matmul))
     return rewrites
 

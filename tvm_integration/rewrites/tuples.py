@@ -48,13 +48,15 @@ def split_rewrites(counts: dict) -> list:
         sections = int(sections.value) if hasattr(sections, "value") else [int(p.value if hasattr(p, "value") else p)
                                                                           for p in sections]
         bounds = split_bounds(length, sections)
-        if not 0 <= expr.index < len(bounds):
+        index = matches[get].index  # `expr` may be the var the get-item is bound to
+        if not 0 <= index < len(bounds):
             return expr
-        begin, end = bounds[expr.index]
+        begin, end = bounds[index]
         counts["split"] += 1
         return relax.op.strided_slice(matches[data], [axis], [begin], [end], [1])
 
-    return [(is_tuple_get_item(split), piece)]
+    get = is_tuple_get_item(split)
+    return [(get, piece)]
 
 
 def forward_tuple_fields(func: relax.Function) -> relax.Function:
