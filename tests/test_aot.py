@@ -429,6 +429,7 @@ FAMILY_CASES = [
     ("simaccel.layer_norm", [(4096, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
     ("simaccel.rms_norm", [(2, 9), (9,)], {"epsilon": 1e-5}), ("simaccel.rms_norm", [(4096, 128), (128,)], {"epsilon": 1e-5}),
     ("simaccel.rms_norm", [(2, 9000), (9000,)], {"epsilon": 1e-5}),  # the long-row kernel
+    ("simaccel.attention", [(1, 5, 2, 128), (1, 9, 2, 128), (1, 9, 2, 64)], {"scale": 0.1, "causal": True, "bottom_right": True}),
     ("simaccel.max_pool2d", [(1, 2, 9, 9)], POOL), ("simaccel.avg_pool2d", [(1, 2, 9, 9)], {**POOL, "count_include_pad": True}),
     ("simaccel.sum", [(4, 5, 6)], {"axes": [1], "keepdims": False}),
     ("simaccel.mean", [(2, 3, 64, 64)], {"axes": [2, 3], "keepdims": True}),

@@ -105,6 +105,7 @@ CASES = [
     ("rms_norm", lambda x, w: op.nn.rms_norm(x, w, axes=[-1]), [(2, 3), (3,)]),
     # indices from -5 to 5 (`values`) of a table of 4 rows: clip's answer is TVM's for each
     *[(f"take_by_{t}", lambda x, i: op.take(x, i, axis=0, mode="clip"), [(4, 3), Fixed((2, 2), t)]) for t in ("int32", "int64")],
+    ("attention", lambda q, k, v: op.nn.attention(q, k, v, causal_mask="BottomRight"), [(1, 2, 2, 4), (1, 3, 2, 4), (1, 3, 2, 4)]),
 ]
 BY_ID = {case[0]: case for case in CASES}
 

@@ -253,7 +253,7 @@ def test_float16_matmul_on_the_tensor_core_kernel(name, data_shape, n, weight_sh
     op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
     [(fn, grid, block, _)] = target.launches
     bn = 256 if wide and n > 128 else 128
-    assert fn is tensor_core.KERNELS[name.startswith("simaccel.dense"), bn] and tuple(block) == (tensor_core.THREADS,)
+    assert fn is tensor_core.KERNELS[name.startswith("simaccel.dense"), bn, "float16"] and tuple(block) == (tensor_core.THREADS,)
     assert grid[0] == -(-n // bn)
     check(name, arrays)
 

@@ -81,6 +81,9 @@ CASES = [
       for tag, shapes in (("no_rows", [(0, 3), (1, 3)]), ("broadcast_empty", [(2, 1), (0,)]))],
     ("clip", lambda x: op.clip(x, 0.0, 6.0), [(0, 3)]),
     ("rms_norm_no_rows", lambda x, w: op.nn.rms_norm(x, w, axes=[-1]), [(0, 3), (3,)]),
+    ("attention_no_keys", lambda q, k, v: op.nn.attention(q, k, v), [(1, 2, 2, 4), (1, 0, 2, 4), (1, 0, 2, 4)],
+     empty_sum((1, 2, 2, 4))),  # P V over no keys: its sums have no terms
+    ("attention_no_queries", lambda q, k, v: op.nn.attention(q, k, v, causal_mask="TopLeft"), [(1, 0, 2, 4), (1, 3, 2, 4), (1, 3, 2, 4)]),
     ("take_no_indices", lambda x, i: op.take(x, i, axis=0), [(4, 3), Fixed((0, 2), "int64")]),
     ("take_from_no_columns", lambda x, i: op.take(x, i, axis=0, mode="clip"), [(2, 0), Fixed((3,), "int32")]),
     ("broadcast_to_no_rows", lambda x: op.broadcast_to(x, (0, 3)), [(1, 3)]),

@@ -427,8 +427,8 @@ if ANSWERS:
         assert_same(o, w, name=name, scaled=True)
 
 # %%
-# **Exercise 3.** Yes: a family takes float32 and float16 unless it declares ``dtypes``, and
-# the default device profile takes both, so the partition is the same. (Stage 2 makes a device
+# **Exercise 3.** Yes: a family takes float32, float16 and bfloat16 unless it declares
+# ``dtypes``, and the default device profile takes them all, so the partition is the same. (Stage 2 makes a device
 # that takes float32 only.)
 
 
@@ -441,5 +441,5 @@ if ANSWERS:
     f16_regions, f16_kept = exercise_3()
     print(f"exercise 3: the float16 model's regions {f16_regions}; kept on TVM {f16_kept}")
     assert (f16_regions, f16_kept) == ([ops], ["relax.cumsum", "relax.nn.log_softmax"])
-    assert mynpu_ops.LEAKY_RELU.dtypes == mynpu_ops.LOG_SOFTMAX.dtypes == ("float32", "float16")
+    assert mynpu_ops.LEAKY_RELU.dtypes == mynpu_ops.LOG_SOFTMAX.dtypes == ("float32", "float16", "bfloat16")
     assert {"float32", "float16"} <= set(simaccel.DEFAULT_PROFILE.dtypes)
