@@ -98,13 +98,15 @@ def test_a_worker_killed_mid_campaign_loses_only_its_batch(cluster, tmp_path):
 
 
 def test_planted_faults_are_found_shrunk_and_reproduced_through_the_cluster(cluster, tmp_path):
-    """Seed 0's first 10 cases (float32) hold faults.trunc in cases 2, 3 and 6, faults.round on
-    a 3-D input in case 4 and faults.sign on one in case 7 (the ops' draws, checked here)."""
+    """Seed 32's first 10 cases (float32) hold faults.trunc in cases 1, 2 and 3, faults.round on
+    a 3-D input in case 6 and faults.sign on one in case 9, each on an output's path (the ops'
+    draws, checked here; seed 0's moved off the outputs' paths when the generator learnt the
+    decoder ops)."""
     from simaccel.tvm_integration.tools.fuzz import Campaign
     from simaccel.tvm_integration.tools.fuzz.campaign import draw
 
     out = tmp_path / "out"
-    run = _cli("fuzz", "--cluster", cluster, "--cases", "10", "--seed", "0", "--batch-size", "2", "--engine", "ref",
+    run = _cli("fuzz", "--cluster", cluster, "--cases", "10", "--seed", "32", "--batch-size", "2", "--engine", "ref",
                "--dtype", "float32", "--export-every", "0", "--case-seconds", "8", "--shrink-seconds", "60",
                "--out", str(out), env={"SIMACCEL_OPS": FAULTS})
     output, _ = run.communicate(timeout=900)
@@ -115,7 +117,7 @@ def test_planted_faults_are_found_shrunk_and_reproduced_through_the_cluster(clus
 
     wrong = by_stage["output (ref)"]
     assert "faults.trunc" in wrong["signature"] and wrong["error"] == "mismatch"
-    assert set(wrong["cases"]) >= {2, 3, 6} and wrong["tried"] > 0
+    assert set(wrong["cases"]) >= {1, 2, 3} and wrong["tried"] > 0
     folder = Path(wrong["reproduction"])
     saved = json.loads((folder / "case.json").read_text())
     with_ops = {**os.environ, "SIMACCEL_OPS": FAULTS}
@@ -130,8 +132,8 @@ def test_planted_faults_are_found_shrunk_and_reproduced_through_the_cluster(clus
         assert result.returncode == status, result.stdout + result.stderr
 
     crash, hang = by_stage["crash"], by_stage["hang"]
-    assert crash["cases"] == [4] and "faults.round" in crash["signature"] and "died" in crash["reason"]
-    assert hang["cases"] == [7] and "faults.sign" in hang["signature"] and "limit of 8 s" in hang["reason"]
+    assert crash["cases"] == [6] and "faults.round" in crash["signature"] and "died" in crash["reason"]
+    assert hang["cases"] == [9] and "faults.sign" in hang["signature"] and "limit of 8 s" in hang["reason"]
     # The crash's reproduction replays the crash (the replaying process dies the same way).
     result = forks.run([sys.executable, str(Path(crash["reproduction"]) / "repro.py")], timeout=300, cwd="/",
                        env={**with_ops, "SIMACCEL_TEST_FAULTS": "crash"})
