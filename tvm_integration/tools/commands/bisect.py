@@ -30,9 +30,10 @@ def add_parser(subparsers) -> None:
     bisect.add_argument("--engine", choices=["auto", "ref", "sim", "cuda"], default="auto",
                         help="simaccel engine to run on (default: auto, or $SIMACCEL_ENGINE); sim: tiny models only")
     bisect.add_argument("--target", choices=["llvm", "cuda"], default="llvm", help="llvm (CPU, the default) or cuda")
-    bisect.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype, float32 1e-4, float16 2e-2)")
+    bisect.add_argument("--rtol", type=float, help="relative tolerance (default: per dtype, float32 1e-4, float16 2e-2, "
+                        "bfloat16 5e-2)")
     bisect.add_argument("--atol", type=float, help="absolute tolerance, times 1 + max |TVM alone| (default: per dtype, "
-                        "float32 1e-5, float16 2e-2)")
+                        "float32 1e-5, float16 2e-2, bfloat16 5e-2)")
     bisect.add_argument("-o", "--output", metavar="DIR",
                         help="folder for the reproducer (default: a fresh simaccel-bisect-<region>-<op>/ here)")
     bisect.add_argument("--max-bytes", type=int, help="most host memory the capture may hold (default 1 GiB, or "

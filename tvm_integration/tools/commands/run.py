@@ -26,9 +26,9 @@ def add_parser(subparsers) -> None:
     run.add_argument("--save", metavar="OUT.npz", help="write the outputs to this .npz")
     run.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     run.add_argument("--rtol", type=float, help="relative tolerance of --expect (default: per dtype, float32 1e-4, "
-                     "float16 2e-2)")
+                     "float16 2e-2, bfloat16 5e-2)")
     run.add_argument("--atol", type=float, help="absolute tolerance of --expect, times 1 + max |expected output| "
-                     "(default: per dtype, float32 1e-5, float16 2e-2)")
+                     "(default: per dtype, float32 1e-5, float16 2e-2, bfloat16 5e-2)")
     add_trace(run)
     run.add_argument("--sanitize", action="store_true",
                      help="check every region call for unwritten outputs, out-of-bounds writes, writes into inputs, "
