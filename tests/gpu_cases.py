@@ -19,3 +19,20 @@ def one_op_program(name, shapes, dtype, attrs=None):
     tensors = tuple(TensorSpec(f"t{i}", tuple(s), dtype) for i, s in enumerate([*shapes, out]))
     return Program(name.split(".")[1], tensors, tuple(range(len(shapes))), (len(shapes),),
                    (OpNode(name, tuple(range(len(shapes))), len(shapes), attrs),))
+
+
+def to_device(array, stream):
+    """A Numba device copy of numpy `array` (bfloat16 too: numba-cuda copies through the buffer
+    protocol, which has no bfloat16 format, so its bytes go as uint16; simaccel.engines.cuda.bits)."""
+    from numba import cuda
+
+    from simaccel.engines.cuda import bits
+
+    return cuda.to_device(bits(array), stream=stream).view(array.dtype)
+
+
+def to_host(array, stream):
+    """The host copy of Numba device `array` (bfloat16 too, as `to_device`)."""
+    from simaccel.engines.cuda import bits
+
+    return bits(array).copy_to_host(stream=stream).view(array.dtype)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu_cases import TOLERANCE, one_op_program
+from gpu_cases import TOLERANCE, one_op_program, to_device, to_host
 from simaccel.ops.rules import FLOAT_DTYPES
 
 pytestmark = pytest.mark.gpu  # skipped, with the reason, where no GPU exists
@@ -150,8 +150,8 @@ def _check_at_real_size(name, shapes, attrs, dtype):
     shape, out_dtype = op.infer([a.shape for a in arrays], [dtype] * len(arrays), **attrs)
     out = cuda.device_array(shape, dtype=out_dtype)
     stream = cuda.stream()
-    launches = op.kernel(KernelTarget("cuda", stream), out, *[cuda.to_device(a, stream=stream) for a in arrays], **attrs)
-    got = out.copy_to_host(stream=stream)
+    launches = op.kernel(KernelTarget("cuda", stream), out, *[to_device(a, stream) for a in arrays], **attrs)
+    got = to_host(out, stream)
     stream.synchronize()
     assert launches >= 1
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
@@ -177,11 +177,11 @@ def test_matmul_main_loops_on_unaligned_operands(name, dtype):
     stream = cuda.stream()
     views = []
     for a in arrays:
-        buffer = cuda.to_device(np.concatenate([np.zeros(1, dtype), a.reshape(-1)]), stream=stream)
+        buffer = to_device(np.concatenate([np.zeros(1, dtype), a.reshape(-1)]), stream)
         views.append(buffer[1:].reshape(a.shape))  # 4 or 2 bytes past an aligned address
     out = cuda.device_array((M, N), dtype=dtype)
     op.kernel(KernelTarget("cuda", stream), out, *views, **attrs)
-    got = out.copy_to_host(stream=stream)
+    got = to_host(out, stream)
     stream.synchronize()
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
@@ -211,14 +211,14 @@ def test_row_kernels_on_views_off_the_vector_alignment(name, shapes, attrs, dtyp
     stream = cuda.stream()
 
     def off(a):
-        buffer = cuda.to_device(np.concatenate([np.zeros(1, a.dtype), a.reshape(-1)]), stream=stream)
+        buffer = to_device(np.concatenate([np.zeros(1, a.dtype), a.reshape(-1)]), stream)
         return buffer[1:].reshape(a.shape)
 
     for moved in range(len(arrays) + 1):  # which array is off the alignment (len: the output)
-        inputs = [off(a) if i == moved else cuda.to_device(a, stream=stream) for i, a in enumerate(arrays)]
+        inputs = [off(a) if i == moved else to_device(a, stream) for i, a in enumerate(arrays)]
         out = off(np.zeros(shape, out_dtype)) if moved == len(arrays) else cuda.device_array(shape, dtype=out_dtype)
         op.kernel(KernelTarget("cuda", stream), out, *inputs, **attrs)
-        got = out.copy_to_host(stream=stream)
+        got = to_host(out, stream)
         stream.synchronize()
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
@@ -247,8 +247,8 @@ def test_vector_copies_of_every_element_size(name, inputs, attrs, dtype):
     want = op.reference(*arrays, **attrs)
     stream = cuda.stream()
     out = cuda.device_array(want.shape, dtype=want.dtype)
-    op.kernel(KernelTarget("cuda", stream), out, *[cuda.to_device(a, stream=stream) for a in arrays], **attrs)
-    got = out.copy_to_host(stream=stream)
+    op.kernel(KernelTarget("cuda", stream), out, *[to_device(a, stream) for a in arrays], **attrs)
+    got = to_host(out, stream)
     stream.synchronize()
     if dtype == "float64" or name in ("simaccel.softmax", "simaccel.sum"):
         # float32 arithmetic inside: a sum's error scales with the sum of its terms' magnitudes
@@ -316,8 +316,8 @@ def test_tensor_core_matmuls_on_partial_tiles(name, shapes, dtype):
     shape, _ = op.infer([a.shape for a in arrays], [dtype] * len(arrays), **attrs)
     stream = cuda.stream()
     out = cuda.device_array(shape, dtype=dtype)
-    op.kernel(KernelTarget("cuda", stream), out, *[cuda.to_device(a, stream=stream) for a in arrays], **attrs)
-    got = out.copy_to_host(stream=stream)
+    op.kernel(KernelTarget("cuda", stream), out, *[to_device(a, stream) for a in arrays], **attrs)
+    got = to_host(out, stream)
     stream.synchronize()
     _assert_tensor_core_close(got, want, shapes, dtype=dtype)
 

@@ -18,6 +18,8 @@ import contextlib
 import threading
 from collections import OrderedDict
 
+import numpy as np
+
 from ..launch_plan import replay
 from ..tensors import describe
 from .base import Call, Engine
@@ -108,19 +110,20 @@ class CudaEngine(Engine):
         from numba import cuda
 
         with cuda.gpus[device_id]:
-            return cuda.to_device(spec.value_array())
+            value = spec.value_array()
+            return cuda.to_device(bits(value)).view(value.dtype)
 
     def copy(self, call: Call, destination, source) -> None:
-        destination.copy_to_device(source, stream=call.target.stream)
+        bits(destination).copy_to_device(bits(source), stream=call.target.stream)
 
     def to_host(self, call: Call, array):
         stream = call.target.stream
-        host = array.copy_to_host(stream=stream)
+        host = bits(array).copy_to_host(stream=stream)
         stream.synchronize()
-        return host
+        return host.view(array.dtype)
 
     def from_host(self, call: Call, array, host) -> None:
-        array.copy_to_device(host, stream=call.target.stream)
+        bits(array).copy_to_device(bits(host), stream=call.target.stream)
 
     def capturing(self, device_id: int, stream: int | None) -> str | None:
         """Why `stream` cannot synchronise or allocate now: it is capturing a CUDA graph
@@ -167,10 +170,10 @@ class CudaEngine(Engine):
             return
         stream = call.target.stream
         for staging, destination in call.writebacks:
-            host = staging.copy_to_host(stream=stream)
+            host = bits(staging).copy_to_host(stream=stream)
             stream.synchronize()
             call.ledger.record_copy("device_to_host", host.nbytes)
-            destination.copy_to_device(host, stream=stream)
+            bits(destination).copy_to_device(host, stream=stream)
             call.ledger.record_copy("host_to_device", host.nbytes)
         stream.synchronize()
         call.writebacks.clear()
@@ -203,13 +206,24 @@ class CudaEngine(Engine):
             call.writebacks.append((staging, array))
             return staging
         stream = call.target.stream
-        host = array.copy_to_host(stream=stream)
+        host = bits(array).copy_to_host(stream=stream)
         stream.synchronize()
         call.ledger.record_copy("device_to_host", host.nbytes)
-        staging.copy_to_device(host, stream=stream)
+        bits(staging).copy_to_device(host, stream=stream)
         stream.synchronize()
         call.ledger.record_copy("host_to_device", host.nbytes)
         return staging
+
+
+def bits(array):
+    """`array` (numpy or Numba device array) as numba-cuda copies it: a bfloat16 one viewed as
+    uint16 of the same bytes, since numba-cuda moves data through Python's buffer protocol,
+    which has no format for ml_dtypes' bfloat16 ("cannot include dtype 'E' in a buffer", seen
+    on an H100); every other array as it is."""
+    return array.view(np.uint16) if np.dtype(array.dtype) == _BFLOAT16 else array
+
+
+_BFLOAT16 = np.dtype("bfloat16")
 
 
 def device_view(address: int, spec, owner=None):
