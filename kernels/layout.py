@@ -215,9 +215,20 @@ def plan_copy_rows(rows: int, L: int, dtype, total: int) -> tuple[int, int, int]
     return lanes, ilp, -(-L // (lanes * ilp))
 
 
+def _moved(target, *arrays):
+    """`arrays` as the copy kernels read them: bfloat16 ones as float16, the same 2 bytes an
+    element moved unchanged (the kernels hold values in local and shared arrays, and numba-cuda
+    0.30 makes none of its bfloat16: "unsupported type: __nv_bfloat16", seen on an H100)."""
+    return [target.reshape(a, a.shape, np.float16) if numpy_dtype(a.dtype) == _BFLOAT16 else a for a in arrays]
+
+
+_BFLOAT16 = np.dtype("bfloat16")
+
+
 def _launch_copy_rows(target, out, x, rows, L, outer_dims, outer_strides, offset, out_row, out_offset):
     """Rows of L contiguous input elements, row r at `offset` + its index over `outer_dims`
     (strides `outer_strides`), to out[out_offset + r * out_row + c]."""
+    out, x = _moved(target, out, x)
     lanes, ilp, chunks = plan_copy_rows(rows, L, x.dtype, rows * L)
     items = rows * chunks
     threads = items * lanes
@@ -240,6 +251,7 @@ def _transpose_plane(dims, strides):
 
 
 def _launch_transpose(target, out, x, dims, strides, q, offset):
+    out, x = _moved(target, out, x)
     out_strides = element_strides(dims)
     A, B = dims[q], dims[-1]
     batch = [k for k in range(RANK - 1) if k != q and dims[k] > 1]
@@ -270,6 +282,7 @@ def _launch_gather(target, out, data, dims, strides, offset) -> int:
         return _launch_transpose(target, flat_out, flat_in, dims, strides, q, offset)
     ilp = per_thread(total)
     grid, block = launch_grid(total, ilp)
+    flat_out, flat_in = _moved(target, flat_out, flat_in)
     target.launch(_gather_kernel, grid, block, flat_out, flat_in, nd, *dims[1:], *(1.0 / d for d in dims[1:]),
                   *strides, offset, total, ilp)
     return 1

@@ -251,14 +251,17 @@ class KernelTarget:
                 _allow_shared(kernel, args, shared_bytes)
         kernel[grid, block, self.stream, shared_bytes](*args)
 
-    def reshape(self, array, shape):
-        """A view of contiguous device `array` with a new shape (never a copy)."""
+    def reshape(self, array, shape, dtype=None):
+        """A view of contiguous device `array` with a new shape (never a copy), read as `dtype`
+        where given (of the same item size)."""
         shape = tuple(int(d) for d in shape)
-        if tuple(array.shape) == shape:
+        if tuple(array.shape) == shape and (dtype is None or array.dtype == dtype):
             return array
         if self.name == "sim":
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
             host = array._ary if isinstance(array, FakeCUDAArray) else array
+            host = host if dtype is None else host.view(dtype)
             return FakeCUDAArray(host.reshape(shape))
+        array = array if dtype is None else array.view(dtype)
         return array.reshape(shape)

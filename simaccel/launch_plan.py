@@ -39,10 +39,13 @@ from .traced import Traced, TracedFloat
 
 @dataclass(frozen=True)
 class View:
-    """A kernel argument that is Program tensor `tensor`, viewed with `shape` (same elements)."""
+    """A kernel argument that is Program tensor `tensor`, viewed with `shape` (same elements),
+    and read as `dtype` where that is given (the same item size: a copy kernel moving bfloat16
+    as float16), else as the tensor's own dtype."""
 
     tensor: int
     shape: tuple[int, ...]
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,19 +90,22 @@ class _Recorder(LaunchTarget):
         self.index = index
         self.launches: list[Launch] = []
 
-    def reshape(self, array, shape):
+    def reshape(self, array, shape, dtype=None):
         if not isinstance(array, _Placeholder):
             raise EngineError(f"{self.where}: its launcher reshapes {type(array).__name__}, not one of its arrays")
         shape = _sizes(shape)
         if math.prod(shape) != array.size:
             raise EngineError(f"{self.where}: its launcher views {array.shape} as {shape} (a different size)")
-        return _Placeholder(array.tensor, shape, array.dtype)
+        if dtype is not None and np.dtype(dtype).itemsize != array.dtype.itemsize:
+            raise EngineError(f"{self.where}: its launcher views {array.dtype} as {np.dtype(dtype)} (another item size)")
+        return _Placeholder(array.tensor, shape, array.dtype if dtype is None else dtype)
 
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0):
         recorded = []
         for position, arg in enumerate(args):
             if isinstance(arg, _Placeholder):
-                recorded.append(View(arg.tensor, arg.shape))
+                own = np.dtype(self.tensors[arg.tensor].dtype)
+                recorded.append(View(arg.tensor, arg.shape, None if arg.dtype == own else arg.dtype.name))
             elif isinstance(arg, (bool, int, float, np.integer, np.floating, Traced, TracedFloat)):
                 recorded.append(arg.item() if isinstance(arg, np.generic) else arg)
             else:
@@ -232,7 +238,7 @@ def signature(launch: Launch, program: Program) -> tuple:
     typed = []
     for arg in launch.args:
         if isinstance(arg, View):
-            dtype = np.dtype(program.tensors[arg.tensor].dtype)
+            dtype = np.dtype(arg.dtype or program.tensors[arg.tensor].dtype)
             typed.append(types.Array(from_dtype(dtype), len(arg.shape), "C"))
         elif isinstance(arg, (bool, int, Traced)):
             typed.append(types.int64)
@@ -310,5 +316,5 @@ def _numba_launch_in(tb) -> bool:
 def replay(launches, target: LaunchTarget, slots) -> None:
     """Launch `launches` on `target` (a simaccel.kernels.KernelTarget); `slots[i]` is tensor i's array there."""
     for launch in launches:
-        args = [target.reshape(slots[a.tensor], a.shape) if isinstance(a, View) else a for a in launch.args]
+        args = [target.reshape(slots[a.tensor], a.shape, a.dtype) if isinstance(a, View) else a for a in launch.args]
         target.launch(launch.kernel, launch.grid, launch.block, *args, shared_bytes=launch.shared_bytes)

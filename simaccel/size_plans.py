@@ -66,7 +66,7 @@ class SizePlan:
             if isinstance(x, TracedFloat):
                 return float_value(x.code, values)
             if isinstance(x, View):
-                return View(x.tensor, tuple(plain(d) for d in x.shape))
+                return View(x.tensor, tuple(plain(d) for d in x.shape), x.dtype)
             if isinstance(x, (tuple, list)):
                 return tuple(plain(d) for d in x)
             return x

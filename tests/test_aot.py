@@ -549,3 +549,17 @@ def test_numbas_front_end_runs_once_for_all_architectures_and_gives_numbas_own_c
                 numbas, _ = cuda.compile_ptx(kernel, sig, cc=arch, launch_bounds=launch_bounds(kernel, arch))
         assert f".target sm_{arch[0]}{arch[1]}" in ours and names(ours) == names(numbas), arch
     assert len(aot._FRONTENDS) <= before + 1
+
+
+@pytest.mark.parametrize("shape, axes, kernel", [((4, 300, 9, 101), [0, 2, 1, 3], "_copy_rows_kernel"),
+                                                 ((2, 40, 70), [0, 2, 1], "_transpose_kernel"),
+                                                 ((2, 5, 7, 3), [0, 3, 1, 2], "_gather_kernel")])
+def test_bfloat16_copies_compile_moving_float16(shape, axes, kernel):
+    """The copy kernels hold values in local and shared arrays, which numba-cuda 0.30 makes of no
+    bfloat16 ("unsupported type: __nv_bfloat16", on an H100): a bfloat16 tensor is read and
+    written as float16 there (the launch's View says so), its 2 bytes moved unchanged."""
+    program = one_op_program("simaccel.permute_dims", [shape], "bfloat16", {"axes": axes})
+    [launch] = plan_launches(program)
+    assert launch.kernel.__name__ == kernel and [a.dtype for a in launch.args[:2]] == ["float16", "float16"]
+    [compiled] = compile_program(program, SM90)
+    assert compiled.cubin[:4] == b"\x7fELF"

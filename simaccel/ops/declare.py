@@ -532,7 +532,8 @@ def _broadcasts(shape, target) -> bool:
 class LaunchTarget(Protocol):
     """What an op's launcher (`OpFamily.kernel`) launches through: `launch` runs a module-level
     kernel function with a grid and a block on the target's stream, `reshape` views one of its
-    arrays under another shape (never a copy). simaccel.kernels.target.KernelTarget ("sim",
+    arrays under another shape (never a copy), and with `dtype` as another dtype of the same
+    item size. simaccel.kernels.target.KernelTarget ("sim",
     "cuda") is the one calls replay launches on; simaccel.launch_plan records a launcher's
     launches once per Program on another."""
 
@@ -541,7 +542,7 @@ class LaunchTarget(Protocol):
 
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0) -> None: ...
 
-    def reshape(self, array, shape): ...
+    def reshape(self, array, shape, dtype=None): ...
 
 
 _LAUNCHERS: dict[str, Callable] = {}
