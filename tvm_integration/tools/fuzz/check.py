@@ -127,23 +127,11 @@ class Checker:
         except Exception as e:  # noqa: BLE001 - TVM's own failure: skip
             stop_if_context_lost(e, "TVM alone", _case_text(case))
             return Outcome(SKIP, f"TVM alone{at}: {error_line(e)}"), None
-        name = self.backend.name
         verdict = Outcome(PASS)
         for engine in (e for e in self.engines if engine_device(e) == device):
-            runtime = get_runtime()
-            runtime.ledger.reset()
-            try:
-                with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)) if self.backend.is_simaccel \
-                        else contextlib.nullcontext():
-                    got = run_vm(executable, arrays, dev)
-            except Exception as e:  # noqa: BLE001 - the backend failed to run what TVM runs
-                stop_if_context_lost(e, f"{name} on engine {engine}", _case_text(case))
-                return _failed(f"{RUN} ({engine})", e, f"engine {engine}{at}: run failed: {error_line(e)}"), want
-            ran = runtime.ledger.snapshot()["ops"] if self.backend.is_simaccel else \
-                Counter(op for ops in report.regions.values() for op in ops)
-            if count:
-                self.ops.update(ran)
-                self.with_regions += bool(ran) and engine == self.engines[0]
+            got, failure = self._run(case, engine, executable, report, arrays, dev, at, count)
+            if failure is not None:
+                return failure, want
             where, stage = f"engine {engine}{at}", f"{OUTPUT} ({engine})"
             outcome = case_verdict(case, got, want, where, stage=stage)
             if outcome.verdict == FAIL and device != "cpu" and not (case.independent_reference
@@ -162,7 +150,7 @@ class Checker:
         import tvm
 
         try:
-            partitioned, _ = self.backend.partition(mod)
+            partitioned, report = self.backend.partition(mod)
             executable = self.backend.build(mod, target, partitioned=partitioned)
         except Exception as e:  # noqa: BLE001 - the ops kept on TVM fail as TVM alone does: skip
             return Outcome(SKIP, f"TVM alone: {why}; the {self.backend.name} build too (what stays on TVM): "
@@ -171,19 +159,10 @@ class Checker:
         for k, (point, at) in enumerate(points):
             want = point.reference()
             for engine in (e for e in self.engines if engine_device(e) == device):
-                runtime = get_runtime()
-                runtime.ledger.reset()
-                try:
-                    with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)) if self.backend.is_simaccel \
-                            else contextlib.nullcontext():
-                        got = run_vm(executable, point.runtime_arrays(), dev)
-                except Exception as e:  # noqa: BLE001
-                    stop_if_context_lost(e, f"{self.backend.name} on engine {engine}", _case_text(case))
-                    return _failed(f"{RUN} ({engine})", e, f"engine {engine}{at}: run failed: {error_line(e)}")
-                if count and k == 0:
-                    ran = runtime.ledger.snapshot()["ops"]
-                    self.ops.update(ran)
-                    self.with_regions += bool(ran) and engine == self.engines[0]
+                got, failure = self._run(point, engine, executable, report, point.runtime_arrays(), dev, at,
+                                         count and k == 0)
+                if failure is not None:
+                    return failure
                 for i, (g, w) in enumerate(zip(got, want, strict=True)):
                     found = _difference(case, g, w.astype(g.dtype))
                     if not found.ok:
@@ -191,6 +170,26 @@ class Checker:
                                        f"engine {engine}{at}: output {i} differs from the float64 reference "
                                        f"(TVM alone cannot build it: {why}): {found.reason}")
         return Outcome(PASS, f"TVM alone cannot build it ({why}); every output matches the float64 reference")
+
+    def _run(self, case: Case, engine: str, executable, report, arrays, dev, at: str, count: bool):
+        """The backend's `executable` run on `engine` with `arrays`: (its outputs, None), or
+        (None, the failure) where it fails. `count`: add the ops it ran to the counters (the
+        ledger's, or for another backend its partition `report`'s)."""
+        runtime = get_runtime()
+        runtime.ledger.reset()
+        try:
+            with runtime.use_engine(RUNTIME_ENGINE.get(engine, engine)) if self.backend.is_simaccel \
+                    else contextlib.nullcontext():
+                got = run_vm(executable, arrays, dev)
+        except Exception as e:  # noqa: BLE001 - the backend failed to run what TVM runs
+            stop_if_context_lost(e, f"{self.backend.name} on engine {engine}", _case_text(case))
+            return None, _failed(f"{RUN} ({engine})", e, f"engine {engine}{at}: run failed: {error_line(e)}")
+        if count:
+            ran = runtime.ledger.snapshot()["ops"] if self.backend.is_simaccel else \
+                Counter(op for ops in report.regions.values() for op in ops)
+            self.ops.update(ran)
+            self.with_regions += bool(ran) and engine == self.engines[0]
+        return got, None
 
     @staticmethod
     def _tvm_on_cpu(mod, arrays) -> list | None:
