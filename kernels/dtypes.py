@@ -17,6 +17,8 @@ import ml_dtypes
 import numpy as np
 
 
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
 # Numba's names of the element types numpy spells otherwise (numba-cuda's bfloat16 type).
 _NUMBA_NAMES = {"__nv_bfloat16": "bfloat16"}
 
@@ -33,7 +35,7 @@ def numpy_dtype(dtype) -> np.dtype:
 def is_float(dtype) -> bool:
     """Whether `dtype` (as `numpy_dtype` takes it) is a float type: float16/32/64 or bfloat16."""
     dtype = numpy_dtype(dtype)
-    return dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16)
+    return dtype.kind == "f" or dtype == BFLOAT16
 
 
 def lowest(dtype) -> float:

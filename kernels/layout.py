@@ -34,7 +34,7 @@ import numpy as np
 from numba import cuda
 from numba.cuda.extending import register_jitable
 
-from .dtypes import numpy_dtype
+from .dtypes import BFLOAT16, numpy_dtype
 from .elementwise import ILP, divmod_fast, per_thread
 from .grid import BLOCK, MAX_BLOCKS, dims_of, launch_grid, pow2_at_least, size
 
@@ -219,10 +219,7 @@ def _moved(target, *arrays):
     """`arrays` as the copy kernels read them: bfloat16 ones as float16, the same 2 bytes an
     element moved unchanged (the kernels hold values in local and shared arrays, and numba-cuda
     0.30 makes none of its bfloat16: "unsupported type: __nv_bfloat16", seen on an H100)."""
-    return [target.reshape(a, a.shape, np.float16) if numpy_dtype(a.dtype) == _BFLOAT16 else a for a in arrays]
-
-
-_BFLOAT16 = np.dtype("bfloat16")
+    return [target.reshape(a, a.shape, np.float16) if numpy_dtype(a.dtype) == BFLOAT16 else a for a in arrays]
 
 
 def _launch_copy_rows(target, out, x, rows, L, outer_dims, outer_strides, offset, out_row, out_offset):

@@ -5,16 +5,15 @@
 Prefill (S = T query rows and keys, causal) and decode (1 query row against T keys) in float16
 and bfloat16, 32 heads of 128: each checked against torch (simaccel.compare's rule with the
 dtype's tolerance), then timed with CUDA events (the median of 20 samples of 5 calls queued
-behind a spin kernel), interleaved with torch's SDPA (flash where torch picks it). Writes
+behind a spin kernel, scripts/fp16_gemm_gpu.py's `events_ms`), interleaved with torch's SDPA (flash where torch picks it). Writes
 OUT_DIR/attention.json.
 """
 import json
-import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
+from fp16_gemm_gpu import events_ms, numba_array  # the GEMM script's timing and views, beside this one
 from numba import cuda
 
 from simaccel.compare import array_difference
@@ -24,28 +23,6 @@ from simaccel.ops import get_op
 # (label, batch, query rows, keys, heads, head dim, causal)
 CASES = [("prefill 2048", 1, 2048, 2048, 32, 128, True), ("prefill 512", 4, 512, 512, 32, 128, True),
          ("decode 4096", 1, 1, 4096, 32, 128, False), ("decode 1024 x8", 8, 1, 1024, 32, 128, False)]
-
-
-def numba_array(t):
-    dtype = np.dtype(str(t.dtype).removeprefix("torch."))
-    return cuda.from_cuda_array_interface({"shape": tuple(t.shape), "strides": None, "typestr": dtype,
-                                           "data": (t.data_ptr(), False), "version": 3}, owner=t, sync=False)
-
-
-def events_ms(fn, reps=20, warm=2, queued=5):
-    for _ in range(warm):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(20_000_000)
-        start.record()
-        for _ in range(queued):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / queued)
-    return statistics.median(times)
 
 
 def main(out_dir: Path) -> int:
@@ -73,7 +50,7 @@ def main(out_dir: Path) -> int:
             torch.cuda.synchronize()
             found = array_difference(out.float().cpu().numpy(), want.cpu().numpy(), dtype=dtype_name, scaled=True)
             failed += not found.ok
-            ms, torch_ms = events_ms(ours), events_ms(theirs)
+            ms, torch_ms = events_ms(ours, warm=2, queued=5), events_ms(theirs, warm=2, queued=5)
             flops = 4.0 * b * h * s * t * d / (2 if causal else 1)
             row = {"case": label, "dtype": dtype_name, "batch": b, "S": s, "T": t, "heads": h, "head_dim": d,
                    "causal": causal, "ms": ms, "torch_ms": torch_ms, "ratio": ms / torch_ms,

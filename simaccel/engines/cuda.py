@@ -20,6 +20,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..kernels.dtypes import BFLOAT16
 from ..launch_plan import replay
 from ..tensors import describe
 from .base import Call, Engine
@@ -220,10 +221,7 @@ def bits(array):
     uint16 of the same bytes, since numba-cuda moves data through Python's buffer protocol,
     which has no format for ml_dtypes' bfloat16 ("cannot include dtype 'E' in a buffer", seen
     on an H100); every other array as it is."""
-    return array.view(np.uint16) if np.dtype(array.dtype) == _BFLOAT16 else array
-
-
-_BFLOAT16 = np.dtype("bfloat16")
+    return array.view(np.uint16) if np.dtype(array.dtype) == BFLOAT16 else array
 
 
 def device_view(address: int, spec, owner=None):
