@@ -3,7 +3,8 @@
     python scripts/attention_gpu.py OUT_DIR
 
 Prefill (S = T query rows and keys, causal) and decode (1 query row against T keys) in float16
-and bfloat16, 32 heads of 128: each checked against torch (simaccel.compare's rule with the
+and bfloat16, 32 query heads of 128 over 32 key/value heads, or 8 (grouped-query attention,
+torch's enable_gqa): each checked against torch (simaccel.compare's rule with the
 dtype's tolerance), then timed with CUDA events (the median of 20 samples of 5 calls queued
 behind a spin kernel, scripts/fp16_gemm_gpu.py's `events_ms`), interleaved with torch's SDPA (flash where torch picks it). Writes
 OUT_DIR/attention.json.
@@ -20,9 +21,11 @@ from simaccel.compare import array_difference
 from simaccel.kernels import KernelTarget
 from simaccel.ops import get_op
 
-# (label, batch, query rows, keys, heads, head dim, causal)
-CASES = [("prefill 2048", 1, 2048, 2048, 32, 128, True), ("prefill 512", 4, 512, 512, 32, 128, True),
-         ("decode 4096", 1, 1, 4096, 32, 128, False), ("decode 1024 x8", 8, 1, 1024, 32, 128, False)]
+# (label, batch, query rows, keys, query heads, key/value heads, head dim, causal)
+CASES = [("prefill 2048", 1, 2048, 2048, 32, 32, 128, True), ("prefill 512", 4, 512, 512, 32, 32, 128, True),
+         ("prefill 2048 gqa", 1, 2048, 2048, 32, 8, 128, True), ("prefill 2048 d64", 1, 2048, 2048, 32, 32, 64, True),
+         ("decode 4096", 1, 1, 4096, 32, 32, 128, False), ("decode 4096 gqa", 1, 1, 4096, 32, 8, 128, False),
+         ("decode 1024 x8", 8, 1, 1024, 32, 32, 128, False), ("decode 4096 gqa x8", 8, 1, 4096, 32, 8, 128, False)]
 
 
 def main(out_dir: Path) -> int:
@@ -31,9 +34,9 @@ def main(out_dir: Path) -> int:
     rows, failed = [], 0
     for dtype_name in ("float16", "bfloat16"):
         dtype = getattr(torch, dtype_name)
-        for label, b, s, t, h, d, causal in CASES:
+        for label, b, s, t, h, hkv, d, causal in CASES:
             torch.manual_seed(0)
-            q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=dtype) for n in (s, t, t))
+            q, k, v = (torch.randn(b, n, heads, d, device="cuda", dtype=dtype) for n, heads in ((s, h), (t, hkv), (t, hkv)))
             out = torch.empty(b, s, h, d, device="cuda", dtype=dtype)
             attrs = {"scale": d ** -0.5, "causal": causal, "bottom_right": True}
             args = [numba_array(x) for x in (out, q, k, v)]
@@ -43,7 +46,8 @@ def main(out_dir: Path) -> int:
 
             def theirs():
                 return torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal and s > 1)
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal and s > 1,
+                    enable_gqa=hkv != h)
 
             ours()
             want = theirs().transpose(1, 2).float()
@@ -52,9 +56,10 @@ def main(out_dir: Path) -> int:
             failed += not found.ok
             ms, torch_ms = events_ms(ours, warm=2, queued=5), events_ms(theirs, warm=2, queued=5)
             flops = 4.0 * b * h * s * t * d / (2 if causal else 1)
-            row = {"case": label, "dtype": dtype_name, "batch": b, "S": s, "T": t, "heads": h, "head_dim": d,
+            kv_bytes = 2 * b * t * hkv * d * q.element_size()  # what a decode step must read at least
+            row = {"case": label, "dtype": dtype_name, "batch": b, "S": s, "T": t, "heads": h, "kv_heads": hkv, "head_dim": d,
                    "causal": causal, "ms": ms, "torch_ms": torch_ms, "ratio": ms / torch_ms,
-                   "tflops": flops / ms / 1e9, "matches_torch": found.ok}
+                   "tflops": flops / ms / 1e9, "kv_gbps": kv_bytes / ms / 1e6, "matches_torch": found.ok}
             rows.append(row)
             print(f"{dtype_name:9s} {label:16s} {ms * 1e3:10.1f} us | torch {torch_ms * 1e3:8.1f} us | "
                   f"{row['ratio']:6.2f}x | {'ok' if found.ok else 'MISMATCH ' + found.reason}")

@@ -151,6 +151,36 @@ def test_tensor_core_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight
         assert f"HGMMA.64x{bn}x16.F32" in sass and "HMMA" not in sass
 
 
+# (query, key/value) shapes of the tensor-core attention tiles: head dims 64 and 128, grouped heads.
+ATTENTION_TILE_CASES = [((2, 70, 8, 128), (2, 90, 2, 128)), ((1, 1, 4, 64), (1, 4096, 4, 64))]
+
+
+@pytest.mark.parametrize("arch", [SM90, (8, 0), (7, 5)], ids=lambda a: f"sm_{a[0]}{a[1]}")
+@pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
+@pytest.mark.parametrize("query, kv", ATTENTION_TILE_CASES, ids=str)
+def test_attention_tiles_use_tensor_cores_without_spills(query, kv, dtype, arch):
+    """float16 and bfloat16 attention with equal head dims 64 or 128 runs kernels/attention.cu's
+    tile, inlined into the Numba kernel: mma.sync, ldmatrix(.trans) and cp.async from sm_80 on,
+    no spill and no stack (its accumulators live in registers), dynamic shared memory as the
+    kernel function says; below sm_80 the same entry without tensor cores, staging nothing (a
+    thread's row of accumulators is then a stack frame of 4 bytes each)."""
+    from simaccel.kernels.attention import dynamic_shared_bytes
+
+    program = one_op_program("simaccel.attention", [query, kv, kv], dtype,
+                             {"scale": 0.1, "causal": True, "bottom_right": True})
+    [kernel] = compile_program(program, arch)
+    d = query[-1]
+    assert kernel.kernel.__name__ == f"_attention_tile_kernel_d{d}" + ("" if dtype == "float16" else f"_{dtype}")
+    assert "simaccel_attention" not in kernel.ptx and "call" not in kernel.ptx.replace("callseq", "")  # inlined
+    used = no_spills(kernel)
+    tensor_cores = arch >= (8, 0)
+    assert used["stack"] <= (0 if tensor_cores else 4 * d) and used["registers"] <= 255, used
+    for instruction in (f"mma.sync.aligned.m16n8k16.row.col.f32.{MMA_TYPES[dtype]}.f32", "ldmatrix.sync.aligned.m8n8.x4.trans",
+                        "cp.async.cg.shared.global"):
+        assert (instruction in kernel.ptx) == tensor_cores, instruction
+    assert kernel.shared_bytes == dynamic_shared_bytes(d, kernel.cubin_target) == (320 * d * 2 if tensor_cores else 0)
+
+
 @pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
 def test_tensor_core_matmul_kernels_compile_for_gpus_without_tensor_cores(dtype):
     # sm_75 has neither m16n8k16 nor cp.async: the same C++ entry computes with float32 FMAs.
@@ -430,6 +460,7 @@ FAMILY_CASES = [
     ("simaccel.rms_norm", [(2, 9), (9,)], {"epsilon": 1e-5}), ("simaccel.rms_norm", [(4096, 128), (128,)], {"epsilon": 1e-5}),
     ("simaccel.rms_norm", [(2, 9000), (9000,)], {"epsilon": 1e-5}),  # the long-row kernel
     ("simaccel.attention", [(1, 5, 2, 128), (1, 9, 2, 128), (1, 9, 2, 64)], {"scale": 0.1, "causal": True, "bottom_right": True}),
+    ("simaccel.attention", [(1, 5, 4, 128), (1, 9, 2, 128), (1, 9, 2, 128)], {"scale": 0.1, "causal": True, "bottom_right": True}),
     ("simaccel.max_pool2d", [(1, 2, 9, 9)], POOL), ("simaccel.avg_pool2d", [(1, 2, 9, 9)], {**POOL, "count_include_pad": True}),
     ("simaccel.sum", [(4, 5, 6)], {"axes": [1], "keepdims": False}),
     ("simaccel.mean", [(2, 3, 64, 64)], {"axes": [2, 3], "keepdims": True}),

@@ -48,6 +48,11 @@ KERNEL_CASES = [
     ("simaccel.attention", [(2, 77, 8, 64), (2, 77, 8, 64), (2, 77, 8, 64)], {"scale": 0.125, "causal": True, "bottom_right": False}),
     ("simaccel.attention", [(1, 50, 4, 128), (1, 300, 4, 128), (1, 300, 4, 96)], {"scale": 0.09, "causal": True, "bottom_right": True}),
     ("simaccel.attention", [(4, 1, 8, 128), (4, 1000, 8, 128), (4, 1000, 8, 128)], {"scale": 0.09, "causal": False, "bottom_right": False}),
+    # Grouped-query attention on the tensor-core tiles: prefill of 4 query heads per key/value
+    # head (800 packed rows), a decode step of 4 heads against 4097 keys, more rows than keys.
+    ("simaccel.attention", [(2, 200, 8, 128), (2, 200, 2, 128), (2, 200, 2, 128)], {"scale": 0.09, "causal": True, "bottom_right": True}),
+    ("simaccel.attention", [(3, 1, 32, 128), (3, 4097, 8, 128), (3, 4097, 8, 128)], {"scale": 0.09, "causal": True, "bottom_right": True}),
+    ("simaccel.attention", [(1, 130, 6, 64), (1, 70, 3, 64), (1, 70, 3, 64)], {"scale": 0.2, "causal": True, "bottom_right": True}),
     ("simaccel.add", [(4, 1, 30, 50), (7, 1, 50)], {}),
     ("simaccel.multiply", [(1000, 513), (513,)], {}),
     ("simaccel.gelu", [(1000, 513)], {}),

@@ -1,8 +1,10 @@
 """``simaccel.attention``: Relax's fused multi-head attention, ``relax.nn.attention``.
 
 softmax(Q K^T * scale [causal mask]) V per batch and head, in BSNH layout as Relax's op:
-query (B, S, H, D), key (B, T, H, D), value (B, T, H, Dv) -> (B, S, H, Dv); the default scale
-1 / sqrt(D). A causal mask keeps key j for query i where j <= i + offset: 0 for "TopLeft",
+query (B, S, H, D), key (B, T, HKV, D), value (B, T, HKV, Dv) -> (B, S, H, Dv); the default
+scale 1 / sqrt(D). HKV < H is grouped-query attention: query head h reads key/value head
+h // (H // HKV) (Relax's op itself has HKV = H; simaccel's rewrites fold a repeat of the keys
+and values into it). A causal mask keeps key j for query i where j <= i + offset: 0 for "TopLeft",
 |S - T| for "BottomRight" (TVM's legalization's own definition, abs included). TVM's torch and
 ONNX frontends and `relax.frontend.nn` emit it (torch's scaled_dot_product_attention). A bias
 (`attention_bias`) and sliding windows stay on TVM. Computed in float32 with an online softmax
@@ -44,8 +46,10 @@ def infer_attention(shapes, *, scale, causal, bottom_right):
     q, k, v = (tuple(s) for s in shapes)
     for role, shape in (("query", q), ("key", k), ("value", v)):
         check_rank(role, shape, 4, 4)
-    if not (q[0] == k[0] == v[0] and q[2] == k[2] == v[2]):
-        raise ShapeError(f"batch and heads differ: query {q}, key {k}, value {v}")
+    if not (q[0] == k[0] == v[0] and k[2] == v[2]):
+        raise ShapeError(f"batch or key/value heads differ: query {q}, key {k}, value {v}")
+    if q[2] != k[2] and not (isinstance(q[2], int) and isinstance(k[2], int) and k[2] > 0 and q[2] % k[2] == 0):
+        raise ShapeError(f"query heads {q[2]} are not a multiple of key/value heads {k[2]}: query {q}, key {k}")
     if k[1] != v[1] or q[3] != k[3]:
         raise ShapeError(f"key {k} and value {v} must share their length, query {q} and key their head dim")
     for role, d in (("query", q[3]), ("value", v[3])):
@@ -61,7 +65,9 @@ def causal_offset(s: int, t: int, bottom_right: bool) -> int:
 
 def attention(query, key, value, *, scale, causal, bottom_right):
     """The numpy reference (float32): masked entries take no part in the softmax."""
+    group = query.shape[2] // max(key.shape[2], 1)
     q, k, v = (np.transpose(f32(a), (0, 2, 1, 3)) for a in (query, key, value))  # (B, H, ., .)
+    k, v = (np.repeat(a, group, axis=1) for a in (k, v))  # grouped-query: each key/value head G times
     s, t = q.shape[2], k.shape[2]
     with np.errstate(all="ignore"):
         scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale)

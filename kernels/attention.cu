@@ -1,0 +1,368 @@
+// Tensor-core attention (simaccel.attention) for float16 and bfloat16 with head dims 64 and 128
+// (kernels/attention.py launches it; other cases take its one-warp-per-row kernel).
+//
+// One block of 4 warps computes 64 query rows of one batch and one key/value head against all
+// the keys they may see, flash-attention style: the rows are the head's query rows packed with
+// its query-head group (GQA: query heads h * G ... h * G + G - 1 share key/value head h, so row
+// p of the packed sequence is query row p / G of query head h * G + p % G; G = 1 for plain
+// multi-head attention, and a decode step's G heads fill G rows of one tile). Each warp holds
+// 16 rows: their Q as mma A fragments in registers, their output as float32 accumulators, the
+// running max and sum of each row. Keys come in tiles of 64, K and V staged global -> shared
+// with cp.async (double-buffered: tile t + 1 is in flight while tile t is multiplied), in rows
+// of 16-byte chunks XOR-swizzled so that the 8 rows an ldmatrix reads lie in distinct banks.
+// Per tile: S = Q K^T (mma.m16n8k16, K read with ldmatrix), masks (keys past the end, the
+// causal diagonal), the online softmax in base 2 (max across the quad of lanes that share a
+// row; ex2.approx), then O = O * correction + P V, with P's accumulators repacked in
+// registers as the A fragments of the second mma (their layouts coincide) and V read with
+// ldmatrix.trans. Causal tiles past a block's last visible key are never loaded.
+//
+// Below sm_80 (no mma.sync, no cp.async) the same entry computes the same rows with float32
+// FMAs, one thread a row: correct, not fast.
+//
+// Entry: simaccel_attention_{f16,bf16}_d{64,128}(out, q, k, v, S, T, H, HKV, scale, causal,
+// offset), block (64-row tile, key/value head, batch) = (blockIdx.x, blockIdx.y, blockIdx.z),
+// 128 threads, `shared_bytes<D>()` of dynamic shared memory (attention.py's
+// `dynamic_shared_bytes`; less traps). Tensors are contiguous BSNH: q and out (B, S, H, D),
+// k and v (B, T, HKV, D). A causal mask keeps key j for query row i where j <= i + offset.
+// Rows that see no key are 0.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace {
+
+using uint32_t = unsigned int;
+
+template <typename T>
+struct Element;
+template <>
+struct Element<__half> {
+    static constexpr bool kBf16 = false;
+    static __device__ __forceinline__ float value(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&h);
+    }
+};
+template <>
+struct Element<__nv_bfloat16> {
+    static constexpr bool kBf16 = true;
+    static __device__ __forceinline__ float value(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t*>(&h);
+    }
+};
+
+constexpr int BLOCK_M = 64, BLOCK_N = 64, THREADS = 128;  // 4 warps of 16 query rows
+constexpr float LOG2E = 1.4426950408889634f;
+#define NEG_INF (-__int_as_float(0x7f800000))  // NVRTC has no math.h INFINITY
+
+// Dynamic shared memory of a block: its Q tile and two stages of K and V tiles (attention.py's
+// `dynamic_shared_bytes` says the same).
+template <int D>
+__device__ constexpr unsigned shared_bytes() { return (BLOCK_M + 4 * BLOCK_N) * D * 2; }
+
+// What one block computes: the packed rows [m0, m0 + BLOCK_M) of key/value head `kvh` of batch `b`.
+struct Problem {
+    int S, T, H, HKV;
+    int G;  // query heads per key/value head
+    float scale;
+    bool causal;
+    int offset;
+    int b, kvh, m0, rows;  // rows: S * G, the packed sequence's length
+
+    // Element offset of packed row p's query (and output) row, p < rows.
+    __device__ __forceinline__ long long q_row(int p, int D) const {
+        return ((static_cast<long long>(b) * S + p / G) * H + kvh * G + p % G) * D;
+    }
+    __device__ __forceinline__ long long kv_row(int j, int D) const {
+        return ((static_cast<long long>(b) * T + j) * HKV + kvh) * D;
+    }
+    // Keys the block's rows see at most: all T, or up to its last row's diagonal.
+    __device__ __forceinline__ int keys() const {
+        if (!causal) return T;
+        const int last = (m0 + BLOCK_M < rows ? m0 + BLOCK_M : rows) - 1;
+        const long long limit = static_cast<long long>(last / G) + offset + 1;
+        return limit < 0 ? 0 : (limit < T ? static_cast<int>(limit) : T);
+    }
+};
+
+#if __CUDA_ARCH__ >= 800  // cp.async, ldmatrix and mma.m16n8k16
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
+    // src-size 0 fills the 16 bytes with zeros and reads nothing.
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (Element<T>::kBf16)
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {  // 2^x; -inf gives 0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Chunk c (16 bytes, 8 elements) of row `row` of a tile stored as rows of D / 8 chunks.
+template <int D>
+__device__ __forceinline__ int chunk(int row, int c) {
+    return row * (D / 8) + (c ^ (row & 7));
+}
+
+// Stage `count` rows of D elements into `dst` (a tile of `chunk` layout): row r is `src +
+// offset(r)`, or zeros where `valid(r)` is false. 16-byte cp.async copies where every row is
+// 16-byte aligned (`aligned`), else element loads.
+template <typename T, int D, typename Offset, typename Valid>
+__device__ __forceinline__ void stage(uint4* dst, const T* src, Offset offset, Valid valid, bool aligned) {
+    constexpr int C = D / 8, PER_THREAD = BLOCK_N * C / THREADS;  // BLOCK_M == BLOCK_N
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+        const int q = threadIdx.x + i * THREADS, row = q / C, c = q % C;
+        const bool ok = valid(row);
+        const T* from = ok ? src + offset(row) + c * 8 : src;
+        if (aligned) {
+            copy16(dst + chunk<D>(row, c), from, ok);
+        } else {
+            __align__(16) T v[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[e] = ok ? from[e] : Element<T>::from(0.0f);
+            dst[chunk<D>(row, c)] = *reinterpret_cast<uint4*>(v);
+        }
+    }
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, const T* v, const Problem& pr) {
+    constexpr int KSTEPS = D / 16, NT = BLOCK_N / 8, DT = D / 8;  // Q K^T k-steps, S's n8 tiles, O's
+    extern __shared__ __align__(16) uint4 smem[];
+    uint32_t given;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(given));
+    if (given < shared_bytes<D>()) __trap();
+    uint4* const Qs = smem;
+    uint4* const Ks = Qs + BLOCK_M * D / 8;  // two stages
+    uint4* const Vs = Ks + 2 * BLOCK_N * D / 8;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool aligned = ((reinterpret_cast<unsigned long long>(q) | reinterpret_cast<unsigned long long>(k) |
+                           reinterpret_cast<unsigned long long>(v)) & 15) == 0;
+    const int keys = pr.keys(), tiles = (keys + BLOCK_N - 1) / BLOCK_N;
+
+    stage<T, D>(Qs, q, [&](int r) { return pr.q_row(pr.m0 + r, D); }, [&](int r) { return pr.m0 + r < pr.rows; },
+                aligned);
+    commit();
+    auto stage_kv = [&](int t) {
+        const int n0 = t * BLOCK_N;
+        const int s = t & 1;
+        auto offset = [&](int r) { return pr.kv_row(n0 + r, D); };
+        auto valid = [&](int r) { return n0 + r < keys; };
+        stage<T, D>(Ks + s * BLOCK_N * D / 8, k, offset, valid, aligned);
+        stage<T, D>(Vs + s * BLOCK_N * D / 8, v, offset, valid, aligned);
+    };
+    if (tiles > 0) stage_kv(0);
+    commit();
+    wait_groups<1>();  // Q is in
+    __syncthreads();
+
+    uint32_t qf[KSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; ++kk) ldmatrix_x4(qf[kk], Qs + chunk<D>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+
+    // This thread's two rows (lane / 4 and lane / 4 + 8 of its warp's 16) and the last key each sees.
+    int row[2], last[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        row[i] = pr.m0 + warp * 16 + (lane >> 2) + 8 * i;
+        const long long diagonal = static_cast<long long>(row[i] / pr.G) + pr.offset;
+        last[i] = pr.causal && diagonal < keys - 1 ? static_cast<int>(diagonal) : keys - 1;
+    }
+    const float scale = pr.scale * LOG2E;  // scores in base 2
+    float o[DT][4], top[2] = {NEG_INF, NEG_INF}, sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < DT; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) o[n][r] = 0.0f;
+
+    for (int t = 0; t < tiles; ++t) {
+        if (t + 1 < tiles) stage_kv(t + 1);
+        commit();
+        wait_groups<1>();  // tile t is in
+        __syncthreads();
+        const uint4* K = Ks + (t & 1) * BLOCK_N * D / 8;
+        const uint4* V = Vs + (t & 1) * BLOCK_N * D / 8;
+        const int m = lane >> 3;  // which 8x8 matrix of an ldmatrix.x4 this lane addresses
+
+        float s[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) s[n][r] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+            for (int p = 0; p < NT / 2; ++p) {
+                uint32_t b[4];
+                ldmatrix_x4(b, K + chunk<D>(p * 16 + (m >> 1) * 8 + (lane & 7), kk * 2 + (m & 1)));
+                mma16816<T>(s[2 * p], qf[kk], b[0], b[1]);
+                mma16816<T>(s[2 * p + 1], qf[kk], b[2], b[3]);
+            }
+
+        // Scale, mask where this tile crosses a row's last key, and the new running max.
+        const int n0 = t * BLOCK_N;
+        const bool masked = n0 + BLOCK_N - 1 > (last[0] < last[1] ? last[0] : last[1]);
+        float next[2] = {top[0], top[1]};
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                float x = s[n][r] * scale;
+                if (masked && n0 + n * 8 + 2 * (lane & 3) + (r & 1) > last[r >> 1]) x = NEG_INF;
+                s[n][r] = x;
+                next[r >> 1] = fmaxf(next[r >> 1], x);
+            }
+        float correction[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            next[i] = fmaxf(next[i], __shfl_xor_sync(0xffffffffu, next[i], 1));
+            next[i] = fmaxf(next[i], __shfl_xor_sync(0xffffffffu, next[i], 2));
+            const float base = next[i] == NEG_INF ? 0.0f : next[i];  // a row with no key yet
+            correction[i] = exp2_approx(top[i] - base);
+            top[i] = next[i];
+            sum[i] *= correction[i];
+        }
+        // P = 2^(s - max), as the A fragments of P V: key step j's registers are S's n8 tiles
+        // 2j and 2j + 1 (rows lane / 4 and + 8, keys 2 (lane % 4) and + 1 of each).
+        uint32_t pf[BLOCK_N / 16][4];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            float e[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int i = r >> 1;
+                e[r] = exp2_approx(s[n][r] - (top[i] == NEG_INF ? 0.0f : top[i]));
+                sum[i] += e[r];
+            }
+            pf[n >> 1][(n & 1) * 2] = Element<T>::pack(e[0], e[1]);
+            pf[n >> 1][(n & 1) * 2 + 1] = Element<T>::pack(e[2], e[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < DT; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) o[n][r] *= correction[r >> 1];
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 16; ++j)
+#pragma unroll
+            for (int p = 0; p < DT / 2; ++p) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, V + chunk<D>(j * 16 + (m & 1) * 8 + (lane & 7), p * 2 + (m >> 1)));
+                mma16816<T>(o[2 * p], pf[j], b[0], b[1]);
+                mma16816<T>(o[2 * p + 1], pf[j], b[2], b[3]);
+            }
+        __syncthreads();  // every warp is done with this tile's buffers before tile t + 2 fills them
+    }
+    wait_groups<0>();
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+        sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        if (row[i] >= pr.rows) continue;
+        T* dst = out + pr.q_row(row[i], D);
+        const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;  // no key seen: 0
+#pragma unroll
+        for (int n = 0; n < DT; ++n) {
+            const int col = n * 8 + 2 * (lane & 3);
+            const float a = sum[i] > 0.0f ? o[n][2 * i] * inv : 0.0f, c = sum[i] > 0.0f ? o[n][2 * i + 1] * inv : 0.0f;
+            dst[col] = Element<T>::from(a);
+            dst[col + 1] = Element<T>::from(c);
+        }
+    }
+}
+
+#else  // no tensor cores: one thread a row, float32 FMAs
+
+template <typename T, int D>
+__device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, const T* v, const Problem& pr) {
+    const int p = pr.m0 + threadIdx.x;
+    if (threadIdx.x >= BLOCK_M || p >= pr.rows) return;
+    const T* qr = q + pr.q_row(p, D);
+    const long long diagonal = static_cast<long long>(p / pr.G) + pr.offset;
+    const int last = pr.causal && diagonal < pr.T - 1 ? static_cast<int>(diagonal) : pr.T - 1;
+    float acc[D], top = NEG_INF, sum = 0.0f;
+    for (int d = 0; d < D; ++d) acc[d] = 0.0f;
+    for (int j = 0; j <= last; ++j) {
+        const T* kr = k + pr.kv_row(j, D);
+        const T* vr = v + pr.kv_row(j, D);
+        float x = 0.0f;
+        for (int d = 0; d < D; ++d) x += Element<T>::value(qr[d]) * Element<T>::value(kr[d]);
+        x *= pr.scale;
+        const float next = fmaxf(top, x), correction = top == NEG_INF ? 0.0f : expf(top - next), e = expf(x - next);
+        sum = sum * correction + e;
+        for (int d = 0; d < D; ++d) acc[d] = acc[d] * correction + e * Element<T>::value(vr[d]);
+        top = next;
+    }
+    T* dst = out + pr.q_row(p, D);
+    for (int d = 0; d < D; ++d) dst[d] = Element<T>::from(sum > 0.0f ? acc[d] / sum : 0.0f);
+}
+
+#endif
+
+template <typename T, int D>
+__device__ __forceinline__ int attention(T* out, const T* q, const T* k, const T* v, long long S, long long T_,
+                                         long long H, long long HKV, float scale, long long causal, long long offset) {
+    const int G = static_cast<int>(H / HKV);
+    const Problem pr{static_cast<int>(S), static_cast<int>(T_), static_cast<int>(H), static_cast<int>(HKV), G, scale,
+                     causal != 0, static_cast<int>(offset), static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y),
+                     static_cast<int>(blockIdx.x) * BLOCK_M, static_cast<int>(S) * G};
+    attention_tile<T, D>(out, q, k, v, pr);
+    return 0;
+}
+
+}  // namespace
+
+#define SIMACCEL_ATTENTION_ENTRY(name, T, D)                                                                      \
+    extern "C" __device__ int name(T* out, const T* q, const T* k, const T* v, long long S, long long T_, long long H, \
+                                   long long HKV, float scale, long long causal, long long offset) {                \
+        return attention<T, D>(out, q, k, v, S, T_, H, HKV, scale, causal, offset);                               \
+    }
+SIMACCEL_ATTENTION_ENTRY(simaccel_attention_f16_d64, __half, 64)
+SIMACCEL_ATTENTION_ENTRY(simaccel_attention_f16_d128, __half, 128)
+SIMACCEL_ATTENTION_ENTRY(simaccel_attention_bf16_d64, __nv_bfloat16, 64)
+SIMACCEL_ATTENTION_ENTRY(simaccel_attention_bf16_d128, __nv_bfloat16, 128)
