@@ -176,3 +176,78 @@ def test_the_decoder_layer_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype)
         got, want = (relax.VirtualMachine(e, dev)["main"](*arrays).numpy() for e in (ours, theirs))
         found = array_difference(got, want, dtype=dtype, scaled=True)
         assert found.ok, f"s = {seq}: {found.reason}"
+
+
+# -- grouped-query attention (GQA) ----------------------------------------------------------
+
+def grouped_module(dtype, s, t, heads=4, kv_heads=2, d=16, mask="BottomRight", axis=2, repeats=None):
+    """attention of keys and values repeated per query-head group, as a GQA decoder writes it in Relax."""
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", R.Tensor((2, s, heads, d), dtype))
+    k, v = (relax.Var(n, R.Tensor((2, t, kv_heads, d), dtype)) for n in "kv")
+    with bb.function("main", [q, k, v]):
+        with bb.dataflow():
+            kr, vr = (bb.emit(relax.op.repeat(x, repeats or heads // kv_heads, axis=axis)) for x in (k, v))
+            out = bb.emit_output(relax.op.nn.attention(q, kr, vr, causal_mask=mask))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 3, 70, 8, 2, 64), (2, 65, 65, 4, 4, 128), (1, 5, 9, 6, 3, 8), (2, 1, 130, 16, 2, 64)],
+                         ids=str)
+def test_grouped_heads_kernels_match_the_reference(shape, dtype):
+    """Both kernels (tensor-core tiles at head dims 64 and 128 in float16 and bfloat16, the
+    warp per row otherwise) with key/value heads shared by groups of query heads, on the
+    simulator; the reference repeats each key/value head over its group."""
+    b, s, t, h, hkv, d = shape
+    rng = np.random.default_rng(sum(shape))
+    arrays = [rng.standard_normal(x).astype(dtype) for x in ((b, s, h, d), (b, t, hkv, d), (b, t, hkv, d))]
+    attrs = dict(scale=0.2, **CAUSAL["BottomRight"])
+    out, ref, launches = _run_kernel(arrays, attrs)
+    assert launches == 1
+    np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[dtype])
+    repeated = [arrays[0]] + [np.repeat(a, h // hkv, axis=2) for a in arrays[1:]]
+    np.testing.assert_array_equal(ref, get_op("simaccel.attention").reference(*repeated, **attrs))
+
+
+def test_the_grouped_reference_is_torchs_with_enable_gqa():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal(x).astype("float32") for x in ((2, 5, 6, 8), (2, 5, 2, 8), (2, 5, 2, 8)))
+    tq, tk, tv = (torch.from_numpy(a).permute(0, 2, 1, 3) for a in (q, k, v))
+    if "enable_gqa" not in torch.nn.functional.scaled_dot_product_attention.__doc__:
+        pytest.skip("this torch has no enable_gqa")
+    want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, enable_gqa=True)
+    got = get_op("simaccel.attention").reference(q, k, v, scale=8 ** -0.5, **CAUSAL["TopLeft"])
+    np.testing.assert_allclose(got, want.permute(0, 2, 1, 3).numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_repeated_keys_and_values_fold_into_grouped_attention(dtype, engine):
+    """R.repeat of the keys and values along the head axis is not computed: the op reads the
+    key/value heads themselves. Matches TVM alone, which repeats them."""
+    mod = grouped_module(dtype, 5, 7, heads=4, kv_heads=2, d=64)
+    assert_offloads(mod, ["simaccel.grouped_attention"])
+    assert_matches_tvm(mod, engines=[engine])
+
+
+def test_grouped_attention_over_a_symbolic_cache():
+    """A GQA decode step and prefill from one build: s query rows against t keys, both symbolic."""
+    s, t = tvm.tirx.Var("s", "int64"), tvm.tirx.Var("t", "int64")
+    mod = grouped_module("float16", s, t, heads=8, kv_heads=2, d=64)
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"s": 16, "t": 80})
+    assert_offloads(mod, ["simaccel.grouped_attention"])
+    assert_matches_tvm(mod, sizes=[{"s": 1, "t": 1}, {"s": 1, "t": 70}, {"s": 16, "t": 16}, {"s": 3, "t": 80}],
+                       engines=["ref", "sim"])
+
+
+@pytest.mark.parametrize("axis, repeats, reason", [(1, 2, "repeat is along axis 1, not the head axis")])
+def test_a_repeat_that_is_not_a_head_group_is_not_folded(axis, repeats, reason):
+    """Keys repeated along the sequence: plain attention of the repeated keys, the repeat on TVM."""
+    mod = grouped_module("float32", 4, 3, heads=2, kv_heads=2, axis=axis, repeats=repeats)
+    _, report = partition_report(mod)
+    assert list(report.regions.values()) == [["simaccel.attention"]], report.format()
+    assert {op for _, op, _ in report.kept} == {"relax.repeat"}, report.format()
+    assert_matches_tvm(mod, engines=["ref"])

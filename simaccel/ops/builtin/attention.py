@@ -87,6 +87,20 @@ def attention_flops(shapes, out_shape, **attrs):
     return 2 * b * h * s * t * (d + out_shape[-1])
 
 
+def grouped_attention_from_relax(match):
+    """relax.nn.attention of keys and values repeated along the head axis, each head G times
+    in a row (`R.repeat(k, G, axis=2)`: Relax's own op needs equal heads): the op reads the
+    unrepeated ones, query head h taking key/value head h // G, which is what the repeat gave it."""
+    heads = match.shapes["query"][2]
+    for role, node in (("key", "key_repeat"), ("value", "value_repeat")):
+        a, shape = match.nodes[node], match.shapes[role]
+        if a["axis"] is None or a["axis"] % len(shape) != 2:
+            raise Reject(f"the {role}'s repeat is along axis {a['axis']}, not the head axis")
+        if not (isinstance(shape[2], int) and isinstance(heads, int) and shape[2] * a["repeats"] == heads):
+            raise Reject(f"the {role}'s {shape[2]} heads repeated {a['repeats']} times are not the query's {heads}")
+    return attention_from_relax(match)
+
+
 declare(OpFamily(
     name="simaccel.attention",
     inputs=("query", "key", "value"),
@@ -98,4 +112,19 @@ declare(OpFamily(
     kernel="simaccel.kernels.attention:launch_attention",
     flops=attention_flops,
     doc="softmax(Q K^T * scale [causal]) V, BSNH (relax.nn.attention)",
+))
+
+
+declare(OpFamily(
+    name="simaccel.grouped_attention",
+    inputs=("query", "key", "value"),
+    pattern=relax_op("relax.nn.attention", "query", relax_op("relax.repeat", "key", name="key_repeat"),
+                     relax_op("relax.repeat", "value", name="value_repeat")),
+    attrs={"scale": kinds.number, "causal": kinds.flag, "bottom_right": kinds.flag},
+    from_relax=grouped_attention_from_relax,
+    infer=infer_attention,
+    reference=attention,
+    kernel="simaccel.kernels.attention:launch_attention",
+    flops=attention_flops,
+    doc="grouped-query attention: relax.nn.attention of keys and values repeated per query-head group (GQA)",
 ))
