@@ -130,23 +130,32 @@ def test_attention_with_a_bias_stays_on_tvm():
     assert not report.regions and [op for _, op, _ in report.kept] == ["relax.nn.attention_bias"], report.format()
 
 
-def test_a_cuda_build_of_the_bfloat16_decoder_layer_is_all_native(tmp_path, caplog):
-    """examples/decoder_layer.py's layer (rms_norm, attention, SwiGLU over a symbolic sequence)
-    built for the H100: every region native (size plans traced through attention's launcher),
-    none a Python region, and the library exports it. Its results are the GPU tests'."""
+def _decoder_example():
     import importlib.util
-    import logging
+    import sys
     from pathlib import Path
+
+    if "decoder_example" not in sys.modules:  # its dataclasses look their module up there
+        path = Path(__file__).resolve().parent.parent / "examples" / "decoder.py"
+        spec = importlib.util.spec_from_file_location("decoder_example", path)
+        sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules["decoder_example"]
+
+
+def test_a_cuda_build_of_the_bfloat16_decoder_is_all_native(tmp_path, caplog):
+    """examples/decoder.py's model (GQA attention over KV caches, rotary embeddings, SwiGLU;
+    symbolic sequence and cache) built for the H100 at its GPU size: every region native (size
+    plans traced through attention's launcher), none a Python region, and the library exports
+    it. Its results are the GPU tests'."""
+    import logging
 
     from simaccel.tvm_integration import build
     from simaccel.tvm_integration.backend.native import has_native_regions
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "decoder_layer.py"
-    spec = importlib.util.spec_from_file_location("decoder_layer", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = _decoder_example()
     with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
-        executable = build(example.decoder_layer("bfloat16"), "nvidia/nvidia-h100")
+        executable = build(example.decoder("bfloat16", example.GPU), "nvidia/nvidia-h100")
     assert not [r.message for r in caplog.records if "Python region" in r.message]
     assert has_native_regions(executable)
     executable.export_library(str(tmp_path / "decoder.so"))
@@ -154,28 +163,30 @@ def test_a_cuda_build_of_the_bfloat16_decoder_layer_is_all_native(tmp_path, capl
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_the_decoder_layer_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype):
-    """The same layer built for CUDA by simaccel (native regions) and by TVM alone, run on the
-    GPU at three sequence lengths from one build each."""
-    import importlib.util
-    from pathlib import Path
-
+def test_the_decoder_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype):
+    """The same model built for CUDA by simaccel (native regions) and by TVM alone, at its GPU
+    size (head dim 64: the tensor-core attention tiles in float16 and bfloat16): a prefill of
+    100 tokens, then 3 decode steps, each fed the caches the step before returned (TVM tensors
+    on the GPU), TVM alone picking the tokens; logits and caches compared at every step."""
     from simaccel.compare import array_difference
     from simaccel.tvm_integration import build, build_tvm_only
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "decoder_layer.py"
-    spec = importlib.util.spec_from_file_location("decoder_layer", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    mod = example.decoder_layer(dtype)
+    example = _decoder_example()
+    config = example.GPU
+    mod = example.decoder(dtype, config)
     ours, theirs = build(mod, "nvidia/nvidia-h100"), build_tvm_only(mod, "nvidia/nvidia-h100")
     dev = tvm.cuda(0)
     rng = np.random.default_rng(0)
-    for seq in (64, 7, 1):
-        arrays = [tvm.runtime.tensor(a, dev) for a in example.inputs(seq, dtype, rng)]
-        got, want = (relax.VirtualMachine(e, dev)["main"](*arrays).numpy() for e in (ours, theirs))
-        found = array_difference(got, want, dtype=dtype, scaled=True)
-        assert found.ok, f"s = {seq}: {found.reason}"
+    weights, prompt = example.random_weights(dtype, rng, config), rng.integers(0, config.vocab, 100)
+    picks = []
+    replay = iter(picks)
+    steps = zip(example.generate(theirs, dtype, prompt, 3, weights, dev, config,
+                                 next_token=lambda last: picks.append(int(np.argmax(last.astype(np.float32)))) or picks[-1]),
+                example.generate(ours, dtype, prompt, 3, weights, dev, config, next_token=lambda last: next(replay)))
+    for step, (want, got) in enumerate(steps):
+        for index, (g, w) in enumerate(zip(got, want)):
+            found = array_difference(g.numpy(), w.numpy(), dtype=dtype, scaled=True)
+            assert found.ok, f"step {step}, output {index}: {found.reason}"
 
 
 # -- grouped-query attention (GQA) ----------------------------------------------------------

@@ -216,10 +216,15 @@ def test_a_wrong_op_in_a_copy_of_the_plugin_example_fails_readably(tmp_path):
 
 
 @pytest.mark.parametrize("dtype, engine", [("float32", "ref"), ("float16", "ref"), ("bfloat16", "ref"), ("bfloat16", "sim")])
-def test_the_decoder_layer_is_one_region_and_matches_tvm_alone_at_both_lengths(dtype, engine):
-    result = run_example("decoder_layer.py", "--dtype", dtype, "--engine", engine)
-    assert result.returncode == 0
+def test_the_decoder_is_one_region_and_matches_tvm_alone_from_prefill_through_decode(dtype, engine):
+    """examples/decoder.py: embedding, two GQA layers with rotary embeddings and KV caches, the
+    logits; one build, a prefill of 7 tokens (empty caches) then 2 decode steps fed the caches
+    the step before returned, logits and every cache against TVM alone's."""
+    result = run_example("decoder.py", "--dtype", dtype, "--engine", engine)
+    assert result.returncode == 0, result.stdout + result.stderr
     assert "offloaded to simaccel: 1 region(s)" in result.stdout and "kept on TVM: 0 op(s)" in result.stdout
-    assert "simaccel.attention" in result.stdout and "simaccel.rms_norm" in result.stdout
-    for seq in (7, 1):
-        assert f"s = {seq}: {dtype} on {engine}," in result.stdout and result.stdout.count(": match") == 2
+    for op in ("simaccel.take", "simaccel.rms_norm", "simaccel.grouped_attention", "simaccel.negative", "simaccel.concat"):
+        assert op in result.stdout, op
+    for step, (what, tokens, cache) in enumerate([("prefill", 7, 7), ("decode", 1, 8), ("decode", 1, 9)]):
+        assert (f"step {step}: {what} of {tokens} token(s), cache now {cache}: logits' max error" in result.stdout
+                and f"against TVM alone ({dtype} on {engine}), caches match" in result.stdout), result.stdout

@@ -396,8 +396,10 @@ def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
         hidden = {gv.name_hint: relax.ExternFunc(f"simaccel.hidden.{gv.name_hint}") for gv in others}
         alone = {gv: f for gv, f in mod.functions.items() if gv in composites or not isinstance(f, relax.Function)}
         entry = tvm.ir.GlobalVar("main")
-        alone[entry] = _SwapCallees(hidden).visit_expr(func)
+        casts = _HideMatchCasts()
+        alone[entry] = casts.visit_expr(_SwapCallees(hidden).visit_expr(func))
         grouped = relax.transform.MergeCompositeFunctions()(tvm.IRModule(alone))
+        grouped[entry] = _RestoreMatchCasts(casts.hidden).visit_expr(grouped[entry])
         called = set(relax.analysis.all_global_vars(grouped[entry]))  # dead code may leave regions behind
         restore = {placeholder.global_symbol: gv for gv, placeholder in zip(others, hidden.values())}
         for region_gvar, region in grouped.functions.items():
@@ -448,6 +450,44 @@ class _SwapCallees(relax.PyExprMutator):
         if isinstance(replacement, relax.ExternFunc):  # an extern call says what it returns
             return relax.Call(replacement, call.args, call.attrs, [call.ty])
         return relax.Call(replacement, call.args, call.attrs)
+
+
+MATCH_CAST = "simaccel.hidden.match_cast"
+
+
+@relax.expr_functor.mutator
+class _HideMatchCasts(relax.PyExprMutator):
+    """Each MatchCast binding (`t = R.match_cast(x, R.Tensor((1, n)))`, which names a new size
+    var) as a placeholder extern call of the same struct info, which MergeCompositeFunctions
+    treats as an op it cannot group; it refuses MatchCast bindings themselves ("Invalid type:
+    relax.expr.MatchCast"). `hidden`: placeholder name -> the struct info cast to."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden: dict[str, object] = {}
+
+    def visit_match_cast_(self, binding):
+        name = f"{MATCH_CAST}.{len(self.hidden)}"
+        self.hidden[name] = binding.ty
+        value = relax.Call(relax.ExternFunc(name), [self.visit_expr(binding.value)], None, [binding.ty])
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
+
+
+@relax.expr_functor.mutator
+class _RestoreMatchCasts(relax.PyExprMutator):
+    """`_HideMatchCasts` undone: each placeholder call is its MatchCast binding again."""
+
+    def __init__(self, hidden: dict):
+        super().__init__()
+        self.hidden = hidden
+
+    def visit_var_binding_(self, binding):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc) and value.op.global_symbol in self.hidden:
+            self.builder_.emit_normalized(relax.MatchCast(binding.var, self.visit_expr(value.args[0]),
+                                                          self.hidden[value.op.global_symbol]))
+            return
+        super().visit_var_binding_(binding)
 
 
 def _private(func) -> bool:
