@@ -1,0 +1,141 @@
+"""Time examples/decoder.py's model on a GPU: simaccel's build against TVM alone's and torch's.
+
+    python3 scripts/decoder_gpu.py OUT_DIR [--repeat 30]
+
+On a machine with the full TVM (docs/gpu.md): the decoder at its GPU size (examples/decoder.py
+`GPU`: 2 layers, hidden 512, 8 query heads of 64 over 2 key/value heads, vocabulary 1024), in
+float16 and bfloat16, built for CUDA by simaccel (native regions) and by TVM alone (its
+default GPU schedules), and written again in torch with the same weights (SDPA with
+enable_gqa). Each case is a prefill of S tokens onto an empty cache, or a decode step of one
+token onto a cache of M; each is checked (simaccel against torch and TVM alone, logits and
+caches) and then timed: wall time of one call and a device sync, medians of interleaved
+rounds (tvm_integration/tools/model_bench.py `timed`). Writes OUT_DIR/decoder.json and prints
+the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = [("prefill", 128, 0), ("prefill", 512, 0), ("decode", 1, 128), ("decode", 1, 1000)]  # (kind, S, M)
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("decoder_example", ROOT / "examples" / "decoder.py")
+    sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def torch_decoder(example, config, weights, dtype):
+    """The same model in torch (BSNH tensors, SDPA with enable_gqa): step(tokens, cos, sin, caches)."""
+    import torch
+    import torch.nn.functional as F
+
+    names = list(example.weight_shapes(config))
+    w = {n: torch.from_numpy(np.asarray(a, np.float32)).to("cuda", getattr(torch, dtype)) for n, a in zip(names, weights)}
+    d, heads, kv = config.head_dim, config.heads, config.kv_heads
+
+    def rms(x, weight):
+        return F.rms_norm(x, (x.shape[-1],), weight, eps=1e-5)
+
+    def rotary(t, cos, sin):
+        half = torch.cat([-t[..., d // 2:], t[..., :d // 2]], dim=-1)
+        return t * cos + half * sin
+
+    @torch.no_grad()
+    def step(tokens, cos, sin, caches):
+        x = w["embed"][tokens]
+        s, grown = tokens.shape[1], []
+        for i in range(config.layers):
+            h = rms(x, w[f"norm1.{i}"])
+            q = (h @ w[f"wq.{i}"].T).view(1, s, heads, d)
+            k = (h @ w[f"wk.{i}"].T).view(1, s, kv, d)
+            v = (h @ w[f"wv.{i}"].T).view(1, s, kv, d)
+            q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+            k, v = torch.cat([caches[2 * i], k], dim=1), torch.cat([caches[2 * i + 1], v], dim=1)
+            grown += [k, v]
+            m = k.shape[1] - s  # BottomRight: query i sees keys up to i + m
+            mask = None if s == 1 else torch.ones(s, m + s, dtype=torch.bool, device="cuda").tril(m)
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                                               enable_gqa=True).transpose(1, 2).reshape(1, s, heads * d)
+            x = x + a @ w[f"wo.{i}"].T
+            h = rms(x, w[f"norm2.{i}"])
+            x = x + (F.silu(h @ w[f"gate.{i}"].T) * (h @ w[f"up.{i}"].T)) @ w[f"down.{i}"].T
+        return [rms(x, w["norm"]) @ w["lm_head"].T, *grown]
+
+    return step
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
+
+    import torch
+    import tvm
+    from tvm import relax
+
+    from simaccel.compare import array_difference
+    from simaccel.tvm_integration import build, build_tvm_only
+    from simaccel.tvm_integration.tools.model_bench import timed
+
+    example = load_example()
+    config = example.GPU
+    dev = tvm.cuda(0)
+    rows, failed = [], 0
+    for dtype in ("float16", "bfloat16"):
+        mod = example.decoder(dtype, config)
+        vms = {name: relax.VirtualMachine(b(mod, "nvidia/nvidia-h100"), dev)
+               for name, b in (("simaccel", build), ("tvm", build_tvm_only))}
+        rng = np.random.default_rng(0)
+        weights = example.random_weights(dtype, rng, config)
+        params = [tvm.runtime.tensor(a, dev) for a in weights]
+        torch_step = torch_decoder(example, config, weights, dtype)
+        for kind, s, m in CASES:
+            tokens = rng.integers(0, config.vocab, (1, s)).astype("int64")
+            tables = example.rotary_tables(m, s, dtype, config)
+            caches = [(rng.standard_normal((1, m, config.kv_heads, config.head_dim))).astype(dtype)
+                      for _ in range(2 * config.layers)]
+            tvm_args = [tvm.runtime.tensor(a, dev) for a in (tokens, *tables, *caches)] + params
+            to_torch = lambda a: torch.from_numpy(np.asarray(a, np.float32)).to("cuda", getattr(torch, dtype))  # noqa: E731
+            torch_args = (torch.from_numpy(tokens).cuda(), *map(to_torch, tables), [to_torch(c) for c in caches])
+            outputs = {name: [o.numpy() for o in vm["main"](*tvm_args)] for name, vm in vms.items()}
+            outputs["torch"] = [o.float().cpu().numpy() for o in torch_step(*torch_args)]
+            checks = {}
+            for peer in ("tvm", "torch"):
+                found = [array_difference(np.asarray(g, np.float32), np.asarray(w, np.float32), dtype=dtype, scaled=True)
+                         for g, w in zip(outputs["simaccel"], outputs[peer])]
+                checks[peer] = {"ok": all(f.ok for f in found), "logits_error": float(found[0].scaled_error),
+                                "reason": next((f.reason for f in found if not f.ok), "")}
+            failed += not checks["torch"]["ok"]
+            times = timed({"simaccel": lambda: vms["simaccel"]["main"](*tvm_args),
+                           "tvm": lambda: vms["tvm"]["main"](*tvm_args),
+                           "torch": lambda: torch_step(*torch_args)},
+                          lambda: (dev.sync(), torch.cuda.synchronize()), args.repeat)
+            row = {"dtype": dtype, "case": kind, "S": s, "M": m, "us": times, "vs_tvm": times["simaccel"] / times["tvm"],
+                   "vs_torch": times["simaccel"] / times["torch"], "checks": checks}
+            rows.append(row)
+            print(f"{dtype:9s} {kind:8s} S={s:4d} M={m:5d} | simaccel {times['simaccel']:9.1f} us | TVM alone "
+                  f"{times['tvm']:9.1f} us ({row['vs_tvm']:.2f}x) | torch {times['torch']:9.1f} us ({row['vs_torch']:.2f}x) | "
+                  f"vs torch {'ok' if checks['torch']['ok'] else 'MISMATCH ' + checks['torch']['reason']}, "
+                  f"vs TVM alone {'ok' if checks['tvm']['ok'] else 'MISMATCH ' + checks['tvm']['reason']}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+              "config": dataclasses.asdict(config), "rows": rows}
+    (args.out / "decoder.json").write_text(json.dumps(result, indent=1, default=str))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
