@@ -1,13 +1,14 @@
 """Time simaccel.attention's kernel on a GPU against torch's scaled_dot_product_attention.
 
-    python scripts/attention_gpu.py OUT_DIR
+    python scripts/attention_gpu.py OUT_DIR [--only CASE]
 
 Prefill (S = T query rows and keys, causal) and decode (1 query row against T keys) in float16
 and bfloat16, 32 query heads of 128 over 32 key/value heads, or 8 (grouped-query attention,
 torch's enable_gqa): each checked against torch (simaccel.compare's rule with the
 dtype's tolerance), then timed with CUDA events (the median of 20 samples of 5 calls queued
 behind a spin kernel, scripts/fp16_gemm_gpu.py's `events_ms`), interleaved with torch's SDPA (flash where torch picks it). Writes
-OUT_DIR/attention.json.
+OUT_DIR/attention.json. With --only CASE (a label below), it runs that case's kernel once in
+float16 and times nothing: what Nsight Compute profiles (`ncu -k regex:attention ...`).
 """
 import json
 import sys
@@ -28,13 +29,15 @@ CASES = [("prefill 2048", 1, 2048, 2048, 32, 32, 128, True), ("prefill 512", 4, 
          ("decode 1024 x8", 8, 1, 1024, 32, 32, 128, False), ("decode 4096 gqa x8", 8, 1, 4096, 32, 8, 128, False)]
 
 
-def main(out_dir: Path) -> int:
+def main(out_dir: Path, only: str | None = None) -> int:
     op = get_op("simaccel.attention")
     target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
     rows, failed = [], 0
-    for dtype_name in ("float16", "bfloat16"):
+    for dtype_name in ("float16",) if only else ("float16", "bfloat16"):
         dtype = getattr(torch, dtype_name)
         for label, b, s, t, h, hkv, d, causal in CASES:
+            if only and label != only:
+                continue
             torch.manual_seed(0)
             q, k, v = (torch.randn(b, n, heads, d, device="cuda", dtype=dtype) for n, heads in ((s, h), (t, hkv), (t, hkv)))
             out = torch.empty(b, s, h, d, device="cuda", dtype=dtype)
@@ -50,6 +53,9 @@ def main(out_dir: Path) -> int:
                     enable_gqa=hkv != h)
 
             ours()
+            if only:
+                torch.cuda.synchronize()
+                return 0
             want = theirs().transpose(1, 2).float()
             torch.cuda.synchronize()
             found = array_difference(out.float().cpu().numpy(), want.cpu().numpy(), dtype=dtype_name, scaled=True)
@@ -69,4 +75,4 @@ def main(out_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), sys.argv[3] if sys.argv[2:3] == ["--only"] else None))
