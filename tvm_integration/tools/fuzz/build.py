@@ -7,7 +7,8 @@ group that fits its rank and builds it: the op (a built-in of fuzz/vocabulary.py
 family of fuzz/user_ops.py), its attributes, and new parameters where the op needs them
 (weights, biases, other operands), sometimes followed by a bias and an activation. The ops mix
 what simaccel offloads (matmul/dense, batched too, with bias and activation, conv2d with
-groups, pooling, softmax, layer_norm, rms_norm, elementwise ops (negative, sin and cos too), clip,
+groups, pooling, attention (causal masks, grouped-query heads as repeated keys and values), softmax,
+layer_norm, rms_norm, elementwise ops (negative, sin and cos too), clip,
 reductions, reshape, permute_dims, strided_slice, take of a constant index or index array,
 broadcast_to, concat) with what it must
 leave to TVM (softmax, layer_norm and rms_norm over other axes, reductions over axes apart, backward
@@ -82,7 +83,7 @@ class Builder:
         if len(shape) >= 2:
             kinds += ["linear", "linear", "reshape", "permute"]
         if len(shape) == 4:
-            kinds += ["conv", "conv", "conv", "pool", "pool"]
+            kinds += ["conv", "conv", "conv", "pool", "pool", "attention"]
         if self.families:  # only where there are users' ops: the draws without them stay the same
             kinds += ["user"] * 3
         KINDS[self.draw.choice(kinds)](self, x, shape)
@@ -275,6 +276,23 @@ class Builder:
         self.add(self.draw.choice(("max_pool2d", "avg_pool2d")), [x], attrs)
 
 
+    def attention(self, x, shape):
+        """`x` (B, S, H, D) as the query of relax.nn.attention: keys and values of T rows, with as
+        many heads or (grouped-query) fewer, repeated per group along the head axis; a causal
+        mask or none, the default scale or one drawn."""
+        b, s, h, d = shape
+        if 0 in shape or d > 256:
+            return self.unary(x, shape)
+        t = self.spatial()
+        kv = h // self.draw.choice([g for g in (2, 3, 4) if h % g == 0] or [1]) if self.draw.chance(40) else h
+        dv = d if self.draw.chance(70) else self.small()
+        k, v = self.param((b, t, kv, d), "k"), self.param((b, t, kv, dv), "v")
+        if kv != h:
+            k, v = (self.add("repeat", [a], {"repeats": h // kv, "axis": 2}) for a in (k, v))
+        self.add("attention", [x, k, v], {"scale": None if self.draw.chance(60) else self.draw.choice((0.05, 0.3, 1.0)),
+                                          "causal_mask": self.draw.choice((None, "TopLeft", "BottomRight"))})
+
+
 # The kinds of op group `Builder.node()` draws, each built by its method. The kinds that fit a
 # value, and how often each is drawn, are `node()`'s list: its order is part of what a seed draws.
 KINDS: dict[str, Callable[[Builder, int, tuple], None]] = {
@@ -291,6 +309,7 @@ KINDS: dict[str, Callable[[Builder, int, tuple], None]] = {
     "permute": Builder.permute,
     "conv": Builder.conv,
     "pool": Builder.pool,
+    "attention": Builder.attention,
     "user": Builder.user,
 }
 

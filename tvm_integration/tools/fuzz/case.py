@@ -237,7 +237,8 @@ class Case:
 
 
 # Ops whose attributes hold sizes or indices along the batch: a symbolic batch would change what they mean.
-_NOT_BATCHABLE = {"reshape", "broadcast_to", "take", "strided_slice"}
+# Attention's keys and values are parameters of their own sizes, which a symbolic query's would not follow.
+_NOT_BATCHABLE = {"reshape", "broadcast_to", "take", "strided_slice", "attention"}
 
 
 def batchable(case: Case) -> bool:

@@ -248,6 +248,30 @@ def _take_shape(shapes, attrs):
     return shape[:axis] + ((len(index),) if isinstance(index, list) else ()) + shape[axis + 1:]
 
 
+def _attention_make(exprs, attrs, dtype):
+    from tvm import relax
+
+    return relax.op.nn.attention(*exprs, scale=attrs["scale"], causal_mask=attrs["causal_mask"])
+
+
+def _attention(xs, attrs, dtype):
+    """TVM's relax.nn.attention in float64, BSNH: softmax over the keys each query row keeps
+    (TopLeft: key j <= row i; BottomRight: j <= i + |S - T|, TVM's offset), scale 1 / sqrt(D)
+    where none is given; a row that keeps no key is 0 (only where there are no keys)."""
+    q, k, v = (np.transpose(x, (0, 2, 1, 3)) for x in xs)  # (B, H, rows, D)
+    s, t, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = attrs["scale"] if attrs["scale"] is not None else 1.0 / math.sqrt(d)
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+    mask = attrs["causal_mask"]
+    if mask:
+        offset = abs(s - t) if mask == "BottomRight" else 0
+        scores = np.where(np.arange(t)[None, :] <= np.arange(s)[:, None] + offset, scores, -np.inf)
+    if t == 0:
+        return np.zeros(q.shape[:3] + (v.shape[3],)).transpose(0, 2, 1, 3)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return np.transpose(e @ v / e.sum(axis=-1, keepdims=True), (0, 2, 1, 3))
+
+
 OPS: dict[str, FuzzOp] = {
     "relu": _unary("nn.relu", lambda x: np.where(x > 0, x, 0.0)),
     "gelu": _unary("nn.gelu", lambda x: 0.5 * x * (1.0 + _ERF(x / math.sqrt(2.0)))),
@@ -291,5 +315,9 @@ OPS: dict[str, FuzzOp] = {
     "conv2d": FuzzOp(_conv_make, _conv_shape, _conv2d),
     "max_pool2d": FuzzOp(_pool_make("max_pool2d"), _pool_shape, _max_pool, lambda attrs: not attrs["ceil_mode"]),
     "avg_pool2d": FuzzOp(_pool_make("avg_pool2d"), _pool_shape, _avg_pool, lambda attrs: not attrs["ceil_mode"]),
+    "repeat": FuzzOp(_relax_op("repeat", "repeats", "axis"),
+                     lambda s, a: s[0][:a["axis"]] + (s[0][a["axis"]] * a["repeats"],) + s[0][a["axis"] + 1:],
+                     lambda xs, attrs, dtype: np.repeat(xs[0], attrs["repeats"], axis=attrs["axis"])),
+    "attention": FuzzOp(_attention_make, lambda s, a: s[0][:3] + s[2][3:], _attention),
 }
 
