@@ -155,6 +155,45 @@ def generate(executable, dtype: str, prompt, steps: int, weights, device, c: Con
         tokens = np.asarray([[next_token(last) if next_token else int(np.argmax(last.astype(np.float32)))]], "int64")
 
 
+def torch_twin(weights, dtype: str, c: Config = SMALL, device: str = "cpu"):
+    """The same model in torch with the same weights (BSNH tensors, SDPA with enable_gqa):
+    step(tokens, cos, sin, caches) -> [logits, k_0', v_0', ...], torch tensors in and out."""
+    import torch
+    import torch.nn.functional as F
+
+    w = {n: torch.from_numpy(np.asarray(a, np.float32)).to(device, getattr(torch, dtype))
+         for n, a in zip(weight_shapes(c), weights)}
+    d = c.head_dim
+
+    def rms(x, weight):
+        return F.rms_norm(x, (x.shape[-1],), weight, eps=1e-5)
+
+    def rotary(t, cos, sin):
+        return t * cos + torch.cat([-t[..., d // 2:], t[..., :d // 2]], dim=-1) * sin
+
+    @torch.no_grad()
+    def step(tokens, cos, sin, caches):
+        x = w["embed"][tokens]
+        s, grown = tokens.shape[1], []
+        for i in range(c.layers):
+            h = rms(x, w[f"norm1.{i}"])
+            q, k, v = ((h @ w[f"{n}.{i}"].T).view(1, s, heads, d)
+                       for n, heads in (("wq", c.heads), ("wk", c.kv_heads), ("wv", c.kv_heads)))
+            q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+            k, v = torch.cat([caches[2 * i], k], dim=1), torch.cat([caches[2 * i + 1], v], dim=1)
+            grown += [k, v]
+            m = k.shape[1] - s  # BottomRight: query i sees keys up to i + m
+            mask = torch.ones(s, m + s, dtype=torch.bool, device=device).tril(m)
+            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                                               enable_gqa=True)
+            x = x + a.transpose(1, 2).reshape(1, s, c.hidden) @ w[f"wo.{i}"].T
+            h = rms(x, w[f"norm2.{i}"])
+            x = x + (F.silu(h @ w[f"gate.{i}"].T) * (h @ w[f"up.{i}"].T)) @ w[f"down.{i}"].T
+        return [rms(x, w["norm"]) @ w["lm_head"].T, *grown]
+
+    return step
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])

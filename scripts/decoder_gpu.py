@@ -6,7 +6,7 @@ On a machine with the full TVM (docs/gpu.md): the decoder at its GPU size (examp
 `GPU`: 2 layers, hidden 512, 8 query heads of 64 over 2 key/value heads, vocabulary 1024), in
 float16 and bfloat16, built for CUDA by simaccel (native regions) and by TVM alone (its
 default GPU schedules), and written again in torch with the same weights (SDPA with
-enable_gqa). Each case is a prefill of S tokens onto an empty cache, or a decode step of one
+enable_gqa; examples/decoder.py `torch_twin`). Each case is a prefill of S tokens onto an empty cache, or a decode step of one
 token onto a cache of M; each is checked (simaccel against torch and TVM alone, logits and
 caches) and then timed: wall time of one call and a device sync, medians of interleaved
 rounds (tvm_integration/tools/model_bench.py `timed`). Writes OUT_DIR/decoder.json and prints
@@ -36,46 +36,6 @@ def load_example():
     return module
 
 
-def torch_decoder(example, config, weights, dtype):
-    """The same model in torch (BSNH tensors, SDPA with enable_gqa): step(tokens, cos, sin, caches)."""
-    import torch
-    import torch.nn.functional as F
-
-    names = list(example.weight_shapes(config))
-    w = {n: torch.from_numpy(np.asarray(a, np.float32)).to("cuda", getattr(torch, dtype)) for n, a in zip(names, weights)}
-    d, heads, kv = config.head_dim, config.heads, config.kv_heads
-
-    def rms(x, weight):
-        return F.rms_norm(x, (x.shape[-1],), weight, eps=1e-5)
-
-    def rotary(t, cos, sin):
-        half = torch.cat([-t[..., d // 2:], t[..., :d // 2]], dim=-1)
-        return t * cos + half * sin
-
-    @torch.no_grad()
-    def step(tokens, cos, sin, caches):
-        x = w["embed"][tokens]
-        s, grown = tokens.shape[1], []
-        for i in range(config.layers):
-            h = rms(x, w[f"norm1.{i}"])
-            q = (h @ w[f"wq.{i}"].T).view(1, s, heads, d)
-            k = (h @ w[f"wk.{i}"].T).view(1, s, kv, d)
-            v = (h @ w[f"wv.{i}"].T).view(1, s, kv, d)
-            q, k = rotary(q, cos, sin), rotary(k, cos, sin)
-            k, v = torch.cat([caches[2 * i], k], dim=1), torch.cat([caches[2 * i + 1], v], dim=1)
-            grown += [k, v]
-            m = k.shape[1] - s  # BottomRight: query i sees keys up to i + m
-            mask = None if s == 1 else torch.ones(s, m + s, dtype=torch.bool, device="cuda").tril(m)
-            a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                               enable_gqa=True).transpose(1, 2).reshape(1, s, heads * d)
-            x = x + a @ w[f"wo.{i}"].T
-            h = rms(x, w[f"norm2.{i}"])
-            x = x + (F.silu(h @ w[f"gate.{i}"].T) * (h @ w[f"up.{i}"].T)) @ w[f"down.{i}"].T
-        return [rms(x, w["norm"]) @ w["lm_head"].T, *grown]
-
-    return step
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -101,7 +61,7 @@ def main() -> int:
         rng = np.random.default_rng(0)
         weights = example.random_weights(dtype, rng, config)
         params = [tvm.runtime.tensor(a, dev) for a in weights]
-        torch_step = torch_decoder(example, config, weights, dtype)
+        torch_step = example.torch_twin(weights, dtype, config, device="cuda")
         for kind, s, m in CASES:
             tokens = rng.integers(0, config.vocab, (1, s)).astype("int64")
             tables = example.rotary_tables(m, s, dtype, config)

@@ -262,3 +262,31 @@ def test_a_repeat_that_is_not_a_head_group_is_not_folded(axis, repeats, reason):
     assert list(report.regions.values()) == [["simaccel.attention"]], report.format()
     assert {op for _, op, _ in report.kept} == {"relax.repeat"}, report.format()
     assert_matches_tvm(mod, engines=["ref"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_decoder_matches_its_torch_twin_from_prefill_through_decode(dtype):
+    """examples/decoder.py's model against the same model in torch (`torch_twin`: SDPA with
+    enable_gqa and a bottom-right causal mask) with the same weights, on the ref engine: a
+    prefill of 9 tokens, then 2 decode steps, each side fed its own returned caches."""
+    torch = pytest.importorskip("torch")
+    from simaccel.compare import array_difference
+    from simaccel.tvm_integration import build
+
+    example = _decoder_example()
+    rng = np.random.default_rng(3)
+    weights, prompt = example.random_weights(dtype, rng), rng.integers(0, example.SMALL.vocab, 9)
+    twin = example.torch_twin(weights, dtype)
+    to_torch = lambda a: torch.from_numpy(np.asarray(a, np.float32)).to(getattr(torch, dtype))  # noqa: E731
+    caches, position, tokens = [to_torch(a) for a in example.empty_caches(dtype)], 0, prompt[None, :]
+    picks = []
+    for got in example.generate(build(example.decoder(dtype), "llvm"), dtype, prompt, 2, weights, tvm.cpu(),
+                                next_token=lambda last: picks[-1]):
+        want = twin(torch.from_numpy(np.asarray(tokens, "int64")),
+                    *map(to_torch, example.rotary_tables(position, tokens.shape[1], dtype)), caches)
+        for index, (g, w) in enumerate(zip(got, want)):
+            found = array_difference(np.asarray(g.numpy(), np.float32), w.float().numpy(), dtype=dtype, scaled=True)
+            assert found.ok, f"at position {position}, output {index}: {found.reason}"
+        caches, position = want[1:], position + tokens.shape[1]
+        picks.append(int(np.argmax(want[0].float().numpy()[0, -1])))
+        tokens = np.asarray([[picks[-1]]])
