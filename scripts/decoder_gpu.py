@@ -1,6 +1,6 @@
 """Time examples/decoder.py's model on a GPU: simaccel's build against TVM alone's and torch's.
 
-    python3 scripts/decoder_gpu.py OUT_DIR [--repeat 30]
+    python3 scripts/decoder_gpu.py OUT_DIR [--repeat 30] [--profile]
 
 On a machine with the full TVM (docs/gpu.md): the decoder at its GPU size (examples/decoder.py
 `GPU`: 2 layers, hidden 512, 8 query heads of 64 over 2 key/value heads, vocabulary 1024), in
@@ -10,7 +10,8 @@ enable_gqa; examples/decoder.py `torch_twin`). Each case is a prefill of S token
 token onto a cache of M; each is checked (simaccel against torch and TVM alone, logits and
 caches) and then timed: wall time of one call and a device sync, medians of interleaved
 rounds (tvm_integration/tools/model_bench.py `timed`). Writes OUT_DIR/decoder.json and prints
-the table.
+the table. --profile: each case's simaccel call is also traced once with torch.profiler, and
+its kernels (count, summed GPU time, the longest) recorded beside the wall time.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = [("prefill", 128, 0), ("prefill", 512, 0), ("decode", 1, 128), ("decode", 1, 1000)]  # (kind, S, M)
+CASES = [("prefill", 128, 0), ("prefill", 512, 0), ("decode", 1, 128), ("decode", 1, 129), ("decode", 1, 500),
+         ("decode", 1, 1000)]  # (kind, S, M)
 
 
 def load_example():
@@ -36,10 +38,29 @@ def load_example():
     return module
 
 
+def traced_kernels(call, path: Path) -> dict:
+    """One call of `call` under torch.profiler: its GPU kernels' count, summed time and longest."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from simaccel.tvm_integration.tools.model_bench import kernels_from_trace
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(path) + ".json")
+    kernels = sorted(kernels_from_trace(json.loads(Path(str(path) + ".json").read_text())), key=lambda k: -k[1])
+    Path(str(path) + ".json").unlink()
+    return {"count": len(kernels), "gpu_us": round(sum(t for _, t in kernels), 1),
+            "longest": [(name[:60], round(t, 1)) for name, t in kernels[:3]]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--profile", action="store_true", help="trace each case's simaccel call's kernels")
     args = parser.parse_args()
 
     import torch
@@ -85,6 +106,9 @@ def main() -> int:
                           lambda: (dev.sync(), torch.cuda.synchronize()), args.repeat)
             row = {"dtype": dtype, "case": kind, "S": s, "M": m, "us": times, "vs_tvm": times["simaccel"] / times["tvm"],
                    "vs_torch": times["simaccel"] / times["torch"], "checks": checks}
+            if args.profile:
+                row["kernels"] = traced_kernels(lambda: vms["simaccel"]["main"](*tvm_args), args.out / f"{dtype}-{kind}-{s}-{m}")
+                print(f"  simaccel's kernels: {row['kernels']}")
             rows.append(row)
             print(f"{dtype:9s} {kind:8s} S={s:4d} M={m:5d} | simaccel {times['simaccel']:9.1f} us | TVM alone "
                   f"{times['tvm']:9.1f} us ({row['vs_tvm']:.2f}x) | torch {times['torch']:9.1f} us ({row['vs_torch']:.2f}x) | "

@@ -106,6 +106,8 @@ CASES = [
     # indices from -5 to 5 (`values`) of a table of 4 rows: clip's answer is TVM's for each
     *[(f"take_by_{t}", lambda x, i: op.take(x, i, axis=0, mode="clip"), [(4, 3), Fixed((2, 2), t)]) for t in ("int32", "int64")],
     ("attention", lambda q, k, v: op.nn.attention(q, k, v, causal_mask="BottomRight"), [(1, 2, 2, 4), (1, 3, 2, 4), (1, 3, 2, 4)]),
+    ("grouped_attention", lambda q, k, v: op.nn.attention(q, op.repeat(k, 2, axis=2), op.repeat(v, 2, axis=2), causal_mask="TopLeft"),
+     [(1, 3, 4, 4), (1, 3, 2, 4), (1, 3, 2, 4)]),
 ]
 BY_ID = {case[0]: case for case in CASES}
 

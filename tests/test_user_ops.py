@@ -200,11 +200,11 @@ def with_rms_norm(user_ops, monkeypatch):
 
 @pytest.mark.parametrize("config", [Config(), Config(tiny=True, dtypes=("float16",))], ids=["default", "tiny-float16"])
 def test_every_declared_user_op_with_a_fuzz_hook_is_drawn(with_rms_norm, config):
-    """Each family is drawn in 60 cases, its values (inner clip's bounds, scalar constants)
+    """Each family is drawn in 80 cases, its values (inner clip's bounds, scalar constants)
     in the Relax call, and most of its drawn calls are ones simaccel offloads."""
     families = [f.name for f in drawable_user_families(config)]
     assert families == ["myaccel.hard_swish", "myaccel.leaky", "myaccel.rms_norm"]
-    nodes = [(case, v) for case in (draw_case(Draw.seeded(seed), config) for seed in range(60)) for v in case.values
+    nodes = [(case, v) for case in (draw_case(Draw.seeded(seed), config) for seed in range(80)) for v in case.values
              if v.op in families]
     for name in families:
         drawn = [(case, v) for case, v in nodes if v.op == name]

@@ -84,6 +84,8 @@ CASES = [
     ("attention_no_keys", lambda q, k, v: op.nn.attention(q, k, v), [(1, 2, 2, 4), (1, 0, 2, 4), (1, 0, 2, 4)],
      empty_sum((1, 2, 2, 4))),  # P V over no keys: its sums have no terms
     ("attention_no_queries", lambda q, k, v: op.nn.attention(q, k, v, causal_mask="TopLeft"), [(1, 0, 2, 4), (1, 3, 2, 4), (1, 3, 2, 4)]),
+    ("grouped_attention_no_keys", lambda q, k, v: op.nn.attention(q, op.repeat(k, 2, axis=2), op.repeat(v, 2, axis=2)),
+     [(1, 2, 4, 4), (1, 0, 2, 4), (1, 0, 2, 4)], empty_sum((1, 2, 4, 4))),
     ("take_no_indices", lambda x, i: op.take(x, i, axis=0), [(4, 3), Fixed((0, 2), "int64")]),
     ("take_from_no_columns", lambda x, i: op.take(x, i, axis=0, mode="clip"), [(2, 0), Fixed((3,), "int32")]),
     ("broadcast_to_no_rows", lambda x: op.broadcast_to(x, (0, 3)), [(1, 3)]),

@@ -512,7 +512,9 @@ def region_report(mod, rejections, codegen: str | None = "simaccel",
         if isinstance(func, relax.Function) and _attr(func, "Codegen") and codegen in (None, _attr(func, "Codegen")):
             report.regions[gvar.name_hint] = _composites(func)
     reasons: dict[str, str] = {}
-    for r in rejections:  # the most fused pattern is checked first; keep its reason
+    # The most fused pattern is checked first: keep its reason; an op's own patterns' reasons
+    # before those of a larger pattern it is an inner call of.
+    for r in sorted(rejections, key=lambda r: r.inner):
         reasons.setdefault(r.var, f"{r.pattern} rejected: {r.reason}")
     entries = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, relax.Function) and not _attr(f, "Codegen")]
     for gvar, func in sorted(entries, key=lambda e: e[0].name_hint != "main"):
@@ -533,7 +535,7 @@ def region_report(mod, rejections, codegen: str | None = "simaccel",
     # first rejection, the most fused pattern). `named`: vars kept on TVM or already said.
     named = {var.rsplit(".", 1)[-1] for var, _, _ in report.kept}
     for r in rejections:
-        if r.var not in named:
+        if r.var not in named and not r.inner:
             named.add(r.var)
             report.apart.append((r.var, r.pattern, r.reason))
     return report

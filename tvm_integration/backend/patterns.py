@@ -50,6 +50,9 @@ class Rejection:
     var: str  # name of the Relax variable the match would have produced
     pattern: str
     reason: str
+    # The var of a named inner call of the match (dense's permute_dims, grouped attention's
+    # repeats), not its root: an op kept on TVM for the reason its larger pattern was refused.
+    inner: bool = False
 
 
 _size_bounds: contextvars.ContextVar[dict] = contextvars.ContextVar("simaccel_size_bounds", default={})
@@ -257,6 +260,10 @@ def check(spec: OpPattern, context: PatternCheckContext) -> bool:
     rejections = _rejections.get()
     if rejections is not None:
         rejections.append(Rejection(name, spec.op.name, reason))
+        for node in spec.op.family.pattern.nodes()[1:]:
+            inner = context.value_to_bound_var.get(context.annotated_expr.get(node.name)) if node.name else None
+            if inner is not None:
+                rejections.append(Rejection(inner.name, spec.op.name, reason, inner=True))
     return False
 
 
