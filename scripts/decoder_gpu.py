@@ -61,6 +61,7 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--profile", action="store_true", help="trace each case's simaccel call's kernels")
+    parser.add_argument("--dtypes", default="float16,bfloat16")
     args = parser.parse_args()
 
     import torch
@@ -75,7 +76,7 @@ def main() -> int:
     config = example.GPU
     dev = tvm.cuda(0)
     rows, failed = [], 0
-    for dtype in ("float16", "bfloat16"):
+    for dtype in args.dtypes.split(","):
         mod = example.decoder(dtype, config)
         vms = {name: relax.VirtualMachine(b(mod, "nvidia/nvidia-h100"), dev)
                for name, b in (("simaccel", build), ("tvm", build_tvm_only))}
