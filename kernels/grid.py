@@ -49,10 +49,12 @@ def chunk_starts(total: int, step: int):
         start += step
 
 
-def pow2_at_least(n: int) -> int:
-    """The smallest power of two >= n (1 for n <= 1)."""
+def pow2_at_least(n: int, cap: int | None = None) -> int:
+    """The smallest power of two >= n (1 for n <= 1), at most `cap` (a power of two) where given.
+    A loop that stops at the cap: a traced size (simaccel.size_plans) is asked only whether it
+    is above each power of two up to the cap, so sizes past it share one size plan."""
     p = 1
-    while p < n:
+    while p < n and (cap is None or p < cap):
         p *= 2
     return p
 

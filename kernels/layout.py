@@ -211,7 +211,7 @@ def _min_lanes(dtype) -> int:
 def plan_copy_rows(rows: int, L: int, dtype, total: int) -> tuple[int, int, int]:
     """(lanes, elements a lane per chunk, chunks per row) of the row copy of `rows` rows of L."""
     ilp = per_thread(total)
-    lanes = max(_min_lanes(dtype), min(32, pow2_at_least(-(-L // ilp))))
+    lanes = max(_min_lanes(dtype), pow2_at_least(-(-L // ilp), 32))
     return lanes, ilp, -(-L // (lanes * ilp))
 
 

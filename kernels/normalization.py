@@ -459,7 +459,7 @@ def row_lanes(rows: int, D: int, itemsize: int):
     if rows < MIN_WARP_ROWS or D > WARP * WARP_CACHE:
         return None
     sector = max(1, SECTOR // itemsize)  # lanes that read a whole sector of the row at once
-    return min(WARP, max(pow2_at_least(-(-D // WARP_CACHE)), min(sector, pow2_at_least(D))))
+    return min(WARP, max(pow2_at_least(-(-D // WARP_CACHE), WARP), min(sector, pow2_at_least(D, WARP))))
 
 
 def _block_size(D: int, rows: int, cap: int | None = None) -> int:

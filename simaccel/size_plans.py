@@ -15,7 +15,9 @@ launcher makes the choices it made at its point (which kernel, which tiling), an
 evaluated at any sizes where the guards hold, are what the launchers would record there.
 
 Sample points cover each var's bounds: both ends, their neighbours, the middle, and powers of two
-and their neighbours in between, combined over the vars. Each point is covered by a plan
+and their neighbours in between, combined over the vars (all combinations where they are few;
+else each var along its own points with the others at their ends, the lower end's neighbour
+and the middle, then random combinations). Each point is covered by a plan
 (traced there when none covers it yet) and checked: the covering plan evaluated at the point
 must equal the launch plan recorded from the static Program of those sizes, or the Program has
 no size plans (SizePlanError, and its region stays on the Python runtime). Sizes no plan
@@ -126,8 +128,10 @@ def sample_points(program: Program, seed: int = 0) -> list[dict]:
     else:
         rng = random.Random(seed)
         chosen = set()
-        for k, axis in enumerate(axes):  # each var along its axis, the others at their ends and middle
-            for pick in (lambda a: a[0], lambda a: a[-1], lambda a: a[len(a) // 2]):
+        # Each var along its axis, the others at their ends, their lower end's neighbour (a
+        # decode step's one token, a cache of one) and middle.
+        for k, axis in enumerate(axes):
+            for pick in (lambda a: a[0], lambda a: a[min(1, len(a) - 1)], lambda a: a[-1], lambda a: a[len(a) // 2]):
                 for x in axis:
                     chosen.add(tuple(x if j == k else pick(a) for j, a in enumerate(axes)))
         while len(chosen) < MAX_POINTS:
