@@ -171,6 +171,8 @@ KIND_FILES = {
     "tutorials": ("03_on_the_gpu.out",),
     "symbolic_models": ("symbolic-gpu.json",),
     "fuzz_symbolic": ("symbolic-fuzz-summary.json",),
+    "attention": ("attention.json",),
+    "decoder": ("decoder.json",),
 }
 MODELS_MEMBER = "untuned-models.json"  # the models report inside a run's models.tgz
 
@@ -489,6 +491,45 @@ def symbolic_table() -> str:
         f"takes {b['symbolic_us']:.2f} us symbolic against {b['static_us']:.2f} us static (median of 3 x 2000 calls)."])
 
 
+def attention_table() -> str:
+    """docs/llm.md's attention table: simaccel.attention's kernel against torch's SDPA, each case
+    in float16 and bfloat16, from the current attention file."""
+    e, data = current("attention")
+    lines = ["| case | heads (query / key-value) x head dim | float16 | bfloat16 | torch (float16) | ratio (float16, bfloat16) | matches torch |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    by_case: dict = {}
+    for row in data["rows"]:
+        by_case.setdefault(row["case"], {})[row["dtype"]] = row
+    for case, rows in by_case.items():
+        f16, bf16 = rows["float16"], rows["bfloat16"]
+        heads = f"{f16['heads']} / {f16.get('kv_heads', f16['heads'])} x {f16['head_dim']}"
+        ok = "yes" if f16["matches_torch"] and bf16["matches_torch"] else "NO"
+        lines.append(f"| {case} (batch {f16['batch']}, {f16['S']} x {f16['T']}) | {heads} | {f16['ms'] * 1e3:,.1f} us | "
+                     f"{bf16['ms'] * 1e3:,.1f} us | {f16['torch_ms'] * 1e3:,.1f} us | {f16['ratio']:.2f}x, "
+                     f"{bf16['ratio']:.2f}x | {ok} |")
+    return "\n".join(lines + ["", f"`scripts/attention_gpu.py`: CUDA events, medians of 20 samples of 5 calls queued "
+                                  f"behind a spin kernel, torch's SDPA in the same run ({source('attention')})."])
+
+
+def decoder_table() -> str:
+    """docs/llm.md's decoder table: examples/decoder.py's model, simaccel against TVM alone and
+    torch, prefill and decode, from the current decoder file."""
+    e, data = current("decoder")
+    c = data["config"]
+    lines = ["| dtype | step | simaccel | TVM alone | torch | against TVM alone | against torch | matches TVM alone, torch |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in data["rows"]:
+        us, checks = row["us"], row["checks"]
+        step = f"prefill of {row['S']}" if row["case"] == "prefill" else f"decode onto a cache of {row['M']}"
+        ok = ", ".join("yes" if checks[k]["ok"] else "NO" for k in ("tvm", "torch"))
+        lines.append(f"| {row['dtype']} | {step} | {us['simaccel']:,.0f} us | {us['tvm']:,.0f} us | {us['torch']:,.0f} us | "
+                     f"{row['vs_tvm']:.2f}x | {row['vs_torch']:.2f}x | {ok} |")
+    return "\n".join(lines + ["", f"The model at {c['layers']} layers, hidden {c['hidden']}, {c['heads']} query heads "
+                                  f"over {c['kv_heads']} key/value heads, vocabulary {c['vocab']}; wall time of one call "
+                                  f"and a sync, medians of interleaved rounds (`scripts/decoder_gpu.py`, "
+                                  f"{source('decoder')})."])
+
+
 def readme_sentence() -> str:
     from simaccel.tvm_integration.tools.torch_models import UNTUNED_NAMES
 
@@ -510,6 +551,7 @@ PAGES = {
                     "models": model_table, "regions": regions_table, "runs": runs_list, "history": history_table},
     "docs/pytorch.md": {"pytorch-models": pytorch_models_table},
     "docs/symbolic-shapes.md": {"symbolic-models": symbolic_table},
+    "docs/llm.md": {"llm-attention": attention_table, "llm-decoder": decoder_table},
     "docs/timing-model.md": {"timing-source": timing_source, "timing": timing_table,
                              "timing-conclusions": timing_conclusions},
 }
