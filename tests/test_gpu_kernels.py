@@ -191,6 +191,40 @@ def test_matmul_main_loops_on_unaligned_operands(name, dtype):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mask", ["TopLeft", "BottomRight", None])
+def test_attention_tiles_on_unaligned_views_and_special_values(mask, dtype):
+    """The tensor-core tiles (head dim 64, 4 query heads over 2) with operands one element off
+    their 16-byte alignment (staged by element loads, not cp.async), then with a NaN in a key:
+    the rows that see it NaN, as in the reference, the rest equal."""
+    from numba import cuda
+
+    from simaccel.kernels import KernelTarget
+    from simaccel.ops import get_op
+
+    op = get_op("simaccel.attention")
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in ((2, 70, 4, 64), (2, 90, 2, 64), (2, 90, 2, 64)))
+    attrs = dict(scale=0.125, causal=mask is not None, bottom_right=mask == "BottomRight")
+    stream = cuda.stream()
+    for special in (False, True):
+        if special:
+            k[1, 30, 0, 5] = np.nan
+        want = op.reference(q, k, v, **attrs)
+        views = []
+        for a in (q, k, v):
+            buffer = to_device(np.concatenate([np.zeros(1, dtype), a.reshape(-1)]), stream)
+            views.append(buffer[1:].reshape(a.shape))
+        out = cuda.device_array(q.shape, dtype=dtype)
+        assert op.kernel(KernelTarget("cuda", stream), out, *views, **attrs) == 1
+        got = to_host(out, stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(want.astype(np.float32)))
+        if special:
+            assert np.isnan(want.astype(np.float32)).any()
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), equal_nan=True, **TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("name, shapes, attrs", [("simaccel.softmax", [(2048, 1024)], {}),
                                                  ("simaccel.layer_norm", [(2048, 1024), (1024,), (1024,)], {"epsilon": 1e-5}),
