@@ -305,11 +305,13 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
     for (int i = 0; i < 2; ++i) {
         if (row[i] >= pr.rows) continue;
         T* dst = out + pr.q_row(row[i], D);
-        const float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;  // no key seen: 0
+        // No key seen (a sum of 0): 0. A NaN sum (a NaN score) stays NaN, as the reference's.
+        const bool none = sum[i] == 0.0f;
+        const float inv = none ? 0.0f : 1.0f / sum[i];
 #pragma unroll
         for (int n = 0; n < DT; ++n) {
             const int col = n * 8 + 2 * (lane & 3);
-            const float a = sum[i] > 0.0f ? o[n][2 * i] * inv : 0.0f, c = sum[i] > 0.0f ? o[n][2 * i + 1] * inv : 0.0f;
+            const float a = none ? 0.0f : o[n][2 * i] * inv, c = none ? 0.0f : o[n][2 * i + 1] * inv;
             dst[col] = Element<T>::from(a);
             dst[col + 1] = Element<T>::from(c);
         }
@@ -339,7 +341,7 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
         top = next;
     }
     T* dst = out + pr.q_row(p, D);
-    for (int d = 0; d < D; ++d) dst[d] = Element<T>::from(sum > 0.0f ? acc[d] / sum : 0.0f);
+    for (int d = 0; d < D; ++d) dst[d] = Element<T>::from(sum == 0.0f ? 0.0f : acc[d] / sum);
 }
 
 #endif
