@@ -50,8 +50,8 @@ class Rejection:
     var: str  # name of the Relax variable the match would have produced
     pattern: str
     reason: str
-    # The var of a named inner call of the match (dense's permute_dims, grouped attention's
-    # repeats), not its root: an op kept on TVM for the reason its larger pattern was refused.
+    # The var of a named inner call of the match, not its root (a transpose or a repeat folded
+    # into a larger op): an op kept on TVM for the reason its larger pattern was refused.
     inner: bool = False
 
 
