@@ -214,3 +214,32 @@ def test_the_report_says_when_an_op_was_offloaded_without_the_larger_pattern_tri
                                      "1311-byte scratchpad"),
         ("simaccel.dense_bias", "simaccel.dense_bias alone needs 1312 bytes, more than profile tight's 1311-byte scratchpad")]
     assert "offloaded without simaccel.dense_bias_relu, which was rejected" in report.format()
+
+
+def test_a_match_cast_between_offloaded_ops_partitions_and_matches_tvm_alone():
+    """TVM's MergeCompositeFunctions refuses MatchCast bindings ("Invalid type:
+    relax.expr.MatchCast"): they pass through it as placeholder calls and come back after, so a
+    model that names a size with R.match_cast (a grown cache's m + s as t, which TVM alone's
+    attention needs) partitions, the cast staying on TVM between its regions."""
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from simaccel.testing import assert_matches_tvm
+
+    s, m, t = (tvm.tirx.Var(n, "int64") for n in "smt")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, s, 8), "float32"))
+    cache = relax.Var("cache", R.Tensor((1, m, 8), "float32"))
+    with bb.function("main", [x, cache]):
+        with bb.dataflow():
+            grown = bb.emit(relax.op.concat([cache, bb.emit(relax.op.nn.relu(x))], axis=1))
+            named = bb.match_cast(grown, R.Tensor((1, t, 8), "float32"))
+            out = bb.emit_output(relax.op.sum(bb.emit(relax.op.multiply(named, named)), axis=[1]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"s": 8, "m": 16, "t": 24})
+    partitioned, report = partition_report(mod)
+    assert report.regions and not report.kept, report.format()
+    assert "R.match_cast" in partitioned["main"].script()
+    assert_matches_tvm(mod, sizes=[{"s": 3, "m": 0}, {"s": 1, "m": 5}, {"s": 8, "m": 16}], engines=["ref", "sim"])
