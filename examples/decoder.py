@@ -2,11 +2,11 @@
 
     python examples/decoder.py [--dtype float32|float16|bfloat16] [--engine ref|sim]
 
-Token embedding (take), then `LAYERS` layers of: RMSNorm; q/k/v projections; rotary position
+Token embedding (take), then `Config.layers` layers of: RMSNorm; q/k/v projections; rotary position
 embeddings (the cos and sin of each position given as inputs, rotate_half as slices, negative
 and concat); the layer's KV cache grown by this call's keys and values (concat: the call
-returns the grown cache, a TVM tensor the next call takes); grouped-query attention (`HEADS`
-query heads over `KV_HEADS` key/value heads, the keys and values repeated per group) with
+returns the grown cache, a TVM tensor the next call takes); grouped-query attention (`Config.heads`
+query heads over `Config.kv_heads` key/value heads, the keys and values repeated per group) with
 TVM's BottomRight causal mask over cache + new tokens; the output projection and its
 residual; RMSNorm and a SwiGLU MLP (down(silu(gate(x)) * up(x))) and its residual. Then a
 final RMSNorm and the vocabulary projection: logits. Random weights.

@@ -335,7 +335,8 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
         float x = 0.0f;
         for (int d = 0; d < D; ++d) x += Element<T>::value(qr[d]) * Element<T>::value(kr[d]);
         x *= pr.scale;
-        const float next = fmaxf(top, x), correction = top == NEG_INF ? 0.0f : expf(top - next), e = expf(x - next);
+        const float next = fmaxf(top, x), correction = top == NEG_INF ? 0.0f : expf(top - next);
+        const float e = next == NEG_INF ? 0.0f : expf(x - next);  // every score so far -inf: no weight
         sum = sum * correction + e;
         for (int d = 0; d < D; ++d) acc[d] = acc[d] * correction + e * Element<T>::value(vr[d]);
         top = next;

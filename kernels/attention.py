@@ -12,8 +12,8 @@ row's D query values (D <= 256) and 8 of the output's Dv accumulators; per key j
 partial dot products are summed across the warp (xor shuffles; on the simulator, through
 shared memory), scaled, and folded into the running max m, the running sum l and the
 accumulators (rescaled by exp(m_old - m_new)), so scores are never stored and any key length
-runs. A causal mask ends the walk at key i + offset. The output is acc / l, 0 where no key is
-seen (an empty key set). Float32 throughout; loads convert from the input dtype, the store
+runs. A causal mask ends the walk at key i + offset. The output is acc / l, 0 where no key
+has weight (none seen, or every score -inf), NaN where a score is. Float32 throughout; loads convert from the input dtype, the store
 rounds to the output's.
 
 This one is correct at any length and head dim up to 256, not fast: it reads K and V once per
@@ -89,7 +89,7 @@ def _attention_kernel(simulator):
             score = reduce(buf, part, lane) * scale
             top = max(m, score)
             correction = math.exp(m - top) if m > -math.inf else float32(0)
-            p = math.exp(score - top)
+            p = math.exp(score - top) if top > -math.inf else float32(0)  # every score so far -inf
             total = total * correction + p
             for t in range(PER_LANE):
                 d = lane + WARP * t
@@ -99,7 +99,7 @@ def _attention_kernel(simulator):
         for t in range(PER_LANE):
             d = lane + WARP * t
             if d < DV:
-                out[b, i, h, d] = acc[t] / total if limit > 0 else float32(0)
+                out[b, i, h, d] = acc[t] / total if total != 0 else float32(0)  # no key weighed: 0
 
     return _attention_kernel
 

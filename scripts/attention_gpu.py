@@ -30,6 +30,8 @@ CASES = [("prefill 2048", 1, 2048, 2048, 32, 32, 128, True), ("prefill 512", 4, 
 
 
 def main(out_dir: Path, only: str | None = None) -> int:
+    if only is not None and only not in {case[0] for case in CASES}:
+        raise SystemExit(f"--only {only!r}: no such case (the cases: {', '.join(case[0] for case in CASES)})")
     op = get_op("simaccel.attention")
     target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
     rows, failed = [], 0

@@ -8,7 +8,7 @@ float16 and bfloat16, built for CUDA by simaccel (native regions) and by TVM alo
 default GPU schedules), and written again in torch with the same weights (SDPA with
 enable_gqa; examples/decoder.py `torch_twin`). Each case is a prefill of S tokens onto an empty cache, or a decode step of one
 token onto a cache of M; each is checked (simaccel against torch and TVM alone, logits and
-caches) and then timed: wall time of one call and a device sync, medians of interleaved
+caches; exit status 1 where one differs) and then timed: wall time of one call and a device sync, medians of interleaved
 rounds (tvm_integration/tools/model_bench.py `timed`). Writes OUT_DIR/decoder.json and prints
 the table. --profile: each case's simaccel call is also traced once with torch.profiler, and
 its kernels (count, summed GPU time, the longest) recorded beside the wall time.
@@ -100,7 +100,7 @@ def main() -> int:
                          for g, w in zip(outputs["simaccel"], outputs[peer])]
                 checks[peer] = {"ok": all(f.ok for f in found), "logits_error": float(found[0].scaled_error),
                                 "reason": next((f.reason for f in found if not f.ok), "")}
-            failed += not checks["torch"]["ok"]
+            failed += not (checks["torch"]["ok"] and checks["tvm"]["ok"])
             times = timed({"simaccel": lambda: vms["simaccel"]["main"](*tvm_args),
                            "tvm": lambda: vms["tvm"]["main"](*tvm_args),
                            "torch": lambda: torch_step(*torch_args)},

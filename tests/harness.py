@@ -114,3 +114,18 @@ def plant_reference(monkeypatch, name: str, wrong):
     family = dataclasses.replace(op.family, reference=lambda *a, **k: wrong(right(*a, **k)))
     monkeypatch.setitem(registry._OPS, name, dataclasses.replace(op, family=family))
     simaccel.get_runtime().clear()  # plans hold resolved ops
+
+
+def decoder_example():
+    """examples/decoder.py as a module (imported once: its dataclasses look their module up in
+    sys.modules)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "decoder_example" not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "examples" / "decoder.py"
+        spec = importlib.util.spec_from_file_location("decoder_example", path)
+        sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules["decoder_example"]

@@ -11,6 +11,7 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 from tvm import relax
 from tvm.script import relax as R
 
+from harness import decoder_example
 from kernel_cases import DTYPES, TOL, RecordingTarget
 from simaccel.ops import get_op
 from simaccel.testing import assert_matches_tvm, assert_offloads
@@ -130,19 +131,6 @@ def test_attention_with_a_bias_stays_on_tvm():
     assert not report.regions and [op for _, op, _ in report.kept] == ["relax.nn.attention_bias"], report.format()
 
 
-def _decoder_example():
-    import importlib.util
-    import sys
-    from pathlib import Path
-
-    if "decoder_example" not in sys.modules:  # its dataclasses look their module up there
-        path = Path(__file__).resolve().parent.parent / "examples" / "decoder.py"
-        spec = importlib.util.spec_from_file_location("decoder_example", path)
-        sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[spec.name])
-    return sys.modules["decoder_example"]
-
-
 def test_a_cuda_build_of_the_bfloat16_decoder_is_all_native(tmp_path, caplog):
     """examples/decoder.py's model (GQA attention over KV caches, rotary embeddings, SwiGLU;
     symbolic sequence and cache) built for the H100 at its GPU size: every region native (size
@@ -153,7 +141,7 @@ def test_a_cuda_build_of_the_bfloat16_decoder_is_all_native(tmp_path, caplog):
     from simaccel.tvm_integration import build
     from simaccel.tvm_integration.backend.native import has_native_regions
 
-    example = _decoder_example()
+    example = decoder_example()
     with caplog.at_level(logging.INFO, logger="simaccel.codegen"):
         executable = build(example.decoder("bfloat16", example.GPU), "nvidia/nvidia-h100")
     assert not [r.message for r in caplog.records if "Python region" in r.message]
@@ -171,7 +159,7 @@ def test_the_decoder_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype):
     from simaccel.compare import array_difference
     from simaccel.tvm_integration import build, build_tvm_only
 
-    example = _decoder_example()
+    example = decoder_example()
     config = example.GPU
     mod = example.decoder(dtype, config)
     ours, theirs = build(mod, "nvidia/nvidia-h100"), build_tvm_only(mod, "nvidia/nvidia-h100")
@@ -254,13 +242,19 @@ def test_grouped_attention_over_a_symbolic_cache():
                        engines=["ref", "sim"])
 
 
-@pytest.mark.parametrize("axis, repeats, reason", [(1, 2, "repeat is along axis 1, not the head axis")])
+@pytest.mark.parametrize("axis, repeats, reason", [
+    (1, 2, "not a repeat of each key/value head per group of the query's 2 heads along the head axis "
+           "(key (2, 3, 2, 16) repeated 2 times along axis 1; value (2, 3, 2, 16) repeated 2 times along axis 1)")])
 def test_a_repeat_that_is_not_a_head_group_is_not_folded(axis, repeats, reason):
-    """Keys repeated along the sequence: plain attention of the repeated keys, the repeat on TVM."""
+    """Keys repeated along the sequence: plain attention of the repeated keys, the repeats kept
+    on TVM, each with the grouped pattern's reason (they have no pattern of their own); only the
+    attention itself is said to be offloaded apart from the pattern."""
     mod = grouped_module("float32", 4, 3, heads=2, kv_heads=2, axis=axis, repeats=repeats)
     _, report = partition_report(mod)
     assert list(report.regions.values()) == [["simaccel.attention"]], report.format()
-    assert {op for _, op, _ in report.kept} == {"relax.repeat"}, report.format()
+    assert [op for _, op, _ in report.kept] == ["relax.repeat"] * 2, report.format()
+    assert all(why == f"simaccel.grouped_attention rejected: {reason}" for _, _, why in report.kept), report.format()
+    assert [(var, pattern) for var, pattern, _ in report.apart] == [("gv", "simaccel.grouped_attention")], report.format()
     assert_matches_tvm(mod, engines=["ref"])
 
 
@@ -273,7 +267,7 @@ def test_the_decoder_matches_its_torch_twin_from_prefill_through_decode(dtype):
     from simaccel.compare import array_difference
     from simaccel.tvm_integration import build
 
-    example = _decoder_example()
+    example = decoder_example()
     rng = np.random.default_rng(3)
     weights, prompt = example.random_weights(dtype, rng), rng.integers(0, example.SMALL.vocab, 9)
     twin = example.torch_twin(weights, dtype)

@@ -203,12 +203,12 @@ def test_a_decoders_plans_cover_every_decode_step_and_random_sizes():
     512 tokens, which no sample point reached, had none."""
     import random
 
-    from test_attention import _decoder_example
+    from harness import decoder_example
     from simaccel.tvm_integration import partition_report
     from simaccel.tvm_integration.backend.codegen import region_program
     from simaccel.tvm_integration.backend.patterns import sync_patterns
 
-    example = _decoder_example()
+    example = decoder_example()
     partitioned, _ = partition_report(example.decoder("float16", example.GPU))
     [(symbol, region)] = [(gv.name_hint, f) for gv, f in partitioned.functions.items()
                           if getattr(f, "attrs", None) and "Codegen" in f.attrs]

@@ -452,7 +452,7 @@ class _SwapCallees(relax.PyExprMutator):
         return relax.Call(replacement, call.args, call.attrs)
 
 
-MATCH_CAST = "simaccel.hidden.match_cast"
+MATCH_CAST = "simaccel.hidden_cast"  # not simaccel.hidden.*, the hidden callees' (a function may be named anything)
 
 
 @relax.expr_functor.mutator

@@ -3,12 +3,15 @@
 softmax(Q K^T * scale [causal mask]) V per batch and head, in BSNH layout as Relax's op:
 query (B, S, H, D), key (B, T, HKV, D), value (B, T, HKV, Dv) -> (B, S, H, Dv); the default
 scale 1 / sqrt(D). HKV < H is grouped-query attention: query head h reads key/value head
-h // (H // HKV) (Relax's op itself has HKV = H; simaccel's rewrites fold a repeat of the keys
-and values into it). A causal mask keeps key j for query i where j <= i + offset: 0 for "TopLeft",
+h // (H // HKV) (Relax's op itself has HKV = H; `simaccel.grouped_attention`'s pattern folds
+a repeat of the keys and values into it). A causal mask keeps key j for query i where j <= i + offset: 0 for "TopLeft",
 |S - T| for "BottomRight" (TVM's legalization's own definition, abs included). TVM's torch and
 ONNX frontends and `relax.frontend.nn` emit it (torch's scaled_dot_product_attention). A bias
 (`attention_bias`) and sliding windows stay on TVM. Computed in float32 with an online softmax
-(one pass over the keys), rounded once to the output's dtype.
+(one pass over the keys), rounded once to the output's dtype. A key a query row's mask
+excludes takes no part in that row, so a NaN or inf in its value row is not read there (TVM's
+legalization and the numpy reference multiply it by 0, which gives NaN: the kernels are
+checked against the reference with finite values behind the mask).
 """
 
 from __future__ import annotations
@@ -92,12 +95,14 @@ def grouped_attention_from_relax(match):
     in a row (`R.repeat(k, G, axis=2)`: Relax's own op needs equal heads): the op reads the
     unrepeated ones, query head h taking key/value head h // G, which is what the repeat gave it."""
     heads = match.shapes["query"][2]
-    for role, node in (("key", "key_repeat"), ("value", "value_repeat")):
-        a, shape = match.nodes[node], match.shapes[role]
-        if a["axis"] is None or a["axis"] % len(shape) != 2:
-            raise Reject(f"the {role}'s repeat is along axis {a['axis']}, not the head axis")
-        if not (isinstance(shape[2], int) and isinstance(heads, int) and shape[2] * a["repeats"] == heads):
-            raise Reject(f"the {role}'s {shape[2]} heads repeated {a['repeats']} times are not the query's {heads}")
+    repeats = {role: (match.nodes[f"{role}_repeat"], match.shapes[role]) for role in ("key", "value")}
+    grouped = all(a["axis"] is not None and a["axis"] % len(shape) == 2 and isinstance(shape[2], int)
+                  and isinstance(heads, int) and shape[2] * a["repeats"] == heads for a, shape in repeats.values())
+    if not grouped:  # one reason for both repeats: the report gives it to each
+        said = "; ".join(f"{role} {shape} repeated {a['repeats']} times along axis {a['axis']}"
+                         for role, (a, shape) in repeats.items())
+        raise Reject(f"not a repeat of each key/value head per group of the query's {heads} heads along the head "
+                     f"axis ({said})")
     return attention_from_relax(match)
 
 
