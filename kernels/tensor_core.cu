@@ -41,34 +41,13 @@
 // leading dimension is not (K or N not a multiple of 8, or a view at an odd offset), slices
 // are staged with element loads instead, with the same bounds.
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "mma.cuh"  // Element<T> (the operand types), cp.async, ldmatrix, mma.sync
 
 namespace {
-
-// The operand element types: T is __half or __nv_bfloat16 throughout, both 16 bits, so
-// staging, swizzles and ldmatrix are the same; only the mma / wgmma instruction's type and the
-// conversions differ.
-template <typename T>
-struct Element;
-template <>
-struct Element<__half> {
-    static constexpr bool kBf16 = false;
-    static __device__ __forceinline__ __half zero() { return __float2half(0.0f); }
-    static __device__ __forceinline__ float value(__half x) { return __half2float(x); }
-};
-template <>
-struct Element<__nv_bfloat16> {
-    static constexpr bool kBf16 = true;
-    static __device__ __forceinline__ __nv_bfloat16 zero() { return __float2bfloat16(0.0f); }
-    static __device__ __forceinline__ float value(__nv_bfloat16 x) { return __bfloat162float(x); }
-};
 
 constexpr int BM = 128, THREADS = 256;  // 8 warps
 
 #if __CUDA_ARCH__ >= 800  // cp.async and mma.m16n8k16
-
-using uint32_t = unsigned int;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr int BK = 64;  // one 128-byte swizzle row of K per operand row
@@ -90,10 +69,6 @@ __device__ constexpr int handoff_stride() { return BN + 8; }
 template <int BN>
 __device__ constexpr unsigned shared_bytes() { return stages<BN>() * (BM + BN) * BK * 2 + 1024; }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // The dynamic shared memory, aligned to 1024 bytes (wgmma's swizzle atoms).
 __device__ __forceinline__ uint4* aligned_shared() {
     extern __shared__ __align__(16) uint4 dynamic[];
@@ -110,17 +85,6 @@ __device__ __forceinline__ uint4* stage_memory() {
     if (given < shared_bytes<BN>()) __trap();
     return aligned_shared();
 }
-
-__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
-    // src-size 0 fills the 16 bytes with zeros and reads nothing.
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void wait_groups() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Chunk (row, c) of a slice stored as rows of KCHUNKS chunks, K along the row: swizzled so
 // that the 8 rows an ldmatrix or a wgmma core matrix reads lie in distinct banks. With BK =
@@ -280,34 +244,6 @@ template <int BN>
 __device__ constexpr int stage_chunks() { return (BM + BN) * KCHUNKS; }
 
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)  // mma.sync: sm_80 ... and sm_90's portable PTX
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    if constexpr (Element<T>::kBf16)
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 template <int BN, bool kTransB, bool kFast, typename T>
 __device__ __forceinline__ void main_loop(float* acc, const T* a, int lda, const T* b, int ldb, int m_left,
