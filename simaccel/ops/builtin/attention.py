@@ -16,6 +16,7 @@ checked against the reference with finite values behind the mask).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -106,7 +107,7 @@ def grouped_attention_from_relax(match):
     return attention_from_relax(match)
 
 
-declare(OpFamily(
+ATTENTION = declare(OpFamily(
     name="simaccel.attention",
     inputs=("query", "key", "value"),
     pattern=relax_op("relax.nn.attention", "query", "key", "value"),
@@ -119,17 +120,13 @@ declare(OpFamily(
     doc="softmax(Q K^T * scale [causal]) V, BSNH (relax.nn.attention)",
 ))
 
-
-declare(OpFamily(
+# The same op where Relax repeats the keys and values per query-head group: its own pattern and
+# check, everything else attention's.
+declare(dataclasses.replace(
+    ATTENTION,
     name="simaccel.grouped_attention",
-    inputs=("query", "key", "value"),
     pattern=relax_op("relax.nn.attention", "query", relax_op("relax.repeat", "key", name="key_repeat"),
                      relax_op("relax.repeat", "value", name="value_repeat")),
-    attrs={"scale": kinds.number, "causal": kinds.flag, "bottom_right": kinds.flag},
     from_relax=grouped_attention_from_relax,
-    infer=infer_attention,
-    reference=attention,
-    kernel="simaccel.kernels.attention:launch_attention",
-    flops=attention_flops,
     doc="grouped-query attention: relax.nn.attention of keys and values repeated per query-head group (GQA)",
 ))
