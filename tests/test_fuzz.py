@@ -556,3 +556,30 @@ def test_a_bfloat16_case_tvm_alone_cannot_build_is_checked_against_the_float64_r
     assert outcome.verdict == FAIL and "differs from the float64 reference" in outcome.reason, outcome
     monkeypatch.undo()
     simaccel.get_runtime().clear()
+
+
+def _attention_case(dtype: str, scale):
+    from simaccel.tvm_integration.tools.fuzz.case import Case, Value
+
+    values = [Value((1, 3, 2, 8), name="x"), Value((1, 5, 2, 8), name="k"), Value((1, 5, 2, 8), name="v"),
+              Value((1, 3, 2, 8), "attention", (0, 1, 2), {"scale": scale, "causal_mask": "TopLeft"})]
+    return Case(dtype, values, [3], data_seed=2)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tvm_alone_returning_another_dtype_than_declared_is_tvm_off_and_its_values_still_judge(dtype, monkeypatch):
+    """TVM 0.27's attention with a scale returns float32 for float16 and bfloat16 inputs, against
+    its module's own declared dtype: TVM is off in that; its values, in the declared dtype, are
+    compared with simaccel's by the one rule every case has (a simaccel made wrong still fails)."""
+    from simaccel.tvm_integration.tools.fuzz import FAIL, TVM_OFF, Checker
+
+    case = _attention_case(dtype, 0.3)
+    assert run_vm(build_tvm_only(case.bound_module()), case.runtime_arrays()).dtype == np.float32
+    outcome = Checker(["ref", "sim"]).check(case)
+    assert outcome.verdict == TVM_OFF and f"where the module declares {dtype}" in outcome.reason, outcome
+    assert Checker(["ref"]).check(_attention_case(dtype, None)).verdict == PASS  # the default scale: TVM's dtype is right
+    plant_reference(monkeypatch, "simaccel.attention", lambda y: y + 1)  # simaccel made wrong
+    outcome = Checker(["ref"]).check(case)
+    assert outcome.verdict == FAIL and "differs from TVM alone" in outcome.reason, outcome
+    monkeypatch.undo()
+    simaccel.get_runtime().clear()
