@@ -136,11 +136,15 @@ def empty_caches(dtype: str, c: Config = SMALL) -> list[np.ndarray]:
     return [np.zeros((1, 0, c.kv_heads, c.head_dim), dtype) for _ in range(2 * c.layers)]
 
 
-def generate(executable, dtype: str, prompt, steps: int, weights, device, c: Config = SMALL, next_token=None):
+def greedy(last) -> int:
+    """The next token: the argmax of the last position's logits."""
+    return int(np.argmax(np.asarray(last, np.float32)))
+
+
+def generate(executable, dtype: str, prompt, steps: int, weights, device, c: Config = SMALL, next_token=greedy):
     """Prefill `prompt` then `steps` decode steps on `device`, each step's caches the ones the
     step before returned (TVM tensors, never copied to the host). Yields each step's outputs
-    (logits and caches, TVM tensors); a step's token is `next_token(logits)` (default: the
-    argmax of the last position)."""
+    (logits and caches, TVM tensors); a step's token is `next_token(last position's logits)`."""
     vm = relax.VirtualMachine(executable, device)
     put = lambda a: tvm.runtime.tensor(a, device)  # noqa: E731
     params = [put(w) for w in weights]
@@ -152,7 +156,17 @@ def generate(executable, dtype: str, prompt, steps: int, weights, device, c: Con
         yield outputs
         position += tokens.shape[1]
         last = logits.numpy()[0, -1]
-        tokens = np.asarray([[next_token(last) if next_token else int(np.argmax(last.astype(np.float32)))]], "int64")
+        tokens = np.asarray([[next_token(last)]], "int64")
+
+
+def lockstep(reference, executable, dtype: str, prompt, steps: int, weights, device, c: Config = SMALL):
+    """`generate` on two builds step by step, the `reference` build picking each next token
+    (greedy) and `executable` fed the same ones: yields (reference's outputs, executable's)."""
+    picks = []
+    replay = iter(picks)  # a list iterator sees what is appended later
+    return zip(generate(reference, dtype, prompt, steps, weights, device, c,
+                        next_token=lambda last: picks.append(greedy(last)) or picks[-1]),
+               generate(executable, dtype, prompt, steps, weights, device, c, next_token=lambda last: next(replay)))
 
 
 def torch_twin(weights, dtype: str, c: Config = SMALL, device: str = "cpu"):
@@ -207,14 +221,8 @@ def main() -> int:
     ours, theirs = build(mod, "llvm"), build_tvm_only(mod, "llvm")
     rng = np.random.default_rng(0)
     weights, prompt = random_weights(args.dtype, rng), rng.integers(0, SMALL.vocab, 7)
-    # TVM alone picks each next token (the argmax); simaccel's build is fed the same ones.
-    picks = []
-    pick = lambda last: picks.append(int(np.argmax(last.astype(np.float32)))) or picks[-1]  # noqa: E731
-    replay = iter(picks)  # a list iterator sees what is appended later
-    with simaccel.get_runtime().use_engine(args.engine):
-        steps = zip(generate(theirs, args.dtype, prompt, 2, weights, tvm.cpu(), next_token=pick),
-                    generate(ours, args.dtype, prompt, 2, weights, tvm.cpu(), next_token=lambda last: next(replay)))
-        for step, (want, got) in enumerate(steps):
+    with simaccel.get_runtime().use_engine(args.engine):  # TVM alone picks the tokens, simaccel gets the same
+        for step, (want, got) in enumerate(lockstep(theirs, ours, args.dtype, prompt, 2, weights, tvm.cpu())):
             length = want[1].shape[1]
             for name, g, w in zip(["logits"] + [f"cache {i}" for i in range(len(want) - 1)], got, want):
                 found = array_difference(g.numpy(), w.numpy(), dtype=args.dtype, scaled=True)

@@ -166,12 +166,7 @@ def test_the_decoder_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype):
     dev = tvm.cuda(0)
     rng = np.random.default_rng(0)
     weights, prompt = example.random_weights(dtype, rng, config), rng.integers(0, config.vocab, 100)
-    picks = []
-    replay = iter(picks)
-    steps = zip(example.generate(theirs, dtype, prompt, 3, weights, dev, config,
-                                 next_token=lambda last: picks.append(int(np.argmax(last.astype(np.float32)))) or picks[-1]),
-                example.generate(ours, dtype, prompt, 3, weights, dev, config, next_token=lambda last: next(replay)))
-    for step, (want, got) in enumerate(steps):
+    for step, (want, got) in enumerate(example.lockstep(theirs, ours, dtype, prompt, 3, weights, dev, config)):
         for index, (g, w) in enumerate(zip(got, want)):
             found = array_difference(g.numpy(), w.numpy(), dtype=dtype, scaled=True)
             assert found.ok, f"step {step}, output {index}: {found.reason}"
@@ -282,5 +277,5 @@ def test_the_decoder_matches_its_torch_twin_from_prefill_through_decode(dtype):
             found = array_difference(np.asarray(g.numpy(), np.float32), w.float().numpy(), dtype=dtype, scaled=True)
             assert found.ok, f"at position {position}, output {index}: {found.reason}"
         caches, position = want[1:], position + tokens.shape[1]
-        picks.append(int(np.argmax(want[0].float().numpy()[0, -1])))
+        picks.append(example.greedy(want[0].float().numpy()[0, -1]))
         tokens = np.asarray([[picks[-1]]])
