@@ -162,6 +162,12 @@ def _check_at_real_size(name, shapes, attrs, dtype):
     np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
 
 
+def off_alignment(a, stream):
+    """`a` on the device as a view one element into its buffer: 4 or 2 bytes past an aligned address."""
+    buffer = to_device(np.concatenate([np.zeros(1, a.dtype), a.reshape(-1)]), stream)
+    return buffer[1:].reshape(a.shape)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("name", ["simaccel.dense_bias_relu", "simaccel.matmul"])
 def test_matmul_main_loops_on_unaligned_operands(name, dtype):
@@ -180,10 +186,7 @@ def test_matmul_main_loops_on_unaligned_operands(name, dtype):
     attrs = op.all_attrs({})
     want = op.reference(*arrays, **attrs)
     stream = cuda.stream()
-    views = []
-    for a in arrays:
-        buffer = to_device(np.concatenate([np.zeros(1, dtype), a.reshape(-1)]), stream)
-        views.append(buffer[1:].reshape(a.shape))  # 4 or 2 bytes past an aligned address
+    views = [off_alignment(a, stream) for a in arrays]
     out = cuda.device_array((M, N), dtype=dtype)
     op.kernel(KernelTarget("cuda", stream), out, *views, **attrs)
     got = to_host(out, stream)
@@ -211,10 +214,7 @@ def test_attention_tiles_on_unaligned_views_and_special_values(mask, dtype):
         if special:
             k[1, 30, 0, 5] = np.nan
         want = op.reference(q, k, v, **attrs)
-        views = []
-        for a in (q, k, v):
-            buffer = to_device(np.concatenate([np.zeros(1, dtype), a.reshape(-1)]), stream)
-            views.append(buffer[1:].reshape(a.shape))
+        views = [off_alignment(a, stream) for a in (q, k, v)]
         out = cuda.device_array(q.shape, dtype=dtype)
         assert op.kernel(KernelTarget("cuda", stream), out, *views, **attrs) == 1
         got = to_host(out, stream)
