@@ -16,15 +16,23 @@
 // registers as the A fragments of the second mma (their layouts coincide) and V read with
 // ldmatrix.trans. Causal tiles past a block's last visible key are never loaded.
 //
+// Warps whose 16 rows are all past the packed sequence's end (a decode tile's) only stage.
+//
+// Split keys (flash-decoding): where the tiles alone would leave the GPU idle (a decode step's
+// few rows), the keys are split into `splits` ranges of `chunk` keys, one block each, and a
+// block writes its rows' unnormalised float32 output, running max (base 2) and sum to
+// `partial` instead of `out`; attention.py's combining kernel then weighs the splits.
+//
 // Below sm_80 (no mma.sync, no cp.async) the same entry computes the same rows with float32
 // FMAs, one thread a row: correct, not fast.
 //
-// Entry: simaccel_attention_{f16,bf16}_d{64,128}(out, q, k, v, S, T, H, HKV, scale, causal,
-// offset), block (64-row tile, key/value head, batch) = (blockIdx.x, blockIdx.y, blockIdx.z),
-// 128 threads, `shared_bytes<D>()` of dynamic shared memory (attention.py's
-// `dynamic_shared_bytes`; less traps). Tensors are contiguous BSNH: q and out (B, S, H, D),
-// k and v (B, T, HKV, D). A causal mask keeps key j for query row i where j <= i + offset.
-// Rows that see no key are 0.
+// Entry: simaccel_attention_{f16,bf16}_d{64,128}(out, q, k, v, partial, S, T, H, HKV, scale,
+// causal, offset, splits, chunk), block (64-row tile, key/value head, batch * splits + split)
+// = (blockIdx.x, blockIdx.y, blockIdx.z), 128 threads, `shared_bytes<D>()` of dynamic shared
+// memory (attention.py's `dynamic_shared_bytes`; less traps). Tensors are contiguous BSNH: q
+// and out (B, S, H, D), k and v (B, T, HKV, D). A causal mask keeps key j for query row i where
+// j <= i + offset. Rows that see no key are 0. With splits > 1, `partial` holds a row of D + 2
+// floats (output, max, sum) for each (batch, key/value head, split, packed row), in that order.
 
 #include "mma.cuh"  // Element<T> (the operand types), cp.async, ldmatrix, mma.sync
 
@@ -47,6 +55,7 @@ struct Problem {
     bool causal;
     int offset;
     int b, kvh, m0, rows;  // rows: S * G, the packed sequence's length
+    int splits, split, chunk;  // this block's keys: [split * chunk, (split + 1) * chunk), where splits > 1
 
     // Element offset of packed row p's query (and output) row, p < rows.
     __device__ __forceinline__ long long q_row(int p, int D) const {
@@ -55,12 +64,26 @@ struct Problem {
     __device__ __forceinline__ long long kv_row(int j, int D) const {
         return ((static_cast<long long>(b) * T + j) * HKV + kvh) * D;
     }
-    // Keys the block's rows see at most: all T, or up to its last row's diagonal.
+    // Keys the block's rows see at most: all T, or up to its last row's diagonal, and before
+    // the end of its split's range.
     __device__ __forceinline__ int keys() const {
-        if (!causal) return T;
-        const int last = (m0 + BLOCK_M < rows ? m0 + BLOCK_M : rows) - 1;
-        const long long limit = static_cast<long long>(last / G) + offset + 1;
-        return limit < 0 ? 0 : (limit < T ? static_cast<int>(limit) : T);
+        int end = T;
+        if (causal) {
+            const int last = (m0 + BLOCK_M < rows ? m0 + BLOCK_M : rows) - 1;
+            const long long limit = static_cast<long long>(last / G) + offset + 1;
+            end = limit < 0 ? 0 : (limit < T ? static_cast<int>(limit) : T);
+        }
+        if (splits > 1) {
+            const long long stop = static_cast<long long>(split + 1) * chunk;
+            end = stop < end ? static_cast<int>(stop) : end;
+        }
+        return end;
+    }
+    // The first key of the block's range (0 without splits).
+    __device__ __forceinline__ int first_key() const { return splits > 1 ? split * chunk : 0; }
+    // Float offset of packed row p's partial row (D + 2 floats: output, max, sum), splits > 1.
+    __device__ __forceinline__ long long partial_row(int p, int D) const {
+        return ((((static_cast<long long>(b) * HKV + kvh) * splits + split) * rows) + p) * (D + 2);
     }
 };
 
@@ -101,7 +124,8 @@ __device__ __forceinline__ void stage(uint4* dst, const T* src, Offset offset, V
 }
 
 template <typename T, int D>
-__device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, const T* v, const Problem& pr) {
+__device__ __forceinline__ void attention_tile(T* out, float* partial, const T* q, const T* k, const T* v,
+                                               const Problem& pr) {
     constexpr int KSTEPS = D / 16, NT = BLOCK_N / 8, DT = D / 8;  // Q K^T k-steps, S's n8 tiles, O's
     extern __shared__ __align__(16) uint4 smem[];
     uint32_t given;
@@ -114,7 +138,8 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const bool aligned = ((reinterpret_cast<unsigned long long>(q) | reinterpret_cast<unsigned long long>(k) |
                            reinterpret_cast<unsigned long long>(v)) & 15) == 0;
-    const int keys = pr.keys(), tiles = (keys + BLOCK_N - 1) / BLOCK_N;
+    const int keys = pr.keys(), start = pr.first_key() / BLOCK_N, tiles = (keys + BLOCK_N - 1) / BLOCK_N;
+    const bool busy = pr.m0 + warp * 16 < pr.rows;  // a warp with rows to compute (else it only stages)
 
     stage<T, D>(Qs, q, [&](int r) { return pr.q_row(pr.m0 + r, D); }, [&](int r) { return pr.m0 + r < pr.rows; },
                 aligned);
@@ -127,7 +152,7 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
         stage<T, D>(Ks + s * BLOCK_N * D / 8, k, offset, valid, aligned);
         stage<T, D>(Vs + s * BLOCK_N * D / 8, v, offset, valid, aligned);
     };
-    if (tiles > 0) stage_kv(0);
+    if (start < tiles) stage_kv(start);
     commit();
     wait_groups<1>();  // Q is in
     __syncthreads();
@@ -151,11 +176,15 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
 #pragma unroll
         for (int r = 0; r < 4; ++r) o[n][r] = 0.0f;
 
-    for (int t = 0; t < tiles; ++t) {
+    for (int t = start; t < tiles; ++t) {
         if (t + 1 < tiles) stage_kv(t + 1);
         commit();
         wait_groups<1>();  // tile t is in
         __syncthreads();
+        if (!busy) {
+            __syncthreads();
+            continue;
+        }
         const uint4* K = Ks + (t & 1) * BLOCK_N * D / 8;
         const uint4* V = Vs + (t & 1) * BLOCK_N * D / 8;
         const int m = lane >> 3;  // which 8x8 matrix of an ldmatrix.x4 this lane addresses
@@ -238,6 +267,20 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         if (row[i] >= pr.rows) continue;
+        if (pr.splits > 1) {  // this split's share, for the combining kernel
+            float* dst = partial + pr.partial_row(row[i], D);
+#pragma unroll
+            for (int n = 0; n < DT; ++n) {
+                const int col = n * 8 + 2 * (lane & 3);
+                dst[col] = o[n][2 * i];
+                dst[col + 1] = o[n][2 * i + 1];
+            }
+            if ((lane & 3) == 0) {
+                dst[D] = top[i];
+                dst[D + 1] = sum[i];
+            }
+            continue;
+        }
         T* dst = out + pr.q_row(row[i], D);
         // No key seen (a sum of 0): 0. A NaN sum (a NaN score) stays NaN, as the reference's.
         const bool none = sum[i] == 0.0f;
@@ -255,15 +298,17 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
 #else  // no tensor cores: one thread a row, float32 FMAs
 
 template <typename T, int D>
-__device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, const T* v, const Problem& pr) {
+__device__ __forceinline__ void attention_tile(T* out, float* partial, const T* q, const T* k, const T* v,
+                                               const Problem& pr) {
     const int p = pr.m0 + threadIdx.x;
     if (threadIdx.x >= BLOCK_M || p >= pr.rows) return;
     const T* qr = q + pr.q_row(p, D);
     const long long diagonal = static_cast<long long>(p / pr.G) + pr.offset;
-    const int last = pr.causal && diagonal < pr.T - 1 ? static_cast<int>(diagonal) : pr.T - 1;
+    const int end = pr.keys();
+    const int last = pr.causal && diagonal < end - 1 ? static_cast<int>(diagonal) : end - 1;
     float acc[D], top = NEG_INF, sum = 0.0f;
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;
-    for (int j = 0; j <= last; ++j) {
+    for (int j = pr.first_key(); j <= last; ++j) {
         const T* kr = k + pr.kv_row(j, D);
         const T* vr = v + pr.kv_row(j, D);
         float x = 0.0f;
@@ -275,6 +320,13 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
         for (int d = 0; d < D; ++d) acc[d] = acc[d] * correction + e * Element<T>::value(vr[d]);
         top = next;
     }
+    if (pr.splits > 1) {  // this split's share: the max in base 2, as the tensor-core tiles write it
+        float* dst = partial + pr.partial_row(p, D);
+        for (int d = 0; d < D; ++d) dst[d] = acc[d];
+        dst[D] = top * LOG2E;
+        dst[D + 1] = sum;
+        return;
+    }
     T* dst = out + pr.q_row(p, D);
     for (int d = 0; d < D; ++d) dst[d] = Element<T>::from(sum == 0.0f ? 0.0f : acc[d] / sum);
 }
@@ -282,22 +334,25 @@ __device__ __forceinline__ void attention_tile(T* out, const T* q, const T* k, c
 #endif
 
 template <typename T, int D>
-__device__ __forceinline__ int attention(T* out, const T* q, const T* k, const T* v, long long S, long long T_,
-                                         long long H, long long HKV, float scale, long long causal, long long offset) {
-    const int G = static_cast<int>(H / HKV);
+__device__ __forceinline__ int attention(T* out, const T* q, const T* k, const T* v, float* partial, long long S,
+                                         long long T_, long long H, long long HKV, float scale, long long causal,
+                                         long long offset, long long splits, long long chunk) {
+    const int G = static_cast<int>(H / HKV), n = static_cast<int>(splits);
+    const int z = static_cast<int>(blockIdx.z);
     const Problem pr{static_cast<int>(S), static_cast<int>(T_), static_cast<int>(H), static_cast<int>(HKV), G, scale,
-                     causal != 0, static_cast<int>(offset), static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.y),
-                     static_cast<int>(blockIdx.x) * BLOCK_M, static_cast<int>(S) * G};
-    attention_tile<T, D>(out, q, k, v, pr);
+                     causal != 0, static_cast<int>(offset), z / n, static_cast<int>(blockIdx.y),
+                     static_cast<int>(blockIdx.x) * BLOCK_M, static_cast<int>(S) * G, n, z % n, static_cast<int>(chunk)};
+    attention_tile<T, D>(out, partial, q, k, v, pr);
     return 0;
 }
 
 }  // namespace
 
-#define SIMACCEL_ATTENTION_ENTRY(name, T, D)                                                                      \
-    extern "C" __device__ int name(T* out, const T* q, const T* k, const T* v, long long S, long long T_, long long H, \
-                                   long long HKV, float scale, long long causal, long long offset) {                \
-        return attention<T, D>(out, q, k, v, S, T_, H, HKV, scale, causal, offset);                               \
+#define SIMACCEL_ATTENTION_ENTRY(name, T, D)                                                                 \
+    extern "C" __device__ int name(T* out, const T* q, const T* k, const T* v, float* partial, long long S,      \
+                                   long long T_, long long H, long long HKV, float scale, long long causal,     \
+                                   long long offset, long long splits, long long chunk) {                       \
+        return attention<T, D>(out, q, k, v, partial, S, T_, H, HKV, scale, causal, offset, splits, chunk);     \
     }
 SIMACCEL_ATTENTION_ENTRY(simaccel_attention_f16_d64, __half, 64)
 SIMACCEL_ATTENTION_ENTRY(simaccel_attention_f16_d128, __half, 128)

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 from numba import cuda, float32, types
-from numba.cuda.extending import register_jitable
+from numba.cuda.extending import intrinsic, register_jitable
 from numba.cuda.types import bfloat16
 
 from .main_loop import HERE, data_pointer, declare_cpp, same
@@ -122,47 +122,108 @@ def dynamic_shared_bytes(d: int, target: tuple) -> int:
     return 0 if tuple(target[:2]) < (8, 0) else (TILE_ROWS + 4 * 64) * d * 2
 
 
-def _simulated_tile(out, q, k, v, S, T, H, HKV, scale, causal, offset):
+SPLIT_BLOCKS = 256  # blocks a split launch aims at: about two per SM of a large GPU
+SPLIT_MIN_KEYS = 512  # keys below which a launch is never split
+MAX_SPLITS = 16
+# The workspace a split launch asks for: a row of Dv + 2 floats (output, max, sum) per (batch,
+# key/value head, split, packed query row). Splitting needs tiles * splits <= SPLIT_BLOCKS (so
+# B * S * H * splits <= 64 SPLIT_BLOCKS), a bound that holds at any size of a symbolic region.
+PARTIAL_ROWS = SPLIT_BLOCKS * TILE_ROWS
+LOG2E = 1.4426950408889634
+
+
+def key_splits(tiles, keys) -> int:
+    """How many ranges the keys of a launch of `tiles` blocks are split into (flash-decoding):
+    1 where the tiles fill the GPU or the keys are few, else the power of two that brings the
+    blocks up to SPLIT_BLOCKS (at most MAX_SPLITS). Few questions of the sizes: each is a size
+    plan's guard (simaccel.size_plans)."""
+    if keys < SPLIT_MIN_KEYS or tiles * 2 > SPLIT_BLOCKS:
+        return 1
+    splits = 2
+    while splits < MAX_SPLITS and tiles * splits * 2 <= SPLIT_BLOCKS:
+        splits *= 2
+    return splits
+
+
+def _simulated_tile(out, q, k, v, partial, S, T, H, HKV, scale, causal, offset, splits, chunk):
     """The simulator's stand-in for attention.cu's entry: block (x, y, z)'s 64 packed rows of
-    key/value head y of batch z, computed by thread 0 with numpy (float32, an exact softmax)."""
+    key/value head y of batch z // splits, computed by thread 0 with numpy (float32, an exact
+    softmax), against keys [split * chunk, (split + 1) * chunk) of split z % splits where
+    splits > 1, whose output, max (base 2) and sum go to `partial`, as attention.cu writes them."""
     if cuda.threadIdx.x != 0:
         return 0
     G = H // HKV
-    b, kvh, m0 = cuda.blockIdx.z, cuda.blockIdx.y, cuda.blockIdx.x * TILE_ROWS
+    b, split, kvh, m0 = cuda.blockIdx.z // splits, cuda.blockIdx.z % splits, cuda.blockIdx.y, cuda.blockIdx.x * TILE_ROWS
     rows = np.arange(m0, min(m0 + TILE_ROWS, S * G))
     s, h = rows // G, kvh * G + rows % G
-    dst = host_array(out)
+    first, stop = (split * chunk, min(T, (split + 1) * chunk)) if splits > 1 else (0, T)
     queries = host_array(q)[b, s, h].astype(np.float32)
-    keys, values = (host_array(a)[b, :, kvh].astype(np.float32) for a in (k, v))
+    keys, values = (host_array(a)[b, first:stop, kvh].astype(np.float32) for a in (k, v))
     with np.errstate(all="ignore"):
         scores = queries @ keys.T * np.float32(scale)
         if causal:
-            scores = np.where(np.arange(T)[None, :] <= s[:, None] + offset, scores, -np.inf)
+            scores = np.where(np.arange(first, stop)[None, :] <= s[:, None] + offset, scores, -np.inf)
         top = scores.max(axis=1, keepdims=True, initial=-np.inf)
         e = np.exp(scores - np.where(np.isfinite(top), top, 0))
         total = e.sum(axis=1, keepdims=True)
+        if splits > 1:
+            dv = values.shape[1]
+            at = (((b * HKV + kvh) * splits + split) * S * G + rows) * (dv + 2)
+            dst = host_array(partial).reshape(-1)
+            for r, base in enumerate(at):
+                dst[base:base + dv] = e[r] @ values
+                dst[base + dv], dst[base + dv + 1] = top[r, 0] * np.float32(LOG2E), total[r, 0]
+            return 0
+        dst = host_array(out)
         dst[b, s, h] = np.where(total == 0, 0, e @ values / np.where(total == 0, 1, total)).astype(dst.dtype)
     return 0
 
 
-def _tile_kernel(dtype: str, d: int, simulator: bool):
-    """The kernel around attention.cu's tile for operand `dtype` and head dim `d`, or on the
-    simulator around its numpy model."""
+@intrinsic
+def _no_floats(typingctx):
+    """A null float pointer: the tile's `partial` where its keys are not split."""
+    sig = types.CPointer(types.float32)()
+
+    def codegen(context, builder, signature, args):
+        return context.get_constant_null(signature.return_type)
+
+    return sig, codegen
+
+
+def _tile_kernel(dtype: str, d: int, split: bool, simulator: bool):
+    """The kernel around attention.cu's tile for operand `dtype` and head dim `d`, writing the
+    output or (`split`) its split's share to a float32 `partial`; on the simulator, around its
+    numpy model."""
     if simulator:
-        entry, pointer = _simulated_tile, same
+        entry, pointer, none = _simulated_tile, same, None
     else:
         numba_type, infix = TILE_DTYPES[dtype]
         operand = types.CPointer(numba_type)
-        sig = types.int32(operand, operand, operand, operand, types.int64, types.int64, types.int64, types.int64,
-                          types.float32, types.int64, types.int64)
+        sig = types.int32(operand, operand, operand, operand, types.CPointer(types.float32), types.int64, types.int64,
+                          types.int64, types.int64, types.float32, types.int64, types.int64, types.int64, types.int64)
         entry, pointer = declare_cpp(f"simaccel_attention_{infix}_d{d}", sig, SOURCE), data_pointer
 
-    def kernel(out, q, k, v, S, T, H, HKV, scale, causal, offset):
-        """softmax(Q K^T * scale) V for the 64 packed query rows (blockIdx.x) of key/value
-        head blockIdx.y of batch blockIdx.z."""
-        entry(pointer(out), pointer(q), pointer(k), pointer(v), S, T, H, HKV, float32(scale), causal, offset)
+    if split:
+        def kernel(partial, q, k, v, S, T, H, HKV, scale, causal, offset, splits, chunk):
+            """Split z % splits of softmax(Q K^T * scale) V for the 64 packed query rows
+            (blockIdx.x) of key/value head blockIdx.y of batch blockIdx.z // splits, into `partial`."""
+            # The entry's output is not written where the keys are split: q stands in for it.
+            entry(pointer(q), pointer(q), pointer(k), pointer(v), pointer(partial), S, T, H, HKV, float32(scale),
+                  causal, offset, splits, chunk)
+    elif simulator:
+        def kernel(out, q, k, v, S, T, H, HKV, scale, causal, offset):
+            """softmax(Q K^T * scale) V for the 64 packed query rows (blockIdx.x) of key/value
+            head blockIdx.y of batch blockIdx.z."""
+            entry(out, q, k, v, none, S, T, H, HKV, float32(scale), causal, offset, 1, 0)
+    else:
+        def kernel(out, q, k, v, S, T, H, HKV, scale, causal, offset):
+            """softmax(Q K^T * scale) V for the 64 packed query rows (blockIdx.x) of key/value
+            head blockIdx.y of batch blockIdx.z."""
+            entry(pointer(out), pointer(q), pointer(k), pointer(v), _no_floats(), S, T, H, HKV, float32(scale),
+                  causal, offset, 1, 0)
 
-    kernel.__name__ = kernel.__qualname__ = f"_attention_tile_kernel_d{d}" + ("" if dtype == "float16" else f"_{dtype}")
+    kernel.__name__ = kernel.__qualname__ = (f"_attention_{'split' if split else 'tile'}_kernel_d{d}"
+                                             + ("" if dtype == "float16" else f"_{dtype}"))
     if not simulator:
         kernel.link = (str(HERE / SOURCE),)
         kernel.dynamic_shared = functools.partial(dynamic_shared_bytes, d)
@@ -170,25 +231,61 @@ def _tile_kernel(dtype: str, d: int, simulator: bool):
     return kernel
 
 
-# (dtype, head dim) -> kernel
-TILE_KERNELS = {(dtype, d): with_simulator_twin(_tile_kernel, dtype, d) for dtype in TILE_DTYPES for d in TILE_HEAD_DIMS}
+# (dtype, head dim, split) -> kernel
+TILE_KERNELS = {(dtype, d, split): with_simulator_twin(_tile_kernel, dtype, d, split)
+                for dtype in TILE_DTYPES for d in TILE_HEAD_DIMS for split in (False, True)}
+
+
+def _combine_kernel(out, partial, S, H, HKV, splits, DV):
+    """out[b, s, h] from its key splits' shares in `partial` (attention.cu's layout): each
+    split's output and sum weighed by 2^(its max - the largest), summed, divided. Block (b, s,
+    h) flattened, a thread per value of the head dim. 0 where no key weighed (every max -inf
+    and every sum 0), NaN where a split's sum is (a NaN score)."""
+    r = cuda.blockIdx.x
+    h, s, b = r % H, (r // H) % S, r // (H * S)
+    G = H // HKV
+    rows = S * G
+    first = ((b * HKV + h // G) * splits) * rows + s * G + h % G  # split i's row: first + i * rows
+    width = DV + 2
+    top = float32(-math.inf)
+    for i in range(splits):
+        top = max(top, partial[(first + i * rows) * width + DV])
+    d = cuda.threadIdx.x
+    if d >= DV:
+        return
+    total = float32(0)
+    acc = float32(0)
+    for i in range(splits):
+        base = (first + i * rows) * width
+        w = math.exp((partial[base + DV] - top) * float32(0.6931471805599453)) if top > -math.inf else float32(0)
+        total += w * partial[base + DV + 1]
+        acc += w * partial[base + d]
+    out[b, s, h, d] = acc / total if total != 0 else float32(0)
 
 
 def launch_attention(target, out, query, key, value, *, scale, causal, bottom_right) -> int:
     """Tensor-core tiles where the dtype and head dims allow (a block per 64 packed query rows,
-    key/value head and batch), else one warp per (query row, head, batch); returns the launch
-    count (0 for an empty output)."""
+    key/value head and batch; where those few leave the GPU idle, per key split too, then a
+    combining launch), else one warp per (query row, head, batch); returns the launch count (0
+    for an empty output)."""
     B, S, H, D = query.shape
     T, HKV, DV = key.shape[1], key.shape[2], value.shape[3]
     if B * S * H * DV == 0:
         return 0
     offset = abs(S - T) if bottom_right else 0
-    tile = TILE_KERNELS.get((str(query.dtype), D)) if D == DV else None
-    if tile is not None:
-        rows = S * (H // HKV)
-        target.launch(tile, (-(-rows // TILE_ROWS), HKV, B), TILE_THREADS, out, query, key, value, S, T, H, HKV,
-                      float(scale), int(bool(causal)), offset)
-    else:
+    if D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
         target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, T, D, DV, H // HKV, float(scale),
                       int(bool(causal)), offset)
-    return 1
+        return 1
+    tiles = -(-(S * (H // HKV)) // TILE_ROWS)
+    splits = key_splits(tiles * HKV * B, T)
+    if splits == 1:
+        target.launch(TILE_KERNELS[str(query.dtype), D, False], (tiles, HKV, B), TILE_THREADS, out, query, key, value,
+                      S, T, H, HKV, float(scale), int(bool(causal)), offset)
+        return 1
+    chunk = -(-T // (splits * TILE_ROWS)) * TILE_ROWS  # keys a split, whole tiles of 64
+    partial = target.workspace((PARTIAL_ROWS * (DV + 2),), np.float32)
+    target.launch(TILE_KERNELS[str(query.dtype), D, True], (tiles, HKV, B * splits), TILE_THREADS, partial, query,
+                  key, value, S, T, H, HKV, float(scale), int(bool(causal)), offset, splits, chunk)
+    target.launch(_combine_kernel, B * S * H, DV, out, partial, S, H, HKV, splits, DV)
+    return 2

@@ -251,6 +251,19 @@ class KernelTarget:
                 _allow_shared(kernel, args, shared_bytes)
         kernel[grid, block, self.stream, shared_bytes](*args)
 
+    def workspace(self, shape, dtype):
+        """Scratch memory for a launcher called on this target directly (a test of its kernels):
+        a new array of `shape` and `dtype`. Calls of a region do not come here: their launches are
+        recorded (simaccel.launch_plan) and replayed on the region's one workspace."""
+        if self.name == "sim":
+            import numpy as np
+            from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+            return FakeCUDAArray(np.zeros(tuple(shape), dtype=dtype))
+        from numba import cuda
+
+        return cuda.device_array(tuple(shape), dtype=dtype, stream=self.stream)
+
     def reshape(self, array, shape, dtype=None):
         """A view of contiguous device `array` with a new shape (never a copy), read as `dtype`
         where given (of the same item size)."""

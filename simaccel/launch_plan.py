@@ -13,6 +13,14 @@ unfused twin: the runtime replays it (the "sim" and "cuda" engines, `replay`: a 
 no launcher logic), the native source generator writes it into C++ tables, AOT compiles its
 distinct kernels and signatures.
 
+A launcher that needs scratch memory beyond its op's output (a split's partial results, say)
+asks its target for it: `target.workspace(shape, dtype)` is an array of the region's one
+workspace, recorded as a `View` of tensor `WORKSPACE`. Its contents live only within the op's
+own launches: the ops of a region run one after another on one stream, so they all share one
+buffer, allocated once per plan at the largest size any launch views (`workspace_bytes`). Its
+shape is plain numbers, never a symbolic region's sizes: the buffer is allocated before any
+sizes are known.
+
 So every launch of a region runs on the call's stream (TVM's current one): a launcher cannot
 pick a stream through its target. One that launches some other way while it is recorded (on
 a `KernelTarget` of its own, or through numba.cuda itself) is refused with a SanitizerError of
@@ -35,6 +43,10 @@ from .ops import LaunchTarget, get_op
 from .ops.registry import generation
 from .program import OpNode, Program
 from .traced import Traced, TracedFloat
+
+
+WORKSPACE = -1  # the tensor id a View of the region's workspace carries (never a Program tensor's)
+WORKSPACE_DTYPE = np.dtype("uint8")  # the workspace's own: bytes, viewed as what each launcher asks
 
 
 @dataclass(frozen=True)
@@ -100,10 +112,21 @@ class _Recorder(LaunchTarget):
             raise EngineError(f"{self.where}: its launcher views {array.dtype} as {np.dtype(dtype)} (another item size)")
         return _Placeholder(array.tensor, shape, array.dtype if dtype is None else dtype)
 
+    def workspace(self, shape, dtype):
+        shape = tuple(shape)
+        traced = [d for d in shape if isinstance(d, Traced)]
+        if traced or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+            what = f"the size {traced[0].dim}" if traced else f"shape {shape}"
+            raise EngineError(f"{self.where}: its launcher asks for a workspace of {what}; a workspace's shape is plain "
+                              "numbers (it is allocated before a call's sizes are known): ask for a bound")
+        return _Placeholder(WORKSPACE, shape, dtype)
+
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0):
         recorded = []
         for position, arg in enumerate(args):
-            if isinstance(arg, _Placeholder):
+            if isinstance(arg, _Placeholder) and arg.tensor == WORKSPACE:
+                recorded.append(View(WORKSPACE, arg.shape, arg.dtype.name))
+            elif isinstance(arg, _Placeholder):
                 own = np.dtype(self.tensors[arg.tensor].dtype)
                 recorded.append(View(arg.tensor, arg.shape, None if arg.dtype == own else arg.dtype.name))
             elif isinstance(arg, (bool, int, float, np.integer, np.floating, Traced, TracedFloat)):
@@ -160,6 +183,11 @@ class LaunchPlan:
         return LaunchPlan.of(self.program, fuse=False) if self.fused_away else self
 
     @functools.cached_property
+    def workspace(self) -> int:
+        """Bytes of the region's workspace its launches view (0: none)."""
+        return workspace_bytes(self.launches)
+
+    @functools.cached_property
     def per_op(self) -> tuple[tuple[Launch, ...], ...]:
         per_op = [()] * len(self.program.ops)
         for launch in self.launches:
@@ -206,6 +234,12 @@ def _build(program: Program, groups) -> LaunchPlan:
     return LaunchPlan(program, tuple(launches), tuple(nodes),
                       frozenset(k for g in groups for k in g.members[:-1]),
                       frozenset(t for g in groups for t in g.fused_values(program)))
+
+
+def workspace_bytes(launches) -> int:
+    """The largest workspace view among `launches` (bytes; 0 where none views it)."""
+    return max((math.prod(a.shape) * np.dtype(a.dtype).itemsize for launch in launches for a in launch.args
+                if isinstance(a, View) and a.tensor == WORKSPACE), default=0)
 
 
 def dims3(value) -> tuple:
@@ -277,7 +311,8 @@ def _record(recorder: _Recorder, node, op, out, arrays, **extra) -> int:
         with recording(recorder.where):
             return op.kernel(recorder, out, *arrays, **op.all_attrs(node.attrs), **extra)
     except StrayLaunch as e:
-        names = [recorder.tensors[a.tensor].name for a in e.launch_args if isinstance(a, _Placeholder)]
+        names = [recorder.tensors[a.tensor].name for a in e.launch_args
+                 if isinstance(a, _Placeholder) and a.tensor != WORKSPACE]
         on = f" on tensors {', '.join(map(repr, dict.fromkeys(names)))}" if names else ""
         raise SanitizerError(
             f"{recorder.where}: its launcher launched kernel {getattr(e.kernel, '__name__', e.kernel)}{on} on a "
@@ -314,7 +349,14 @@ def _numba_launch_in(tb) -> bool:
 
 
 def replay(launches, target: LaunchTarget, slots) -> None:
-    """Launch `launches` on `target` (a simaccel.kernels.KernelTarget); `slots[i]` is tensor i's array there."""
+    """Launch `launches` on `target` (a simaccel.kernels.KernelTarget); `slots[i]` is tensor i's
+    array there, `slots[WORKSPACE]` the workspace's bytes (a one-dimensional uint8 array)."""
+    def array(view: View):
+        if view.tensor != WORKSPACE:
+            return target.reshape(slots[view.tensor], view.shape, view.dtype)
+        nbytes = math.prod(view.shape) * np.dtype(view.dtype).itemsize
+        return target.reshape(slots[WORKSPACE][:nbytes].view(view.dtype), view.shape)
+
     for launch in launches:
-        args = [target.reshape(slots[a.tensor], a.shape, a.dtype) if isinstance(a, View) else a for a in launch.args]
+        args = [array(a) if isinstance(a, View) else a for a in launch.args]
         target.launch(launch.kernel, launch.grid, launch.block, *args, shared_bytes=launch.shared_bytes)

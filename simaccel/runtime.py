@@ -48,12 +48,12 @@ from . import events
 from .engines import ENGINE_NAMES, Call, get_engine
 from .engines.sim import index_error
 from .errors import DeviceError, EngineError, LayoutError, ProgramError, SanitizerError, SimAccelError
-from .launch_plan import LaunchPlan
+from .launch_plan import WORKSPACE_DTYPE, LaunchPlan
 from .ledger import Ledger
 from .ops import get_op
 from .ops.registry import generation
 from .profile import DeviceProfile, active_profile
-from .program import Program
+from .program import Program, TensorSpec
 from .shapes import sizes_text
 from .switches import AUTO, ENGINE, ENGINE_ENV, ROUTE, STAGED, sanitizing
 from .switches import STAGED_ENV  # noqa: F401  (simaccel.runtime.STAGED_ENV, as ENGINE_ENV and AUTO)
@@ -100,6 +100,10 @@ class Plan:
             self.slots[i] = engine.allocate(program.tensors[i], device[1])
         for i in program.constants:
             self.slots[i] = engine.constant(program.tensors[i], device[1])
+        self.workspace = None  # the launches' shared scratch (simaccel.launch_plan.WORKSPACE), if they view one
+        if engine.launches_kernels and plan.workspace:
+            self.check_capture("allocate its workspace")
+            self.workspace = engine.allocate(TensorSpec("workspace", (plan.workspace,), WORKSPACE_DTYPE.name), device[1])
         self.scratch: dict = {}  # staging buffers, host-staged mode only
         self.alias_scratch: dict = {}  # tensor id -> buffer an aliased output is computed into
         self.watcher_scratch: dict = {}  # buffers watchers keep with the plan (events.RegionRun.scratch)
@@ -129,6 +133,9 @@ class Plan:
             buffers = [b for b in self.slots if b is not None]
             buffers += list(self.scratch.values()) + list(self.alias_scratch.values())
             buffers += list(self.watcher_scratch.values())
+            if self.workspace is not None:
+                buffers.append(self.workspace)
+                self.workspace = None
             self.slots = [None] * len(self.slots)
             self.scratch.clear()
             self.alias_scratch.clear()
@@ -337,7 +344,7 @@ class Runtime:
         elif events.listeners(events.WATCH):  # watched calls run unfused plans (Plan)
             plan_key += ("unfused",)
         with self._live_plan(plan_key, program, engine, device, stream, sanitize) as plan:
-            call = Call(program.name, device, stream, staged, self.ledger, plan.scratch)
+            call = Call(program.name, device, stream, staged, self.ledger, plan.scratch, workspace=plan.workspace)
             self._run_plan(plan, call, zip(ids, roles, refs), aliased, sizes)
 
     def _run_plan(self, plan: Plan, call: Call, boundary, aliased, sizes: dict | None = None) -> None:

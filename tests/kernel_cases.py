@@ -30,10 +30,15 @@ class RecordingTarget(KernelTarget):
     def __init__(self):
         super().__init__("sim")
         self.launches = []
+        self.workspaces = []  # what the launcher asked for beyond its arrays (KernelTarget.workspace)
 
     def launch(self, fn, grid, block, *args, shared_bytes=0):
         self.launches.append((fn, grid, block, args))
         super().launch(fn, grid, block, *args, shared_bytes=shared_bytes)
+
+    def workspace(self, shape, dtype):
+        self.workspaces.append(super().workspace(shape, dtype))
+        return self.workspaces[-1]
 
 
 def _random(rng, shape, dtype, scale=1.0):
@@ -55,8 +60,8 @@ def run_op(name, arrays, attrs=None, *, expected_launches=1):
     for _, _, _, args in target.launches:
         for arg in args:
             if isinstance(arg, FakeCUDAArray):
-                # Only no-copy views of the caller's arrays may reach a kernel.
-                assert any(np.shares_memory(arg._ary, a) for a in (out, *arrays)), name
+                # Only no-copy views of the caller's arrays (or the workspace it asked for) may reach a kernel.
+                assert any(np.shares_memory(arg._ary, a) for a in (out, *arrays, *(w._ary for w in target.workspaces))), name
             else:
                 assert isinstance(arg, (int, float)), (name, type(arg))
     for a, orig in zip(arrays, originals):

@@ -163,14 +163,17 @@ def test_attention_tiles_use_tensor_cores_without_spills(query, kv, dtype, arch)
     tile, inlined into the Numba kernel: mma.sync, ldmatrix(.trans) and cp.async from sm_80 on,
     no spill and no stack (its accumulators live in registers), dynamic shared memory as the
     kernel function says; below sm_80 the same entry without tensor cores, staging nothing (a
-    thread's row of accumulators is then a stack frame of 4 bytes each)."""
+    thread's row of accumulators is then a stack frame of 4 bytes each). A decode step against
+    4096 keys takes the split kernel (the same tile writing float32 shares) and the combining one."""
     from simaccel.kernels.attention import dynamic_shared_bytes
 
     program = one_op_program("simaccel.attention", [query, kv, kv], dtype,
                              {"scale": 0.1, "causal": True, "bottom_right": True})
-    [kernel] = compile_program(program, arch)
-    d = query[-1]
-    assert kernel.kernel.__name__ == f"_attention_tile_kernel_d{d}" + ("" if dtype == "float16" else f"_{dtype}")
+    kernel, *combine = compile_program(program, arch)
+    d, split = query[-1], query[1] == 1  # the decode step's keys are split over blocks, then combined
+    name = "split" if split else "tile"
+    assert kernel.kernel.__name__ == f"_attention_{name}_kernel_d{d}" + ("" if dtype == "float16" else f"_{dtype}")
+    assert [c.kernel.__name__ for c in combine] == (["_combine_kernel"] if split else [])
     assert "simaccel_attention" not in kernel.ptx and "call" not in kernel.ptx.replace("callseq", "")  # inlined
     used = no_spills(kernel)
     tensor_cores = arch >= (8, 0)

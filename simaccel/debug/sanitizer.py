@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import events
 from ..errors import SanitizerError
-from ..launch_plan import View
+from ..launch_plan import WORKSPACE, View
 from ..names import BYTE_POISON, FLOAT_POISON
 from ..ops import get_op
 from ..program import TensorSpec
@@ -317,7 +317,8 @@ def _launch_list(run, index: int) -> str:
     names = run.program.tensors
     described = []
     for launch in launches:
-        args = ", ".join(f"{names[a.tensor].name}{list(a.shape)}" if isinstance(a, View) else repr(a) for a in launch.args)
+        args = ", ".join(f"{'workspace' if a.tensor == WORKSPACE else names[a.tensor].name}{list(a.shape)}"
+                         if isinstance(a, View) else repr(a) for a in launch.args)
         described.append(f"{getattr(launch.kernel, '__name__', launch.kernel)}[grid {launch.grid}, block {launch.block}, "
                          f"shared {launch.shared_bytes}]({args})")
     return "; its launches: " + "; ".join(described)

@@ -33,6 +33,7 @@ class Call:
     ledger: Ledger
     scratch: dict  # plan-owned buffers (staging copies), reused across calls
     target: Any = None  # engine-specific launch target, set by activate()
+    workspace: Any = None  # the plan's workspace bytes (simaccel.launch_plan.WORKSPACE), where its launches view it
     writebacks: list = field(default_factory=list)  # staged outputs to copy back in finish()
 
 

@@ -21,7 +21,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..kernels.dtypes import BFLOAT16
-from ..launch_plan import replay
+from ..launch_plan import WORKSPACE, replay
 from ..tensors import describe
 from .base import Call, Engine
 
@@ -163,6 +163,8 @@ class CudaEngine(Engine):
     def execute(self, call: Call, node, op, inputs, output, launches=()) -> int:
         arrays = dict(zip(node.inputs, inputs))
         arrays[node.output] = output
+        if call.workspace is not None:
+            arrays[WORKSPACE] = call.workspace
         replay(launches, call.target, arrays)
         return len(launches)
 

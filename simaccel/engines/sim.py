@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import SanitizerError
 from ..kernels.target import simulated
-from ..launch_plan import replay
+from ..launch_plan import WORKSPACE, replay
 from .base import Engine
 
 _ONE_AT_A_TIME = threading.Lock()
@@ -79,6 +79,8 @@ class SimEngine(Engine):
 
         arrays = {i: FakeCUDAArray(a) for i, a in zip(node.inputs, inputs)}
         arrays[node.output] = FakeCUDAArray(output)
+        if call.workspace is not None:
+            arrays[WORKSPACE] = FakeCUDAArray(call.workspace)
         silence_float_warnings(launches)
         replay(launches, KernelTarget("sim"), arrays)
         return len(launches)

@@ -74,7 +74,7 @@ int run_plain(const Call& c, int64_t* copied) {
   int capturing = 0;
   bool checked_capture = false;
   for (int32_t t = 0; t < r.num_tensors; ++t) {
-    const int32_t kind = r.kinds[t];  // -2: constant, -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
+    const int32_t kind = r.kinds[t];  // -4: workspace, -2: constant, -1: a view (launches use its owner), 0: intermediate, 1: input, 2 + k: output k
     if (kind == -1 || kind == -3 || kind == 1 || (kind >= 2 && !c.aliased[n_in + kind - 2])) continue;
     if (c.memory.slots[t] == 0) {
       if (!checked_capture) {

@@ -92,9 +92,9 @@ std::vector<bool> poisoned(const std::vector<unsigned char>& got, const TensorSp
   return out;
 }
 
-// Scratch with guard bands for every op output (views share their owner's), allocated once per
-// device and stream; the canaries written again on every call (a failed call may have left them
-// changed). The region's constants: their memory of the plain path, allocated and filled once.
+// Scratch with guard bands for every op output (views share their owner's) and the workspace,
+// allocated once per device and stream; the canaries written again on every call (a failed call
+// may have left them changed). The region's constants: their memory of the plain path, allocated and filled once.
 int guard_outputs(const Call& c) {
   const Driver& d = driver();
   const Region& r = c.r;
@@ -111,10 +111,15 @@ int guard_outputs(const Call& c) {
   }
   std::vector<CUdeviceptr>& guarded = c.memory.guarded;
   if (guarded.empty()) guarded.assign(static_cast<size_t>(r.num_tensors), 0);
-  for (int32_t k = 0; k < r.num_ops; ++k) {
-    const int32_t t = r.ops[k].output;
+  // Every op's output, then the workspace (kind -4: the launches' shared scratch).
+  std::vector<int32_t> targets;
+  for (int32_t k = 0; k < r.num_ops; ++k) targets.push_back(r.ops[k].output);
+  for (int32_t t = 0; t < r.num_tensors; ++t) {
+    if (r.kinds[t] == -4) targets.push_back(t);
+  }
+  for (const int32_t t : targets) {
     const int64_t nbytes = r.tensors[t].nbytes;
-    if ((r.kinds[t] < 0 && r.kinds[t] != -3) || nbytes == 0) continue;  // a fused value is stored here
+    if ((r.kinds[t] < 0 && r.kinds[t] != -3 && r.kinds[t] != -4) || nbytes == 0) continue;  // a fused value is stored here
     if (guarded[t] == 0) {
       const size_t bytes = kGuardBytes + static_cast<size_t>(nbytes) + tail_guard(nbytes);
       if (CUresult rc = d.MemAlloc(&guarded[t], bytes)) {

@@ -25,8 +25,8 @@ import numpy as np
 from .. import names
 from ..aot import CompiledKernel, abi_params, arch_name, compile_kernel
 from ..errors import EngineError
-from ..launch_plan import Launch, LaunchPlan, View, dims3, signature
-from ..program import Program
+from ..launch_plan import WORKSPACE, WORKSPACE_DTYPE, Launch, LaunchPlan, View, dims3, signature, workspace_bytes
+from ..program import Program, TensorSpec
 from ..shapes import Dim, shape_text, var_name
 from ..tensors import dlpack_code
 from ..size_plans import groups_of, size_plans
@@ -146,11 +146,12 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
     the upper bounds, which its memory is sized for."""
     program = region.program
     sized = checked is None
+    tensors = _tensors(program, [plan.launches for plan, _ in (plain if sized else (plain, checked))])
     out = []
-    for t, spec in enumerate(program.tensors):
+    for t, spec in enumerate(tensors):
         out.append(f"const int64_t kShape{r}_{t}[] = {{{', '.join(map(str, program.largest(spec.shape))) or '0'}}};")
     specs = []
-    for t, spec in enumerate(program.tensors):
+    for t, spec in enumerate(tensors):
         dtype = np.dtype(spec.dtype)
         code = dlpack_code(dtype)
         if code is None:
@@ -165,7 +166,7 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
         specs.append(f'  {{{_c_string(spec.name)}, {code}, {dtype.itemsize * 8}, {len(spec.shape)}, kShape{r}_{t}, '
                      f"{nbytes}, {nbytes}, {align}, {value}}},")
     out += [f"const TensorSpec kTensors{r}[] = {{", *specs, "};"]
-    kinds = [0] * len(program.tensors)
+    kinds = [0] * len(program.tensors) + [-4] * (len(tensors) - len(program.tensors))  # -4: the workspace
     for i in program.constants:
         kinds[i] = -2  # the region's own: allocated and filled once per device and stream
     for i in program.views:
@@ -188,7 +189,7 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
             break
         rows = []
         for n, (launch, kernel) in enumerate(zip(plan.launches, indices)):
-            words, patches = _words(program, launch)
+            words, patches = _words(program, tensors, launch)
             words = [_word_bits(w) for w in words]
             out.append(f"const int64_t kWords{name}{r}_{n}[] = {{{', '.join(map(str, words)) or '0'}}};")
             out.append(f"const int32_t kPatchWord{name}{r}_{n}[] = {{{', '.join(str(w) for w, _ in patches) or '0'}}};")
@@ -202,7 +203,7 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
     if sized:  # no launch table of its own: each call's is its bound plan's
         out.append(f"const Launch kLaunches{r}[] = {{  {{}}  }};")
         tables = [(0, f"kLaunches{r}")] * 2
-        out += _size_tables(r, region, plain)
+        out += _size_tables(r, region, tensors, plain)
     ops = []  # for the sanitizer and the trace: each op's name, output and inputs (views as their owners)
     for k, node in enumerate(program.ops):
         inputs = sorted({program.views.get(i, i) for i in node.inputs})
@@ -212,7 +213,7 @@ def _region_tables(r: int, region: NativeRegion, plain, checked) -> list[str]:
     sanitize = int(bool(getattr(program, "sanitize", False)))  # build(..., sanitize=True): every call checked
     out.append(
         f"const Region kRegion{r} = {{{_c_string(region.symbol)}, {_c_string(region.key)}, {_c_string(program.to_json())}, "
-        f"{len(program.tensors)}, kTensors{r}, {len(program.inputs)}, kInputs{r}, {len(program.outputs)}, kOutputs{r}, "
+        f"{len(tensors)}, kTensors{r}, {len(program.inputs)}, kInputs{r}, {len(program.outputs)}, kOutputs{r}, "
         f"{tables[0][0]}, {tables[0][1]}, kKinds{r}, "
         f"{len(program.ops)}, kOps{r}, {sanitize}, {tables[1][0]}, {tables[1][1]}, {f'&kSizes{r}' if sized else 'nullptr'}}};"
     )
@@ -279,7 +280,7 @@ class _Code:
         return code
 
 
-def _size_tables(r: int, region: NativeRegion, plans: list) -> list[str]:
+def _size_tables(r: int, region: NativeRegion, tensors: tuple, plans: list) -> list[str]:
     """The `Sizes` of symbolic region `r` (tables.h): its vars and where each call gives them,
     its tensors' dims and its shape arguments as expressions, and its size plans (SizePlan,
     kernel indices), their guards, grids, blocks, shared memory and argument words."""
@@ -304,12 +305,12 @@ def _size_tables(r: int, region: NativeRegion, plans: list) -> list[str]:
     rows = [f"  {{{_c_string(v.name)}, {v.lower}, {v.upper}, {', '.join(map(str, sources[v.name]))}}}," for v in program.vars]
     out += [f"const SizeVarSpec kSizeVars{r}[] = {{", *rows, "};"]
     first, dims = [], []
-    for spec in program.tensors:
+    for spec in tensors:
         first.append(len(dims))
         dims += list(spec.shape)
     out.append(f"const Expr kDims{r}[] = {{{exprs(dims)}}};")
     out.append(f"const int32_t kFirstDim{r}[] = {{{', '.join(map(str, first))}}};")
-    out.append(f"const char* const kShapeTexts{r}[] = {{{', '.join(_c_string(shape_text(t.shape)) for t in program.tensors)}}};")
+    out.append(f"const char* const kShapeTexts{r}[] = {{{', '.join(_c_string(shape_text(t.shape)) for t in tensors)}}};")
     arg_first, arg_dims = [0], []
     for _, shape in shape_args:
         arg_dims += list(shape)
@@ -323,7 +324,7 @@ def _size_tables(r: int, region: NativeRegion, plans: list) -> list[str]:
         out.append(f"const Expr kGuards{r}_{p}[] = {{{guards}}};")
         rows = []
         for n, (launch, kernel) in enumerate(zip(plan.launches, indices)):
-            words, patches = _words(program, launch)
+            words, patches = _words(program, tensors, launch)
             tag = f"{r}_{p}_{n}"
             out.append(f"const Expr kSizedWords{tag}[] = {{{exprs(words)}}};")
             out.append(f"const int32_t kSizedPatchWord{tag}[] = {{{', '.join(str(w) for w, _ in patches) or '0'}}};")
@@ -347,7 +348,15 @@ def _word_bits(value) -> int:
     return int(value)
 
 
-def _words(program: Program, launch: Launch) -> tuple[list, list[tuple[int, int]]]:
+def _tensors(program: Program, launch_lists) -> tuple[TensorSpec, ...]:
+    """The region's tensors as its tables hold them: the Program's, then its workspace where any
+    of `launch_lists` views it, sized for the largest view (simaccel.launch_plan.WORKSPACE)."""
+    nbytes = max((workspace_bytes(launches) for launches in launch_lists), default=0)
+    workspace = (TensorSpec("workspace", (nbytes,), WORKSPACE_DTYPE.name),) if nbytes else ()
+    return tuple(program.tensors) + workspace
+
+
+def _words(program: Program, tensors: tuple, launch: Launch) -> tuple[list, list[tuple[int, int]]]:
     """A launch's kernel parameters, one per 8-byte word (an int, a float, or where a size plan's
     launch is written a Traced or TracedFloat), and (word, tensor) for each data pointer.
 
@@ -358,13 +367,14 @@ def _words(program: Program, launch: Launch) -> tuple[list, list[tuple[int, int]
     patches: list[tuple[int, int]] = []
     for arg in launch.args:
         if isinstance(arg, View):
-            itemsize = np.dtype(program.tensors[arg.tensor].dtype).itemsize
+            itemsize = np.dtype(arg.dtype or tensors[arg.tensor].dtype).itemsize
             strides, step = [], itemsize
             for dim in reversed(arg.shape):
                 strides.append(step)
                 step *= dim
             nitems = math.prod(arg.shape)
-            patches.append((len(words) + 4, program.views.get(arg.tensor, arg.tensor)))
+            owner = len(program.tensors) if arg.tensor == WORKSPACE else program.views.get(arg.tensor, arg.tensor)
+            patches.append((len(words) + 4, owner))
             words += [0, 0, nitems, itemsize, 0, *arg.shape, *reversed(strides)]
         elif isinstance(arg, (bool, int)):
             words.append(int(arg))

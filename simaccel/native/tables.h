@@ -157,7 +157,7 @@ struct Region {
   const int32_t* outputs;
   int32_t num_launches;
   const Launch* launches;
-  const int8_t* kinds;          // per tensor: -3 fused value, -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
+  const int8_t* kinds;          // per tensor: -4 workspace, -3 fused value, -2 constant, -1 view, 0 intermediate, 1 input, 2 + k output k
   int32_t num_ops;
   const OpSpec* ops;
   int32_t sanitize;  // 1: built with sanitize=True (Program.sanitize): every call is sanitized

@@ -533,9 +533,10 @@ class LaunchTarget(Protocol):
     """What an op's launcher (`OpFamily.kernel`) launches through: `launch` runs a module-level
     kernel function with a grid and a block on the target's stream, `reshape` views one of its
     arrays under another shape (never a copy), and with `dtype` as another dtype of the same
-    item size. simaccel.kernels.target.KernelTarget ("sim",
-    "cuda") is the one calls replay launches on; simaccel.launch_plan records a launcher's
-    launches once per Program on another."""
+    item size, `workspace` gives scratch memory for the op's own launches (a shape of plain
+    numbers; the region's one workspace, which its ops share: simaccel.launch_plan).
+    simaccel.kernels.target.KernelTarget ("sim", "cuda") is the one calls replay launches on;
+    simaccel.launch_plan records a launcher's launches once per Program on another."""
 
     name: str
     stream: Any
@@ -543,6 +544,8 @@ class LaunchTarget(Protocol):
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0) -> None: ...
 
     def reshape(self, array, shape, dtype=None): ...
+
+    def workspace(self, shape, dtype): ...
 
 
 _LAUNCHERS: dict[str, Callable] = {}
