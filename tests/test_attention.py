@@ -13,6 +13,7 @@ from tvm.script import relax as R
 
 from harness import decoder_example
 from kernel_cases import DTYPES, TOL, RecordingTarget
+from simaccel.launch_plan import View
 from simaccel.ops import get_op
 from simaccel.testing import assert_matches_tvm, assert_offloads
 from simaccel.tvm_integration.backend.partition import partition_report
@@ -170,6 +171,109 @@ def test_the_decoder_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype):
         for index, (g, w) in enumerate(zip(got, want)):
             found = array_difference(g.numpy(), w.numpy(), dtype=dtype, scaled=True)
             assert found.ok, f"step {step}, output {index}: {found.reason}"
+
+
+# -- keys split over blocks (flash-decoding) ------------------------------------------------
+
+def test_keys_split_where_the_tiles_leave_the_gpu_idle():
+    """A decode step's few tiles get the power of two of splits (at most 16) that brings their
+    blocks past half of SPLIT_BLOCKS, never past it; a launch that fills the GPU, or few keys, none."""
+    from simaccel.kernels.attention import SPLIT_BLOCKS, key_splits
+
+    assert [key_splits(tiles, 4096) for tiles in (1, 8, 9, 16, 24, 64, 65, 128, 129)] == [16, 16, 16, 16, 8, 4, 2, 2, 1]
+    assert key_splits(8, 511) == 1 and key_splits(8, 512) == 16
+    splits = {tiles: key_splits(tiles, 10**6) for tiles in range(1, 1000)}
+    assert all(n == 1 or tiles * n <= SPLIT_BLOCKS for tiles, n in splits.items())  # what PARTIAL_ROWS is sized for
+
+
+# (batch, query rows, keys, query heads, key/value heads, head dim): decode steps and a short
+# prefill whose tiles are few, grouped and not
+SPLIT_SHAPES = [(1, 1, 600, 8, 2, 64), (3, 1, 1030, 4, 4, 128), (1, 5, 700, 4, 2, 64), (2, 2, 2049, 2, 1, 128)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mask", sorted(CAUSAL, key=str))
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=str)
+def test_split_keys_match_the_reference(shape, mask, dtype):
+    """The tile kernel over key splits, then the combining kernel, on the simulator: the
+    splits' shares in the workspace, weighed by their maxima. TopLeft's rows see only the first
+    keys, so most splits have none (max -inf, sum 0)."""
+    b, s, t, h, hkv, d = shape
+    rng = np.random.default_rng(sum(shape))
+    arrays = [rng.standard_normal(x).astype(dtype) for x in ((b, s, h, d), (b, t, hkv, d), (b, t, hkv, d))]
+    attrs = dict(scale=0.15, **CAUSAL[mask])
+    out, ref, launches = _run_kernel(arrays, attrs)
+    assert launches == 2
+    np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_split_keys_spread_a_nan_and_give_rows_without_keys_zero(dtype):
+    """A NaN key in one split makes every row that sees it NaN after the combination, whatever
+    the other splits' maxima; rows whose every score is -inf (an -inf query against finite keys)
+    are 0, as the reference's."""
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(x).astype(dtype) for x in ((1, 2, 4, 64), (1, 900, 2, 64), (1, 900, 2, 64)))
+    k[0, 700, 1, 3] = np.nan  # key/value head 1: query heads 2 and 3
+    q[0, 0, 0, :] = -np.inf  # scores of +-inf and NaN (-inf * a negative key): the reference decides
+    attrs = dict(scale=0.125, **CAUSAL[None])
+    out, ref, launches = _run_kernel([q, k, v], attrs)
+    assert launches == 2 and np.isnan(ref[0, :, 2:].astype(np.float32)).all()
+    np.testing.assert_array_equal(np.isnan(out.astype(np.float32)), np.isnan(ref.astype(np.float32)))
+    np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), equal_nan=True, **TOL[dtype])
+
+
+def test_attention_ops_of_a_region_share_one_workspace_natively(tmp_path):
+    """Two decode attentions in one region: their split launches view the region's one
+    workspace (a float32 row of Dv + 2 per partial row, PARTIAL_ROWS of them), which the native
+    source writes as one more tensor, kind -4, that the launches' pointers are patched to."""
+    from simaccel.kernels.attention import PARTIAL_ROWS
+    from simaccel.launch_plan import WORKSPACE, LaunchPlan
+    from simaccel.native.source import NativeRegion, library_source
+    from simaccel.program import OpNode, Program, TensorSpec
+
+    q, kv, out = (1, 1, 8, 64), (1, 1000, 2, 64), (1, 1, 8, 64)
+    tensors = tuple(TensorSpec(n, x, "float16") for n, x in [("q", q), ("k", kv), ("v", kv), ("a", out), ("b", out)])
+    attrs = {"scale": 0.125, "causal": True, "bottom_right": True}
+    program = Program("two", tensors, (0, 1, 2), (4,), (OpNode("simaccel.attention", (0, 1, 2), 3, attrs),
+                                                          OpNode("simaccel.attention", (3, 1, 2), 4, attrs))).validate()
+    plan = LaunchPlan.of(program)
+    assert plan.workspace == PARTIAL_ROWS * 66 * 4
+    assert sum(isinstance(a, View) and a.tensor == WORKSPACE for launch in plan.launches for a in launch.args) == 4
+    source = library_source([NativeRegion("two", program)], ((9, 0),))
+    assert f'{{"workspace", 1, 8, 1, kShape0_5, {plan.workspace}, {plan.workspace}, 1, nullptr}}' in source
+    assert "const int8_t kKinds0[] = {1, 1, 1, 0, 2, -4};" in source
+    patched = [line.split("{")[1].rstrip("};").split(", ") for line in source.splitlines()
+               if line.startswith("const int32_t kPatchTensor0_")]
+    assert [tensors.count("5") for tensors in patched] == [1, 1] * 2  # each split launch and each combining one
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("symbolic, sanitize", [(True, False), (False, True), (True, True)],
+                         ids=["native", "native-sanitized", "python-sanitized"])
+def test_split_decode_steps_run_on_the_gpu_through_the_workspace(symbolic, sanitize):
+    """A GQA decode step built for CUDA by simaccel: short caches take the tiles alone, long ones
+    (512 keys and more) the key splits through the region's workspace. Over a symbolic cache
+    natively (size plans), over a fixed one natively and sanitized (the workspace with guard
+    bands, checked after every op), over a symbolic one sanitized (a Python region on the cuda
+    engine, whose plan allocates the workspace). Each against the reference."""
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.backend.native import has_native_regions
+
+    t = tvm.tirx.Var("t", "int64") if symbolic else 1000
+    mod = grouped_module("float16", 1, t, heads=8, kv_heads=2, d=64)
+    if symbolic:
+        mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"t": 4096})
+    executable = build(mod, "nvidia/nvidia-h100", sanitize=sanitize)
+    assert has_native_regions(executable) == (not (symbolic and sanitize))
+    vm = relax.VirtualMachine(executable, tvm.cuda(0))
+    rng = np.random.default_rng(11)
+    op = get_op("simaccel.attention")
+    for keys in (100, 511, 512, 1000, 4096) if symbolic else (1000,):
+        q, k, v = (rng.standard_normal(x).astype("float16") for x in ((2, 1, 8, 64), (2, keys, 2, 64), (2, keys, 2, 64)))
+        got = vm["main"](*(tvm.runtime.tensor(a, tvm.cuda(0)) for a in (q, k, v))).numpy()
+        want = op.reference(q, k, v, scale=0.125, **CAUSAL["BottomRight"])
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), **TOL["float16"])
 
 
 # -- grouped-query attention (GQA) ----------------------------------------------------------

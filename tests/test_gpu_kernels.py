@@ -196,10 +196,12 @@ def test_matmul_main_loops_on_unaligned_operands(name, dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("mask", ["TopLeft", "BottomRight", None])
-def test_attention_tiles_on_unaligned_views_and_special_values(mask, dtype):
+@pytest.mark.parametrize("rows, keys, launches", [(70, 90, 1), (2, 900, 2)], ids=["prefill", "split"])
+def test_attention_tiles_on_unaligned_views_and_special_values(rows, keys, launches, mask, dtype):
     """The tensor-core tiles (head dim 64, 4 query heads over 2) with operands one element off
     their 16-byte alignment (staged by element loads, not cp.async), then with a NaN in a key:
-    the rows that see it NaN, as in the reference, the rest equal."""
+    the rows that see it NaN, as in the reference, the rest equal. A short query against 900
+    keys takes the key splits (16 blocks a tile) and the combining launch."""
     from numba import cuda
 
     from simaccel.kernels import KernelTarget
@@ -207,16 +209,16 @@ def test_attention_tiles_on_unaligned_views_and_special_values(mask, dtype):
 
     op = get_op("simaccel.attention")
     rng = np.random.default_rng(5)
-    q, k, v = (rng.standard_normal(s).astype(dtype) for s in ((2, 70, 4, 64), (2, 90, 2, 64), (2, 90, 2, 64)))
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in ((2, rows, 4, 64), (2, keys, 2, 64), (2, keys, 2, 64)))
     attrs = dict(scale=0.125, causal=mask is not None, bottom_right=mask == "BottomRight")
     stream = cuda.stream()
     for special in (False, True):
         if special:
-            k[1, 30, 0, 5] = np.nan
+            k[1, keys // 3, 0, 5] = np.nan
         want = op.reference(q, k, v, **attrs)
         views = [off_alignment(a, stream) for a in (q, k, v)]
         out = cuda.device_array(q.shape, dtype=dtype)
-        assert op.kernel(KernelTarget("cuda", stream), out, *views, **attrs) == 1
+        assert op.kernel(KernelTarget("cuda", stream), out, *views, **attrs) == launches
         got = to_host(out, stream)
         stream.synchronize()
         np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), np.isnan(want.astype(np.float32)))

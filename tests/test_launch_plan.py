@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import cuda
 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
 from simaccel import EngineError
@@ -117,3 +118,70 @@ def test_the_kernel_target_runs_a_replayed_plan_in_place():
     want = np.maximum(x @ w.T + b, 0)
     want = np.exp(want - want.max(-1, keepdims=True))
     np.testing.assert_allclose(y, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+# -- the workspace: scratch memory a launcher asks for (target.workspace) -------------------------
+def _scratch_launcher(size):
+    """A launcher that computes out = 2 * data through a float32 scratch of `size(data)` elements
+    (doubled into it, copied out): what a split op does with its partial results."""
+    def launch(target, out, data):
+        scratch = target.workspace((size(data),), np.float32)
+        n = data.shape[0]
+        target.launch(_double_into, n, 1, scratch, data)
+        target.launch(_copy_out, n, 1, out, scratch)
+        return 2
+    return launch
+
+
+def _double_into(scratch, data):
+    i = cuda.blockIdx.x
+    scratch[i] = data[i] * 2
+
+
+def _copy_out(out, scratch):
+    i = cuda.blockIdx.x
+    out[i] = scratch[i]
+
+
+def _declare_scratch_op(name, size):
+    declare(OpFamily(name=name, inputs=("data",), pattern=relax_op("relax.tanh", "data"),
+                     infer=lambda shapes: shapes[0], reference=lambda data: data * 2, kernel=_scratch_launcher(size)))
+
+
+def test_ops_share_one_workspace_sized_for_the_largest_view(isolated_isa):
+    """Two ops that ask for scratch (8 and 40 floats) view one workspace of 160 bytes: recorded as
+    Views of tensor WORKSPACE, the plan's `workspace` their largest; the runtime allocates it once
+    per plan and both ops compute through it on the simulator."""
+    import simaccel
+    from simaccel.launch_plan import WORKSPACE, LaunchPlan
+
+    _declare_scratch_op("testaccel.scratchy", lambda data: 5 * data.shape[0])
+    _declare_scratch_op("testaccel.scratchy_small", lambda data: data.shape[0])
+    tensors = (TensorSpec("x", (8,), "float32"), TensorSpec("h", (8,), "float32"), TensorSpec("y", (8,), "float32"))
+    program = Program("scratchy", tensors, (0,), (2,), (OpNode("testaccel.scratchy_small", (0,), 1, {}),
+                                                       OpNode("testaccel.scratchy", (1,), 2, {}))).validate()
+    plan = LaunchPlan.of(program)
+    scratch = [a for launch in plan.launches for a in launch.args if isinstance(a, View) and a.tensor == WORKSPACE]
+    assert scratch == [View(WORKSPACE, (8,), "float32")] * 2 + [View(WORKSPACE, (40,), "float32")] * 2
+    assert plan.workspace == 160
+    x = np.arange(8, dtype=np.float32)
+    y = np.zeros(8, np.float32)
+    with simaccel.get_runtime().use_engine("sim"):
+        simaccel.get_runtime().run(program, x, y)
+    np.testing.assert_array_equal(y, 4 * x)
+
+
+def test_a_workspace_sized_by_a_size_var_is_refused(isolated_isa):
+    """A symbolic region's workspace is allocated before a call's sizes are known: a launcher
+    asking for one of n elements gets an error naming the size (and the region no size plans)."""
+    from simaccel.program import SizeVar
+    from simaccel.shapes import Dim
+    from simaccel.size_plans import SizePlanError, size_plans
+
+    _declare_scratch_op("testaccel.scratch_by_size", lambda data: data.shape[0])
+    n = Dim.var("n")
+    tensors = (TensorSpec("x", (n,), "float32"), TensorSpec("y", (n,), "float32"))
+    program = Program("by_size", tensors, (0,), (1,), (OpNode("testaccel.scratch_by_size", (0,), 1, {}),),
+                      vars=(SizeVar("n", 1, 64),)).validate()
+    with pytest.raises(SizePlanError, match="asks for a workspace of the size n; a workspace's shape is plain numbers"):
+        size_plans(program)
