@@ -237,6 +237,7 @@ class KernelTarget:
             raise ValueError(f"unknown kernel target {name!r} (expected one of {TARGETS})")
         self.name = name
         self.stream = stream
+        self._workspaces: dict = {}  # (shape, dtype) -> array (`workspace`)
 
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0):
         """Launch module-scope kernel `fn` with the given grid and block on this target's stream."""
@@ -252,17 +253,25 @@ class KernelTarget:
         kernel[grid, block, self.stream, shared_bytes](*args)
 
     def workspace(self, shape, dtype):
-        """Scratch memory for a launcher called on this target directly (a test of its kernels):
-        a new array of `shape` and `dtype`. Calls of a region do not come here: their launches are
-        recorded (simaccel.launch_plan) and replayed on the region's one workspace."""
-        if self.name == "sim":
-            import numpy as np
-            from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        """Scratch memory for a launcher called on this target directly (a test of its kernels, a
+        benchmark): an array of `shape` and `dtype`, allocated on the first request and kept
+        with the target (launches on its one stream run in order, so they may share it). Calls
+        of a region do not come here: their launches are recorded (simaccel.launch_plan) and
+        replayed on the region's own workspace."""
+        key = (tuple(int(d) for d in shape), str(dtype))
+        array = self._workspaces.get(key)
+        if array is None:
+            if self.name == "sim":
+                import numpy as np
+                from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-            return FakeCUDAArray(np.zeros(tuple(shape), dtype=dtype))
-        from numba import cuda
+                array = FakeCUDAArray(np.zeros(key[0], dtype=dtype))
+            else:
+                from numba import cuda
 
-        return cuda.device_array(tuple(shape), dtype=dtype, stream=self.stream)
+                array = cuda.device_array(key[0], dtype=dtype, stream=self.stream)
+            self._workspaces[key] = array
+        return array
 
     def reshape(self, array, shape, dtype=None):
         """A view of contiguous device `array` with a new shape (never a copy), read as `dtype`
