@@ -19,23 +19,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
 CASES = [("prefill", 128, 0), ("prefill", 512, 0), ("decode", 1, 128), ("decode", 1, 129), ("decode", 1, 500),
          ("decode", 1, 1000)]  # (kind, S, M)
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("decoder_example", ROOT / "examples" / "decoder.py")
-    sys.modules[spec.name] = module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def traced_kernels(call, path: Path) -> dict:
@@ -72,7 +63,7 @@ def main() -> int:
     from simaccel.tvm_integration import build, build_tvm_only
     from simaccel.tvm_integration.tools.model_bench import timed
 
-    example = load_example()
+    from simaccel.tvm_integration.tools import decoder as example
     config = example.GPU
     dev = tvm.cuda(0)
     rows, failed = [], 0

@@ -117,15 +117,8 @@ def plant_reference(monkeypatch, name: str, wrong):
 
 
 def decoder_example():
-    """examples/decoder.py as a module (imported once: its dataclasses look their module up in
-    sys.modules)."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    """The decoder of examples/decoder.py (simaccel.tvm_integration.tools.decoder): the model,
+    its weights, rotary tables, generation loop and torch twin."""
+    from simaccel.tvm_integration.tools import decoder
 
-    if "decoder_example" not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "examples" / "decoder.py"
-        spec = importlib.util.spec_from_file_location("decoder_example", path)
-        sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[spec.name])
-    return sys.modules["decoder_example"]
+    return decoder

@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import forks
@@ -23,7 +24,7 @@ from harness import plant_reference
 from simaccel.errors import SimAccelError
 from simaccel.tvm_integration.tools.backends import Backend, parse_partition
 from simaccel.tvm_integration.tools.common.error_line import error_line
-from simaccel.tvm_integration.tools.conformance import RELAX_MODELS, model_verdict, run_conformance, zoo
+from simaccel.tvm_integration.tools.conformance import DECODERS, RELAX_MODELS, model_verdict, run_conformance, zoo
 from simaccel.tvm_integration.tools.conformance import run_regressions as compare
 
 HERE = Path(__file__).resolve().parent
@@ -52,8 +53,9 @@ def relax_run(tmp_path_factory):
 def test_the_relax_zoo_passes_on_ref_with_partitions_reloads_and_tables(relax_run):
     status, results, out, lines = relax_run
     assert status == 0, lines
-    assert [r["model"]["name"] for r in results["models"]] == list(RELAX_MODELS)
-    assert results["counts"]["passed"] == len(RELAX_MODELS) and results["counts"]["failed"] == 0
+    names = list(RELAX_MODELS) + list(DECODERS)
+    assert [r["model"]["name"] for r in results["models"]] == names
+    assert results["counts"]["passed"] == len(names) and results["counts"]["failed"] == 0
     for result in results["models"]:
         assert model_verdict(result) == "passed"
         ref = result["engines"]["ref"]
@@ -66,7 +68,37 @@ def test_the_relax_zoo_passes_on_ref_with_partitions_reloads_and_tables(relax_ru
     table = (out / "conformance.md").read_text()
     assert "| demo_cnn | relax | passed | 2 |" in table and "## Failures: 0" in table
     assert "<table>" in (out / "conformance.html").read_text()
-    assert any(line.startswith(f"[{len(RELAX_MODELS)}/{len(RELAX_MODELS)}]") for line in lines)
+    assert any(line.startswith(f"[{len(names)}/{len(names)}]") for line in lines)
+    for result in results["models"][len(RELAX_MODELS):]:  # the decoders: a prefill, then a decode step
+        ref = result["engines"]["ref"]
+        assert ref["shapes"] == [[1, 9]] and result["partition"]["kept"] == {}, result
+        if importlib.util.find_spec("torch"):
+            assert ref["vs_torch"] is None and result["tvm_vs_torch"] is None, result
+
+
+@pytest.mark.parametrize("dtype", list(DECODERS.values()))
+def test_a_decoders_inputs_are_valid_and_its_torch_twin_is_a_witness(dtype):
+    """The decoder's tokens lie in its vocabulary (prefill and decode step), and torch's outputs
+    are a real second witness: TVM alone matches them, a logit moved by 1 does not."""
+    pytest.importorskip("torch")
+    import tvm
+
+    from simaccel.tvm_integration.tools import decoder
+    from simaccel.tvm_integration.tools.common.runs import run_vm
+    from simaccel.tvm_integration.tools.conformance.check import _torch_difference
+    from simaccel.tvm_integration.tools.conformance.zoo import load
+    from simaccel.tvm_integration.backend.pipeline import build_tvm_only
+
+    loaded = load(f"decoder:{dtype}")
+    [(shape, decode, decode_torch)] = loaded.more
+    assert shape == (1, 9) and loaded.inputs[0].shape == (1, 9) and decode[0].shape == (1, 1)
+    assert all(0 <= t.min() and t.max() < decoder.SMALL.vocab for t in (loaded.inputs[0], decode[0]))
+    tvm_alone = build_tvm_only(loaded.mod, "llvm")
+    for inputs, torch_outputs in ((loaded.inputs, loaded.torch_outputs), (decode, decode_torch)):
+        want = run_vm(tvm_alone, inputs, tvm.cpu())
+        assert _torch_difference(want, torch_outputs) is None
+        want[0] = want[0] + np.asarray(1, want[0].dtype)
+        assert "output 0" in _torch_difference(want, torch_outputs)
 
 
 def test_a_second_backend_passes_and_its_report_names_it(tmp_path):

@@ -19,7 +19,7 @@ another's partition function (tools/backends.py).
 from .check import check_model, output_mismatch
 from .report import model_verdict, run_regressions
 from .run import default_engines, run_conformance
-from .zoo import RELAX_MODELS, ZooModel, load, zoo
+from .zoo import DECODERS, RELAX_MODELS, ZooModel, load, zoo
 
-__all__ = ["RELAX_MODELS", "ZooModel", "check_model", "default_engines", "load", "model_verdict", "output_mismatch",
+__all__ = ["DECODERS", "RELAX_MODELS", "ZooModel", "check_model", "default_engines", "load", "model_verdict", "output_mismatch",
            "run_conformance", "run_regressions", "zoo"]

@@ -4,7 +4,9 @@ Where it sits: conformance/run.py picks the models (`zoo`), each named by a `Zoo
 `spec` is a short string a Dask worker can load it from again (`load`): nothing but the spec
 travels. Three sources:
 
-- "relax": the Relax models the project builds (tools/models.py), at sizes the simulator runs;
+- "relax": the Relax models the project builds (tools/models.py), at sizes the simulator runs,
+  and the decoder with KV caches (tools/decoder.py) in each float dtype: one build run at a
+  prefill and at a decode step, against TVM alone and its torch twin where torch is installed;
 - "torch": the torch.export models of tools/torch_models.py (torchvision's classification
   CNNs, the transformer, mixer and decoder families; random weights, batch-norm statistics
   calibrated), at "small" or "full" size, when the torch extra is installed; torch's own
@@ -41,13 +43,18 @@ RELAX_MODELS = {
 }
 
 
+# The decoder (tools/decoder.py, examples/decoder.py's model) at its small size, by dtype.
+DECODERS = {"decoder_f32": "float32", "decoder_f16": "float16", "decoder_bf16": "bfloat16"}
+DECODER_PROMPT = 9  # tokens of the prefill; the decode step's cache holds as many
+
+
 @dataclass(frozen=True)
 class ZooModel:
     """One model of a run: its `name`, where it comes from, and the `spec` it is loaded from."""
 
     name: str
     source: str
-    spec: str  # "relax:NAME", "torch:NAME:SIZE", "file:PATH" or "entry:MODULE:FUNCTION:NAME"
+    spec: str  # "relax:NAME", "decoder:DTYPE", "torch:NAME:SIZE", "file:PATH" or "entry:MODULE:FUNCTION:NAME"
     doc: str = ""
 
     def to_json(self) -> dict:
@@ -88,6 +95,10 @@ def zoo(sources=("relax", "torch"), user_models=(), size: str = "small", only: s
     found: list[ZooModel] = []
     if "relax" in sources:
         found += [ZooModel(name, "relax", f"relax:{name}", doc) for name, (_, doc) in RELAX_MODELS.items()]
+        found += [ZooModel(name, "relax", f"decoder:{dtype}",
+                           f"a LLaMA-style decoder with KV caches in {dtype}: a prefill of {DECODER_PROMPT} tokens, "
+                           f"then a decode step onto a cache of {DECODER_PROMPT}, from one build")
+                  for name, dtype in DECODERS.items()]
     if "torch" in sources:
         if torch_available():
             from .. import dynamic_models
@@ -170,6 +181,8 @@ def load(spec: str, seed: int = 0) -> Loaded:
     kind, _, rest = spec.partition(":")
     if kind == "relax":
         mod = RELAX_MODELS[rest][0]()
+    elif kind == "decoder":
+        return _decoder(rest, seed)
     elif kind == "torch":
         name, _, size = rest.partition(":")
         model = torch_models.load(name, size, seed)
@@ -190,3 +203,42 @@ def load(spec: str, seed: int = 0) -> Loaded:
     else:
         raise SimAccelError(f"conformance: unknown model spec {spec!r}")
     return Loaded(mod, models.random_inputs(mod, seed))
+
+
+def _decoder(dtype: str, seed: int) -> Loaded:
+    """The decoder in `dtype`: its prefill's inputs (tokens in the vocabulary, empty caches) and a
+    decode step's (one token onto random caches of DECODER_PROMPT rows), each with its torch
+    twin's outputs where torch is installed."""
+    from .. import decoder as model
+
+    if dtype not in DECODERS.values():
+        raise SimAccelError(f"conformance: no decoder in {dtype!r}; the dtypes: {', '.join(DECODERS.values())}")
+    c, n = model.SMALL, DECODER_PROMPT
+    rng = np.random.default_rng(seed)
+    weights = model.random_weights(dtype, rng, c)
+    prefill = [rng.integers(0, c.vocab, (1, n)), *model.rotary_tables(0, n, dtype, c), *model.empty_caches(dtype, c),
+               *weights]
+    caches = [rng.standard_normal((1, n, c.kv_heads, c.head_dim)).astype(dtype) for _ in range(2 * c.layers)]
+    decode = [rng.integers(0, c.vocab, (1, 1)), *model.rotary_tables(n, 1, dtype, c), *caches, *weights]
+    twin = _torch_twin(model, weights, dtype, c)
+    return Loaded(model.decoder(dtype, c), prefill, twin(prefill), [((1, n), decode, twin(decode))])
+
+
+def _torch_twin(model, weights, dtype: str, c):
+    """inputs -> the torch twin's outputs as float32 arrays, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return lambda inputs: None
+
+    step = model.torch_twin(weights, dtype, c)
+
+    def run(inputs):
+        tokens, cos, sin, *rest = inputs
+        tensors = [torch.from_numpy(np.asarray(a, np.float32)).to(getattr(torch, dtype))
+                   for a in (cos, sin, *rest[:2 * c.layers])]
+        outputs = step(torch.from_numpy(tokens), tensors[0], tensors[1], tensors[2:])
+        return [o.float().numpy() for o in outputs]
+
+    return run
+
