@@ -284,7 +284,7 @@ def launch_attention(target, out, query, key, value, *, scale, causal, bottom_ri
                       S, T, H, HKV, float(scale), int(bool(causal)), offset)
         return 1
     chunk = -(-T // (splits * TILE_ROWS)) * TILE_ROWS  # keys a split, whole tiles of 64
-    partial = target.workspace((PARTIAL_ROWS * (DV + 2),), np.float32)
+    partial = target.workspace((PARTIAL_ROWS * (int(D) + 2),), np.float32)  # D == DV, a tile's (so a plain number)
     target.launch(TILE_KERNELS[str(query.dtype), D, True], (tiles, HKV, B * splits), TILE_THREADS, partial, query,
                   key, value, S, T, H, HKV, float(scale), int(bool(causal)), offset, splits, chunk)
     target.launch(_combine_kernel, B * S * H, DV, out, partial, S, H, HKV, splits, DV)

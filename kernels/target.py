@@ -237,7 +237,7 @@ class KernelTarget:
             raise ValueError(f"unknown kernel target {name!r} (expected one of {TARGETS})")
         self.name = name
         self.stream = stream
-        self._workspaces: dict = {}  # (shape, dtype) -> array (`workspace`)
+        self._workspace = None  # bytes (`workspace`), allocated on the first request
 
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0):
         """Launch module-scope kernel `fn` with the given grid and block on this target's stream."""
@@ -254,24 +254,24 @@ class KernelTarget:
 
     def workspace(self, shape, dtype):
         """Scratch memory for a launcher called on this target directly (a test of its kernels, a
-        benchmark): an array of `shape` and `dtype`, allocated on the first request and kept
-        with the target (launches on its one stream run in order, so they may share it). Calls
-        of a region do not come here: their launches are recorded (simaccel.launch_plan) and
-        replayed on the region's own workspace."""
-        key = (tuple(int(d) for d in shape), str(dtype))
-        array = self._workspaces.get(key)
-        if array is None:
+        benchmark), as a region's workspace is: one buffer of the target's, grown to the largest
+        request, each request a view of its first bytes (so two requests share memory, and
+        launches on the target's one stream may reuse it). Calls of a region do not come here:
+        their launches are recorded (simaccel.launch_plan) and replayed on the region's own."""
+        import numpy as np
+
+        shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if self._workspace is None or self._workspace.size < nbytes:
             if self.name == "sim":
-                import numpy as np
                 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-                array = FakeCUDAArray(np.zeros(key[0], dtype=dtype))
+                self._workspace = FakeCUDAArray(np.zeros(nbytes, np.uint8))
             else:
                 from numba import cuda
 
-                array = cuda.device_array(key[0], dtype=dtype, stream=self.stream)
-            self._workspaces[key] = array
-        return array
+                self._workspace = cuda.device_array(nbytes, dtype=np.uint8, stream=self.stream)
+        return self.reshape(self._workspace[:nbytes].view(dtype), shape)
 
     def reshape(self, array, shape, dtype=None):
         """A view of contiguous device `array` with a new shape (never a copy), read as `dtype`

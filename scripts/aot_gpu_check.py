@@ -34,7 +34,7 @@ def program(dtype: str) -> Program:
 
 def build(folder: Path) -> None:
     from simaccel.aot import compile_program, signature
-    from simaccel.launch_plan import View, plan_launches
+    from simaccel.launch_plan import WORKSPACE, View, plan_launches
 
     folder.mkdir(parents=True, exist_ok=True)
     manifest = []
@@ -46,6 +46,8 @@ def build(folder: Path) -> None:
             [kernel] = [k for k in compiled if k.kernel is launch.kernel and k.signature == signature(launch, prog)]
             name = f"{prog.name}_{launch.op}_{kernel.kernel.__name__}.cubin"
             (folder / name).write_bytes(kernel.cubin)
+            if any(isinstance(a, View) and a.tensor == WORKSPACE for a in launch.args):
+                raise SystemExit(f"{prog.name}: op {launch.op} views the region's workspace, which this check does not allocate")
             args = [{"tensor": a.tensor, "shape": list(a.shape)} if isinstance(a, View) else a for a in launch.args]
             launches.append({"cubin": name, "entry": kernel.entry, "grid": launch.grid, "block": launch.block,
                              "shared": launch.shared_bytes, "args": args})

@@ -40,7 +40,7 @@ def op_times(program, repeat: int) -> dict:
     from numba import cuda
 
     from simaccel.kernels import KernelTarget
-    from simaccel.launch_plan import View, plan_launches
+    from simaccel.launch_plan import WORKSPACE, LaunchPlan, replay
 
     rng = np.random.default_rng(0)
     stream = cuda.stream()
@@ -52,17 +52,18 @@ def op_times(program, repeat: int) -> dict:
             arrays[i] = cuda.to_device(rng.standard_normal(spec.shape).astype(spec.dtype), stream=stream)
     for i, owner in program.views.items():
         arrays[i] = arrays[owner].reshape(program.tensors[i].shape)
+    plan = LaunchPlan.of(program)
+    if plan.workspace:
+        arrays[WORKSPACE] = cuda.device_array(plan.workspace, dtype=np.uint8, stream=stream)
     by_op = defaultdict(list)
-    for launch in plan_launches(program):
+    for launch in plan.launches:
         by_op[launch.op].append(launch)
     samples = defaultdict(list)
     for _ in range(repeat + 3):
         for index, launches in by_op.items():
             start, end = cuda.event(), cuda.event()
             start.record(stream)
-            for launch in launches:
-                args = [target.reshape(arrays[a.tensor], a.shape) if isinstance(a, View) else a for a in launch.args]
-                target.launch(launch.kernel, launch.grid, launch.block, *args, shared_bytes=launch.shared_bytes)
+            replay(launches, target, arrays)
             end.record(stream)
             end.synchronize()
             samples[index].append(cuda.event_elapsed_time(start, end))

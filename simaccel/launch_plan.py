@@ -119,6 +119,9 @@ class _Recorder(LaunchTarget):
             what = f"the size {traced[0].dim}" if traced else f"shape {shape}"
             raise EngineError(f"{self.where}: its launcher asks for a workspace of {what}; a workspace's shape is plain "
                               "numbers (it is allocated before a call's sizes are known): ask for a bound")
+        if math.prod(shape) == 0:
+            raise EngineError(f"{self.where}: its launcher asks for an empty workspace {shape}; ask for one only where "
+                              "a launch uses it")
         return _Placeholder(WORKSPACE, shape, dtype)
 
     def launch(self, fn, grid, block, *args, shared_bytes: int = 0):

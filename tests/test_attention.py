@@ -176,8 +176,8 @@ def test_the_decoder_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype):
 # -- keys split over blocks (flash-decoding) ------------------------------------------------
 
 def test_keys_split_where_the_tiles_leave_the_gpu_idle():
-    """A decode step's few tiles get the power of two of splits (at most 16) that brings their
-    blocks past half of SPLIT_BLOCKS, never past it; a launch that fills the GPU, or few keys, none."""
+    """A decode step's few tiles get the largest power of two of splits (at most 16) whose blocks
+    stay within SPLIT_BLOCKS; a launch that fills the GPU, or few keys, none."""
     from simaccel.kernels.attention import SPLIT_BLOCKS, key_splits
 
     assert [key_splits(tiles, 4096) for tiles in (1, 8, 9, 16, 24, 64, 65, 128, 129)] == [16, 16, 16, 16, 8, 4, 2, 2, 1]
@@ -215,10 +215,11 @@ def test_split_keys_spread_a_nan_and_give_rows_without_keys_zero(dtype):
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal(x).astype(dtype) for x in ((1, 2, 4, 64), (1, 900, 2, 64), (1, 900, 2, 64)))
     k[0, 700, 1, 3] = np.nan  # key/value head 1: query heads 2 and 3
-    q[0, 0, 0, :] = -np.inf  # scores of +-inf and NaN (-inf * a negative key): the reference decides
+    q[0, 0, 0, :], q[0, 0, 0, 0], k[0, :, 0, 0] = 0, np.inf, -1  # query row 0 of head 0: every score -inf
     attrs = dict(scale=0.125, **CAUSAL[None])
     out, ref, launches = _run_kernel([q, k, v], attrs)
     assert launches == 2 and np.isnan(ref[0, :, 2:].astype(np.float32)).all()
+    assert (ref[0, 0, 0] == 0).all() and (out[0, 0, 0] == 0).all() and np.isfinite(ref[0, 1, 0].astype(np.float32)).all()
     np.testing.assert_array_equal(np.isnan(out.astype(np.float32)), np.isnan(ref.astype(np.float32)))
     np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), equal_nan=True, **TOL[dtype])
 

@@ -185,3 +185,21 @@ def test_a_workspace_sized_by_a_size_var_is_refused(isolated_isa):
                       vars=(SizeVar("n", 1, 64),)).validate()
     with pytest.raises(SizePlanError, match="asks for a workspace of the size n; a workspace's shape is plain numbers"):
         size_plans(program)
+
+
+def test_an_empty_workspace_is_refused(isolated_isa):
+    _declare_scratch_op("testaccel.scratch_empty", lambda data: 0)
+    tensors = (TensorSpec("x", (8,), "float32"), TensorSpec("y", (8,), "float32"))
+    program = Program("empty", tensors, (0,), (1,), (OpNode("testaccel.scratch_empty", (0,), 1, {}),)).validate()
+    with pytest.raises(EngineError, match=r"asks for an empty workspace \(0,\); ask for one only where a launch uses it"):
+        plan_launches(program)
+
+
+def test_two_workspace_requests_of_a_direct_launcher_share_memory_as_in_a_region():
+    """KernelTarget.workspace behaves as a region's: one buffer, each request a view of its first bytes."""
+    target = KernelTarget("sim")
+    small, large = target.workspace((4,), np.float32), target.workspace((10,), np.float64)
+    again = target.workspace((4,), np.float32)
+    large[:] = 1.5
+    assert np.shares_memory(again._ary, large._ary) and (again._ary != 0).any()
+    assert small.shape == (4,) and large.shape == (10,) and large.dtype == np.float64

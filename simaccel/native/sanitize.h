@@ -168,7 +168,9 @@ int check_guards(const Call& c, int32_t op, const std::vector<int32_t>& writer) 
       } else {
         what += "after its end (bytes +" + std::to_string(first) + " to +" + std::to_string(last) + " past it)";
       }
-      if (writer[t] != op) {
+      if (r.kinds[t] == -4) {
+        what += " (the region's workspace, which every op's launches share)";
+      } else if (writer[t] >= 0 && writer[t] != op) {
         what += "; '" + std::string(r.tensors[t].name) + "' is the output of op " + std::to_string(writer[t]) + " (" +
                 r.ops[writer[t]].name + ")";
       }
