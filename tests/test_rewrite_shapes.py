@@ -19,6 +19,7 @@ from tvm.script import relax as R
 from harness import compare_with_tvm
 from model_zoo import single_op
 from simaccel.tvm_integration import build_tvm_only
+from simaccel.tvm_integration.backend.partition import partition_report
 from simaccel.tvm_integration.rewrites.inference import prepare_for_inference
 
 op = relax.op
@@ -277,3 +278,63 @@ def test_a_declined_rewrite_of_a_result_bound_to_another_var_leaves_the_model_as
     prepare_for_inference(mod)
     if all(isinstance(d, int) for d in shape):
         compare_with_tvm(mod, "ref", expect_offload=False)
+
+
+# -- conv1d as conv2d of height 1 ----------------------------------------------------------
+def conv1d_model(x_shape, w_shape, dtype="float32", bias=True, **attrs):
+    """conv1d (+ a bias as torch writes it, (1, O, 1)) -> gelu: a wav2vec-style feature extractor's layer."""
+    bb = relax.BlockBuilder()
+    x, w = relax.Var("x", R.Tensor(x_shape, dtype)), relax.Var("w", R.Tensor(w_shape, dtype))
+    params = [x, w] + ([relax.Var("b", R.Tensor((1, w_shape[0], 1), dtype))] if bias else [])
+    with bb.function("main", params):
+        with bb.dataflow():
+            y = bb.emit(op.nn.conv1d(x, w, **attrs))
+            if bias:
+                y = bb.emit(op.add(y, params[2]))
+            y = bb.emit_output(op.nn.gelu(y))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((2, 4, 33), (8, 4, 3), {}),
+    ((1, 4, 40), (8, 2, 5), {"strides": 2, "padding": (1, 2), "groups": 2}),
+    ((2, 3, 29), (6, 3, 4), {"strides": 3, "dilation": 2, "padding": 3}),
+    ((1, 8, 16), (8, 1, 3), {"padding": 1, "groups": 8}),  # depthwise
+    ((1, 5, 10), (7, 5, 10), {}),  # one output position: the window spans the input
+], ids=str)
+def test_conv1d_offloads_as_conv2d_and_matches_tvm_alone(x_shape, w_shape, attrs, engine):
+    mod = conv1d_model(x_shape, w_shape, **attrs)
+    assert rewritten(mod, "conv1d") == 1
+    _, report = partition_report(mod)
+    assert not report.kept and len(report.regions) == 1, report.format()
+    assert "simaccel.conv2d" in " ".join(" ".join(ops) for ops in report.regions.values()), report.format()
+    compare_or_skip(mod, engine)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16_bit_conv1d_offloads_and_matches_tvm_alone(dtype):
+    mod = conv1d_model((2, 4, 21), (8, 2, 3), dtype, strides=2, padding=1, groups=2)
+    assert rewritten(mod, "conv1d") == 1
+    for engine in ("ref", "sim"):
+        compare_or_skip(mod, engine)
+
+
+def test_a_conv1d_over_symbolic_batch_and_length_is_one_build():
+    from simaccel.testing import assert_matches_tvm
+
+    n, w = tvm.tirx.Var("n", "int64"), tvm.tirx.Var("w", "int64")
+    mod = conv1d_model((n, 4, w), (8, 4, 3), strides=2, padding=1)
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"n": 4, "w": 64})
+    assert rewritten(mod, "conv1d") == 1
+    assert_matches_tvm(mod, sizes=[{"n": 1, "w": 3}, {"n": 3, "w": 64}, {"n": 2, "w": 17}], engines=["ref", "sim"])
+
+
+@pytest.mark.parametrize("layout, why", [({"data_layout": "NWC"}, "data layout NWC"),
+                                         ({"kernel_layout": "WIO"}, "kernel layout WIO")])
+def test_a_conv1d_in_another_layout_is_left_to_tvm(layout, why):
+    mod = conv1d_model((1, 16, 4) if "data_layout" in layout else (1, 4, 16), (3, 4, 8) if "kernel_layout" in layout else (8, 4, 3),
+                       bias=False, **layout)
+    assert rewritten(mod, "conv1d") == 0, why
+    compare_or_skip(mod, "ref")

@@ -18,6 +18,9 @@ same function, once at build time; where constants are folded, only float roundi
 * ``relax.take`` of one constant index (torch's ``x[i]``) becomes strided_slice + squeeze of
   the element TVM's take reads in its mode (clip, wrap or fast), and every strided_slice gets
   its steps written out;
+* ``relax.nn.conv1d`` (NCW data, OIW weight) becomes ``conv2d`` of the data and weight
+  viewed with a height of 1 (reshapes), the window along the width, then a reshape back: the
+  same sums, so a conv1d feature extractor offloads as convolutions;
 * first of all, a field of a tuple written out is that field, each piece of a
   ``relax.split`` a strided_slice (tuples.py), and mask expressions of constants only (a
   causal mask's arange, full, tril, comparisons; what only they and scalars feed) are
@@ -50,6 +53,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
     "conv_scale": "multiply by a per-channel constant folded into the weights of the conv2d before it",
     "broadcast": "relax.broadcast_to dropped (to its own shape, or of batch dims into a matmul, which broadcasts them itself)",
     "take": "relax.take of one constant index rewritten as strided_slice + squeeze",
+    "conv1d": "relax.nn.conv1d rewritten as conv2d of height 1 (reshapes around it)",
     "split": "relax.split piece(s) rewritten as strided_slice (tuples.py)",
     "masks": "mask expression(s) of constants computed at build time, as TVM alone does (constants.py)",
 }
@@ -58,8 +62,8 @@ NOTES = {  # what each rewrite's count means, in the partition report
 def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind."""
     counts = dict.fromkeys(NOTES, 0)
-    rewrites = [*_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts), *_broadcast_rewrites(counts),
-                *split_rewrites(counts), *_slice_rewrites(counts)]
+    rewrites = [*_conv1d_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
+                *_broadcast_rewrites(counts), *split_rewrites(counts), *_slice_rewrites(counts)]
     out = tvm.IRModule({}, attrs=mod.attrs)
     for gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
@@ -71,6 +75,33 @@ def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
             func = relax.analysis.remove_all_unused(func)
         out[gvar] = func
     return out, [f"{count} {NOTES[kind]}" for kind, count in counts.items() if count]
+
+
+def _conv1d_rewrites(counts: dict) -> list:
+    """`conv1d(x, W)` (NCW, OIW) -> `reshape(conv2d(x as (N, C, 1, W), W as (O, I, 1, K)), (N, O, W'))`,
+    strides, padding and dilation along the width, the groups and out_dtype as they are. Runs
+    first, so that a batch_norm after it folds into the conv2d as after any other."""
+    data, weight = wildcard(), wildcard()
+    conv = is_op("relax.nn.conv1d")(data, weight)
+
+    def rewrite(expr, matches):
+        call = matches[conv]
+        a = call.attrs
+        if (str(a.data_layout), str(a.kernel_layout), str(a.out_layout)) != ("NCW", "OIW", "NCW"):
+            return expr
+        x, w = matches[data], matches[weight]
+        dims = [relax_dims(e) for e in (x, w, call)]
+        if any(d is None or len(d) != 3 for d in dims):
+            return expr
+        (n, c, width), (o, i, k), out = dims
+        (left, right), (stride,), (dilation,) = a.padding, a.strides, a.dilation
+        y = relax.op.nn.conv2d(relax.op.reshape(x, [n, c, 1, width]), relax.op.reshape(w, [o, i, 1, k]),
+                               strides=(1, int(stride)), padding=(0, int(left), 0, int(right)),
+                               dilation=(1, int(dilation)), groups=int(a.groups), out_dtype=a.out_dtype)
+        counts["conv1d"] += 1
+        return relax.op.reshape(y, out)
+
+    return [(conv, rewrite)]
 
 
 def _batch_norm_rewrites(counts: dict) -> list:
