@@ -338,3 +338,77 @@ def test_a_conv1d_in_another_layout_is_left_to_tvm(layout, why):
                        bias=False, **layout)
     assert rewritten(mod, "conv1d") == 0, why
     compare_or_skip(mod, "ref")
+
+
+# -- group_norm as layer_norm per group ----------------------------------------------------
+def group_norm_model(shape, groups, dtype="float32", channel_axis=1, axes=None, center=True):
+    bb = relax.BlockBuilder()
+    c = shape[channel_axis]
+    x, g, b = (relax.Var(n, R.Tensor(s, dtype)) for n, s in (("x", shape), ("g", (c,)), ("b", (c,))))
+    axes = axes if axes is not None else [a for a in range(1, len(shape)) if a != channel_axis]
+    with bb.function("main", [x, g, b]):
+        with bb.dataflow():
+            y = bb.emit(op.nn.group_norm(x, g, b, num_groups=groups, channel_axis=channel_axis, axes=axes,
+                                         center=center))
+            y = bb.emit_output(op.nn.gelu(y))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+@pytest.mark.parametrize("shape, groups, dtype", [
+    ((2, 8, 5, 5), 4, "float32"), ((1, 6, 40), 6, "float32"), ((2, 8, 5, 5), 1, "float16"),
+    ((1, 64, 100), 32, "float16"), ((3, 16, 4, 6), 8, "float32"), ((1, 4, 1), 2, "float32"),
+], ids=str)
+def test_group_norm_offloads_as_layer_norm_per_group_and_matches_tvm_alone(shape, groups, dtype, engine):
+    """wav2vec's first feature layer (64 groups of one channel over time), image group norms,
+    groups of one element. (Relax itself refuses a bfloat16 group_norm.)"""
+    mod = group_norm_model(shape, groups, dtype)
+    assert rewritten(mod, "group_norm") == 1
+    _, report = partition_report(mod)
+    assert not report.kept and len(report.regions) == 1, report.format()
+    compare_or_skip(mod, engine)
+
+
+def test_a_group_norm_over_a_symbolic_batch_is_one_build():
+    from simaccel.testing import assert_matches_tvm
+
+    n = tvm.tirx.Var("n", "int64")
+    mod = group_norm_model((n, 8, 12), 4)
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"n": 5})
+    assert rewritten(mod, "group_norm") == 1
+    assert_matches_tvm(mod, sizes=[{"n": 1}, {"n": 5}], engines=["ref", "sim"])
+
+
+@pytest.mark.parametrize("case", ["channels last", "symbolic length", "no center", "some axes"])
+def test_a_group_norm_the_rewrite_does_not_cover_is_left_to_tvm(case):
+    t = tvm.tirx.Var("t", "int64")
+    mod = {"channels last": lambda: group_norm_model((2, 5, 5, 8), 4, channel_axis=3),
+           "symbolic length": lambda: group_norm_model((1, 8, t), 4),
+           "no center": lambda: group_norm_model((2, 8, 6), 4, center=False),
+           "some axes": lambda: group_norm_model((2, 8, 3, 4), 4, axes=[2])}[case]()
+    assert rewritten(mod, "group_norm") == 0
+    if case != "symbolic length":
+        compare_or_skip(mod, "ref")
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_wav2vec_style_feature_extractor_is_one_region(engine):
+    """conv1d (stride 5) -> group_norm (a group per channel) -> gelu, then two strided conv1d ->
+    gelu: one region with nothing kept on TVM (it was five regions around the conv1d and
+    group_norm TVM kept), matching TVM alone."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, 1, 400), "float32"))
+    ws = [relax.Var(f"w{i}", R.Tensor(s, "float32")) for i, s in enumerate([(32, 1, 10), (32, 32, 3), (32, 32, 2)])]
+    g, b = relax.Var("g", R.Tensor((32,), "float32")), relax.Var("b", R.Tensor((32,), "float32"))
+    with bb.function("main", [x, *ws, g, b]):
+        with bb.dataflow():
+            h = bb.emit(op.nn.conv1d(x, ws[0], strides=5))
+            h = bb.emit(op.nn.gelu(bb.emit(op.nn.group_norm(h, g, b, num_groups=32, channel_axis=1, axes=[2]))))
+            h = bb.emit(op.nn.gelu(bb.emit(op.nn.conv1d(h, ws[1], strides=2))))
+            h = bb.emit_output(op.nn.gelu(bb.emit(op.nn.conv1d(h, ws[2], strides=2))))
+        bb.emit_func_output(h)
+    mod = bb.get()
+    _, report = partition_report(mod)
+    assert not report.kept and len(report.regions) == 1, report.format()
+    compare_or_skip(mod, engine)

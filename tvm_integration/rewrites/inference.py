@@ -21,6 +21,9 @@ same function, once at build time; where constants are folded, only float roundi
 * ``relax.nn.conv1d`` (NCW data, OIW weight) becomes ``conv2d`` of the data and weight
   viewed with a height of 1 (reshapes), the window along the width, then a reshape back: the
   same sums, so a conv1d feature extractor offloads as convolutions;
+* ``relax.nn.group_norm`` over the channel axis 1 and every axis after it becomes a
+  ``layer_norm`` of the data viewed as (N, groups, the rest) with weights of 1 and 0, then the
+  per-channel scale and shift: the same statistics over the same elements;
 * first of all, a field of a tuple written out is that field, each piece of a
   ``relax.split`` a strided_slice (tuples.py), and mask expressions of constants only (a
   causal mask's arange, full, tril, comparisons; what only they and scalars feed) are
@@ -54,6 +57,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
     "broadcast": "relax.broadcast_to dropped (to its own shape, or of batch dims into a matmul, which broadcasts them itself)",
     "take": "relax.take of one constant index rewritten as strided_slice + squeeze",
     "conv1d": "relax.nn.conv1d rewritten as conv2d of height 1 (reshapes around it)",
+    "group_norm": "relax.nn.group_norm rewritten as layer_norm per group, then its per-channel scale and shift",
     "split": "relax.split piece(s) rewritten as strided_slice (tuples.py)",
     "masks": "mask expression(s) of constants computed at build time, as TVM alone does (constants.py)",
 }
@@ -62,7 +66,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
 def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind."""
     counts = dict.fromkeys(NOTES, 0)
-    rewrites = [*_conv1d_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
+    rewrites = [*_conv1d_rewrites(counts), *_group_norm_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
                 *_broadcast_rewrites(counts), *split_rewrites(counts), *_slice_rewrites(counts)]
     out = tvm.IRModule({}, attrs=mod.attrs)
     for gvar, func in mod.functions.items():
@@ -102,6 +106,40 @@ def _conv1d_rewrites(counts: dict) -> list:
         return relax.op.reshape(y, out)
 
     return [(conv, rewrite)]
+
+
+def _group_norm_rewrites(counts: dict) -> list:
+    """`group_norm(x, gamma, beta)` (channels on axis 1, normalised over the rest of each group)
+    -> `reshape(layer_norm(x as (N, G, C / G * rest), 1, 0), x's shape) * gamma + beta` (gamma
+    and beta one value per channel): layer_norm's mean and variance over the last axis are the
+    group's. Only with static channels and the rest of the dims (the viewed row's length)."""
+    data, gamma, beta = wildcard(), wildcard(), wildcard()
+    norm = is_op("relax.nn.group_norm")(data, gamma, beta)
+
+    def rewrite(expr, matches):
+        call = matches[norm]
+        a = call.attrs
+        x = matches[data]
+        dims = relax_dims(x)
+        if dims is None or int(a.channel_axis) != 1 or not (a.center and a.scale) or len(dims) < 3:
+            return expr
+        if sorted(int(axis) % len(dims) for axis in a.axes) != list(range(2, len(dims))):
+            return expr
+        static = [int(d.value) for d in dims[1:] if hasattr(d, "value")]
+        groups = int(a.num_groups)
+        if len(static) != len(dims) - 1 or groups < 1 or static[0] % groups:
+            return expr  # a symbolic channel or spatial dim, or channels the groups do not divide
+        channels, row = static[0], int(np.prod(static)) // groups
+        dtype = tensor_info(x)[1]
+        ones, zeros = (relax.const(np.full(row, v, dtype=dtype)) for v in (1, 0))
+        rows = relax.op.nn.layer_norm(relax.op.reshape(x, [dims[0], groups, row]), ones, zeros, axes=[-1],
+                                      epsilon=float(a.epsilon))
+        per_channel = [1, channels] + [1] * (len(dims) - 2)
+        scaled = relax.op.multiply(relax.op.reshape(rows, dims), relax.op.reshape(matches[gamma], per_channel))
+        counts["group_norm"] += 1
+        return relax.op.add(scaled, relax.op.reshape(matches[beta], per_channel))
+
+    return [(norm, rewrite)]
 
 
 def _batch_norm_rewrites(counts: dict) -> list:
