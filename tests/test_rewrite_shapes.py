@@ -412,3 +412,31 @@ def test_a_wav2vec_style_feature_extractor_is_one_region(engine):
     _, report = partition_report(mod)
     assert not report.kept and len(report.regions) == 1, report.format()
     compare_or_skip(mod, engine)
+
+
+# -- adaptive_avg_pool2d as avg_pool2d -------------------------------------------------------
+def adaptive_pool_model(shape, size, dtype="float32"):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor(shape, dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(op.nn.relu(bb.emit(op.nn.adaptive_avg_pool2d(x, output_size=size))))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+@pytest.mark.parametrize("shape, size, dtype, rewrites", [
+    ((2, 8, 7, 7), 1, "float32", 1),  # torchvision's global pool before the classifier
+    ((1, 4, 6, 9), (3, 3), "float32", 1),
+    ((1, 4, 6, 9), (2, 9), "float16", 1),
+    ((1, 4, 6, 9), None, "bfloat16", 1),  # the input's own size: windows of one element
+    ((1, 4, 7, 9), (3, 3), "float32", 0),  # 3 does not divide 7: TVM's overlapping bins, left to TVM
+], ids=str)
+def test_adaptive_average_pooling_whose_size_divides_is_avg_pool2d(shape, size, dtype, rewrites, engine):
+    mod = adaptive_pool_model(shape, size, dtype)
+    assert rewritten(mod, "adaptive_avg_pool2d") == rewrites
+    _, report = partition_report(mod)
+    assert [op_name for _, op_name, _ in report.kept] == ([] if rewrites else ["relax.nn.adaptive_avg_pool2d"]), \
+        report.format()
+    compare_or_skip(mod, engine)

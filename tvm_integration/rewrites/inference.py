@@ -24,6 +24,8 @@ same function, once at build time; where constants are folded, only float roundi
 * ``relax.nn.group_norm`` over the channel axis 1 and every axis after it becomes a
   ``layer_norm`` of the data viewed as (N, groups, the rest) with weights of 1 and 0, then the
   per-channel scale and shift: the same statistics over the same elements;
+* ``relax.nn.adaptive_avg_pool2d`` (NCHW) whose output size divides the input's becomes
+  ``avg_pool2d`` with a window and stride of the quotient: its bins are those windows;
 * first of all, a field of a tuple written out is that field, each piece of a
   ``relax.split`` a strided_slice (tuples.py), and mask expressions of constants only (a
   causal mask's arange, full, tril, comparisons; what only they and scalars feed) are
@@ -58,6 +60,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
     "take": "relax.take of one constant index rewritten as strided_slice + squeeze",
     "conv1d": "relax.nn.conv1d rewritten as conv2d of height 1 (reshapes around it)",
     "group_norm": "relax.nn.group_norm rewritten as layer_norm per group, then its per-channel scale and shift",
+    "adaptive_pool": "relax.nn.adaptive_avg_pool2d rewritten as avg_pool2d (an output size that divides the input's)",
     "split": "relax.split piece(s) rewritten as strided_slice (tuples.py)",
     "masks": "mask expression(s) of constants computed at build time, as TVM alone does (constants.py)",
 }
@@ -66,7 +69,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
 def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind."""
     counts = dict.fromkeys(NOTES, 0)
-    rewrites = [*_conv1d_rewrites(counts), *_group_norm_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
+    rewrites = [*_conv1d_rewrites(counts), *_group_norm_rewrites(counts), *_adaptive_pool_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
                 *_broadcast_rewrites(counts), *split_rewrites(counts), *_slice_rewrites(counts)]
     out = tvm.IRModule({}, attrs=mod.attrs)
     for gvar, func in mod.functions.items():
@@ -140,6 +143,29 @@ def _group_norm_rewrites(counts: dict) -> list:
         return relax.op.add(scaled, relax.op.reshape(matches[beta], per_channel))
 
     return [(norm, rewrite)]
+
+
+def _adaptive_pool_rewrites(counts: dict) -> list:
+    """`adaptive_avg_pool2d(x, (oh, ow))` (NCHW, static H and W divisible by oh and ow) ->
+    `avg_pool2d(x, (H / oh, W / ow), strides alike)`: TVM's bin i spans [floor(i H / oh),
+    ceil((i + 1) H / oh)), which is window i where oh divides H."""
+    data = wildcard()
+    pool = is_op("relax.nn.adaptive_avg_pool2d")(data)
+
+    def rewrite(expr, matches):
+        call = matches[pool]
+        a = call.attrs
+        shape = tensor_info(matches[data])[0]
+        if shape is None or len(shape) != 4 or (str(a.layout), str(a.out_layout)) != ("NCHW", "NCHW"):
+            return expr
+        size = tuple(int(v) for v in a.output_size) if a.output_size is not None else shape[2:]
+        if len(size) != 2 or 0 in size or 0 in shape[2:] or shape[2] % size[0] or shape[3] % size[1]:
+            return expr
+        window = (shape[2] // size[0], shape[3] // size[1])
+        counts["adaptive_pool"] += 1
+        return relax.op.nn.avg_pool2d(matches[data], pool_size=window, strides=window, padding=(0, 0, 0, 0))
+
+    return [(pool, rewrite)]
 
 
 def _batch_norm_rewrites(counts: dict) -> list:
