@@ -32,7 +32,7 @@ from ..backend.sizes import dim_of
 from .bisect import bisect as bisect_model
 from .common.runs import outputs_as_list
 from .deploy import runtime_only
-from .models import param_specs, random_inputs
+from .models import random_inputs
 
 
 class Engine(str):
@@ -255,13 +255,12 @@ def _runs(mod, inputs, sizes, func: str, seed: int) -> list[tuple[str, list[np.n
 
 
 def _inputs(mod, inputs, func: str, seed: int) -> list[np.ndarray]:
-    specs = param_specs(mod, func)
     if inputs is None:
         return random_inputs(mod, seed, func)
+    names = [p.name for p in mod[func].params]  # not their shapes: a symbolic one has no value before the inputs
     arrays = [np.asarray(a) for a in ([inputs] if isinstance(inputs, np.ndarray) else inputs)]
-    if len(arrays) != len(specs):
-        raise SimAccelError(f"assert_matches_tvm: {func} takes {len(specs)} inputs "
-                            f"({', '.join(name for name, _, _ in specs)}), got {len(arrays)}")
+    if len(arrays) != len(names):
+        raise SimAccelError(f"assert_matches_tvm: {func} takes {len(names)} inputs ({', '.join(names)}), got {len(arrays)}")
     return arrays
 
 
