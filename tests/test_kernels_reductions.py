@@ -155,3 +155,28 @@ def test_cumsum_spreads_nan_and_inf_from_where_they_enter():
     out, _ = run_op("simaccel.cumsum", [x], {"axis": 1, "exclusive": False})
     np.testing.assert_array_equal(np.isnan(out[0]), [False, False, True, True, True, True])
     np.testing.assert_array_equal(out[1], [1, 2, 3, np.inf, np.inf, np.inf])
+
+
+@pytest.mark.parametrize("dtype, stops", [("float16", 2048), ("bfloat16", 256)])
+def test_a_16_bit_cumsum_is_nearer_float64_than_tvm_alones(dtype, stops):
+    """TVM alone adds float16 and bfloat16 in their own type, so a long running sum of ones stops
+    where the next integer is not representable; simaccel adds in float32 (docs/isa.md)."""
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from simaccel.tvm_integration import build, build_tvm_only
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, 4096), dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.cumsum(x, axis=1))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    ones = np.ones((1, 4096), dtype)
+    ours, theirs = (relax.VirtualMachine(b(mod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(ones)).numpy()
+                    .astype(np.float64) for b in (build, build_tvm_only))
+    want = np.arange(1, 4097, dtype=np.float64)[None, :].astype(dtype).astype(np.float64)  # exact sums, rounded once
+    np.testing.assert_array_equal(ours, want)
+    assert theirs.max() == stops

@@ -341,7 +341,7 @@ def test_a_conv1d_in_another_layout_is_left_to_tvm(layout, why):
 
 
 # -- group_norm as layer_norm per group ----------------------------------------------------
-def group_norm_model(shape, groups, dtype="float32", channel_axis=1, axes=None, center=True):
+def group_norm_model(shape, groups, dtype="float32", channel_axis=1, axes=None, center=True, epsilon=1e-5):
     bb = relax.BlockBuilder()
     c = shape[channel_axis]
     x, g, b = (relax.Var(n, R.Tensor(s, dtype)) for n, s in (("x", shape), ("g", (c,)), ("b", (c,))))
@@ -349,7 +349,7 @@ def group_norm_model(shape, groups, dtype="float32", channel_axis=1, axes=None, 
     with bb.function("main", [x, g, b]):
         with bb.dataflow():
             y = bb.emit(op.nn.group_norm(x, g, b, num_groups=groups, channel_axis=channel_axis, axes=axes,
-                                         center=center))
+                                         center=center, epsilon=epsilon))
             y = bb.emit_output(op.nn.gelu(y))
         bb.emit_func_output(y)
     return bb.get()
@@ -368,6 +368,18 @@ def test_group_norm_offloads_as_layer_norm_per_group_and_matches_tvm_alone(shape
     _, report = partition_report(mod)
     assert not report.kept and len(report.regions) == 1, report.format()
     compare_or_skip(mod, engine)
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_group_norm_keeps_its_epsilon(engine):
+    """Inputs of variance about 1e-6 with epsilon 1e-2: the epsilon dominates the denominator,
+    so a rewrite that dropped or changed it would be far off."""
+    mod = group_norm_model((2, 8, 12), 4, epsilon=1e-2)
+    assert rewritten(mod, "group_norm") == 1
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal((2, 8, 12)).astype("float32") * 1e-3, *(rng.standard_normal((8,)).astype("float32")
+                                                                          for _ in range(2))]
+    compare_or_skip(mod, engine, arrays=arrays)
 
 
 def test_a_group_norm_over_a_symbolic_batch_is_one_build():

@@ -51,6 +51,7 @@ from .tuples import forward_tuple_fields, split_rewrites
 from .types import axis_length, relax_dims, tensor_info
 
 BATCH_NORM = "relax.nn.batch_norm"
+GROUP_NORM_MAX_ROW = 1 << 20  # elements of a group a group_norm rewrite takes (its constant weights' length)
 
 
 NOTES = {  # what each rewrite's count means, in the partition report
@@ -133,6 +134,8 @@ def _group_norm_rewrites(counts: dict) -> list:
         if len(static) != len(dims) - 1 or groups < 1 or static[0] % groups:
             return expr  # a symbolic channel or spatial dim, or channels the groups do not divide
         channels, row = static[0], int(np.prod(static)) // groups
+        if row > GROUP_NORM_MAX_ROW:
+            return expr  # its weights of 1 and 0 would be constants of `row` elements each
         dtype = tensor_info(x)[1]
         ones, zeros = (relax.const(np.full(row, v, dtype=dtype)) for v in (1, 0))
         rows = relax.op.nn.layer_norm(relax.op.reshape(x, [dims[0], groups, row]), ones, zeros, axes=[-1],

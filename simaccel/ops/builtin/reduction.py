@@ -82,6 +82,8 @@ for _name in REDUCTIONS:
 def cumsum_from_relax(match):
     rank = len(match.shapes["data"])
     axis = match.attrs["axis"]
+    if rank == 0:
+        raise Reject("cumsum of a 0-d tensor")
     if axis is None:
         if rank != 1:
             raise Reject(f"cumsum over the flattened tensor (axis None) of rank {rank}")
