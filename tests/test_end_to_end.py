@@ -242,3 +242,30 @@ def test_rms_norm_float16_rows_of_zeros_and_tiny_eps_match_tvm(engine):
     data[1, 0] = 1e-3
     [run] = assert_matches_tvm(bb.get(), [data, np.ones(8, F16)], engines=[engine])
     assert (run.outputs[0][[0, 2]] == 0).all() and abs(float(run.outputs[0][1, 0]) - 2.72) < 0.01  # 2.83 with eps 0
+
+
+def test_assert_matches_tvm_takes_inputs_for_a_module_with_symbolic_dims():
+    """Given inputs, the sizes are the inputs' (it once evaluated the parameters' symbolic shapes
+    to count them, and failed with "size var n has no value"); a wrong count is still refused."""
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from simaccel.errors import SimAccelError
+    from simaccel.testing import assert_matches_tvm
+
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((n, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.relu(relax.op.add(x, x)))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"n": 16})
+    rng = np.random.default_rng(0)
+    for rows in (1, 16):
+        [match] = assert_matches_tvm(mod, [rng.standard_normal((rows, 8)).astype("float32")], engines=["ref"])
+        assert match.outputs[0].shape == match.reference[0].shape == (rows, 8)
+    with pytest.raises(SimAccelError, match=r"main takes 1 inputs \(x\), got 2"):
+        assert_matches_tvm(mod, [np.zeros((2, 8), "float32")] * 2)
