@@ -10,7 +10,8 @@ through shared memory in K slices, float32 accumulation, bias and activation fus
 epilogue, bounds checks everywhere so any M, N, K works. The K loop is CUDA C++
 (matmul_f32.cu, see kernels/main_loop.py); the epilogue, and the steps conv2d's implicit GEMM
 shares (`tile_steps`: its K loop is Numba), are here. float16 operands go to the tensor-core
-kernel instead (kernels/tensor_core.py), which takes the same arguments.
+kernel instead (kernels/tensor_core.py), int8 ones to kernels/matmul_int8.py: both take the
+same arguments.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import math
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
-from . import tensor_core
+from . import matmul_int8, tensor_core
 from .activation import ACTIVATIONS, apply_activation
 from .epilogue import IDENTITY, fused_kernel
 from .epilogue import args as epilogue_args
@@ -342,7 +343,7 @@ def _batch_strides(batch, out_batch):
 
 
 def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, activation: str, epilogue=None,
-                  tiling_override=None) -> int:
+                  out_dtype=None, tiling_override=None) -> int:
     """Launch the register-tiled matmul on `target`; returns the number of kernel launches.
 
     With `epilogue` (simaccel.fusion), the group of elementwise ops after it runs in the
@@ -351,7 +352,9 @@ def launch_matmul(target, out, data, weight, bias=None, *, transpose_b: bool, ac
     Shapes come validated by the ISA (simaccel.ops.builtin.matmul): data (..., M, K), rank 2..4;
     weight (K, N), or (N, K) when `transpose_b` (torch linear form, y = x @ W^T), or, not
     transposed, a stack (..., K, N) whose batch dims broadcast with data's (attention's
-    Q @ K^T and A @ V); bias None or N values; out (broadcast batch dims..., M, N).
+    Q @ K^T and A @ V); bias None or N values; out (broadcast batch dims..., M, N), of
+    dtype `out_dtype` where given (float32 for 16-bit operands: the sums stored unrounded;
+    int32 for int8 ones), else the operands'.
     A 2-D weight is shared by every row of data, so data's batch dims are folded into rows.
     """
     # Device arrays' shapes reject negative indices: work on plain tuples.
@@ -403,7 +406,12 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
     if max(K, N) >= 2**31:  # the C++ main loops index a row in 32 bits
         raise ValueError(f"matmul: K = {K}, N = {N}; the kernels take K and N below 2^31 "
                           "(the default device profile's element limit keeps them there)")
-    if dtype in tensor_core.DTYPES:  # tensor cores (kernels/tensor_core.py)
+    if dtype == "int8":  # int32 sums (kernels/matmul_int8.py): no bias, activation or epilogue reaches it
+        if epilogue is not None or has_bias or act != 0:
+            raise ValueError("matmul: int8 operands take no fused bias, activation or epilogue")
+        kernel, block = matmul_int8.KERNELS[transpose_b], (matmul_int8.THREADS, matmul_int8.THREADS)
+        BM, BN = matmul_int8.BM, matmul_int8.BN
+    elif dtype in tensor_core.DTYPES:  # tensor cores (kernels/tensor_core.py)
         BM, BN = tensor_core.BM, tensor_core.width(M, N, batches)
         kernel, block = tensor_core.kernel(transpose_b, BN, dtype, epilogue), (tensor_core.THREADS,)
     elif (choice := tiling_override or tiling(M, N, K, batches)) in _SHARED_TILES:
@@ -413,7 +421,7 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
         large = choice == "large"
         kernel, block = _kernel(transpose_b, large, epilogue), (THREADS_X, THREADS_Y)
         BM, BN, _ = LARGE if large else SMALL
-    fused = epilogue_args(target, epilogue, out)
+    fused = epilogue_args(target, epilogue, out) if dtype != "int8" else ()
     row_tiles = (M + BM - 1) // BM
     launches = 0
     for z0 in chunk_starts(batches, _MAX_GRID_Z):

@@ -489,13 +489,12 @@ class Program:
         """Exactly the op's attributes, each of its declared kind (simaccel.ops.attrs)."""
         if not isinstance(attrs, dict):
             raise ProgramError(f"Program {self.name}: {where} attributes must be a mapping, got {attrs!r}")
-        missing = [a for a in op.attrs if a not in attrs]
-        if missing:
-            raise ProgramError(f"Program {self.name}: {where} lacks attributes {missing}")
-        unknown = sorted(set(attrs) - set(op.attrs))
-        if unknown:
-            raise ProgramError(f"Program {self.name}: {where} has unknown attributes {unknown} (it takes {list(op.attrs)})")
+        wrong = op.check_attr_names(attrs)
+        if wrong:
+            raise ProgramError(f"Program {self.name}: {where} {wrong}")
         for name, kind in op.attrs.items():
+            if name not in attrs:  # left out: it has a default (simaccel.ops.declare OpFamily.defaults)
+                continue
             try:
                 kind(attrs[name])
             except ValueError as e:

@@ -15,8 +15,9 @@ def one_op_program(name, shapes, dtype, attrs=None):
 
     op = get_op(name)
     attrs = attrs or {}
-    out, _ = op.infer(shapes, [dtype] * len(shapes), **op.all_attrs(attrs))
-    tensors = tuple(TensorSpec(f"t{i}", tuple(s), dtype) for i, s in enumerate([*shapes, out]))
+    out, out_dtype = op.infer(shapes, [dtype] * len(shapes), **op.all_attrs(attrs))
+    tensors = tuple(TensorSpec(f"t{i}", tuple(s), d) for i, (s, d) in enumerate([*((s, dtype) for s in shapes),
+                                                                                  (out, out_dtype)]))
     return Program(name.split(".")[1], tensors, tuple(range(len(shapes))), (len(shapes),),
                    (OpNode(name, tuple(range(len(shapes))), len(shapes), attrs),))
 

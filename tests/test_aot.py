@@ -193,6 +193,22 @@ def test_tensor_core_matmul_kernels_compile_for_gpus_without_tensor_cores(dtype)
         assert kernel.shared_bytes == kernel.ptx_shared_bytes == 0  # it stages nothing
 
 
+@pytest.mark.parametrize("arch", [(7, 5), (8, 0), SM90], ids=lambda a: f"sm_{a[0]}{a[1]}")
+def test_int8_and_widening_matmuls_compile_for_every_tensor_core_generation(arch):
+    """int8 operands (kernels/matmul_int8.py): dp4a, no spills, no stack, from sm_75 on; float16
+    and bfloat16 widened to float32: the tensor-core kernels with a float32 output."""
+    for name, shapes in (("simaccel.matmul", [(2, 3, 70, 37), (3, 37, 67)]), ("simaccel.dense", [(70, 37), (67, 37)])):
+        [kernel] = compile_program(one_op_program(name, shapes, "int8", {"out_dtype": "int32"}), arch)
+        assert "_int8_kernel" in kernel.kernel.__name__ and "dp4a.s32.s32" in kernel.ptx
+        assert no_spills(kernel)["stack"] == 0
+    for dtype in MMA_TYPES:
+        program = one_op_program("simaccel.dense", [(300, 64), (256, 64)], dtype, {"out_dtype": "float32"})
+        [kernel] = compile_program(program, arch)
+        assert "_tensor_core_kernel_" in kernel.kernel.__name__ and program.tensors[-1].dtype == "float32"
+        assert ("mma.sync" in kernel.ptx) == (arch >= (8, 0))  # sm_75: float32 FMAs
+        no_spills(kernel)
+
+
 CONV = {"strides": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1], "groups": 1}
 
 

@@ -2,11 +2,9 @@
 
 The matmul modules its tests build, with the stock wheel's `tvm.relax.testing.get_relax_matmul_module`
 (epilogues bias, relu and gelu; a transposed weight; batched and broadcast operands; symbolic
-batch dims; float16 and float32, and bfloat16 too), partitioned by simaccel: every op offloads,
-and one build matches TVM alone at sizes drawn for the symbolic dims. Its int8 -> int32 case is
-a dtype the ISA does not compute in yet, and its bfloat16 -> float32 case a matmul whose output
-dtype differs from its operands' (out_dtype), which simaccel.matmul does not take yet: they stay
-on TVM, each with its reason.
+batch dims; float16 and float32, and bfloat16 too; int8 to int32 and bfloat16 to float32),
+partitioned by simaccel: every op offloads, and one build matches TVM alone at sizes drawn for
+the symbolic dims (int8 exactly).
 """
 
 from __future__ import annotations
@@ -70,15 +68,64 @@ def test_tvms_cublas_matmuls_offload_whole_and_match_tvm_alone(x_shape, y_shape,
         assert found.ok, f"at {sizes}: {found.reason}"
 
 
-@pytest.mark.parametrize("in_dtype, out_dtype, x_shape, y_shape, reason", [
-    ("int8", "int32", (16, 32), (32, 8), "dtype int8"),         # test_matmul_igemm_offload
-    ("int8", "int32", (A, 8), (8, 16), "dtype int8"),
-    ("bfloat16", "float32", (10, 32), (32, 64), "would give (10, 64) bfloat16 where Relax gives (10, 64) float32"),
-])  # test_matmul_bfloat16_offload
-def test_its_int8_and_widening_bfloat16_matmuls_stay_on_tvm_with_their_reason(in_dtype, out_dtype, x_shape, y_shape,
-                                                                               reason):
-    mod, _, _ = matmul_module(x_shape, y_shape, False, "none", in_dtype, out_dtype)
+WIDENING_CASES = [  # (in dtype, out dtype, x shape, y shape)
+    ("int8", "int32", (16, 32), (32, 8)),  # test_matmul_igemm_offload
+    ("int8", "int32", (A, 8), (8, 16)),
+    ("bfloat16", "float32", (10, 32), (32, 64)),  # test_matmul_bfloat16_offload
+    ("float16", "float32", (A, 3, 32, 8), (A, 3, 8, 10)),  # and the same widening, batched over a symbolic dim
+    ("int8", "int32", (A, 70, 37), (37, 67)),
+]
+
+
+@pytest.mark.parametrize("in_dtype, out_dtype, x_shape, y_shape", WIDENING_CASES, ids=str)
+def test_its_int8_and_widening_matmuls_offload_and_match_tvm_alone(in_dtype, out_dtype, x_shape, y_shape):
+    mod, y_given, _ = matmul_module(x_shape, y_shape, False, "none", in_dtype, out_dtype)
+    _, report = partition_report(mod)
+    assert not report.kept and list(report.regions.values()) == [["simaccel.matmul"]], report.format()
+    ours, theirs = build(mod, "llvm"), build_tvm_only(mod, "llvm")
+    rng = np.random.default_rng(1)
+    for sizes in ({"a": 1}, {"a": 5}):
+        shapes = [_concrete(s, sizes) for s in (x_shape, y_given)]
+        arrays = ([rng.integers(-128, 128, s, dtype=np.int8) for s in shapes] if in_dtype == "int8" else
+                  [rng.standard_normal(s).astype(in_dtype) for s in shapes])
+        got, want = (relax.VirtualMachine(e, tvm.cpu())["main"](*map(tvm.runtime.tensor, arrays)).numpy()
+                     for e in (ours, theirs))
+        assert got.dtype == want.dtype == np.dtype(out_dtype)
+        if in_dtype == "int8":
+            np.testing.assert_array_equal(got, want)
+        else:
+            found = array_difference(got, want, scaled=True)
+            assert found.ok, f"at {sizes}: {found.reason}"
+
+
+def test_an_int8_matmul_that_keeps_int8_stays_on_tvm_with_its_reason():
+    """Relax's int8 matmul without out_dtype sums in int8; simaccel's int8 GEMM gives int32 only."""
+    mod, _, _ = matmul_module((16, 32), (32, 8), False, "none", "int8", "int8")
     _, report = partition_report(mod)
     assert not report.regions
-    reasons = " ".join(reason for _, op, reason in report.kept if op == "relax.matmul")
-    assert reason in reasons, report.format()
+    assert "int8 operands need out_dtype int32" in " ".join(r for _, op, r in report.kept if op == "relax.matmul")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("in_dtype, out_dtype, x_shape, y_shape", WIDENING_CASES[1:4], ids=str)
+def test_its_int8_and_widening_matmuls_run_natively_on_the_gpu(in_dtype, out_dtype, x_shape, y_shape):
+    """Built for CUDA by simaccel (native regions; the int8 GEMM's dp4a, the tensor cores' float32
+    store) and by TVM alone, at sizes drawn for the symbolic dim: int8 exactly."""
+    from simaccel.tvm_integration.backend.native import has_native_regions
+
+    mod, y_given, _ = matmul_module(x_shape, y_shape, False, "none", in_dtype, out_dtype)
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"a": 64})
+    ours, theirs = build(mod, "nvidia/nvidia-h100"), build_tvm_only(mod, "nvidia/nvidia-h100")
+    assert has_native_regions(ours)
+    rng = np.random.default_rng(2)
+    for sizes in ({"a": 1}, {"a": 50}):
+        shapes = [_concrete(s, sizes) for s in (x_shape, y_given)]
+        arrays = ([rng.integers(-128, 128, s, dtype=np.int8) for s in shapes] if in_dtype == "int8" else
+                  [rng.standard_normal(s).astype(in_dtype) for s in shapes])
+        got, want = (relax.VirtualMachine(e, tvm.cuda(0))["main"](*(tvm.runtime.tensor(a, tvm.cuda(0)) for a in arrays))
+                     .numpy() for e in (ours, theirs))
+        if in_dtype == "int8":
+            np.testing.assert_array_equal(got, want)
+        else:
+            found = array_difference(got, want, scaled=True)
+            assert found.ok, f"at {sizes}: {found.reason}"

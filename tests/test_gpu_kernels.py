@@ -136,8 +136,9 @@ def test_both_tilings_at_real_sizes(name, shapes, attrs, tiles, dtype, monkeypat
     _check_at_real_size(name, shapes, attrs, dtype)
 
 
-def _check_at_real_size(name, shapes, attrs, dtype):
-    """Op `name`'s kernel on the GPU on random inputs of `shapes`, against its numpy reference."""
+def _check_at_real_size(name, shapes, attrs, dtype, tolerance=None):
+    """Op `name`'s kernel on the GPU on random inputs of `shapes`, against its numpy reference
+    (within `tolerance`'s dtype's tolerance: by default the inputs')."""
     from numba import cuda
 
     from simaccel.data import random_arrays
@@ -159,7 +160,7 @@ def _check_at_real_size(name, shapes, attrs, dtype):
     got = to_host(out, stream)
     stream.synchronize()
     assert launches >= 1
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[dtype])
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), **TOLERANCE[tolerance or dtype])
 
 
 def off_alignment(a, stream):
@@ -388,3 +389,57 @@ def test_native_tensor_core_matmuls_on_partial_tiles(clean_runtime, tmp_path, dt
         got = tvm.runtime.tensor(np.zeros(want.shape, dtype), tvm.cuda(0))
         library[f"tc{i}"](*tensors, got)
         _assert_tensor_core_close(got.numpy(), want, shapes, f"{name} {shapes}", dtype)
+
+
+# int8 GEMMs (kernels/matmul_int8.py, dp4a): tails of the 64 x 64 tile and the 32-deep stage,
+# batched and broadcast weights, a GEMV, both forms of B; and a K of 2^17 + 64 whose int32 sums
+# of -128 * -128 wrap, as numpy's int32 matmul does.
+INT8_CASES = [("simaccel.dense", [(300, 257), (129, 257)]), ("simaccel.matmul", [(2, 100, 67), (67, 200)]),
+              ("simaccel.matmul", [(2, 3, 77, 64), (3, 64, 77)]), ("simaccel.dense", [(1, 4096), (1000, 4096)]),
+              ("simaccel.matmul", [(1024, 512), (512, 1024)])]
+
+
+@pytest.mark.parametrize("name, shapes", INT8_CASES, ids=[f"{n}-{s[0]}" for n, s in INT8_CASES])
+def test_int8_matmuls_sum_exactly_on_the_gpu(name, shapes):
+    from numba import cuda
+
+    from simaccel.kernels import KernelTarget
+    from simaccel.ops import get_op
+
+    op = get_op(name)
+    rng = np.random.default_rng(5)
+    arrays = [rng.integers(-128, 128, s, dtype=np.int8) for s in shapes]
+    attrs = op.all_attrs({"out_dtype": "int32"})
+    stream = cuda.stream()
+    out = cuda.device_array(op.infer(shapes, ["int8"] * 2, **attrs)[0], dtype=np.int32)
+    op.kernel(KernelTarget("cuda", stream), out, *[to_device(a, stream) for a in arrays], **attrs)
+    got = to_host(out, stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(got, op.reference(*arrays, **attrs))
+
+
+def test_int8_sums_wrap_on_the_gpu_as_int32_arithmetic_does():
+    from numba import cuda
+
+    from simaccel.kernels import KernelTarget
+    from simaccel.ops import get_op
+
+    op = get_op("simaccel.dense")
+    many = np.full((2, 2**17 + 64), -128, np.int8)
+    attrs = op.all_attrs({"out_dtype": "int32"})
+    stream = cuda.stream()
+    out = cuda.device_array((2, 2), dtype=np.int32)
+    op.kernel(KernelTarget("cuda", stream), out, to_device(many, stream), to_device(many, stream), **attrs)
+    got = to_host(out, stream)
+    stream.synchronize()
+    want = np.matmul(many.astype(np.int32), many.T.astype(np.int32))
+    assert (want < 0).all() and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name, shapes", [("simaccel.dense", [(300, 257), (129, 257)]),
+                                          ("simaccel.matmul", [(2, 3, 77, 64), (2, 3, 64, 300)])], ids=str)
+def test_16_bit_matmuls_widen_to_float32_on_the_gpu(name, shapes, dtype):
+    """Tensor-core sums stored in float32 unrounded: within float32's tolerance of the reference,
+    which the same sums rounded to the operands' dtype are not."""
+    _check_at_real_size(name, shapes, {"out_dtype": "float32"}, dtype, tolerance="float32")

@@ -20,8 +20,8 @@ from test_runtime import mlp_program
 
 def one_op_program(name: str, shapes, dtype: str, attrs=None) -> Program:
     op = get_op(name)
-    shape, _ = op.infer(shapes, [dtype] * len(shapes), **op.all_attrs(attrs or {}))
-    tensors = tuple(TensorSpec(f"t{i}", tuple(s), dtype) for i, s in enumerate(shapes)) + (TensorSpec("out", shape, dtype),)
+    shape, out_dtype = op.infer(shapes, [dtype] * len(shapes), **op.all_attrs(attrs or {}))
+    tensors = tuple(TensorSpec(f"t{i}", tuple(s), dtype) for i, s in enumerate(shapes)) + (TensorSpec("out", shape, out_dtype),)
     n = len(shapes)
     return Program(name, tensors, tuple(range(n)), (n,), (OpNode(name, tuple(range(n)), n, dict(attrs or {})),)).validate()
 

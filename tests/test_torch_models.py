@@ -143,3 +143,39 @@ def test_a_decoder_block_is_one_region_and_matches_tvm_alone_and_torch():
     assert "simaccel.astype" in next(iter(report.regions.values()))  # tokens to int32, as the frontend casts them
     for run in assert_matches_tvm(mod, inputs, engines=["ref", "sim"]):
         assert_same(run.outputs[0], want, "float32")
+
+
+def _eager_attention(dtype: str):
+    """Attention as a model written without SDPA writes it (transformers' eager attention): Q K^T
+    scaled, future keys masked, softmax in float32 cast back, times V, in `dtype`. TVM's torch
+    frontend writes its batched matmuls of 16-bit operands with out_dtype float32."""
+    import ml_dtypes
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class EagerAttention(torch.nn.Module):
+        def forward(self, q, k, v):
+            scores = torch.matmul(q, k.transpose(2, 3)) / q.shape[-1] ** 0.5
+            future = torch.arange(k.shape[2])[None, :] > torch.arange(q.shape[2])[:, None]
+            scores = scores + torch.where(future, float("-inf"), 0.0)
+            weights = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            return torch.matmul(weights, v)
+
+    rng = np.random.default_rng(4)
+    inputs = [rng.standard_normal((1, 4, 9, 16)).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+              for _ in range(3)]
+    tensors = tuple(torch.from_numpy(x.astype(np.float32)).to(getattr(torch, dtype)) for x in inputs)
+    with torch.no_grad():
+        want = EagerAttention()(*tensors).float().numpy()
+    return from_exported_program(torch.export.export(EagerAttention(), tensors)), inputs, want
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16_bit_eager_attention_is_one_region_and_matches_tvm_alone_and_torch(dtype):
+    """Its matmuls widen to float32 (simaccel.matmul's out_dtype), so nothing stays on TVM."""
+    from simaccel.testing import assert_matches_tvm, assert_offloads
+
+    mod, inputs, want = _eager_attention(dtype)
+    assert_offloads(mod, ["simaccel.matmul", "simaccel.softmax"], regions=1, kept=0)
+    for run in assert_matches_tvm(mod, inputs, engines=["ref", "sim"]):
+        assert_same(run.outputs[0].astype(np.float32), want, dtype)

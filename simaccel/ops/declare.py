@@ -167,6 +167,10 @@ class OpFamily:
         `target.launch(fn, grid, block, *args)` launches a module-level kernel function.
     attrs:
         Program attributes: name -> kind (simaccel.ops.attrs), which validates a value.
+    defaults:
+        Attributes a Program may leave out: name -> the value rules and kernels then get
+        (matmul's ``out_dtype``: None, the inputs' dtype). A value given is checked by its
+        kind; a default is not, and is never written into a Program.
     from_relax:
         ``from_relax(match: RelaxMatch) -> dict`` of Program attributes; raises `Reject`
         when the match must stay on TVM. Default: no attributes.
@@ -231,6 +235,7 @@ class OpFamily:
     reference: Callable[..., Any]
     kernel: Callable[..., int] | str
     attrs: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
     from_relax: Callable[[RelaxMatch], dict] | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
     bias: str | None = None
@@ -293,6 +298,8 @@ class OpFamily:
             bad("sin and cos are elementwise ops, not fused activation variants (they fuse as epilogues)")
         if self.activations and "activation" in {*self.attrs, *self.fixed}:
             bad("'activation' is set by the variant; do not declare it as an attribute")
+        if not set(self.defaults) <= set(self.attrs):
+            bad(f"defaults {sorted(set(self.defaults) - set(self.attrs))} name no declared attribute")
         clash = set(self.attrs) & set(self.fixed)
         if clash:
             bad(f"attributes {sorted(clash)} are both declared and fixed")
@@ -307,8 +314,8 @@ class OpFamily:
             bad(f"out_dtype {self.out_dtype!r} is not one of {ISA_DTYPES}")
         if self.out_dtype is not None and not isinstance(self.out_dtype, str) and not callable(self.out_dtype):
             bad("out_dtype must be None, a dtype or a callable")
-        if (self.bias or self.activations) and any(d not in FLOAT_DTYPES for d in self.dtypes):
-            bad("a fused bias or activation computes in float: dtypes must be float ones")
+        if (self.bias or self.activations) and not any(d in FLOAT_DTYPES for d in self.dtypes):
+            bad("a fused bias or activation computes in float: dtypes must include float ones")
         if self.elementwise is not None and not (callable(self.elementwise) or
                                                  (isinstance(self.elementwise, str) and ":" in self.elementwise)):
             bad("elementwise must be a callable or 'module:function'")
@@ -365,8 +372,20 @@ class OpDef:
         return count >= 1 if self.family.variadic else count == len(self.inputs)
 
     def all_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
-        """The Program's attributes plus the variant's fixed ones (what rules and kernels get)."""
-        return {**attrs, **self.fixed}
+        """The Program's attributes, the defaults of those it leaves out and the variant's fixed
+        ones (what rules and kernels get)."""
+        return {**self.family.defaults, **attrs, **self.fixed}
+
+    def check_attr_names(self, names) -> str | None:
+        """What is wrong with a call giving attributes `names`, or None: every declared one
+        given unless it has a default, and no other."""
+        missing = [a for a in self.attrs if a not in names and a not in self.family.defaults]
+        if missing:
+            return f"lacks attributes {missing}"
+        unknown = sorted(set(names) - set(self.attrs))
+        if unknown:
+            return f"has unknown attributes {unknown} (it takes {list(self.attrs)})"
+        return None
 
     def check_dtypes(self, dtypes) -> None:
         """DtypeError naming the op and the input unless inputs of `dtypes` (call order) are
@@ -377,10 +396,14 @@ class OpDef:
         own = self.family.role_dtypes
         shared = [d for r, d in zip(roles, dtypes) if r.split("[")[0] not in own]
         first = shared[0] if shared else None
+        fused = self.bias or self.activation != "none"  # a fused bias or activation computes in float
         for role, dtype in zip(roles, dtypes):
             allowed = own.get(role.split("[")[0], self.family.dtypes)
+            if fused and role.split("[")[0] not in own:
+                allowed = tuple(d for d in allowed if d in FLOAT_DTYPES)
             if dtype not in allowed:
-                raise DtypeError(f"{self.name}: {role} has dtype {dtype}; it takes {' or '.join(allowed)}")
+                why = " (a fused bias or activation computes in float)" if dtype in self.family.dtypes else ""
+                raise DtypeError(f"{self.name}: {role} has dtype {dtype}; it takes {' or '.join(allowed)}{why}")
             if role.split("[")[0] not in own and dtype != first:
                 raise DtypeError(
                     f"{self.name}: inputs must share one dtype, got "
