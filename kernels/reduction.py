@@ -1,4 +1,5 @@
-"""Reduction kernel: sum, mean and max over one run of neighbouring axes.
+"""Reduction kernels: sum, mean and max over one run of neighbouring axes; the running sum
+(cumsum) along one axis at the end.
 
 Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 (simaccel.sum, simaccel.mean, simaccel.max). The input is viewed as (outer, R, inner): one
@@ -129,3 +130,61 @@ def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
     target.launch(_reduction_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner,
                   REDUCTIONS[reduction], lowest, total)
     return 1
+
+
+# -- cumsum ---------------------------------------------------------------------------------
+def _float_scan_kernel(out, x, R, inner, exclusive, total):
+    """out = the running sum of x (viewed as (outer, R, inner)) along R, a thread per (outer,
+    inner) column walking R in index order with a float32 sum (consecutive threads on
+    consecutive inner indices: coalesced where inner > 1)."""
+    for t in range(cuda.grid(1), total, cuda.gridsize(1)):
+        at = (t // inner) * R * inner + t % inner
+        acc = float32(0)
+        for _ in range(R):
+            value = float32(x[at])
+            if exclusive:
+                out[at] = acc
+                acc += value
+            else:
+                acc += value
+                out[at] = acc
+            at += inner
+
+
+def _int_scan_kernel(out, x, R, inner, exclusive, total, bits):
+    """The integer twin of `_float_scan_kernel`: an int64 sum, each stored value wrapped to the
+    output's `bits` (so int32 and int8 sums wrap as their own arithmetic does, on the simulator
+    too, whose numpy stores refuse a value out of range)."""
+    half = numba.int64(1) << (bits - 1) if bits < 64 else numba.int64(0)
+    for t in range(cuda.grid(1), total, cuda.gridsize(1)):
+        at = (t // inner) * R * inner + t % inner
+        acc = numba.int64(0)
+        for _ in range(R):
+            value = numba.int64(x[at])
+            if exclusive:
+                out[at] = acc if bits == 64 else ((acc + half) & (2 * half - 1)) - half
+                acc += value
+            else:
+                acc += value
+                out[at] = acc if bits == 64 else ((acc + half) & (2 * half - 1)) - half
+            at += inner
+
+
+def launch_cumsum(target, out, data, *, axis, exclusive) -> int:
+    """out = the running sum of data along `axis` (validated by the ISA)."""
+    from .dtypes import is_float
+
+    shape = dims_of(data.shape)
+    outer, R, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    total = outer * inner
+    if total * R == 0:
+        return 0
+    n = total * R
+    grid, block = launch_grid(total)
+    args = (target.reshape(out, (n,)), target.reshape(data, (n,)), R, inner, int(bool(exclusive)), total)
+    if is_float(data.dtype):
+        target.launch(_float_scan_kernel, grid, block, *args)
+    else:
+        target.launch(_int_scan_kernel, grid, block, *args, np.dtype(data.dtype).itemsize * 8)
+    return 1
+

@@ -330,22 +330,22 @@ def test_the_documented_failing_bisect_works_as_written(tmp_path):
     assert (tmp_path / args[args.index("-o") + 1] / "repro.py").is_file()
 
 
-CUMSUM_ONLY = """
+CUMPROD_ONLY = """
 from tvm import relax
 
 bb = relax.BlockBuilder()
 x = relax.Var("x", relax.TensorType((4, 8), "float32"))
 with bb.function("main", [x]):
     with bb.dataflow():
-        out = bb.emit_output(relax.op.cumsum(x, axis=1))
+        out = bb.emit_output(relax.op.cumprod(x, axis=1))
     bb.emit_func_output(out)
 mod = bb.get()
 """
-ADD_RELU = CUMSUM_ONLY.replace("relax.op.cumsum(x, axis=1)", "relax.op.nn.relu(relax.op.add(x, x))")
+ADD_RELU = CUMPROD_ONLY.replace("relax.op.cumprod(x, axis=1)", "relax.op.nn.relu(relax.op.add(x, x))")
 
 
 @pytest.mark.parametrize("model, profile, reason", [
-    (CUMSUM_ONLY, None, "relax.cumsum: simaccel has no pattern for relax.cumsum"),
+    (CUMPROD_ONLY, None, "relax.cumprod: simaccel has no pattern for relax.cumprod"),
     (ADD_RELU, {"name": "matmul-only", "ops": ["simaccel.matmul"]},
      "relax.nn.relu: simaccel.relu rejected: op simaccel.relu is not enabled in profile matmul-only"),
     (ADD_RELU, {"name": "fp16-only", "dtypes": ["float16"]}, "lhs dtype float32 is not supported (profile fp16-only"),
@@ -365,9 +365,9 @@ def test_bisect_of_a_model_with_nothing_offloaded_says_so(tmp_path, model, profi
 
 def test_bisect_from_python_of_a_model_with_nothing_offloaded_raises():
     namespace = {}
-    exec(CUMSUM_ONLY, namespace)  # noqa: S102 - the test's own model text
+    exec(CUMPROD_ONLY, namespace)  # noqa: S102 - the test's own model text
     mod = namespace["mod"]
-    with pytest.raises(NothingOffloaded, match=r"nothing was offloaded .* relax.cumsum") as raised:
+    with pytest.raises(NothingOffloaded, match=r"nothing was offloaded .* relax.cumprod") as raised:
         bisect(mod, random_inputs(mod, 0))
     assert isinstance(raised.value, SimAccelError) and raised.value.partition.kept
 

@@ -91,6 +91,7 @@ CASES = [
     ("max_pool2d", lambda x: op.nn.max_pool2d(x, 2), [(1, 2, 4, 4)]),
     ("avg_pool2d", lambda x: op.nn.avg_pool2d(x, 2), [(1, 2, 4, 4)]),
     *[(name, lambda x, name=name: getattr(op, name)(x, axis=[1]), [(2, 3)]) for name in ("sum", "mean", "max")],
+    ("cumsum", lambda x: op.cumsum(x, axis=1), [(2, 3)]),
     # the casts, and the ops whose output dtype is an attribute: to every target from the swept dtype
     *[(f"astype_to_{t}", lambda x, t=t: op.astype(x, t), [(2, 3)]) for t in CAST_DTYPES],
     *[(f"full_of_{t}", lambda v, t=t: op.full((2, 3), v, t), [()]) for t in CAST_DTYPES],

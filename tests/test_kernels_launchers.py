@@ -18,7 +18,7 @@ def test_every_op_has_a_kernel_test():
     tested = set(MATMUL_OPS) | set(CONV_OPS) | set(BINARY_OPS) | set(UNARY_OPS) | {name for name, _, _ in VIEW_CASES} | {
         "simaccel.max_pool2d", "simaccel.avg_pool2d", "simaccel.softmax", "simaccel.layer_norm", "simaccel.rms_norm", "simaccel.clip",
         "simaccel.broadcast_to", "simaccel.permute_dims", "simaccel.strided_slice", "simaccel.sum", "simaccel.mean",
-        "simaccel.max", "simaccel.concat", "simaccel.take",
+        "simaccel.max", "simaccel.concat", "simaccel.take", "simaccel.cumsum",
         "simaccel.attention", "simaccel.grouped_attention",  # tests/test_attention.py
     }
     from test_mask_ops import mask_kernel_ops  # the mask and index ops' kernels: tests/test_mask_ops.py

@@ -1,4 +1,5 @@
-"""The sum, mean and max kernels on the simulator (a block, slices or lanes an output), against numpy."""
+"""The sum, mean and max kernels on the simulator (a block, slices or lanes an output), and the
+cumsum kernel, against numpy."""
 
 from __future__ import annotations
 
@@ -107,3 +108,75 @@ def test_a_reduction_over_axes_that_are_not_neighbours_is_refused():
 
     with pytest.raises(ShapeError, match=r"axes \[0, 2\] are not neighbours"):
         get_op("simaccel.sum").infer([(2, 3, 4)], ["float32"], axes=[0, 2], keepdims=False, reduction="sum")
+
+
+# -- cumsum ------------------------------------------------------------------------------------
+CUMSUM_CASES = [((3, 17), 1), ((4, 5, 6), 1), ((40,), 0), ((2, 3, 4, 5), 0), ((2, 300), 1), ((5, 1, 3), 1),
+                ((2, 3, 1, 2, 1, 3), 3)]
+
+
+@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,axis", CUMSUM_CASES, ids=str)
+def test_cumsum_of_floats(shape, axis, dtype, exclusive):
+    """A float32 running sum in index order, a thread per column (rows, columns, the last axis
+    and the first), against a float64 numpy cumsum."""
+    x = _random(np.random.default_rng(sum(shape)), shape, dtype)
+    out, _ = check("simaccel.cumsum", [x], {"axis": axis, "exclusive": exclusive})
+    want = np.cumsum(x.astype(np.float64), axis=axis)
+    if exclusive:
+        want = want - x.astype(np.float64)
+    scale = np.abs(x.astype(np.float64)).sum(axis=axis, keepdims=True)  # a running sum's error grows with it
+    assert (np.abs(out.astype(np.float64) - want) <= TOL[dtype]["rtol"] * scale + TOL[dtype]["atol"]).all()
+
+
+@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
+def test_cumsum_of_integers_is_exact_and_wraps_as_its_type(dtype, exclusive):
+    """Integers exactly, in their own type's arithmetic: an int8 or int32 sum past its range
+    wraps (two's complement), as TVM's and numpy's do."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(3)
+    x = rng.integers(info.max // 3, info.max // 2, (3, 9), dtype=dtype)  # sums past the range by the 3rd element
+    x[1] = -x[1]
+    out, ref = run_op("simaccel.cumsum", [x], {"axis": 1, "exclusive": exclusive})
+    want = np.cumsum(x, axis=1, dtype=dtype)
+    if exclusive:
+        want = np.concatenate([np.zeros((3, 1), dtype), want[:, :-1]], axis=1)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(ref, want)
+    if dtype != "int64":
+        assert (np.cumsum(x.astype(np.int64), axis=1) != np.cumsum(x, axis=1, dtype=dtype)).any()  # it did wrap
+
+
+def test_cumsum_spreads_nan_and_inf_from_where_they_enter():
+    x = np.ones((2, 6), np.float32)
+    x[0, 2], x[1, 3] = np.nan, np.inf
+    out, _ = run_op("simaccel.cumsum", [x], {"axis": 1, "exclusive": False})
+    np.testing.assert_array_equal(np.isnan(out[0]), [False, False, True, True, True, True])
+    np.testing.assert_array_equal(out[1], [1, 2, 3, np.inf, np.inf, np.inf])
+
+
+@pytest.mark.parametrize("dtype, stops", [("float16", 2048), ("bfloat16", 256)])
+def test_a_16_bit_cumsum_is_nearer_float64_than_tvm_alones(dtype, stops):
+    """TVM alone adds float16 and bfloat16 in their own type, so a long running sum of ones stops
+    where the next integer is not representable; simaccel adds in float32 (docs/isa.md)."""
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from simaccel.tvm_integration import build, build_tvm_only
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, 4096), dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.cumsum(x, axis=1))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    ones = np.ones((1, 4096), dtype)
+    ours, theirs = (relax.VirtualMachine(b(mod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(ones)).numpy()
+                    .astype(np.float64) for b in (build, build_tvm_only))
+    want = np.arange(1, 4097, dtype=np.float64)[None, :].astype(dtype).astype(np.float64)  # exact sums, rounded once
+    np.testing.assert_array_equal(ours, want)
+    assert theirs.max() == stops

@@ -208,3 +208,32 @@ def test_a_float_mask_built_from_shapes_is_folded_and_matches_tvm():
     assert "simaccel.permute_dims" in [op for ops in report.regions.values() for op in ops]  # the weight's: not folded
     assert not report.kept, report.format()
     compare_with_tvm(mod, "ref")
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_position_ids_from_a_padding_mask_are_offloaded(engine):
+    """HF decoders' `position_ids = attention_mask.cumsum(-1) - 1`, then masked_fill(mask == 0, 1):
+    cumsum over int64 with the integer ops around it, one region, over a symbolic length; the
+    ids then index a table (take). Against TVM alone at several lengths."""
+    from tvm.script import relax as R
+
+    from simaccel.testing import assert_matches_tvm
+
+    t = tvm.tirx.Var("t", "int64")
+    bb = relax.BlockBuilder()
+    mask = relax.Var("mask", R.Tensor((2, t), "int64"))
+    table = relax.Var("table", R.Tensor((64, 8), "float32"))
+    op = relax.op
+    with bb.function("main", [mask, table]):
+        with bb.dataflow():
+            ids = bb.emit(op.subtract(bb.emit(op.cumsum(mask, axis=-1)), relax.const(1, "int64")))
+            ids = bb.emit(op.where(bb.emit(op.equal(mask, relax.const(0, "int64"))), relax.const(1, "int64"), ids))
+            out = bb.emit_output(op.take(table, ids, axis=0))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"t": 48})
+    one_region_nothing_kept(mod)
+    rng = np.random.default_rng(0)
+    for length in (1, 9, 48):
+        masks = (np.arange(length)[None, :] >= rng.integers(0, length, (2, 1))).astype("int64")  # left padding
+        assert_matches_tvm(mod, [masks, rng.standard_normal((64, 8)).astype("float32")], engines=[engine])

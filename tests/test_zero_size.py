@@ -134,6 +134,8 @@ CASES = [
     ("avg_pool2d_no_channels", lambda x: op.nn.avg_pool2d(x, 2, padding=1), [(1, 0, 4, 4)]),
     *[(f"{name}_kept_empty", lambda x, name=name: getattr(op, name)(x, axis=[1]), [(0, 3)]) for name in ("sum", "mean", "max")],
     ("sum_over_empty", lambda x: op.sum(x, axis=[0]), [(0, 3)], empty_sum((3,))),
+    ("cumsum_no_rows", lambda x: op.cumsum(x, axis=1), [(0, 3)]),
+    # a cumsum along an empty axis: TVM alone cannot build it (its scan divides by zero)
     ("max_over_empty", lambda x: op.max(x, axis=[0]), [(0, 3)], lambda arrays: np.full(3, LOWEST, F32)),
     # a mean over an empty axis: TVM alone cannot build it (its constant folding divides by zero)
     # mask and index ops (masks.py, discrete.py): bool and integer results made float again

@@ -148,7 +148,7 @@ assert "mynpu_kernels" not in sys.modules
 # Step 2: a model
 # ---------------
 # A dense layer with a bias, leaky ReLU and log_softmax, all three for mynpu (the dense layer
-# is one of simaccel's built-in instructions), and two ops that must stay on TVM: ``cumsum``,
+# is one of simaccel's built-in instructions), and two ops that must stay on TVM: ``cumprod``,
 # which no instruction implements, and a log_softmax over axis 0, which ours refuses.
 #
 # ::
@@ -156,7 +156,7 @@ assert "mynpu_kernels" not in sys.modules
 #     h = x @ w^T + b                   simaccel.dense_bias  (built in)
 #     a = leaky_relu(h, alpha=0.1)      mynpu.leaky_relu
 #     y = log_softmax(a)                mynpu.log_softmax    (the last axis)
-#     z = log_softmax(cumsum(a), 0)     TVM, both
+#     z = log_softmax(cumprod(a), 0)     TVM, both
 
 
 import mynpu_model  # noqa: E402  the model, in a module so stages 2 and 3 use the same one
@@ -181,20 +181,20 @@ print(report.format())
 # %%
 # One region holds the dense layer and both mynpu instructions, in that order; a built-in op
 # and users' ops share regions. Each op left to TVM comes with its reason: no instruction
-# matches ``cumsum``, and the axis-0 log_softmax was matched and then refused by our
+# matches ``cumprod``, and the axis-0 log_softmax was matched and then refused by our
 # ``from_relax``, whose message the report quotes.
 
 [(region, ops)] = report.regions.items()
 assert ops == ["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax"]
 kept = {op: reason for _, op, reason in report.kept}
 assert kept == {
-    "relax.cumsum": "simaccel has no pattern for relax.cumsum",
+    "relax.cumprod": "simaccel has no pattern for relax.cumprod",
     "relax.nn.log_softmax": "mynpu.log_softmax rejected: log_softmax over axis 0 of a rank-2 tensor "
                             "(mynpu normalises the last axis only)",
 }
 
 # %%
-# The region is a Relax function marked for the ``simaccel`` codegen. TVM's cumsum still needs
+# The region is a Relax function marked for the ``simaccel`` codegen. TVM's cumprod still needs
 # ``a``, so the region hands ``a`` back as a second output beside ``y``:
 
 function = partitioned[region]
@@ -323,8 +323,8 @@ for g, o in zip(got, outputs):
 # ask: ``python tutorials/01_first_accelerator.py --answers`` (or ``SIMACCEL_TUTORIAL_ANSWERS=1``
 # in the environment) runs them and checks them, as the tests do.
 #
-# **Exercise 1: add a third instruction.** mynpu also has a running sum over the last axis.
-# Declare ``mynpu.cumsum`` so that ``cumsum`` joins the region, and check the result against
+# **Exercise 1: add a third instruction.** mynpu also has a running product over the last axis.
+# Declare ``mynpu.cumprod`` so that ``cumprod`` joins the region, and check the result against
 # TVM alone.
 #
 # **Exercise 2: which op stays on TVM, and how would you move it?** After exercise 1 the only
@@ -342,35 +342,35 @@ if not ANSWERS:
 # %%
 # Answers
 # -------
-# **Exercise 1.** The same parts as the other two: the reference is numpy's cumsum and
+# **Exercise 1.** The same parts as the other two: the reference is numpy's cumprod and
 # ``from_relax`` refuses any axis but the last. The kernel is named but not written yet
-# (``mynpu_kernels`` has no ``launch_cumsum``; stage 2's exercise writes one): the ``ref``
+# (``mynpu_kernels`` has no ``launch_cumprod``; stage 2's exercise writes one): the ``ref``
 # engine never looks a kernel up. ``declared`` declares the family for a ``with`` block and
 # forgets it after, so the rest of the tutorial sees the ISA as before.
 
 from simaccel.ops import OpFamily, Reject, relax_op  # noqa: E402
 
 
-def cumsum_reference(data):
-    return np.cumsum(data.astype(np.float32), axis=-1)
+def cumprod_reference(data):
+    return np.cumprod(data.astype(np.float32), axis=-1)
 
 
-def cumsum_from_relax(match):
+def cumprod_from_relax(match):
     rank, axis = len(match.shapes["data"]), match.attrs["axis"]
     if rank == 0 or axis is None or axis % rank != rank - 1:
-        raise Reject(f"cumsum over axis {axis} (mynpu sums along the last axis only)")
+        raise Reject(f"cumprod over axis {axis} (mynpu multiplies along the last axis only)")
     return {}
 
 
-CUMSUM = OpFamily(
-    name="mynpu.cumsum", inputs=("data",), pattern=relax_op("relax.cumsum", "data"),
-    from_relax=cumsum_from_relax, infer=lambda shapes: shapes[0], reference=cumsum_reference,
-    kernel="mynpu_kernels:launch_cumsum", doc="running sum over the last axis")
+CUMPROD = OpFamily(
+    name="mynpu.cumprod", inputs=("data",), pattern=relax_op("relax.cumprod", "data"),
+    from_relax=cumprod_from_relax, infer=lambda shapes: shapes[0], reference=cumprod_reference,
+    kernel="mynpu_kernels:launch_cumprod", doc="running product over the last axis")
 
 
 def exercise_1():
     """(ops of the one region, ops kept on TVM, how each output differs from TVM alone's)."""
-    with declared(CUMSUM):
+    with declared(CUMPROD):
         _, report = partition_report(mod)
         with runtime.use_engine("ref"):
             result = relax.VirtualMachine(build(mod), tvm.cpu())["main"](*tensors)
@@ -382,9 +382,9 @@ if ANSWERS:
     regions, kept_ops, differences = exercise_1()
     print(f"exercise 1: regions {regions}; kept on TVM {kept_ops}; max abs difference from TVM alone "
           f"{max(d.max_error for d in differences):.2g}")
-    assert regions == [["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax", "mynpu.cumsum"]]
+    assert regions == [["simaccel.dense_bias", "mynpu.leaky_relu", "mynpu.log_softmax", "mynpu.cumprod"]]
     assert kept_ops == ["relax.nn.log_softmax"] and all(d.ok for d in differences), differences
-    assert "mynpu.cumsum" not in list_ops()  # forgotten after the with-block
+    assert "mynpu.cumprod" not in list_ops()  # forgotten after the with-block
     assert "mynpu_kernels" not in sys.modules  # the named kernel was never looked up
 
 # %%
@@ -403,12 +403,12 @@ def exercise_2():
             h = bb.emit(relax.op.add(relax.op.matmul(x, relax.op.permute_dims(w)), b))
             a = bb.emit(relax.op.nn.leakyrelu(h, alpha=0.1))
             y = bb.emit(relax.op.nn.log_softmax(a))
-            c = bb.emit(relax.op.permute_dims(relax.op.cumsum(a, axis=1)))
+            c = bb.emit(relax.op.permute_dims(relax.op.cumprod(a, axis=1)))
             z = bb.emit(relax.op.permute_dims(relax.op.nn.log_softmax(c)))
             out = bb.emit_output(relax.Tuple([y, z]))
         bb.emit_func_output(out)
     rewritten = bb.get()
-    with declared(CUMSUM):
+    with declared(CUMPROD):
         _, report = partition_report(rewritten)
         with runtime.use_engine("ref"):
             result = relax.VirtualMachine(build(rewritten), tvm.cpu())["main"](*tensors)
@@ -440,6 +440,6 @@ def exercise_3():
 if ANSWERS:
     f16_regions, f16_kept = exercise_3()
     print(f"exercise 3: the float16 model's regions {f16_regions}; kept on TVM {f16_kept}")
-    assert (f16_regions, f16_kept) == ([ops], ["relax.cumsum", "relax.nn.log_softmax"])
+    assert (f16_regions, f16_kept) == ([ops], ["relax.cumprod", "relax.nn.log_softmax"])
     assert mynpu_ops.LEAKY_RELU.dtypes == mynpu_ops.LOG_SOFTMAX.dtypes == ("float32", "float16", "bfloat16")
     assert {"float32", "float16"} <= set(simaccel.DEFAULT_PROFILE.dtypes)

@@ -217,7 +217,7 @@ print("partition report of the float16 model, mynpu v1:")
 print(f16_report.format())
 assert f16_report.regions == {}
 assert all(reason.endswith("data dtype float16 is not supported (profile mynpu-v1: float32)")
-           for _, op, reason in f16_report.kept if op != "relax.cumsum")
+           for _, op, reason in f16_report.kept if op != "relax.cumprod")
 
 # %%
 # Step 4: fuzz the new instructions
@@ -246,9 +246,9 @@ assert set(summary["user_ops_in_models"]) == {"mynpu.leaky_relu", "mynpu.log_sof
 # ``SIMACCEL_TUTORIAL_ANSWERS=1`` in the environment) runs them and checks them, as the tests do.
 #
 # **Exercise 1: a kernel for the third instruction.** Stage 1's exercise declared
-# ``mynpu.cumsum`` (a running sum along the last axis) with a kernel it named but never
+# ``mynpu.cumprod`` (a running product along the last axis) with a kernel it named but never
 # wrote. Write it, run it on the simulator against the reference, and run stage 1's model with
-# cumsum on mynpu on ``sim``.
+# cumprod on mynpu on ``sim``.
 #
 # **Exercise 2: three regions.** Make the scratchpad small enough that stage 1's region
 # splits into three. Which sizes do it, and what happens below them?
@@ -264,58 +264,58 @@ if not ANSWERS:
 # %%
 # Answers
 # -------
-# **Exercise 1.** One thread per row, summing in float32 as it goes. The kernel stays at module
+# **Exercise 1.** One thread per row, multiplying in float32 as it goes. The kernel stays at module
 # scope (a kernel defined inside a function would be compiled again on every call), and the
 # declaration takes the launcher itself rather than its name.
 
 
-def cumsum_kernel(out, x, rows, cols):  # one thread per row of (rows, cols) views
+def cumprod_kernel(out, x, rows, cols):  # one thread per row of (rows, cols) views
     r = cuda.grid(1)
     if r < rows:
-        total = float32(0.0)
+        product = float32(1.0)
         for i in range(cols):
-            total += float32(x[r, i])
-            out[r, i] = total
+            product *= float32(x[r, i])
+            out[r, i] = product
 
 
-def launch_cumsum(target, out, data):
+def launch_cumprod(target, out, data):
     *lead, cols = tuple(data.shape)
     rows = int(np.prod(lead))
     if rows * cols:
-        target.launch(cumsum_kernel, (rows + 127) // 128, 128, target.reshape(out, (rows, cols)),
+        target.launch(cumprod_kernel, (rows + 127) // 128, 128, target.reshape(out, (rows, cols)),
                       target.reshape(data, (rows, cols)), rows, cols)
     return int(rows * cols > 0)
 
 
-def cumsum_from_relax(match):
+def cumprod_from_relax(match):
     rank, axis = len(match.shapes["data"]), match.attrs["axis"]
     if rank == 0 or axis is None or axis % rank != rank - 1:
-        raise Reject(f"cumsum over axis {axis} (mynpu sums along the last axis only)")
+        raise Reject(f"cumprod over axis {axis} (mynpu multiplies along the last axis only)")
     return {}
 
 
-CUMSUM = OpFamily(
-    name="mynpu.cumsum", inputs=("data",), pattern=relax_op("relax.cumsum", "data"),
-    from_relax=cumsum_from_relax, infer=lambda shapes: shapes[0],
-    reference=lambda data: np.cumsum(data.astype(np.float32), axis=-1), kernel=launch_cumsum,
-    doc="running sum over the last axis")
+CUMPROD = OpFamily(
+    name="mynpu.cumprod", inputs=("data",), pattern=relax_op("relax.cumprod", "data"),
+    from_relax=cumprod_from_relax, infer=lambda shapes: shapes[0],
+    reference=lambda data: np.cumprod(data.astype(np.float32), axis=-1), kernel=launch_cumprod,
+    doc="running product over the last axis")
 
 
 def exercise_1():
     """(how the kernel's output differs from the reference's, the sim run's ledger)."""
     data = np.random.default_rng(1).standard_normal((5, 7)).astype("float32")
-    launches, got = on_simulator(launch_cumsum, data)
+    launches, got = on_simulator(launch_cumprod, data)
     assert launches == 1
-    with declared(CUMSUM):
+    with declared(CUMPROD):
         [run] = assert_matches_tvm(mod, engines=["sim"])
-    return array_difference(got, CUMSUM.reference(data)), run.ledger
+    return array_difference(got, CUMPROD.reference(data)), run.ledger
 
 
 if ANSWERS:
     difference, ledger = exercise_1()
-    print(f"exercise 1: cumsum kernel vs reference on the simulator, max abs difference {difference.max_error:.2g}; "
+    print(f"exercise 1: cumprod kernel vs reference on the simulator, max abs difference {difference.max_error:.2g}; "
           f"kernel launches on sim {ledger['kernel_launches']}")
-    assert difference.ok and ledger["kernel_launches"]["mynpu.cumsum"] == 1, difference
+    assert difference.ok and ledger["kernel_launches"]["mynpu.cumprod"] == 1, difference
 
 # %%
 # **Exercise 2.** The cut is greedy, in execution order. Three regions means dense + bias alone
@@ -355,4 +355,4 @@ if ANSWERS:
     print(report.format())
     assert report.regions == {}
     assert all(reason.endswith("profile mynpu-dma128 needs 128-byte aligned tensors; TVM aligns its buffers to 64 bytes")
-               for _, op, reason in report.kept if op != "relax.cumsum")
+               for _, op, reason in report.kept if op != "relax.cumprod")

@@ -138,7 +138,7 @@ print(format_summary(summarize(document)))
 # %%
 # On one track, in order: TVM calls the region (``tvm.region_call``), inside it simaccel runs
 # the region on ``ref`` (``simaccel.region``) and its three ops one after the other
-# (``simaccel.op``); then TVM's own kernels, cumsum and log_softmax.
+# (``simaccel.op``); then TVM's own kernels, cumprod and log_softmax.
 
 spans = sorted((e for e in document["traceEvents"] if e.get("ph") == "X"), key=lambda e: e["ts"])
 timeline = [(e["cat"], e["name"]) for e in spans if e["cat"] != "tvm.builtin"]
@@ -149,7 +149,7 @@ region_call, region, *ops = timeline[:5]
 assert region_call[0] == "tvm.region_call" and region == ("simaccel.region", region_call[1])
 assert ops == [("simaccel.op", "simaccel.dense_bias"), ("simaccel.op", "mynpu.leaky_relu"),
                ("simaccel.op", "mynpu.log_softmax")]
-assert timeline[5:] == [("tvm.kernel", "cumsum"), ("tvm.kernel", "log_softmax")]
+assert timeline[5:] == [("tvm.kernel", "cumprod"), ("tvm.kernel", "log_softmax")]
 assert {e["args"]["engine"] for e in spans if e["cat"] == "simaccel.region"} == {"ref"}
 assert len({(e["pid"], e["tid"]) for e in spans}) == 1  # one track: the CPU's
 
@@ -241,7 +241,7 @@ else:
 # that is an input (mark the weights: ``num_input=1``, only x is an input) and a tensor the
 # function returns (TVM allocates those anew on every call). Stage 1's region reads x and
 # returns y, so here it sits between TVM kernels, as regions mostly do: ``atan(x)`` before it,
-# and ``atan(y)`` and the cumsum after it. Then the region's kernels are part of the graph: a
+# and ``atan(y)`` and the cumprod after it. Then the region's kernels are part of the graph: a
 # replayed region makes no region call, so the ledger counts fewer calls than runs, and the
 # results still follow new inputs. Return y itself and TVM runs the region outside the graph,
 # on every call: the last lines show that too.
@@ -260,7 +260,7 @@ def behind_a_tvm_kernel(return_y=False):
             h = bb.emit(relax.op.add(relax.op.matmul(s, relax.op.permute_dims(w)), b))
             a = bb.emit(relax.op.nn.leakyrelu(h, alpha=0.1))
             y = bb.emit(relax.op.nn.log_softmax(a))
-            z = bb.emit(relax.op.nn.log_softmax(relax.op.cumsum(a, axis=1), axis=0))
+            z = bb.emit(relax.op.nn.log_softmax(relax.op.cumprod(a, axis=1), axis=0))
             out = bb.emit_output(relax.Tuple([y if return_y else relax.op.atan(y), z]))
         bb.emit_func_output(out)
     graphed = bb.get()

@@ -1,4 +1,5 @@
-"""Reduction families: ``simaccel.mean``, ``simaccel.sum`` and ``simaccel.max`` over axes.
+"""Reduction families: ``simaccel.mean``, ``simaccel.sum`` and ``simaccel.max`` over axes, and
+the running sum ``simaccel.cumsum`` along one axis.
 
 The reduced axes must be neighbours (one run, e.g. the spatial axes (2, 3) of NCHW, or the
 last axis): the tensor is then (outer, reduced, inner) in memory. `keepdims` keeps them as
@@ -16,9 +17,9 @@ import numpy as np
 
 from ...errors import ShapeError
 from .. import attrs as kinds
-from ..declare import OpFamily, relax_op
+from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
-from ..rules import check_rank, f32
+from ..rules import FLOAT_DTYPES, INT_DTYPES, check_rank, f32
 
 MAX_RANK = 6
 REDUCTIONS = ("sum", "mean", "max")
@@ -75,3 +76,57 @@ for _name in REDUCTIONS:
         fixed={"reduction": _name},
         doc=f"{_name} over neighbouring axes, rank <= {MAX_RANK}",
     ))
+
+
+# -- cumsum: the running sum along one axis ----------------------------------------------------
+def cumsum_from_relax(match):
+    rank = len(match.shapes["data"])
+    axis = match.attrs["axis"]
+    if rank == 0:
+        raise Reject("cumsum of a 0-d tensor")
+    if axis is None:
+        if rank != 1:
+            raise Reject(f"cumsum over the flattened tensor (axis None) of rank {rank}")
+        axis = 0
+    return {"axis": int(axis) % rank, "exclusive": bool(match.attrs["exclusive"])}
+
+
+def infer_cumsum(shapes, *, axis, exclusive):
+    data = tuple(shapes[0])
+    check_rank("data", data, 1, MAX_RANK)
+    if not 0 <= axis < len(data):
+        raise ShapeError(f"axis {axis} is not an axis of data {data}")
+    return data
+
+
+def cumsum(data, *, axis, exclusive):
+    """The running sum along `axis` in index order: float32 for floats (rounded once on store),
+    the dtype's own wrapping arithmetic for integers; `exclusive`: each element's sum of the
+    ones before it."""
+    x = np.asarray(data)
+    total = np.cumsum(f32(x) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x, axis=axis,
+                      dtype=np.float32 if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x.dtype)
+    if exclusive:
+        before = np.zeros_like(total)
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(1, None)
+        shifted = [slice(None)] * x.ndim
+        shifted[axis] = slice(None, -1)
+        before[tuple(index)] = total[tuple(shifted)]
+        total = before
+    return total
+
+
+declare(OpFamily(
+    name="simaccel.cumsum",
+    inputs=("data",),
+    pattern=relax_op("relax.cumsum", "data"),
+    attrs={"axis": kinds.integer, "exclusive": kinds.flag},
+    from_relax=cumsum_from_relax,
+    infer=infer_cumsum,
+    reference=cumsum,
+    kernel="simaccel.kernels.reduction:launch_cumsum",
+    dtypes=FLOAT_DTYPES + INT_DTYPES,
+    doc=f"running sum along one axis (exclusive too), rank <= {MAX_RANK}; integers exact, wrapping",
+))
+
