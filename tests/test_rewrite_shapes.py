@@ -18,7 +18,7 @@ from tvm.script import relax as R
 
 from harness import compare_with_tvm
 from model_zoo import single_op
-from simaccel.tvm_integration import build_tvm_only
+from simaccel.tvm_integration import build, build_tvm_only
 from simaccel.tvm_integration.backend.partition import partition_report
 from simaccel.tvm_integration.rewrites.inference import prepare_for_inference
 
@@ -452,3 +452,60 @@ def test_adaptive_average_pooling_whose_size_divides_is_avg_pool2d(shape, size, 
     assert [op_name for _, op_name, _ in report.kept] == ([] if rewrites else ["relax.nn.adaptive_avg_pool2d"]), \
         report.format()
     compare_or_skip(mod, engine)
+
+
+def index_tensor_model(x_shape, index_shapes, index_dtypes, dtype="float32"):
+    """data[i0, i1, ...] as Relax writes it (relax.index_tensor of a tuple of index tensors)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor(x_shape, dtype))
+    indices = [relax.Var(f"i{j}", R.Tensor(s, d)) for j, (s, d) in enumerate(zip(index_shapes, index_dtypes))]
+    with bb.function("main", [x, *indices]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.index_tensor(x, relax.Tuple(indices)))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+INDEX_CASES = [  # (data shape, index shapes, index dtypes): broadcast indices, dims left over, one to three
+    ((5, 7, 3), [(4, 1), (1, 6)], ["int64", "int32"]),
+    ((4, 9), [(4,), (4,)], ["int64", "int64"]),  # the last token's logits: x[arange(B), last]
+    ((2, 3, 4, 5), [(6,), (6,), (1,)], ["int32", "int32", "int64"]),
+    ((6, 2), [(2, 3)], ["int64"]),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("x_shape, index_shapes, index_dtypes", INDEX_CASES, ids=str)
+def test_index_tensor_offloads_as_a_take_and_matches_tvm_alone_and_numpy(x_shape, index_shapes, index_dtypes, dtype):
+    from simaccel.data import random_arrays
+    from simaccel.testing import assert_matches_tvm
+
+    mod = index_tensor_model(x_shape, index_shapes, index_dtypes, dtype)
+    assert rewritten(mod, "index_tensor") == 1
+    _, report = partition_report(mod)
+    assert not report.kept and len(report.regions) == 1, report.format()
+    assert next(iter(report.regions.values()))[-1] == "simaccel.take"
+    rng = np.random.default_rng(len(index_shapes))
+    [x] = random_arrays([("x", x_shape, dtype)], seed=3)
+    indices = [rng.integers(0, x_shape[j], s).astype(d) for j, (s, d) in enumerate(zip(index_shapes, index_dtypes))]
+    for run in assert_matches_tvm(mod, [x, *indices], engines=["ref", "sim"]):
+        np.testing.assert_array_equal(run.outputs[0], x[tuple(indices)])
+
+
+def test_negative_indices_read_as_torch_reads_them():
+    """i in [-d, 0) reads element i + d (torch's and numpy's x[i]); TVM alone's index_tensor reads
+    outside the tensor there, so this is checked against numpy."""
+    mod = index_tensor_model((5, 7), [(6,), (6,)], ["int64", "int64"])
+    x = np.arange(35, dtype=np.float32).reshape(5, 7)
+    rows, cols = np.array([-5, -1, 0, 4, -2, 3]), np.array([-7, -1, 6, 0, 2, -3])
+    vm = relax.VirtualMachine(build(mod, "llvm"), tvm.cpu())
+    got = vm["main"](*(tvm.runtime.tensor(a) for a in (x, rows, cols))).numpy()
+    np.testing.assert_array_equal(got, x[rows, cols])
+
+
+def test_an_index_tensor_over_a_symbolic_indexed_dim_stays_on_tvm():
+    n = tvm.tirx.Var("n", "int64")
+    mod = index_tensor_model((n, 7), [(3,), (3,)], ["int64", "int64"])
+    assert rewritten(mod, "index_tensor") == 0
+    _, report = partition_report(mod)
+    assert [op for _, op, _ in report.kept] == ["relax.index_tensor"]

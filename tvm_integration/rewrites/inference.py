@@ -26,6 +26,12 @@ same function, once at build time; where constants are folded, only float roundi
   per-channel scale and shift: the same statistics over the same elements;
 * ``relax.nn.adaptive_avg_pool2d`` (NCHW) whose output size divides the input's becomes
   ``avg_pool2d`` with a window and stride of the quotient: its bins are those windows;
+* ``relax.index_tensor`` (``data[i0, i1, ...]``, index tensors: torch's
+  ``logits[arange(B), last]``) whose indexed dims are static becomes a ``take`` along the
+  first axis of the data viewed with those dims as one, at the flat index ``i0 * (d1 ...) +
+  i1 * (...) + ...`` (the index tensors broadcast as index_tensor broadcasts them), each
+  index first made non-negative as torch reads it (``i + d`` for an ``i`` in ``[-d, 0)``);
+  indices TVM alone reads in range are the same elements;
 * first of all, a field of a tuple written out is that field, each piece of a
   ``relax.split`` a strided_slice (tuples.py), and mask expressions of constants only (a
   causal mask's arange, full, tril, comparisons; what only they and scalars feed) are
@@ -63,6 +69,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
     "group_norm": "relax.nn.group_norm rewritten as layer_norm per group, then its per-channel scale and shift",
     "adaptive_pool": "relax.nn.adaptive_avg_pool2d rewritten as avg_pool2d (an output size that divides the input's)",
     "split": "relax.split piece(s) rewritten as strided_slice (tuples.py)",
+    "index_tensor": "relax.index_tensor rewritten as take of a flat index (integer ops) from the data viewed as one indexed axis",
     "masks": "mask expression(s) of constants computed at build time, as TVM alone does (constants.py)",
 }
 
@@ -70,7 +77,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
 def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
     """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind."""
     counts = dict.fromkeys(NOTES, 0)
-    rewrites = [*_conv1d_rewrites(counts), *_group_norm_rewrites(counts), *_adaptive_pool_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
+    rewrites = [*_index_tensor_rewrites(counts), *_conv1d_rewrites(counts), *_group_norm_rewrites(counts), *_adaptive_pool_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
                 *_broadcast_rewrites(counts), *split_rewrites(counts), *_slice_rewrites(counts)]
     out = tvm.IRModule({}, attrs=mod.attrs)
     for gvar, func in mod.functions.items():
@@ -83,6 +90,41 @@ def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
             func = relax.analysis.remove_all_unused(func)
         out[gvar] = func
     return out, [f"{count} {NOTES[kind]}" for kind, count in counts.items() if count]
+
+
+def _index_tensor_rewrites(counts: dict) -> list:
+    """`index_tensor(x, (i0, ..., ik-1))` -> `take(reshape(x, (d0 * ... * dk-1, rest...)), flat,
+    axis=0, mode="fast")` with `flat = sum_j nonneg(ij) * (dj+1 * ... * dk-1)` in int64, for k >= 1
+    index tensors of int32 or int64 over static dims d0 .. dk-1 (the rest may be symbolic).
+    `nonneg(i) = where(i < 0, i + d, i)`: torch's reading of a negative index; an index out
+    of [-d, d) TVM alone reads outside the tensor, simaccel's take clamps it."""
+    data, indices = wildcard(), wildcard()
+    index = is_op("relax.index_tensor")(data, indices)
+
+    def rewrite(expr, matches):
+        x, given = matches[data], matches[indices]
+        dims = relax_dims(x)
+        if not isinstance(given, relax.Tuple) or dims is None or not 1 <= len(given.fields) <= len(dims):
+            return expr
+        k = len(given.fields)
+        if not all(hasattr(d, "value") for d in dims[:k]):
+            return expr  # a symbolic indexed dim
+        if any(tensor_info(i)[1] not in ("int32", "int64") for i in given.fields):
+            return expr
+        sizes = [int(d.value) for d in dims[:k]]
+        flat = None
+        for j, i in enumerate(given.fields):
+            i = i if tensor_info(i)[1] == "int64" else relax.op.astype(i, "int64")
+            d = relax.const(sizes[j], "int64")
+            i = relax.op.where(relax.op.less(i, relax.const(0, "int64")), relax.op.add(i, d), i)
+            stride = int(np.prod(sizes[j + 1:], dtype=np.int64))
+            term = i if stride == 1 else relax.op.multiply(i, relax.const(stride, "int64"))
+            flat = term if flat is None else relax.op.add(flat, term)
+        view = relax.op.reshape(x, [int(np.prod(sizes, dtype=np.int64)), *dims[k:]])
+        counts["index_tensor"] += 1
+        return relax.op.take(view, flat, axis=0, mode="fast")
+
+    return [(index, rewrite)]
 
 
 def _conv1d_rewrites(counts: dict) -> list:
