@@ -64,6 +64,7 @@ def dense(x, w):
 CASES = [
     ("conv2d", lambda x, w: op.nn.conv2d(x, w, padding=1), [(1, 2, 4, 4), (3, 2, 3, 3)]),
     ("conv2d_bias_relu", lambda x, w, b: op.nn.relu(op.add(op.nn.conv2d(x, w), b)), [(1, 2, 4, 4), (3, 2, 3, 3), (1, 3, 1, 1)]),
+    ("conv2d_transpose", lambda x, w: op.nn.conv2d_transpose(x, w, strides=2, padding=1, output_padding=1), [(1, 2, 3, 4), (2, 3, 3, 3)]),
     ("matmul", lambda x, w: op.matmul(x, w), [(2, 3), (3, 4)]),
     ("dense_bias_gelu", lambda x, w, b: op.nn.gelu(op.add(dense(x, w), b)), [(2, 3), (4, 3), (4,)]),
     *[(name, lambda x, y, name=name: getattr(op, name)(x, y), [(2, 3), (3,)])

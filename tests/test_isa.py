@@ -97,7 +97,7 @@ def test_a_user_op_is_listed_with_the_built_in_ones(silu):
     assert get_op("testaccel.silu").family is silu
 
 
-BUILT_IN_OPS = 74  # simaccel ops: 12 matmul/dense, 4 conv2d, 2 pooling, 3 row-wise, 2 attention, 5 binary, 12 unary, clip,
+BUILT_IN_OPS = 75  # simaccel ops: 12 matmul/dense, 4 conv2d, conv2d_transpose, 2 pooling, 3 row-wise, 2 attention, 5 binary, 12 unary, clip,
                    # broadcast_to, 4 views, permute_dims, strided_slice, concat, take, 3 reductions, cumsum; masks: 6
                    # comparisons, 4 logical, where, astype, 4 fills, 3 integer binary, integer_max
 
@@ -115,8 +115,9 @@ def test_declared_ops_are_forgotten_outside_the_isolated_test():
 
 # -- derived variants ------------------------------------------------------------------------------
 def test_variants_come_from_the_flags():
-    conv = [op for op in list_ops() if op.startswith("simaccel.conv2d")]
+    conv = [op for op in list_ops() if op.startswith("simaccel.conv2d") and get_op(op).family.name == "simaccel.conv2d"]
     assert conv == ["simaccel.conv2d", "simaccel.conv2d_bias", "simaccel.conv2d_bias_relu", "simaccel.conv2d_relu"]
+    assert [op.name for op in get_op("simaccel.conv2d_transpose").family.variants()] == ["simaccel.conv2d_transpose"]
     op = get_op("simaccel.dense_bias_gelu")
     assert op.inputs == ("data", "weight", "bias") and op.fixed == {"transpose_b": True, "activation": "gelu"}
     with pytest.raises(ShapeError, match="bias \\(4,\\) is not one value per output column"):

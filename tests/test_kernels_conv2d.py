@@ -7,7 +7,7 @@ import pytest
 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
 from simaccel.ops import get_op
-from kernel_cases import DTYPES, PlanOnlyTarget, _random, check, run_op
+from kernel_cases import DTYPES, TOL, PlanOnlyTarget, _random, check, run_op
 
 
 CONV_OPS = ["simaccel.conv2d", "simaccel.conv2d_bias", "simaccel.conv2d_relu", "simaccel.conv2d_bias_relu"]
@@ -173,3 +173,45 @@ def test_conv2d_padding_is_a_zero_multiplied_like_any_input(out_channels):
     assert np.isnan(ref[:, :, 0, 0]).all()
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
     np.testing.assert_array_equal(out[~np.isnan(out)], ref[~np.isnan(ref)])
+
+
+# Transposed convolutions (kernels/conv2d_transpose.py): strides with output_padding, groups,
+# asymmetric padding, dilation, a kernel larger than its stride, a 1x1 one, padding that crops
+# everything but one row.
+TRANSPOSE_CASES = [
+    ((2, 4, 5, 6), (4, 3, 3, 3), {"strides": [2, 2], "padding": [1, 1, 1, 1], "output_padding": [1, 1], "dilation": [1, 1], "groups": 1}),
+    ((1, 6, 4, 3), (6, 2, 2, 3), {"strides": [2, 3], "padding": [0, 1, 1, 0], "output_padding": [0, 2], "dilation": [1, 1], "groups": 3}),
+    ((1, 2, 5, 5), (2, 2, 3, 3), {"strides": [1, 1], "padding": [0, 0, 0, 0], "output_padding": [0, 0], "dilation": [2, 1], "groups": 1}),
+    ((1, 3, 3, 3), (3, 1, 4, 4), {"strides": [2, 2], "padding": [1, 1, 1, 1], "output_padding": [0, 0], "dilation": [1, 1], "groups": 3}),
+    ((3, 5, 2, 4), (5, 7, 1, 1), {"strides": [1, 2], "padding": [0, 0, 0, 0], "output_padding": [0, 1], "dilation": [1, 1], "groups": 1}),
+    ((1, 2, 3, 3), (2, 1, 3, 3), {"strides": [1, 1], "padding": [2, 0, 2, 4], "output_padding": [0, 0], "dilation": [1, 1], "groups": 1}),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("data_shape, weight_shape, attrs", TRANSPOSE_CASES, ids=str)
+def test_conv2d_transpose_against_its_reference_and_torch(data_shape, weight_shape, attrs, dtype):
+    rng = np.random.default_rng(len(data_shape) + sum(weight_shape))
+    arrays = [_random(rng, data_shape, dtype), _random(rng, weight_shape, dtype)]
+    out, ref = check("simaccel.conv2d_transpose", arrays, attrs)
+    torch = pytest.importorskip("torch")
+    pt, pl, pb, pr = attrs["padding"]
+    if (pt, pl) == (pb, pr):  # torch pads symmetrically: its result is the reference's
+        want = torch.nn.functional.conv_transpose2d(*(torch.from_numpy(a.astype(np.float32)) for a in arrays),
+                                                    stride=attrs["strides"], padding=(pt, pl), groups=attrs["groups"],
+                                                    output_padding=attrs["output_padding"], dilation=attrs["dilation"])
+        np.testing.assert_allclose(ref.astype(np.float32), want.numpy().astype(dtype).astype(np.float32), **TOL[dtype])
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"output_padding": [2, 0]}, "output_padding 2 along the height is not below its stride 2 or dilation 1"),
+    ({"padding": [5, 0, 5, 0]}, "crops more than"),
+    ({"groups": 3}, "groups=3 does not divide the 4 input channels"),
+])
+def test_conv2d_transpose_shapes_it_does_not_take_are_shape_errors(attrs, message):
+    from simaccel.errors import ShapeError
+
+    op = get_op("simaccel.conv2d_transpose")
+    base = {"strides": [2, 2], "padding": [0, 0, 0, 0], "output_padding": [0, 0], "dilation": [1, 1], "groups": 1}
+    with pytest.raises(ShapeError, match=message):
+        op.infer([(1, 4, 3, 3), (4, 2, 3, 3)], ["float32"] * 2, **op.all_attrs({**base, **attrs}))

@@ -179,3 +179,29 @@ def test_a_16_bit_eager_attention_is_one_region_and_matches_tvm_alone_and_torch(
     assert_offloads(mod, ["simaccel.matmul", "simaccel.softmax"], regions=1, kept=0)
     for run in assert_matches_tvm(mod, inputs, engines=["ref", "sim"]):
         assert_same(run.outputs[0].astype(np.float32), want, dtype)
+
+
+def test_a_transposed_convolution_decoder_is_one_region_and_matches_tvm_alone_and_torch():
+    """ConvTranspose2d (stride 2, output_padding, groups) then ReLU and a conv: simaccel.conv2d_transpose."""
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from simaccel.testing import assert_matches_tvm, assert_offloads
+
+    class Upsample(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+            self.conv = torch.nn.Conv2d(6, 3, 3, padding=1)
+
+        def forward(self, x):
+            return self.conv(torch.relu(self.up(x)))
+
+    torch.manual_seed(0)
+    model, x = Upsample().eval(), torch.randn(2, 4, 5, 7)
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    assert_offloads(mod, ["simaccel.conv2d_transpose", "simaccel.conv2d_bias"], regions=1, kept=0)
+    with torch.no_grad():
+        want = model(x).numpy()
+    for run in assert_matches_tvm(mod, [x.numpy()], engines=["ref", "sim"]):
+        assert_same(run.outputs[0], want, "float32")

@@ -25,6 +25,11 @@ def pair(value) -> tuple[int, int]:
     return _ints(value, 2, 1, "integers >= 1")
 
 
+def output_padding(value) -> tuple[int, int]:
+    """(height, width), both >= 0: rows and columns a transposed convolution adds at the end."""
+    return _ints(value, 2, 0, "integers >= 0")
+
+
 def padding(value) -> tuple[int, int, int, int]:
     """(top, left, bottom, right), each >= 0."""
     return _ints(value, 4, 0, "integers >= 0 (top, left, bottom, right)")
