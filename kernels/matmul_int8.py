@@ -73,6 +73,7 @@ def _kernel(transpose_b: bool, simulator: bool):
         sa = cuda.shared.array((BM, PAD), int32)
         sb = cuda.shared.array((BN, PAD), int32)
         acc = cuda.local.array((PER_THREAD, PER_THREAD), int32)
+        bv = cuda.local.array(PER_THREAD, int32)
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         t = ty * THREADS + tx
         z, row0, col0, m_left, n_left, a_off, b_off, ldb = tile_operands(
@@ -103,10 +104,12 @@ def _kernel(transpose_b: bool, simulator: bool):
                 sb[r, kw] = _word(y[0], y[1], y[2], y[3])
             cuda.syncthreads()
             for kw in range(WORDS):
+                for j in range(PER_THREAD):  # this thread's columns' words, read once per word of K
+                    bv[j] = sb[tx + THREADS * j, kw]
                 for i in range(PER_THREAD):
                     av = sa[ty + THREADS * i, kw]
                     for j in range(PER_THREAD):
-                        acc[i, j] = dp4a(av, sb[tx + THREADS * j, kw], acc[i, j])
+                        acc[i, j] = dp4a(av, bv[j], acc[i, j])
             cuda.syncthreads()
         out_row0 = z * M + row0
         for i in range(PER_THREAD):
