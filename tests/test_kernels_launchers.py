@@ -20,6 +20,7 @@ def test_every_op_has_a_kernel_test():
         "simaccel.broadcast_to", "simaccel.permute_dims", "simaccel.strided_slice", "simaccel.sum", "simaccel.mean",
         "simaccel.max", "simaccel.concat", "simaccel.take", "simaccel.cumsum",
         "simaccel.attention", "simaccel.grouped_attention",  # tests/test_attention.py
+        "simaccel.conv2d_transpose",  # tests/test_kernels_conv2d.py
     }
     from test_mask_ops import mask_kernel_ops  # the mask and index ops' kernels: tests/test_mask_ops.py
 
