@@ -145,7 +145,7 @@ def test_a_decoder_block_is_one_region_and_matches_tvm_alone_and_torch():
         assert_same(run.outputs[0], want, "float32")
 
 
-def _eager_attention(dtype: str):
+def _eager_attention(dtype: str, form: str = "eager"):
     """Attention as a model written without SDPA writes it (transformers' eager attention): Q K^T
     scaled, future keys masked, softmax in float32 cast back, times V, in `dtype`. TVM's torch
     frontend writes its batched matmuls of 16-bit operands with out_dtype float32."""
@@ -161,21 +161,34 @@ def _eager_attention(dtype: str):
             weights = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
             return torch.matmul(weights, v)
 
+    class MaskedSdpa(torch.nn.Module):
+        """transformers' sdpa attention as torch.export traces it: an additive mask of the dtype's
+        lowest value (torch decomposes SDPA with a mask into the chain, with its guard for rows
+        that mask every key)."""
+
+        def forward(self, q, k, v):
+            future = torch.arange(k.shape[2])[None, :] > torch.arange(q.shape[2])[:, None]
+            mask = torch.where(future, torch.finfo(q.dtype).min, 0.0).to(q.dtype)[None, None]
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    model = EagerAttention() if form == "eager" else MaskedSdpa()
+
     rng = np.random.default_rng(4)
     inputs = [rng.standard_normal((1, 4, 9, 16)).astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
               for _ in range(3)]
     tensors = tuple(torch.from_numpy(x.astype(np.float32)).to(getattr(torch, dtype)) for x in inputs)
     with torch.no_grad():
-        want = EagerAttention()(*tensors).float().numpy()
-    return from_exported_program(torch.export.export(EagerAttention(), tensors)), inputs, want
+        want = model(*tensors).float().numpy()
+    return from_exported_program(torch.export.export(model, tensors)), inputs, want
 
 
+@pytest.mark.parametrize("form", ["eager", "masked_sdpa"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_a_16_bit_eager_attention_is_one_region_and_matches_tvm_alone_and_torch(dtype):
+def test_a_16_bit_eager_attention_is_one_region_and_matches_tvm_alone_and_torch(dtype, form):
     """Its matmuls widen to float32 (simaccel.matmul's out_dtype), so nothing stays on TVM."""
     from simaccel.testing import assert_matches_tvm, assert_offloads
 
-    mod, inputs, want = _eager_attention(dtype)
+    mod, inputs, want = _eager_attention(dtype, form)
     assert_offloads(mod, ["simaccel.matmul", "simaccel.softmax"], regions=1, kept=0)
     for run in assert_matches_tvm(mod, inputs, engines=["ref", "sim"]):
         assert_same(run.outputs[0].astype(np.float32), want, dtype)
