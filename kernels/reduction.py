@@ -24,6 +24,7 @@ import numba
 import numpy as np
 from numba import cuda, float32
 
+from .dtypes import is_float
 from .elementwise import ILP, divmod_fast
 from .grid import BLOCK, MAX_BLOCKS, dims_of, launch_grid
 from .normalization import launch_row_sums
@@ -172,8 +173,6 @@ def _int_scan_kernel(out, x, R, inner, exclusive, total, bits):
 
 def launch_cumsum(target, out, data, *, axis, exclusive) -> int:
     """out = the running sum of data along `axis` (validated by the ISA)."""
-    from .dtypes import is_float
-
     shape = dims_of(data.shape)
     outer, R, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
     total = outer * inner

@@ -52,16 +52,17 @@ def run_op(name, arrays, attrs=None, *, expected_launches=1):
     assert op.takes(len(arrays)), (name, op.inputs)
     shape, dtype = op.infer([a.shape for a in arrays], [str(a.dtype) for a in arrays], **attrs)
     originals = [a.copy() for a in arrays]
-    # Fill with NaN so any output element the kernel fails to write shows up.
-    out = np.full(shape, np.nan, dtype=dtype)
+    # Fill with NaN (an integer output: its lowest value) so any element the kernel fails to write shows up.
+    out = np.full(shape, np.iinfo(dtype).min if np.dtype(dtype).kind in "iu" else np.nan, dtype=dtype)
     target = RecordingTarget()
     launches = op.kernel(target, FakeCUDAArray(out), *[FakeCUDAArray(a) for a in arrays], **attrs)
     assert launches == expected_launches == len(target.launches)
     for _, _, _, args in target.launches:
         for arg in args:
             if isinstance(arg, FakeCUDAArray):
-                # Only no-copy views of the caller's arrays (or the workspace it asked for) may reach a kernel.
-                assert any(np.shares_memory(arg._ary, a) for a in (out, *arrays, *(w._ary for w in target.workspaces))), name
+                # Only no-copy views of the caller's arrays (or the workspace it asked for) may reach a
+                # kernel (an empty view has no memory to share).
+                assert not arg._ary.size or any(np.shares_memory(arg._ary, a) for a in (out, *arrays, *(w._ary for w in target.workspaces))), name
             else:
                 assert isinstance(arg, (int, float)), (name, type(arg))
     for a, orig in zip(arrays, originals):

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-from kernel_cases import RecordingTarget, _random
+from kernel_cases import _random, run_op
 from simaccel.errors import DtypeError, ProgramError
 from simaccel.ops import get_op
 from simaccel.program import OpNode, Program, TensorSpec
@@ -26,20 +25,6 @@ INT8_CASES = [
 ]
 
 
-def run(name, arrays, attrs):
-    """The kernel's output on the simulator (launches checked), and the reference's."""
-    op = get_op(name)
-    attrs = op.all_attrs(attrs)
-    shape, dtype = op.infer([a.shape for a in arrays], [str(a.dtype) for a in arrays], **attrs)
-    out = np.full(shape, -7, dtype=dtype)  # a value no case gives everywhere: unwritten elements show
-    target = RecordingTarget()
-    launches = op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **attrs)
-    assert launches == len(target.launches) >= (1 if out.size else 0)
-    ref = op.reference(*arrays, **attrs)
-    assert ref.dtype == out.dtype == np.dtype(dtype)
-    return out, ref
-
-
 def int8s(rng, shape):
     return rng.integers(-128, 128, shape, dtype=np.int8)
 
@@ -48,7 +33,7 @@ def int8s(rng, shape):
 def test_int8_matmuls_sum_exactly_in_int32(name, data_shape, weight_shape):
     rng = np.random.default_rng(len(data_shape) * 100 + data_shape[-1])
     data, weight = int8s(rng, data_shape), int8s(rng, weight_shape)
-    out, ref = run(name, [data, weight], {"out_dtype": "int32"})
+    out, ref = run_op(name, [data, weight], {"out_dtype": "int32"})
     w = weight.astype(np.int64)
     np.testing.assert_array_equal(out, np.matmul(data.astype(np.int64), w.T if name.endswith("dense") else w))
     np.testing.assert_array_equal(out, ref)
@@ -57,9 +42,9 @@ def test_int8_matmuls_sum_exactly_in_int32(name, data_shape, weight_shape):
 def test_int8_extremes_and_an_empty_k():
     """-128 * -128 summed (the products' largest) and a K of 0 (every sum 0)."""
     data, weight = np.full((3, 40), -128, np.int8), np.full((40, 5), -128, np.int8)
-    out, _ = run("simaccel.matmul", [data, weight], {"out_dtype": "int32"})
+    out, _ = run_op("simaccel.matmul", [data, weight], {"out_dtype": "int32"})
     assert (out == 40 * 16384).all()
-    out, _ = run("simaccel.matmul", [np.zeros((3, 0), np.int8), np.zeros((0, 4), np.int8)], {"out_dtype": "int32"})
+    out, _ = run_op("simaccel.matmul", [np.zeros((3, 0), np.int8), np.zeros((0, 4), np.int8)], {"out_dtype": "int32"})
     assert (out == 0).all()
 
 
@@ -84,10 +69,10 @@ def test_int32_sums_wrap_as_int32_arithmetic_does():
 def test_16_bit_matmuls_widen_to_float32_unrounded(name, data_shape, weight_shape, dtype):
     rng = np.random.default_rng(3)
     arrays = [_random(rng, data_shape, dtype), _random(rng, weight_shape, dtype)]
-    out, ref = run(name, arrays, {"out_dtype": "float32"})
+    out, ref = run_op(name, arrays, {"out_dtype": "float32"})
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
-    rounded, _ = run(name, arrays, {})  # the same sums rounded to the operands' dtype
+    rounded, _ = run_op(name, arrays, {})  # the same sums rounded to the operands' dtype
     assert rounded.dtype == np.dtype(dtype) and not np.array_equal(out, rounded.astype(np.float32))
 
 
@@ -95,7 +80,7 @@ def test_widened_float32_keeps_what_float16_would_round_away():
     data = np.ones((1, 64), np.float16)
     weight = np.ones((64, 1), np.float16)
     weight[0, 0] = 2048  # 2048 + 63: 2111 in float32, 2112 in float16
-    out, _ = run("simaccel.matmul", [data, weight], {"out_dtype": "float32"})
+    out, _ = run_op("simaccel.matmul", [data, weight], {"out_dtype": "float32"})
     assert out[0, 0] == 2111
 
 

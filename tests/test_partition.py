@@ -243,3 +243,19 @@ def test_a_match_cast_between_offloaded_ops_partitions_and_matches_tvm_alone():
     assert report.regions and not report.kept, report.format()
     assert "R.match_cast" in partitioned["main"].script()
     assert_matches_tvm(mod, sizes=[{"s": 3, "m": 0}, {"s": 1, "m": 5}, {"s": 8, "m": 16}], engines=["ref", "sim"])
+
+
+def test_a_conv2d_transpose_whose_out_dtype_is_not_its_datas_stays_on_tvm_with_its_reason():
+    """simaccel.conv2d_transpose gives the data's dtype: Relax's out_dtype float32 of float16 data
+    is refused by partitioning's comparison of the op's result with Relax's, as any op's."""
+    x, w = relax.Var("x", relax.TensorType((1, 4, 5, 5), "float16")), relax.Var("w", relax.TensorType((4, 3, 3, 3), "float16"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.conv2d_transpose(x, w, strides=2, out_dtype="float32"))
+        bb.emit_func_output(out)
+    _, report = partition_report(bb.get())
+    assert not report.regions
+    assert [reason for _, _, reason in report.kept] == [
+        "simaccel.conv2d_transpose rejected: simaccel.conv2d_transpose would give (1, 3, 11, 11) float16 where "
+        "Relax gives (1, 3, 11, 11) float32"]

@@ -90,8 +90,6 @@ def conv2d_transpose_from_relax(match):
     layouts = (a["data_layout"], a["kernel_layout"], a["out_layout"])
     if layouts != ("NCHW", "IOHW", "NCHW"):
         raise Reject(f"conv2d_transpose layouts {layouts} (only NCHW data, IOHW weight, NCHW output)")
-    if a.get("out_dtype") not in (None, "", "void") and str(a["out_dtype"]) != match.dtypes["data"]:
-        raise Reject(f"conv2d_transpose out_dtype {a['out_dtype']} (simaccel gives the data's dtype)")
     return {"strides": list(a["strides"]), "padding": padding4(a["padding"]), "output_padding": list(a["output_padding"]),
             "dilation": list(a["dilation"]), "groups": a["groups"]}
 

@@ -62,13 +62,13 @@ def matmul_out_dtype(name: str):
     """The family's out_dtype rule: `out_dtype` where given and taken (WIDER), else the operands' dtype."""
     def rule(dtypes, *, out_dtype=None, **_):
         given = dtypes[0]
-        if out_dtype is None and given == "int8":
-            raise DtypeError(f"{name}: int8 operands need out_dtype int32 (their products are summed in int32)")
-        if out_dtype is None or out_dtype == given and given != "int8":
+        if out_dtype is None:
+            if given == "int8":
+                raise DtypeError(f"{name}: int8 operands need out_dtype int32 (their products are summed in int32)")
             return given
-        if out_dtype not in WIDER.get(given, ()):
-            takes = " or ".join(WIDER.get(given, ()) + (() if given == "int8" else (given,)))
-            raise DtypeError(f"{name}: out_dtype {out_dtype} for {given} operands; it takes {takes}")
+        takes = WIDER.get(given, ()) + (() if given == "int8" else (given,))  # int8 sums never fit int8
+        if out_dtype not in takes:
+            raise DtypeError(f"{name}: out_dtype {out_dtype} for {given} operands; it takes {' or '.join(takes)}")
         return out_dtype
 
     return rule

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ...kernels.dtypes import is_float
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
@@ -104,8 +105,8 @@ def cumsum(data, *, axis, exclusive):
     the dtype's own wrapping arithmetic for integers; `exclusive`: each element's sum of the
     ones before it."""
     x = np.asarray(data)
-    total = np.cumsum(f32(x) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x, axis=axis,
-                      dtype=np.float32 if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x.dtype)
+    floats = is_float(x.dtype)
+    total = np.cumsum(f32(x) if floats else x, axis=axis, dtype=np.float32 if floats else x.dtype)
     if exclusive:
         before = np.zeros_like(total)
         index = [slice(None)] * x.ndim
