@@ -119,7 +119,7 @@ def test_its_int8_and_widening_matmuls_run_natively_on_the_gpu(in_dtype, out_dty
     ours, theirs = build(mod, "nvidia/nvidia-h100"), build_tvm_only(mod, "nvidia/nvidia-h100")
     assert has_native_regions(ours)
     rng = np.random.default_rng(2)
-    for sizes in ({"a": 1}, {"a": 50}):
+    for sizes in ({"a": 1}, {"a": 50}, {"a": 64}):  # 1, a middle size, the upper bound
         shapes = [_concrete(s, sizes) for s in (x_shape, y_given)]
         arrays = ([rng.integers(-128, 128, s, dtype=np.int8) for s in shapes] if in_dtype == "int8" else
                   [rng.standard_normal(s).astype(in_dtype) for s in shapes])
