@@ -84,8 +84,9 @@ setup(
         # `simaccel trace --png` (the timeline as a picture; the JSON and --summary need nothing).
         "trace": [MATPLOTLIB],
         # torch.export models (`simaccel demo --model`, tests/test_torch_models.py); checked with
-        # TVM 0.27's from_exported_program on 2026-11-30.
-        "torch": ["torch==2.14.*", "torchvision==0.29.*"],
+        # TVM 0.27's from_exported_program on 2026-11-30. transformers: its LLaMA from a small
+        # config (tests/test_transformers_models.py; checked with 5.25 here, 5.17 on the GPU machine).
+        "torch": ["torch==2.14.*", "torchvision==0.29.*", "transformers>=5.17,<6"],
     },
     entry_points={
         "console_scripts": ["simaccel = simaccel.tvm_integration.tools.cli:main"],

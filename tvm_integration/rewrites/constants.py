@@ -13,11 +13,15 @@ Only mask arithmetic is folded: a call whose arguments are all constants (or sha
 numbers) and that creates a tensor (arange, full, zeros, ones, ..._like), is tril, triu or
 where, has an integer or bool input or result, or reads only tensors folded here and 0-d
 constants (swin's shifted-window mask: zeros, slice_scatter, reshapes, subtract, compare). Float arithmetic on weights
-(``permute_dims(W)``) stays as it is, as the patterns expect it.
+(``permute_dims(W)``) stays as it is, as the patterns expect it. The calls TVM 0.27 cannot
+fold are computed here in numpy: a ``cumsum`` of bools that stays bool (transformers' mask code
+through torch's frontend), as the running count, nonzero as True, and ``equal`` / ``not_equal``
+of two bool tensors.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import relax
 
@@ -25,6 +29,11 @@ from .types import tensor_info
 
 CREATION = {"relax.arange", "relax.full", "relax.zeros", "relax.ones", "relax.full_like", "relax.zeros_like",
             "relax.ones_like", "relax.tril", "relax.triu", "relax.where"}
+
+
+# Calls of bools that TVM 0.27's FoldConstant leaves unevaluated (transformers' mask code: a
+# comparison of two bool masks), computed in numpy.
+BOOL_COMPARISONS = {"relax.equal": np.equal, "relax.not_equal": np.not_equal}
 
 
 def fold_constant_masks(func: relax.Function) -> tuple[relax.Function, int]:
@@ -42,7 +51,7 @@ def fold_constant_masks(func: relax.Function) -> tuple[relax.Function, int]:
             if isinstance(binding, relax.VarBinding) and isinstance(value, tvm.ir.GenericConst):
                 known[binding.var] = value
             elif isinstance(binding, relax.VarBinding) and _foldable(value, known, derived):
-                folded = _evaluate(relax.Call(value.op, [known.get(a, a) for a in value.args], value.attrs,
+                folded = _evaluate(relax.Call(value.op, [_substitute(a, known) for a in value.args], value.attrs,
                                               value.ty_args))
                 if folded is not None:
                     known[binding.var] = folded
@@ -55,6 +64,13 @@ def fold_constant_masks(func: relax.Function) -> tuple[relax.Function, int]:
         return func, 0
     body = relax.SeqExpr(blocks, func.body.body)
     return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs), count
+
+
+def _substitute(arg, known):
+    """`arg` with each var folded here replaced by its constant, inside tuples too (``concat``'s)."""
+    if isinstance(arg, relax.Tuple):
+        return relax.Tuple([_substitute(f, known) for f in arg.fields])
+    return known.get(arg, arg)
 
 
 def _constant_arg(arg, known) -> bool:
@@ -96,6 +112,12 @@ def _is_scalar(expr) -> bool:
 
 def _evaluate(call: relax.Call):
     """The constant TVM's FoldConstant makes of `call` (all of whose arguments are constants), or None."""
+    if all(tensor_info(a)[1] == "bool" for a in call.args if isinstance(a, tvm.ir.GenericConst)):
+        if call.op.name == "relax.cumsum":
+            return _bool_cumsum(call)
+        if call.op.name in BOOL_COMPARISONS:
+            lhs, rhs = (a.value.numpy() for a in call.args)
+            return relax.const(BOOL_COMPARISONS[call.op.name](lhs, rhs), "bool")
     bb = relax.BlockBuilder()
     try:
         with bb.function("fold", []):
@@ -112,3 +134,20 @@ def _evaluate(call: relax.Call):
                 return binding.value if isinstance(binding.value, tvm.ir.GenericConst) else None
     value = folded.body.body
     return value if isinstance(value, tvm.ir.GenericConst) else None
+
+
+def _bool_cumsum(call: relax.Call):
+    """A running sum of bools that stays bool (torch's frontend writes ``mask.cumsum(-1)`` so, its
+    dtype left to the input's), which TVM 0.27 cannot legalize: the running count, nonzero as
+    True (a running OR), the one value a bool result can hold of it."""
+    attrs = call.attrs
+    if attrs.dtype is not None and str(attrs.dtype) not in ("", "void", "bool"):
+        return None
+    data = call.args[0].value.numpy()
+    axis = None if attrs.axis is None else int(attrs.axis)
+    if data.ndim == 0 or axis is None and data.ndim != 1:
+        return None
+    counts = np.cumsum(data.astype(np.int64), axis=0 if axis is None else axis)
+    if bool(attrs.exclusive):
+        counts = counts - data.astype(np.int64)
+    return relax.const(counts != 0, "bool")

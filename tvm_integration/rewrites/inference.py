@@ -52,6 +52,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from .attention import fuse_attention_chains
 from .constants import fold_constant_masks
 from .tuples import forward_tuple_fields, split_rewrites
 from .types import axis_length, relax_dims, tensor_info
@@ -71,6 +72,7 @@ NOTES = {  # what each rewrite's count means, in the partition report
     "split": "relax.split piece(s) rewritten as strided_slice (tuples.py)",
     "index_tensor": "relax.index_tensor rewritten as take of a flat index (integer ops) from the data viewed as one indexed axis",
     "masks": "mask expression(s) of constants computed at build time, as TVM alone does (constants.py)",
+    "attention": "matmul-softmax-matmul chain(s) rewritten as relax.nn.attention (attention.py)",
 }
 
 
@@ -87,6 +89,10 @@ def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
             counts["masks"] += folded
             for found, replace in rewrites:
                 func = rewrite_call(found, replace, func)
+            func, folded = fold_constant_masks(func)  # what the rewrites made of constants (index_tensor's indices)
+            counts["masks"] += folded
+            func, fused = fuse_attention_chains(func)
+            counts["attention"] += fused
             func = relax.analysis.remove_all_unused(func)
         out[gvar] = func
     return out, [f"{count} {NOTES[kind]}" for kind, count in counts.items() if count]

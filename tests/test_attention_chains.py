@@ -1,0 +1,177 @@
+"""The matmul-softmax-matmul chain torch.export writes, rewritten as one attention op
+(tvm_integration/rewrites/attention.py).
+
+Each chain is a small torch module (transformers' eager attention, with its `repeat_kv` for
+grouped-query attention; SDPA with an additive mask, which torch.export decomposes) in BHSD,
+exported and imported by TVM's torch frontend. Those the rewrite takes become one
+`simaccel.attention` (or `simaccel.grouped_attention`) with no matmul or softmax left; those
+it must leave (a mask that is an input, a mask that is not causal, a scale that is a tensor)
+stay the chain. Every case is run against TVM alone (which runs the chain as written) and
+torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the torch.export tests need torch: pip install '.[torch]'")
+
+from compare import assert_same  # noqa: E402
+from simaccel.testing import assert_matches_tvm, assert_offloads  # noqa: E402
+from simaccel.tvm_integration import partition_report  # noqa: E402
+from simaccel.tvm_integration.rewrites.attention import MASKED, _causal  # noqa: E402
+
+FUSED = {"simaccel.attention", "simaccel.grouped_attention"}
+
+
+def _mask(kind: str, s: int, t: int):
+    """An additive mask of constants (static shapes: torch.export's arange, compared and
+    filled), or None."""
+    import torch
+
+    i, j = torch.arange(s)[:, None], torch.arange(t)[None, :]
+    hidden = {"top_left": j > i, "bottom_right": j > i + (t - s), "window": (j > i) | (j < i - 2)}.get(kind)
+    if hidden is None:
+        return None
+    return torch.where(hidden, float("-inf"), 0.0)
+
+
+def _chain(form: str, mask: str, *, dtype="float32", heads=4, kv_heads=4, s=7, t=7, d=16, cast=True, seed=0):
+    """(mod, inputs, want): an attention chain as torch.export writes it, its inputs, torch's output."""
+    import ml_dtypes
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    group = heads // kv_heads
+
+    def repeat_kv(x):  # transformers' repeat_kv: expand at axis 2, then merge with the heads
+        b, h, n, e = x.shape
+        return x[:, :, None, :, :].expand(b, h, group, n, e).reshape(b, h * group, n, e)
+
+    class Chain(torch.nn.Module):
+        def forward(self, q, k, v, *given):
+            k, v = repeat_kv(k), repeat_kv(v)
+            additive = given[0] if given else _mask(mask, q.shape[2], k.shape[2])
+            if form == "sdpa":
+                if additive is not None:
+                    additive = torch.maximum(additive, torch.tensor(torch.finfo(q.dtype).min)).to(q.dtype)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive)
+            if form == "scaled_q":  # the scale applied to the query and the keys' transpose, as SDPA's decomposition
+                scores = torch.matmul(q * d ** -0.25, k.transpose(2, 3) * d ** -0.25)
+            else:
+                scores = torch.matmul(q, k.transpose(2, 3)) / d ** 0.5
+            if additive is not None:
+                scores = scores + additive
+            weights = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            out = torch.matmul(weights, v)
+            # TVM's frontend widens a 16-bit matmul's result to float32: a cast back rounds it (cast=True)
+            return out.float().to(q.dtype) if cast else out
+
+    rng = np.random.default_rng(seed)
+    shapes = [(1, heads, s, d), (1, kv_heads, t, d), (1, kv_heads, t, d)]
+    numpy_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    inputs = [rng.standard_normal(shape).astype(numpy_dtype) for shape in shapes]
+    if mask == "input":
+        inputs.append(np.where(rng.random((1, 1, s, t)) < 0.3, -1e4, 0.0).astype(numpy_dtype))
+    tensors = tuple(torch.from_numpy(x.astype(np.float32)).to(getattr(torch, dtype)) for x in inputs)
+    with torch.no_grad():
+        want = Chain()(*tensors).float().numpy()
+    mod = from_exported_program(torch.export.export(Chain(), tensors))
+    return mod, inputs, want
+
+
+def _offloaded(mod) -> tuple[list[str], list[str]]:
+    _, report = partition_report(mod)
+    return [op for ops in report.regions.values() for op in ops], report.rewritten
+
+
+FUSING = [
+    # (form, mask, dtype, heads, kv_heads, s, t)
+    ("eager", "top_left", "float32", 4, 4, 7, 7),
+    ("eager", "none", "float32", 4, 4, 5, 9),
+    ("eager", "bottom_right", "float32", 4, 4, 3, 9),
+    ("eager", "top_left", "float16", 4, 2, 7, 7),
+    ("eager", "bottom_right", "bfloat16", 6, 2, 2, 11),
+    ("scaled_q", "top_left", "float32", 4, 1, 6, 6),
+    ("sdpa", "top_left", "float32", 4, 4, 7, 7),
+    ("sdpa", "top_left", "float16", 4, 2, 9, 9),
+    ("sdpa", "bottom_right", "bfloat16", 4, 4, 4, 10),
+]
+
+
+@pytest.mark.parametrize("form,mask,dtype,heads,kv_heads,s,t", FUSING,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}-{c[3]}x{c[4]}-{c[5]}x{c[6]}" for c in FUSING])
+def test_a_chain_becomes_one_attention_op_and_matches_tvm_alone_and_torch(form, mask, dtype, heads, kv_heads, s, t):
+    mod, inputs, want = _chain(form, mask, dtype=dtype, heads=heads, kv_heads=kv_heads, s=s, t=t)
+    ops, rewritten = _offloaded(mod)
+    assert any("rewritten as relax.nn.attention" in note for note in rewritten), rewritten
+    assert FUSED & set(ops) and not {"simaccel.matmul", "simaccel.softmax"} & set(ops), ops
+    if kv_heads < heads:
+        assert "simaccel.grouped_attention" in ops  # repeat_kv's copy is never computed
+    assert_offloads(mod, regions=1, kept=0)
+    for run in assert_matches_tvm(mod, inputs, engines=["ref", "sim"]):
+        assert_same(run.outputs[0].astype(np.float32), want, dtype)
+
+
+@pytest.mark.parametrize("form,mask,dtype,cast", [("eager", "window", "float32", True), ("eager", "input", "float32", True),
+                                                 ("sdpa", "input", "float32", True),
+                                                 ("eager", "top_left", "float16", False)])
+def test_a_chain_the_op_does_not_compute_stays_a_chain_and_matches(form, mask, dtype, cast):
+    """A sliding-window constant mask, or a mask given as an input (padding): the attention op
+    has no such mask. A 16-bit chain whose float32 result the model keeps: the op rounds its
+    result to its operands' dtype, which the chain does not. Each stays as written, offloaded
+    op by op, and matches TVM alone to the output's own (float32) tolerance."""
+    mod, inputs, want = _chain(form, mask, dtype=dtype, kv_heads=2 if dtype == "float16" else 4, cast=cast)
+    ops, rewritten = _offloaded(mod)
+    assert not FUSED & set(ops) and "simaccel.softmax" in ops, ops
+    assert not any("relax.nn.attention" in note for note in rewritten)
+    for run in assert_matches_tvm(mod, inputs, engines=["ref"]):
+        assert_same(run.outputs[0].astype(np.float32), want, dtype)
+
+
+def test_a_scale_that_is_a_tensor_stays_a_chain():
+    """The op's scale is a number: scores multiplied by an input tensor are not attention's."""
+    import tvm
+    from tvm.script import relax as R
+
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(q: R.Tensor((1, 2, 5, 8), "float32"), k: R.Tensor((1, 2, 5, 8), "float32"),
+                 v: R.Tensor((1, 2, 5, 8), "float32"), c: R.Tensor((1, 2, 5, 5), "float32")):
+            with R.dataflow():
+                scores = R.matmul(q, R.permute_dims(k, axes=[0, 1, 3, 2]))
+                p = R.nn.softmax(R.multiply(scores, c), axis=-1)
+                out = R.matmul(p, v)
+                R.output(out)
+            return out
+
+    ops, _ = _offloaded(Module)
+    assert "simaccel.softmax" in ops and not FUSED & set(ops), ops
+    assert_matches_tvm(Module, engines=["ref"])
+
+
+def test_a_chain_with_a_head_dim_over_the_ops_limit_stays_a_chain():
+    mod, inputs, want = _chain("eager", "top_left", heads=2, kv_heads=2, s=3, t=3, d=264)
+    ops, _ = _offloaded(mod)
+    assert not FUSED & set(ops), ops
+    for run in assert_matches_tvm(mod, inputs, engines=["ref"]):
+        assert_same(run.outputs[0], want, "float32")
+
+
+@pytest.mark.parametrize("s,t", [(4, 4), (3, 8), (8, 3)])
+def test_the_mask_patterns_the_rewrite_reads(s, t):
+    i, j = np.arange(s)[:, None], np.arange(t)[None, :]
+    hide = lambda keep: np.where(keep, 0.0, -np.inf).astype(np.float32)  # noqa: E731
+    assert _causal(np.zeros((1, 1, s, t), np.float32), s, t) is None
+    assert _causal(hide(j <= i)[None, None], s, t) == "TopLeft"
+    if s < t:  # (with s > t, TVM's offset |s - t| lets every row see every key: no mask)
+        assert _causal(hide(j <= i + abs(s - t))[None, None], s, t) == "BottomRight"
+    finite = np.where(j <= i, 0.0, MASKED).astype(np.float32)
+    assert _causal(finite, s, t) == "TopLeft"  # float16's lowest stands for -inf
+    assert _causal(np.where(j <= i, 0.0, -1.0).astype(np.float32), s, t) is False  # a bias, not a mask
+    assert _causal(hide((j <= i) & (j >= i - 1)), s, t) is False  # a window
+    heads = np.stack([hide(j <= i), hide(j <= i + 1)])[None]
+    assert _causal(heads, s, t) is False  # a pattern per head
+    assert _causal(hide(j <= i), s + 1, t) is False  # not the scores' shape

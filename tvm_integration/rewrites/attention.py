@@ -1,0 +1,357 @@
+"""The attention chain torch's frontend writes, rewritten as one ``relax.nn.attention``.
+
+Where it sits: an inference rewrite (`prepare_for_inference`), after constant masks are folded
+and broadcasts into matmuls dropped. A model that writes attention without SDPA
+(transformers' eager attention), and SDPA with a mask (which torch.export decomposes), reach
+Relax as a chain in BHSD layout (batch, heads, sequence, head dim):
+
+    scores = matmul(Q, permute_dims(K, [0, 1, 3, 2]))      batch and heads merged by reshapes
+    scores = scores * c  (or / c; or Q and K^T each scaled)
+    scores = scores + M                                     a constant mask, optional
+    P = softmax(scores, axis=-1)                            then astype to 16 bits, optional
+    P = where(row has no key, 0, P)                         SDPA's guard, optional
+    O = matmul(P, V)
+
+which is ``relax.nn.attention`` (BSNH) of the same Q, K and V, so `simaccel.attention` runs it
+in one kernel that never stores the scores. The rewrite gives that op the chain's operands,
+each permuted to BSNH (a permute_dims right before it is composed with that one, so the
+frontend's own BSNH -> BHSD permute and ours cancel), and permutes the result back:
+
+* the mask must be a constant that is 0 where a query row sees a key and at most float16's
+  lowest value (-65504) or -inf elsewhere, in the same pattern for every batch and head, and
+  that pattern must be no mask, or causal TopLeft (key j for query i where j <= i) or
+  BottomRight (j <= i + |S - T|). A finite mask value stands for -inf: exp(score + mask - max)
+  is 0 in float32 wherever the row's largest seen score exceeds that masked score by less
+  than 65000, which holds for any score a 16-bit model can produce;
+* Q, K and V are the same dtype, read before any astype to float32 the chain applied to all
+  three (SDPA's decomposition computes 16-bit attention in float32); the result is cast to
+  the chain's dtype. The fused kernel computes in float32 and rounds once to the operands'
+  dtype (16-bit chains: the weights are rounded to 16 bits before P V, as the eager chain's
+  own astype does);
+* keys and values repeated per query-head group as transformers' ``repeat_kv`` writes them
+  (expand_dims at axis 2, broadcast_to, reshape: key/value head j serves query heads j G ..
+  j G + G - 1) are read unrepeated, through ``R.repeat`` along the head axis, which
+  `simaccel.grouped_attention` folds: the repeat is never computed;
+* the attention must be one `simaccel.attention` takes (its shape rule: head dims <= 256),
+  so that it never lands on TVM's own legalization of relax.nn.attention, which computes the
+  chain's rows with no key differently.
+
+What does not qualify (a mask that is an input, as a padding mask; another mask pattern;
+softmax over another axis; a scale that is a tensor) stays the chain it was, offloaded op by
+op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+from .types import relax_dims, tensor_info
+
+MASKED = -65504.0  # float16's lowest: a mask value at or below it hides its key (module doc)
+WIDE = ("float16", "bfloat16")  # operand dtypes the chain may widen to float32 before its matmuls
+BSNH = [0, 2, 1, 3]  # BHSD <-> BSNH (its own inverse)
+
+
+@dataclasses.dataclass
+class _Operand:
+    """A chain operand traced back to its 4-D BHSD tensor."""
+    tensor: relax.Expr
+    widened: bool = False  # read through an astype of 16-bit data to float32
+    group: int = 1  # each key/value head repeated this many times along the head axis (repeat_kv)
+
+
+def fuse_attention_chains(func: relax.Function) -> tuple[relax.Function, int]:
+    """`func` with each qualifying attention chain (module doc) rewritten; the count."""
+    bound = relax.analysis.get_var2val(func)
+    users: dict = {}  # var -> the calls that read it
+    for value in bound.values():
+        for arg in value.args if isinstance(value, relax.Call) else ():
+            if isinstance(arg, relax.Var):
+                users.setdefault(arg, []).append(value)
+    var_of = {value: var for var, value in bound.items()}
+    count = 0
+    p, v = wildcard(), wildcard()
+    final = is_op("relax.matmul")(p, v)
+
+    def rewrite(expr, matches):
+        nonlocal count
+        fused = _fuse(matches[final], bound, lambda call: _rounded_to(call, var_of, users))
+        if fused is None:
+            return expr
+        count += 1
+        return fused
+
+    func = rewrite_call(final, rewrite, func)
+    return func, count
+
+
+def _value(expr, bound):
+    """The call a var is bound to (the expression itself where it is not a bound var)."""
+    return bound.get(expr, expr) if isinstance(expr, relax.Var) else expr
+
+
+def _call(expr, bound, *names):
+    """The call `expr` is (through its var), if it is one of the ops `names`, else None."""
+    value = _value(expr, bound)
+    if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name in names:
+        return value
+    return None
+
+
+def _scalar(expr) -> float | None:
+    """The value of a one-element float constant."""
+    if not isinstance(expr, tvm.ir.GenericConst):
+        return None
+    value = expr.value.numpy()
+    if value.size != 1 or value.dtype.kind != "f" or not np.isfinite(value).all():
+        return None
+    return float(value.reshape(()))
+
+
+def _scaled(expr, bound) -> tuple[relax.Expr, float] | None:
+    """(x, c) where `expr` is x * c, c * x or x / c of a finite scalar constant c, else None."""
+    call = _call(expr, bound, "relax.multiply", "relax.divide")
+    if call is None:
+        return None
+    x, y = call.args
+    c = _scalar(_value(y, bound))
+    if call.op.name == "relax.multiply" and c is None:
+        x, c = y, _scalar(_value(x, bound))
+    if c is None or (call.op.name == "relax.divide" and c == 0.0):
+        return None
+    return x, (c if call.op.name == "relax.multiply" else 1.0 / c)
+
+
+def _unreshaped(expr, bound):
+    """`expr` with the reshapes that only regroup its leading dims (batch and heads; the last
+    two, a matrix, kept: so the flat order of every matrix is the same) and the astypes to its
+    own dtype that produced it peeled off."""
+    while (call := _call(expr, bound, "relax.reshape", "relax.astype")) is not None:
+        if call.op.name == "relax.astype" and str(call.attrs.dtype) != tensor_info(call.args[0])[1]:
+            break
+        if call.op.name == "relax.reshape":
+            before, after = relax_dims(call.args[0]), relax_dims(call)
+            if before is None or after is None or len(before) < 2 or len(after) < 2 or \
+                    not all(tvm_ffi.structural_equal(a, b) for a, b in zip(before[-2:], after[-2:])):
+                break
+        expr = call.args[0]
+    return expr
+
+
+def _operand(expr, bound, *, scale: list, transposed: bool) -> _Operand | None:
+    """Trace a matmul operand back to its 4-D BHSD tensor through reshapes, scalar scales (into
+    `scale[0]`, for Q and K only), one permute_dims swapping the last two axes (K^T:
+    `transposed`), an astype of 16-bit data to float32, and repeat_kv's expand."""
+    swapped = False
+    widened = False
+    while True:
+        expr = _unreshaped(expr, bound)
+        if scale is not None and (found := _scaled(expr, bound)) is not None:
+            expr, c = found
+            scale[0] *= c
+            continue
+        call = _call(expr, bound, "relax.permute_dims")
+        if transposed and not swapped and call is not None and call.attrs.axes is not None and \
+                [int(a) for a in call.attrs.axes] == [0, 1, 3, 2]:
+            expr, swapped = call.args[0], True
+            continue
+        call = _call(expr, bound, "relax.astype")
+        if call is not None and not widened and str(call.attrs.dtype) == "float32" and \
+                tensor_info(call.args[0])[1] in WIDE:
+            expr, widened = call.args[0], True
+            continue
+        break
+    if transposed != swapped:
+        return None
+    group = 1
+    broadcast = _call(expr, bound, "relax.broadcast_to")  # repeat_kv: broadcast_to(expand_dims(x, 2), (B, HKV, G, T, D))
+    if broadcast is not None:
+        dims = relax_dims(broadcast)
+        if dims is None or len(dims) != 5 or not hasattr(dims[2], "value"):
+            return None
+        expr, group = broadcast.args[0], int(dims[2].value)
+    expand = _call(expr, bound, "relax.expand_dims")  # (its broadcast is dropped where G is 1)
+    if expand is not None:
+        source, dims = relax_dims(expand.args[0]), relax_dims(broadcast if broadcast is not None else expand)
+        if [int(a) for a in expand.attrs.axis] != [2] or source is None or len(source) != 4 or \
+                not all(tvm_ffi.structural_equal(a, b) for a, b in zip(source, dims[:2] + dims[3:])):
+            return None  # not a new group axis, or the broadcast widens more than it
+        expr = expand.args[0]
+        call = _call(expr, bound, "relax.astype")  # an astype may come before the repeat
+        if call is not None and not widened and str(call.attrs.dtype) == "float32" and \
+                tensor_info(call.args[0])[1] in WIDE:
+            expr, widened = call.args[0], True
+    elif broadcast is not None:
+        return None
+    dims = relax_dims(expr)
+    if dims is None or len(dims) != 4:
+        return None
+    return _Operand(expr, widened, group)
+
+
+def _probabilities(expr, bound) -> relax.Call | None:
+    """The softmax call behind the last matmul's left operand: through reshapes, an astype
+    (the weights rounded to 16 bits) and SDPA's guard for rows with no key."""
+    guarded = False
+    while True:
+        expr = _unreshaped(expr, bound)
+        call = _call(expr, bound, "relax.astype")
+        if call is not None and str(call.attrs.dtype) in ("float32", *WIDE):  # the weights rounded (and widened)
+            expr = call.args[0]
+            continue
+        where = _call(expr, bound, "relax.where")
+        if where is not None and guarded is False and (guarded := _no_key_guard(where, bound)) is not None:
+            expr = where.args[2]
+            continue
+        break
+    softmax = _call(expr, bound, "relax.nn.softmax")
+    if softmax is None or guarded not in (False, None) and not guarded.same_as(softmax.args[0]):
+        return None  # the guard must test the scores this softmax reads
+    rank = len(relax_dims(softmax) or [])
+    if int(softmax.attrs.axis) % max(rank, 1) != rank - 1:
+        return None
+    return softmax
+
+
+def _no_key_guard(where: relax.Call, bound) -> relax.Expr | None:
+    """The scores X where `where` is SDPA's `where(not any(X != -inf, -1), 0, P)` (rows whose
+    every score is -inf give 0, as simaccel.attention gives for a row that sees no key), else None."""
+    condition, zeros, _ = where.args
+    rank = len(relax_dims(where) or [])
+    fill = _call(zeros, bound, "relax.full_like", "relax.zeros_like")
+    if fill is None and _scalar(zeros) != 0.0:
+        return None
+    if fill is not None and fill.op.name == "relax.full_like" and _scalar(fill.args[1]) != 0.0:
+        return None
+    expr = condition
+    for name in ("relax.logical_not", "relax.astype", "relax.max", "relax.astype", "relax.logical_not", "relax.equal"):
+        call = _call(expr, bound, name)
+        if call is None or name == "relax.max" and [int(a) for a in call.attrs.axis or []] not in ([-1], [rank - 1]):
+            return None  # "any" over the keys (the last axis) only
+        expr = call.args[0]
+    low = call.args[1]
+    if not (isinstance(low, tvm.ir.GenericConst) and low.value.numpy().size == 1 and np.isneginf(low.value.numpy()).all()):
+        return None
+    return expr
+
+
+def _causal(mask: np.ndarray, s: int, t: int) -> str | None | bool:
+    """The mask's pattern: None (no mask), "TopLeft" or "BottomRight"; False where it is neither."""
+    if mask.ndim < 2 or mask.shape[-2:] != (s, t):
+        return False
+    rows = mask.reshape(-1, s, t)
+    if not (rows == rows[:1]).all():
+        return False
+    plane = rows[0].astype(np.float64)
+    seen = plane == 0
+    if not (seen | (plane <= MASKED)).all():
+        return False
+    if seen.all():
+        return None
+    i, j = np.arange(s)[:, None], np.arange(t)[None, :]
+    for name, offset in (("TopLeft", 0), ("BottomRight", abs(s - t))):
+        if (seen == (j <= i + offset)).all():
+            return name
+    return False
+
+
+def _rounded_to(call: relax.Call, var_of: dict, users: dict) -> str | None:
+    """The dtype `call`'s result is cast to by its one reader (through reshapes and astypes to
+    the same dtype), if that reader is an astype; else None."""
+    while (var := var_of.get(call)) is not None and len(users.get(var, ())) == 1:
+        call = users[var][0]
+        if call.op.name == "relax.astype" and str(call.attrs.dtype) != tensor_info(call.args[0])[1]:
+            return str(call.attrs.dtype)
+        if call.op.name not in ("relax.reshape", "relax.astype"):
+            return None
+    return None
+
+
+def _fuse(final: relax.Call, bound, rounded_to) -> relax.Expr | None:
+    """The replacement of the chain ending at `final` (the matmul of P and V), or None.
+    `rounded_to(final)`: the dtype the chain's result is cast to next, if any."""
+    softmax = _probabilities(final.args[0], bound)
+    if softmax is None:
+        return None
+    scores = _unreshaped(softmax.args[0], bound)
+    mask = None
+    add = _call(scores, bound, "relax.add")
+    if add is not None:
+        lhs, rhs = (_value(a, bound) for a in add.args)
+        if isinstance(lhs, tvm.ir.GenericConst):
+            lhs, rhs = rhs, lhs
+        if not isinstance(rhs, tvm.ir.GenericConst):
+            return None  # a mask that is computed (a padding mask): the chain stays
+        scores, mask = add.args[0] if rhs.same_as(_value(add.args[1], bound)) else add.args[1], rhs.value.numpy()
+    scale = [1.0]
+    while (found := _scaled(_unreshaped(scores, bound), bound)) is not None:
+        scores, c = found
+        scale[0] *= c
+    product = _call(_unreshaped(scores, bound), bound, "relax.matmul")
+    if product is None:
+        return None
+    q = _operand(product.args[0], bound, scale=scale, transposed=False)
+    k = _operand(product.args[1], bound, scale=scale, transposed=True)
+    v = _operand(final.args[1], bound, scale=None, transposed=False)
+    if q is None or k is None or v is None or q.group != 1 or k.group != v.group:
+        return None
+    if not q.widened == k.widened == v.widened:
+        return None
+    dtypes = {tensor_info(x.tensor)[1] for x in (q, k, v)}
+    qd, kd, vd = (relax_dims(x.tensor) for x in (q, k, v))
+    if len(dtypes) != 1 or not all(hasattr(d, "value") for d in (*qd[2:], *kd[2:])):
+        return None
+    dtype = next(iter(dtypes))
+    if dtype != str(final.ty.dtype) and rounded_to(final) != dtype:
+        return None  # 16-bit operands, a float32 result the model keeps: the op would round it to 16 bits
+    s, t = int(qd[2].value), int(kd[2].value)
+    causal = None if mask is None else _causal(mask, s, t)
+    if causal is False:
+        return None
+    if not _same_chain_shape(final, qd, vd, k.group, kd):
+        return None
+    from ...ops.builtin.attention import MAX_HEAD_DIM
+
+    if not (hasattr(qd[3], "value") and hasattr(vd[3], "value")) or max(int(qd[3].value), int(vd[3].value)) > MAX_HEAD_DIM:
+        return None
+    query, key, value = (_permuted(x.tensor, bound) for x in (q, k, v))
+    if k.group > 1:
+        key, value = (relax.op.repeat(x, k.group, axis=2) for x in (key, value))
+    out = relax.op.nn.attention(query, key, value, scale=tvm.tirx.FloatImm("float32", scale[0]), causal_mask=causal)
+    out = relax.op.permute_dims(out, BSNH)
+    if dtype != str(final.ty.dtype):
+        out = relax.op.astype(out, str(final.ty.dtype))
+    return relax.op.reshape(out, relax_dims(final))
+
+
+def _permuted(x: relax.Expr, bound) -> relax.Expr:
+    """x (BHSD) permuted to BSNH, composed with a permute_dims that made x (the frontend's own
+    BSNH -> BHSD one cancels: no copy)."""
+    inner = _call(x, bound, "relax.permute_dims")
+    if inner is not None and inner.attrs.axes is not None:
+        axes = [int(inner.attrs.axes[a]) for a in BSNH]
+        return inner.args[0] if axes == list(range(4)) else relax.op.permute_dims(inner.args[0], axes)
+    return relax.op.permute_dims(x, BSNH)
+
+
+def _same_chain_shape(final: relax.Call, q: list, v: list, group: int, k: list) -> bool:
+    """Whether the shapes are attention's: Q (B, H, S, D), K (B, H / G, T, D), V (B, H / G, T,
+    Dv), and the last matmul's result (B * H, S, Dv) or (B, H, S, Dv)."""
+    from tvm.sym.analyzer import Analyzer
+
+    same = Analyzer().can_prove_equal
+    out = relax_dims(final)
+    if out is None or len(out) not in (3, 4):
+        return False
+    lead = out[0] if len(out) == 3 else out[0] * out[1]
+    if len(out) == 4 and not (same(out[0], q[0]) and same(out[1], q[1])):
+        return False
+    return bool(same(q[0], k[0]) and same(q[0], v[0]) and same(q[1], k[1] * group) and same(k[1], v[1])
+                and same(k[2], v[2]) and same(q[3], k[3]) and same(lead, q[0] * q[1]) and same(out[-2], q[2])
+                and same(out[-1], v[3]))
