@@ -175,3 +175,20 @@ def test_the_mask_patterns_the_rewrite_reads(s, t):
     heads = np.stack([hide(j <= i), hide(j <= i + 1)])[None]
     assert _causal(heads, s, t) is False  # a pattern per head
     assert _causal(hide(j <= i), s + 1, t) is False  # not the scores' shape
+
+
+def test_a_profile_without_the_attention_op_keeps_the_chain():
+    """The rewrite asks the partitioner's profile first: where the op is not enabled, no
+    relax.nn.attention is made (it would run on TVM's own legalization instead of the chain),
+    and the chain's ops offload as the profile allows."""
+    from simaccel import DeviceProfile
+
+    mod, inputs, want = _chain("eager", "top_left", kv_heads=2)
+    profile = DeviceProfile(name="no-attention", ops={"simaccel.matmul", "simaccel.softmax", "simaccel.add",
+                                                     "simaccel.divide", "simaccel.reshape", "simaccel.permute_dims"})
+    _, report = partition_report(mod, profile)
+    ops = [op for region in report.regions.values() for op in region]
+    assert "simaccel.softmax" in ops and not FUSED & set(ops), ops
+    assert not any("relax.nn.attention" in note for note in report.rewritten)
+    for run in assert_matches_tvm(mod, inputs, engines=["ref"], profile=profile):
+        assert_same(run.outputs[0], want, "float32")

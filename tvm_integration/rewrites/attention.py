@@ -32,9 +32,9 @@ frontend's own BSNH -> BHSD permute and ours cancel), and permutes the result ba
   (expand_dims at axis 2, broadcast_to, reshape: key/value head j serves query heads j G ..
   j G + G - 1) are read unrepeated, through ``R.repeat`` along the head axis, which
   `simaccel.grouped_attention` folds: the repeat is never computed;
-* the attention must be one `simaccel.attention` takes (its shape rule: head dims <= 256),
-  so that it never lands on TVM's own legalization of relax.nn.attention, which computes the
-  chain's rows with no key differently.
+* the accelerator must take the attention op made (the caller's `takes`: the backend asks
+  its op's rules and the active profile; simaccel.attention's head dims are at most 256), so
+  that it never lands on TVM's own legalization of relax.nn.attention instead of the chain.
 
 What does not qualify (a mask that is an input, as a padding mask; another mask pattern;
 softmax over another axis; a scale that is a tensor) stays the chain it was, offloaded op by
@@ -66,8 +66,10 @@ class _Operand:
     group: int = 1  # each key/value head repeated this many times along the head axis (repeat_kv)
 
 
-def fuse_attention_chains(func: relax.Function) -> tuple[relax.Function, int]:
-    """`func` with each qualifying attention chain (module doc) rewritten; the count."""
+def fuse_attention_chains(func: relax.Function, takes) -> tuple[relax.Function, int]:
+    """`func` with each qualifying attention chain (module doc) rewritten; the count.
+    `takes(call, grouped)`: whether the accelerator runs `call`, the relax.nn.attention (typed)
+    that would replace a chain; `grouped`: its keys and values are repeated per query-head group."""
     bound = relax.analysis.get_var2val(func)
     users: dict = {}  # var -> the calls that read it
     for value in bound.values():
@@ -81,7 +83,7 @@ def fuse_attention_chains(func: relax.Function) -> tuple[relax.Function, int]:
 
     def rewrite(expr, matches):
         nonlocal count
-        fused = _fuse(matches[final], bound, lambda call: _rounded_to(call, var_of, users))
+        fused = _fuse(matches[final], bound, lambda call: _rounded_to(call, var_of, users), takes)
         if fused is None:
             return expr
         count += 1
@@ -273,7 +275,7 @@ def _rounded_to(call: relax.Call, var_of: dict, users: dict) -> str | None:
     return None
 
 
-def _fuse(final: relax.Call, bound, rounded_to) -> relax.Expr | None:
+def _fuse(final: relax.Call, bound, rounded_to, takes) -> relax.Expr | None:
     """The replacement of the chain ending at `final` (the matmul of P and V), or None.
     `rounded_to(final)`: the dtype the chain's result is cast to next, if any."""
     softmax = _probabilities(final.args[0], bound)
@@ -305,29 +307,43 @@ def _fuse(final: relax.Call, bound, rounded_to) -> relax.Expr | None:
         return None
     dtypes = {tensor_info(x.tensor)[1] for x in (q, k, v)}
     qd, kd, vd = (relax_dims(x.tensor) for x in (q, k, v))
-    if len(dtypes) != 1 or not all(hasattr(d, "value") for d in (*qd[2:], *kd[2:])):
+    dtype = dtypes.pop() if len(dtypes) == 1 else None
+    if dtype not in ("float32", *WIDE) or not _same_chain_shape(final, qd, vd, k.group, kd):
         return None
-    dtype = next(iter(dtypes))
     if dtype != str(final.ty.dtype) and rounded_to(final) != dtype:
         return None  # 16-bit operands, a float32 result the model keeps: the op would round it to 16 bits
-    s, t = int(qd[2].value), int(kd[2].value)
-    causal = None if mask is None else _causal(mask, s, t)
-    if causal is False:
-        return None
-    if not _same_chain_shape(final, qd, vd, k.group, kd):
-        return None
-    from ...ops.builtin.attention import MAX_HEAD_DIM
-
-    if not (hasattr(qd[3], "value") and hasattr(vd[3], "value")) or max(int(qd[3].value), int(vd[3].value)) > MAX_HEAD_DIM:
-        return None
+    causal = None
+    if mask is not None:
+        if not (hasattr(qd[2], "value") and hasattr(kd[2], "value")):
+            return None
+        causal = _causal(mask, int(qd[2].value), int(kd[2].value))
+        if causal is False:
+            return None
     query, key, value = (_permuted(x.tensor, bound) for x in (q, k, v))
     if k.group > 1:
         key, value = (relax.op.repeat(x, k.group, axis=2) for x in (key, value))
-    out = relax.op.nn.attention(query, key, value, scale=tvm.tirx.FloatImm("float32", scale[0]), causal_mask=causal)
+    scale = tvm.tirx.FloatImm("float32", scale[0])
+    out = relax.op.nn.attention(query, key, value, scale=scale, causal_mask=causal)
+    try:  # the call as Relax types it, on stand-ins of its operands (a lone call has no scope to type in)
+        stand_ins = [relax.Var(f"operand{i}", _typed(x).ty) for i, x in enumerate((query, key, value))]
+        typed = relax.BlockBuilder().normalize(relax.op.nn.attention(*stand_ins, scale=scale, causal_mask=causal))
+    except Exception:  # noqa: BLE001 - Relax refuses the operands (its own shape rules): the chain stays
+        return None
+    if not takes(typed, k.group > 1):
+        return None
     out = relax.op.permute_dims(out, BSNH)
     if dtype != str(final.ty.dtype):
         out = relax.op.astype(out, str(final.ty.dtype))
     return relax.op.reshape(out, relax_dims(final))
+
+
+def _typed(expr: relax.Expr) -> relax.Expr:
+    """`expr` (a var, or calls of calls of vars) with its type: each call typed by Relax on
+    stand-ins of its typed arguments."""
+    if not isinstance(expr, relax.Call):
+        return expr
+    stand_ins = [relax.Var(f"arg{i}", _typed(a).ty) if isinstance(a, relax.Call) else a for i, a in enumerate(expr.args)]
+    return relax.BlockBuilder().normalize(relax.Call(expr.op, stand_ins, expr.attrs))
 
 
 def _permuted(x: relax.Expr, bound) -> relax.Expr:

@@ -32,10 +32,15 @@ same function, once at build time; where constants are folded, only float roundi
   i1 * (...) + ...`` (the index tensors broadcast as index_tensor broadcasts them), each
   index first made non-negative as torch reads it (``i + d`` for an ``i`` in ``[-d, 0)``);
   indices TVM alone reads in range are the same elements;
+* last, the matmul-softmax-matmul chain torch's frontend writes for attention (eager, or SDPA
+  with a mask), with a constant causal mask or none, becomes one ``relax.nn.attention``
+  (attention.py: its own conditions), after the mask folding runs once more on what the
+  rewrites above made of constants;
 * first of all, a field of a tuple written out is that field, each piece of a
   ``relax.split`` a strided_slice (tuples.py), and mask expressions of constants only (a
   causal mask's arange, full, tril, comparisons; what only they and scalars feed) are
-  computed by TVM's own legalization and FoldConstant, as TVM alone would (constants.py).
+  computed by TVM's own legalization and FoldConstant, as TVM alone would (constants.py;
+  the few calls of bools FoldConstant leaves are computed there in numpy).
 
 Each rewrite checks the shapes (and values) under which it is the same function; what does
 not qualify (a training-mode batch_norm, statistics that are inputs or give a scale that is
@@ -76,8 +81,11 @@ NOTES = {  # what each rewrite's count means, in the partition report
 }
 
 
-def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
-    """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind."""
+def prepare_for_inference(mod: tvm.IRModule, takes_attention=lambda call, grouped: False) \
+        -> tuple[tvm.IRModule, list[str]]:
+    """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind.
+    `takes_attention(call, grouped)`: whether the accelerator runs a relax.nn.attention call that
+    would replace an attention chain (attention.py); by default none is made."""
     counts = dict.fromkeys(NOTES, 0)
     rewrites = [*_index_tensor_rewrites(counts), *_conv1d_rewrites(counts), *_group_norm_rewrites(counts), *_adaptive_pool_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
                 *_broadcast_rewrites(counts), *split_rewrites(counts), *_slice_rewrites(counts)]
@@ -91,7 +99,7 @@ def prepare_for_inference(mod: tvm.IRModule) -> tuple[tvm.IRModule, list[str]]:
                 func = rewrite_call(found, replace, func)
             func, folded = fold_constant_masks(func)  # what the rewrites made of constants (index_tensor's indices)
             counts["masks"] += folded
-            func, fused = fuse_attention_chains(func)
+            func, fused = fuse_attention_chains(func, takes_attention)
             counts["attention"] += fused
             func = relax.analysis.remove_all_unused(func)
         out[gvar] = func
