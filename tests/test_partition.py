@@ -245,6 +245,37 @@ def test_a_match_cast_between_offloaded_ops_partitions_and_matches_tvm_alone():
     assert_matches_tvm(mod, sizes=[{"s": 3, "m": 0}, {"s": 1, "m": 5}, {"s": 8, "m": 16}], engines=["ref", "sim"])
 
 
+@pytest.mark.parametrize("size_args", ["arange", "slice"])
+def test_a_call_that_takes_a_size_var_itself_partitions_and_matches_tvm_alone(size_args):
+    """R.arange(0, n, 1) (position ids over a symbolic length: transformers' models) and a
+    strided_slice whose end is a size var take TVM 0.27's size var itself as an argument, and
+    TVM's MergeCompositeFunctions, looking it up as a Relax var it has not seen, fails
+    ("memo_.count"). Such calls pass through it as placeholder calls and come back after."""
+    import tvm
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from simaccel.testing import assert_matches_tvm
+
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((2, n), "int64"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            if size_args == "arange":
+                made = bb.emit(relax.op.arange(0, n, 1, "int64"))  # stays on TVM: no pattern
+            else:
+                made = bb.emit(relax.op.strided_slice(x, [1], [0], [n]))
+            shifted = bb.emit(relax.op.add(made, relax.const(1, "int64")))
+            out = bb.emit_output(relax.op.multiply(bb.emit(relax.op.add(x, shifted)), x))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"n": 16})
+    _, report = partition_report(mod)
+    assert report.regions, report.format()
+    assert_matches_tvm(mod, sizes=[{"n": 1}, {"n": 7}, {"n": 16}], engines=["ref"])
+
+
 def test_a_conv2d_transpose_whose_out_dtype_is_not_its_datas_stays_on_tvm_with_its_reason():
     """simaccel.conv2d_transpose gives the data's dtype: Relax's out_dtype float32 of float16 data
     is refused by partitioning's comparison of the op's result with Relax's, as any op's."""

@@ -424,10 +424,10 @@ def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
         hidden = {gv.name_hint: relax.ExternFunc(f"simaccel.hidden.{gv.name_hint}") for gv in others}
         alone = {gv: f for gv, f in mod.functions.items() if gv in composites or not isinstance(f, relax.Function)}
         entry = tvm.ir.GlobalVar("main")
-        casts = _HideMatchCasts()
+        casts = _HideFromMerge(func)
         alone[entry] = casts.visit_expr(_SwapCallees(hidden).visit_expr(func))
         grouped = relax.transform.MergeCompositeFunctions()(tvm.IRModule(alone))
-        grouped[entry] = _RestoreMatchCasts(casts.hidden).visit_expr(grouped[entry])
+        grouped[entry] = _RestoreHidden(casts.hidden, casts.relax_vars).visit_expr(grouped[entry])
         called = set(relax.analysis.all_global_vars(grouped[entry]))  # dead code may leave regions behind
         restore = {placeholder.global_symbol: gv for gv, placeholder in zip(others, hidden.values())}
         for region_gvar, region in grouped.functions.items():
@@ -481,18 +481,26 @@ class _SwapCallees(relax.PyExprMutator):
 
 
 MATCH_CAST = "simaccel.hidden_cast"  # not simaccel.hidden.*, the hidden callees' (a function may be named anything)
+HIDDEN_CALL = "simaccel.hidden_call"
 
 
 @relax.expr_functor.mutator
-class _HideMatchCasts(relax.PyExprMutator):
-    """Each MatchCast binding (`t = R.match_cast(x, R.Tensor((1, n)))`, which names a new size
-    var) as a placeholder extern call of the same struct info, which MergeCompositeFunctions
-    treats as an op it cannot group; it refuses MatchCast bindings themselves ("Invalid type:
-    relax.expr.MatchCast"). `hidden`: placeholder name -> the struct info cast to."""
+class _HideFromMerge(relax.PyExprMutator):
+    """What MergeCompositeFunctions cannot take, each as a placeholder extern call of the same
+    struct info, which it treats as an op it cannot group:
+    * a MatchCast binding (`t = R.match_cast(x, R.Tensor((1, n)))`, which names a new size
+      var): it refuses those ("Invalid type: relax.expr.MatchCast");
+    * a call that takes a size var itself as an argument (`R.arange(0, n, 1)`: TVM 0.27's
+      Relax and TIR vars are one type, and the pass looks `n` up as a Relax var it has not
+      seen: "memo_.count" fails). The placeholder keeps the call's Relax arguments, so what it
+      reads still comes first.
+    `hidden`: placeholder name -> the struct info cast to, or the call hidden."""
 
-    def __init__(self):
+    def __init__(self, func: relax.Function):
         super().__init__()
         self.hidden: dict[str, object] = {}
+        bound = [b.var for block in getattr(func.body, "blocks", []) for b in block.bindings]
+        self.relax_vars = _VarSet([*func.params, *bound])
 
     def visit_match_cast_(self, binding):
         name = f"{MATCH_CAST}.{len(self.hidden)}"
@@ -500,22 +508,64 @@ class _HideMatchCasts(relax.PyExprMutator):
         value = relax.Call(relax.ExternFunc(name), [self.visit_expr(binding.value)], None, [binding.ty])
         self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
 
+    def visit_var_binding_(self, binding):
+        value = binding.value
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
+                any(not self.relax_vars.holds(v) for v in _arg_vars(value.args)):
+            name = f"{HIDDEN_CALL}.{len(self.hidden)}"
+            self.hidden[name] = value
+            kept = [self.visit_expr(a) for a in value.args if self.relax_vars.holds(a)]
+            placeholder = relax.Call(relax.ExternFunc(name), kept, None, [binding.var.ty])
+            self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(placeholder)))
+            return
+        super().visit_var_binding_(binding)
+
 
 @relax.expr_functor.mutator
-class _RestoreMatchCasts(relax.PyExprMutator):
-    """`_HideMatchCasts` undone: each placeholder call is its MatchCast binding again."""
+class _RestoreHidden(relax.PyExprMutator):
+    """`_HideFromMerge` undone: each placeholder call is its MatchCast binding or its call again."""
 
-    def __init__(self, hidden: dict):
+    def __init__(self, hidden: dict, relax_vars: set):
         super().__init__()
         self.hidden = hidden
+        self.relax_vars = relax_vars  # the hidden calls' arguments that are Relax vars, not size vars
 
     def visit_var_binding_(self, binding):
         value = binding.value
         if isinstance(value, relax.Call) and isinstance(value.op, relax.ExternFunc) and value.op.global_symbol in self.hidden:
-            self.builder_.emit_normalized(relax.MatchCast(binding.var, self.visit_expr(value.args[0]),
-                                                          self.hidden[value.op.global_symbol]))
+            hidden = self.hidden[value.op.global_symbol]
+            if isinstance(hidden, relax.Call):  # its Relax arguments are the placeholder's, in order
+                given = iter(self.visit_expr(a) for a in value.args)
+                args = [next(given) if self.relax_vars.holds(a) else a for a in hidden.args]
+                call = relax.Call(hidden.op, args, hidden.attrs, hidden.ty_args)
+                self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(call)))
+                return
+            self.builder_.emit_normalized(relax.MatchCast(binding.var, self.visit_expr(value.args[0]), hidden))
             return
         super().visit_var_binding_(binding)
+
+
+class _VarSet:
+    """Vars by identity (`in` on a set would compare them with `==`, which builds an expression
+    for a size var)."""
+
+    def __init__(self, variables):
+        self.by_hash = {hash(v): v for v in variables}
+
+    def holds(self, expr) -> bool:
+        found = self.by_hash.get(hash(expr)) if isinstance(expr, relax.Var) else None
+        return found is not None and found.same_as(expr)
+
+
+def _arg_vars(args) -> list:
+    """The vars among call arguments, inside tuples too."""
+    found = []
+    for arg in args:
+        if isinstance(arg, relax.Var):
+            found.append(arg)
+        elif isinstance(arg, relax.Tuple):
+            found += _arg_vars(arg.fields)
+    return found
 
 
 def _private(func) -> bool:
