@@ -197,7 +197,8 @@ def report_lines(lines) -> list[str]:
 
 
 @pytest.mark.parametrize("script, args", [("user_op.py", ["--engine", "ref"]), ("two_profiles.py", []),
-                                          ("decoder.py", ["--dtype", "bfloat16", "--engine", "ref"])])
+                                          ("decoder.py", ["--dtype", "bfloat16", "--engine", "ref"]),
+                                          ("transformers_llama.py", [])])
 def test_the_example_output_the_docs_show_is_what_the_example_prints(script, args):
     shown = shown_outputs(script)
     assert shown, f"no doc shows the output of examples/{script}"

@@ -176,6 +176,29 @@ def test_torch_export_example(engine):
     assert "1 multiply by a per-channel constant folded into the weights of the conv2d before it" in result.stdout
 
 
+@pytest.mark.parametrize("missing", ["torch", "transformers"])
+def test_transformers_example_without_its_packages_says_how_to_install_them(tmp_path, missing):
+    (tmp_path / missing).mkdir()
+    (tmp_path / missing / "__init__.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{missing}'\", name='{missing}')\n")
+    result = run_example("transformers_llama.py", env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 2, result.stderr
+    assert "pip install '.[torch]'" in result.stderr and missing in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("attention,dtype,engine", [("eager", "float32", "ref"), ("sdpa", "bfloat16", "sim")])
+def test_transformers_example(attention, dtype, engine):
+    pytest.importorskip("transformers", reason="examples/transformers_llama.py needs transformers: pip install '.[torch]'")
+    result = run_example("transformers_llama.py", "--attention", attention, "--dtype", dtype, "--engine", engine)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "RESULT: match" in result.stdout
+    [region] = region_lines(result.stdout)
+    assert "simaccel.grouped_attention" in region and "simaccel.softmax" not in region, region
+    assert "2 matmul-softmax-matmul chain(s) rewritten as relax.nn.attention" in result.stdout  # one per layer
+    assert "kept on TVM: 0 op(s)" in result.stdout
+
+
 # -- examples/test_my_backend.py: what a user copies to test their ops with the pytest plugin --------------
 def run_pytest(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rfs", *map(str, args)],
