@@ -192,3 +192,32 @@ def test_a_profile_without_the_attention_op_keeps_the_chain():
     assert not any("relax.nn.attention" in note for note in report.rewritten)
     for run in assert_matches_tvm(mod, inputs, engines=["ref"], profile=profile):
         assert_same(run.outputs[0], want, "float32")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_torchs_multihead_attention_becomes_one_attention_op_and_matches(causal):
+    """nn.MultiheadAttention merges heads with the batch before its chain ((B H, S, D) tensors
+    viewed as (B, H, S, D) for the scores): the op reads those 4-D views. Its causal mask is a
+    constant (a bool mask built from the static length)."""
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class SelfAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, x):
+            n = x.shape[1]
+            mask = torch.ones(n, n, dtype=torch.bool).triu(1) if causal else None
+            return self.attn(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+    torch.manual_seed(0)
+    model, x = SelfAttention().eval(), torch.randn(2, 6, 32)
+    with torch.no_grad():
+        want = model(x).numpy()
+    mod = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    ops, _ = _offloaded(mod)
+    assert "simaccel.attention" in ops and "simaccel.softmax" not in ops, ops
+    for run in assert_matches_tvm(mod, [x.numpy()], engines=["ref", "sim"]):
+        assert_same(run.outputs[0], want, "float32")

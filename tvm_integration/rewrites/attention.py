@@ -134,43 +134,62 @@ def _unreshaped(expr, bound):
     """`expr` with the reshapes that only regroup its leading dims (batch and heads; the last
     two, a matrix, kept: so the flat order of every matrix is the same) and the astypes to its
     own dtype that produced it peeled off."""
-    while (call := _call(expr, bound, "relax.reshape", "relax.astype")) is not None:
-        if call.op.name == "relax.astype" and str(call.attrs.dtype) != tensor_info(call.args[0])[1]:
-            break
-        if call.op.name == "relax.reshape":
-            before, after = relax_dims(call.args[0]), relax_dims(call)
-            if before is None or after is None or len(before) < 2 or len(after) < 2 or \
-                    not all(tvm_ffi.structural_equal(a, b) for a, b in zip(before[-2:], after[-2:])):
-                break
-        expr = call.args[0]
+    while (inner := _view_of(expr, bound)) is not None:
+        expr = inner
     return expr
+
+
+def _view_of(expr, bound):
+    """What `expr` is a view of: the argument of a reshape that only regroups leading dims, or
+    of an astype to its own dtype; None where it is neither."""
+    call = _call(expr, bound, "relax.reshape", "relax.astype")
+    if call is None:
+        return None
+    if call.op.name == "relax.astype":
+        return call.args[0] if str(call.attrs.dtype) == tensor_info(call.args[0])[1] else None
+    before, after = relax_dims(call.args[0]), relax_dims(call)
+    if before is None or after is None or len(before) < 2 or len(after) < 2 or \
+            not all(tvm_ffi.structural_equal(a, b) for a, b in zip(before[-2:], after[-2:])):
+        return None
+    return call.args[0]
+
+
+def _widened(expr, bound):
+    """x where `expr` is an astype of 16-bit x to float32, else None."""
+    call = _call(expr, bound, "relax.astype")
+    if call is not None and str(call.attrs.dtype) == "float32" and tensor_info(call.args[0])[1] in WIDE:
+        return call.args[0]
+    return None
 
 
 def _operand(expr, bound, *, scale: list, transposed: bool) -> _Operand | None:
     """Trace a matmul operand back to its 4-D BHSD tensor through reshapes, scalar scales (into
     `scale[0]`, for Q and K only), one permute_dims swapping the last two axes (K^T:
-    `transposed`), an astype of 16-bit data to float32, and repeat_kv's expand."""
-    swapped = False
-    widened = False
+    `transposed`), an astype of 16-bit data to float32, and repeat_kv's expand. Where the trace
+    ends in a tensor that is not 4-D (nn.MultiheadAttention's heads are merged with the batch
+    before the chain: (B H, S, D)), the operand is the deepest 4-D view of it the chain took."""
+    factor, swapped, widened = 1.0, False, False
+    deepest = None  # (expr, factor, swapped, widened) at the deepest 4-D expression seen
     while True:
-        expr = _unreshaped(expr, bound)
+        dims = relax_dims(expr)
+        if dims is not None and len(dims) == 4:
+            deepest = (expr, factor, swapped, widened)
+        if (inner := _view_of(expr, bound)) is not None:
+            expr = inner
+            continue
         if scale is not None and (found := _scaled(expr, bound)) is not None:
             expr, c = found
-            scale[0] *= c
+            factor *= c
             continue
         call = _call(expr, bound, "relax.permute_dims")
         if transposed and not swapped and call is not None and call.attrs.axes is not None and \
                 [int(a) for a in call.attrs.axes] == [0, 1, 3, 2]:
             expr, swapped = call.args[0], True
             continue
-        call = _call(expr, bound, "relax.astype")
-        if call is not None and not widened and str(call.attrs.dtype) == "float32" and \
-                tensor_info(call.args[0])[1] in WIDE:
-            expr, widened = call.args[0], True
+        if not widened and (inner := _widened(expr, bound)) is not None:
+            expr, widened = inner, True
             continue
         break
-    if transposed != swapped:
-        return None
     group = 1
     broadcast = _call(expr, bound, "relax.broadcast_to")  # repeat_kv: broadcast_to(expand_dims(x, 2), (B, HKV, G, T, D))
     if broadcast is not None:
@@ -185,15 +204,19 @@ def _operand(expr, bound, *, scale: list, transposed: bool) -> _Operand | None:
                 not all(tvm_ffi.structural_equal(a, b) for a, b in zip(source, dims[:2] + dims[3:])):
             return None  # not a new group axis, or the broadcast widens more than it
         expr = expand.args[0]
-        call = _call(expr, bound, "relax.astype")  # an astype may come before the repeat
-        if call is not None and not widened and str(call.attrs.dtype) == "float32" and \
-                tensor_info(call.args[0])[1] in WIDE:
-            expr, widened = call.args[0], True
+        if not widened and (inner := _widened(expr, bound)) is not None:  # an astype may come before the repeat
+            expr, widened = inner, True
     elif broadcast is not None:
         return None
     dims = relax_dims(expr)
     if dims is None or len(dims) != 4:
+        if deepest is None or group != 1:
+            return None
+        expr, factor, swapped, widened = deepest
+    if transposed != swapped:
         return None
+    if scale is not None:
+        scale[0] *= factor
     return _Operand(expr, widened, group)
 
 
