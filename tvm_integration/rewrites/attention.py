@@ -71,12 +71,13 @@ def fuse_attention_chains(func: relax.Function, takes) -> tuple[relax.Function, 
     `takes(call, grouped)`: whether the accelerator runs `call`, the relax.nn.attention (typed)
     that would replace a chain; `grouped`: its keys and values are repeated per query-head group."""
     bound = relax.analysis.get_var2val(func)
+    # Keyed by the node's handle (hash), not by the node: `==` of vars builds an expression
     users: dict = {}  # var -> the calls that read it
     for value in bound.values():
         for arg in value.args if isinstance(value, relax.Call) else ():
             if isinstance(arg, relax.Var):
-                users.setdefault(arg, []).append(value)
-    var_of = {value: var for var, value in bound.items()}
+                users.setdefault(hash(arg), []).append(value)
+    var_of = {hash(value): var for var, value in bound.items()}
     count = 0
     p, v = wildcard(), wildcard()
     final = is_op("relax.matmul")(p, v)
@@ -289,8 +290,8 @@ def _causal(mask: np.ndarray, s: int, t: int) -> str | None | bool:
 def _rounded_to(call: relax.Call, var_of: dict, users: dict) -> str | None:
     """The dtype `call`'s result is cast to by its one reader (through reshapes and astypes to
     the same dtype), if that reader is an astype; else None."""
-    while (var := var_of.get(call)) is not None and len(users.get(var, ())) == 1:
-        call = users[var][0]
+    while (var := var_of.get(hash(call))) is not None and len(users.get(hash(var), ())) == 1:
+        call = users[hash(var)][0]
         if call.op.name == "relax.astype" and str(call.attrs.dtype) != tensor_info(call.args[0])[1]:
             return str(call.attrs.dtype)
         if call.op.name not in ("relax.reshape", "relax.astype"):
