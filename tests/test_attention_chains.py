@@ -221,3 +221,28 @@ def test_torchs_multihead_attention_becomes_one_attention_op_and_matches(causal)
     assert "simaccel.attention" in ops and "simaccel.softmax" not in ops, ops
     for run in assert_matches_tvm(mod, [x.numpy()], engines=["ref", "sim"]):
         assert_same(run.outputs[0], want, "float32")
+
+
+def test_a_chain_over_a_symbolic_batch_and_length_is_one_attention_op_in_one_build():
+    """With no mask, nothing of the chain needs a static size: nn.MultiheadAttention exported with
+    a dynamic batch and sequence is one attention op, one build run at three sizes."""
+    import torch
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class SelfAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    torch.manual_seed(0)
+    batch, length = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("length", min=2, max=32)
+    exported = torch.export.export(SelfAttention().eval(), (torch.randn(2, 6, 32),),
+                                   dynamic_shapes={"x": {0: batch, 1: length}})
+    mod = from_exported_program(exported, keep_params_as_input=False)
+    ops, _ = _offloaded(mod)
+    assert "simaccel.attention" in ops and "simaccel.softmax" not in ops, ops
+    b, s, _ = (str(d) for d in mod["main"].params[0].ty.shape.values)
+    assert_matches_tvm(mod, sizes=[{b: 1, s: 2}, {b: 3, s: 17}, {b: 8, s: 32}], engines=["ref", "sim"])
