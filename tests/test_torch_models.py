@@ -25,9 +25,10 @@ from simaccel.tvm_integration.tools.models import random_inputs  # noqa: E402
 
 # The targets: at most this many regions for the whole model.
 REGION_TARGETS = {"resnet18": 2, "mobilenet_v2": 2, "transformer_encoder": 3, "mlp_mixer": 1}
-# What may stay on TVM: nothing since the mask ops (simaccel/ops/builtin/masks.py): the
-# encoder's guard that turns a fully masked attention row into zeros (equal, logical_not,
-# astype to int8, max, full_like, where) offloads with the rest, in one region.
+# What may stay on TVM: nothing. The encoder's attention chain, with its guard that turns a
+# fully masked row into zeros (equal, logical_not, astype to int8, max, full_like, where), is
+# one simaccel.attention (tvm_integration/rewrites/attention.py); a chain the rewrite leaves
+# offloads op by op (the mask ops: simaccel/ops/builtin/masks.py).
 MAY_STAY: dict[str, set[str]] = {}
 
 
