@@ -245,4 +245,5 @@ def test_a_chain_over_a_symbolic_batch_and_length_is_one_attention_op_in_one_bui
     ops, _ = _offloaded(mod)
     assert "simaccel.attention" in ops and "simaccel.softmax" not in ops, ops
     b, s, _ = (str(d) for d in mod["main"].params[0].ty.shape.values)
-    assert_matches_tvm(mod, sizes=[{b: 1, s: 2}, {b: 3, s: 17}, {b: 8, s: 32}], engines=["ref", "sim"])
+    assert_matches_tvm(mod, sizes=[{b: 1, s: 2}, {b: 3, s: 17}, {b: 8, s: 32}], engines=["ref"])
+    assert_matches_tvm(mod, sizes=[{b: 2, s: 5}], engines=["sim"])  # the simulator at a small size
