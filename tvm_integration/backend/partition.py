@@ -30,10 +30,8 @@ from .sizes import dim_of, plain_vars, prim_of, size_bounds, tensor_dims, value_
 from ...shapes import SymbolicError, evaluate, shape_vars, var_name
 
 from ...errors import SimAccelError
-from ...ops import Reject, get_op
-from ...requirements import assuming
 from ...profile import DEFAULT_PROFILE, DeviceProfile, active_profile
-from .patterns import Rejection, checking, largest, op_name, registered_patterns, sync_patterns
+from .patterns import Rejection, checking, op_name, registered_patterns, sync_patterns
 from ..rewrites import prepare_for_inference
 from .split import split_regions
 
@@ -100,29 +98,13 @@ def partition_report(mod: tvm.IRModule, profile: DeviceProfile | None = None) ->
     return partitioned, report
 
 
-def _takes_attention(profile: DeviceProfile, bounds: dict, call: relax.Call, grouped: bool) -> bool:
-    """Whether `profile` runs `call`, a relax.nn.attention the inference rewrites would make of an
-    attention chain (rewrites/attention.py): the op enabled, its rules taking the call's shapes,
-    dtypes and attributes, and each tensor the profile's. A chain that fails any of these stays
-    a chain (never TVM's own legalization of the op instead of it). `grouped`: its keys and
-    values are repeats per query-head group (simaccel.grouped_attention)."""
-    op = get_op("simaccel.grouped_attention" if grouped else "simaccel.attention")
-    if profile.why_not_op(op.name, op.family.name):
-        return False
-    infos = [tensor_dims(arg) for arg in call.args[:3]]
-    if any(shape is None for shape, _, _ in infos):
-        return False
-    shapes, dtypes = [shape for shape, _, _ in infos], [dtype for _, dtype, _ in infos]
-    mask = call.attrs.causal_mask
-    attrs = {"scale": float(call.attrs.scale.value), "causal": bool(mask), "bottom_right": mask == "BottomRight"}
-    try:
-        op.check_dtypes(dtypes)
-        with assuming(bounds):
-            out_shape, out_dtype = op.infer(shapes, dtypes, **op.all_attrs(attrs))
-    except (Reject, SimAccelError):
-        return False
-    tensors = [*zip(("query", "key", "value"), shapes, dtypes), ("output", out_shape, out_dtype)]
-    return not any(profile.why_not_tensor(role, largest(shape, role), dtype) for role, shape, dtype in tensors)
+def _takes_attention(profile: DeviceProfile, probe: tvm.IRModule) -> bool:
+    """Whether `profile` offloads everything `probe` computes: the relax.nn.attention the
+    inference rewrites would make of an attention chain (rewrites/attention.py), alone in a
+    module. Partitioning it applies the very checks a real match meets; a chain whose op would
+    stay on TVM stays a chain (never TVM's own legalization of the op instead of it)."""
+    _, report = partition_report(probe, profile)
+    return bool(report.regions) and not report.kept
 
 
 def _partition(mod, profile, rejections, splits=None, rewritten=None):
@@ -131,7 +113,7 @@ def _partition(mod, profile, rejections, splits=None, rewritten=None):
     if not isinstance(profile, DeviceProfile):
         raise SimAccelError(f"profile must be a simaccel.DeviceProfile, got {type(profile).__name__}")
     profile.check_ops()
-    mod, notes = prepare_for_inference(mod, functools.partial(_takes_attention, profile, module_bounds(mod)))
+    mod, notes = prepare_for_inference(mod, functools.partial(_takes_attention, profile))
     if rewritten is not None:
         rewritten += notes
     with checking(profile, rejections, module_bounds(mod)):

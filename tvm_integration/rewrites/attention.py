@@ -32,9 +32,10 @@ frontend's own BSNH -> BHSD permute and ours cancel), and permutes the result ba
   (expand_dims at axis 2, broadcast_to, reshape: key/value head j serves query heads j G ..
   j G + G - 1) are read unrepeated, through ``R.repeat`` along the head axis, which
   `simaccel.grouped_attention` folds: the repeat is never computed;
-* the accelerator must take the attention op made (the caller's `takes`: the backend asks
-  its op's rules and the active profile; simaccel.attention's head dims are at most 256), so
-  that it never lands on TVM's own legalization of relax.nn.attention instead of the chain.
+* the accelerator must take the attention op made (the caller's `takes`, asked about a
+  module of that op alone: the backend partitions it with the active profile, so every check
+  a real match meets applies; simaccel.attention's head dims are at most 256, say), so that
+  it never lands on TVM's own legalization of relax.nn.attention instead of the chain.
 
 What does not qualify (a mask that is an input, as a padding mask; another mask pattern;
 softmax over another axis; a scale that is a tensor) stays the chain it was, offloaded op by
@@ -68,9 +69,10 @@ class _Operand:
 
 def fuse_attention_chains(func: relax.Function, takes) -> tuple[relax.Function, int]:
     """`func` with each qualifying attention chain (module doc) rewritten; the count.
-    `takes(call, grouped)`: whether the accelerator runs `call`, the relax.nn.attention (typed)
-    that would replace a chain; `grouped`: its keys and values are repeated per query-head group."""
+    `takes(probe)`: whether the accelerator runs what `probe` computes, a module of the
+    relax.nn.attention that would replace a chain (`_probe`)."""
     bound = relax.analysis.get_var2val(func)
+    bounds = {k: v for k, v in (func.attrs or {}).items() if k in ("tir_var_lower_bound", "tir_var_upper_bound")}
     # Keyed by the node's handle (hash), not by the node: `==` of vars builds an expression
     users: dict = {}  # var -> the calls that read it
     for value in bound.values():
@@ -84,7 +86,7 @@ def fuse_attention_chains(func: relax.Function, takes) -> tuple[relax.Function, 
 
     def rewrite(expr, matches):
         nonlocal count
-        fused = _fuse(matches[final], bound, lambda call: _rounded_to(call, var_of, users), takes)
+        fused = _fuse(matches[final], bound, lambda call: _rounded_to(call, var_of, users), takes, bounds)
         if fused is None:
             return expr
         count += 1
@@ -299,9 +301,10 @@ def _rounded_to(call: relax.Call, var_of: dict, users: dict) -> str | None:
     return None
 
 
-def _fuse(final: relax.Call, bound, rounded_to, takes) -> relax.Expr | None:
+def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Expr | None:
     """The replacement of the chain ending at `final` (the matmul of P and V), or None.
-    `rounded_to(final)`: the dtype the chain's result is cast to next, if any."""
+    `rounded_to(final)`: the dtype the chain's result is cast to next, if any; `bounds`: the
+    function's size-var bound attributes."""
     softmax = _probabilities(final.args[0], bound)
     if softmax is None:
         return None
@@ -343,22 +346,39 @@ def _fuse(final: relax.Call, bound, rounded_to, takes) -> relax.Expr | None:
         causal = _causal(mask, int(qd[2].value), int(kd[2].value))
         if causal is False:
             return None
-    query, key, value = (_permuted(x.tensor, bound) for x in (q, k, v))
-    if k.group > 1:
-        key, value = (relax.op.repeat(x, k.group, axis=2) for x in (key, value))
+    operands = [_permuted(x.tensor, bound) for x in (q, k, v)]
     scale = tvm.tirx.FloatImm("float32", scale[0])
-    out = relax.op.nn.attention(query, key, value, scale=scale, causal_mask=causal)
-    try:  # the call as Relax types it, on stand-ins of its operands (a lone call has no scope to type in)
-        stand_ins = [relax.Var(f"operand{i}", _typed(x).ty) for i, x in enumerate((query, key, value))]
-        typed = relax.BlockBuilder().normalize(relax.op.nn.attention(*stand_ins, scale=scale, causal_mask=causal))
+    try:
+        probe = _probe(operands, k.group, scale, causal, bounds)
     except Exception:  # noqa: BLE001 - Relax refuses the operands (its own shape rules): the chain stays
         return None
-    if not takes(typed, k.group > 1):
+    if not takes(probe):
         return None
+    query, key, value = operands
+    if k.group > 1:
+        key, value = (relax.op.repeat(x, k.group, axis=2) for x in (key, value))
+    out = relax.op.nn.attention(query, key, value, scale=scale, causal_mask=causal)
     out = relax.op.permute_dims(out, BSNH)
     if dtype != str(final.ty.dtype):
         out = relax.op.astype(out, str(final.ty.dtype))
     return relax.op.reshape(out, relax_dims(final))
+
+
+def _probe(operands: list, group: int, scale, causal, bounds: dict) -> tvm.IRModule:
+    """A module whose one function computes, from stand-ins of the chain's operands (BSNH, their
+    types as Relax gives them), the attention that would replace the chain, its keys and
+    values repeated per group where the chain repeated them: what `takes` is asked about. It
+    carries the chain's function's size bounds."""
+    params = [relax.Var(role, _typed(x).ty) for role, x in zip(("query", "key", "value"), operands)]
+    bb = relax.BlockBuilder()
+    with bb.function("main", params, attrs=bounds):
+        with bb.dataflow():
+            query, key, value = params
+            if group > 1:
+                key, value = (bb.emit(relax.op.repeat(x, group, axis=2)) for x in (key, value))
+            out = bb.emit_output(relax.op.nn.attention(query, key, value, scale=scale, causal_mask=causal))
+        bb.emit_func_output(out)
+    return bb.get()
 
 
 def _typed(expr: relax.Expr) -> relax.Expr:

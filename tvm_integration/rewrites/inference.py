@@ -81,11 +81,11 @@ NOTES = {  # what each rewrite's count means, in the partition report
 }
 
 
-def prepare_for_inference(mod: tvm.IRModule, takes_attention=lambda call, grouped: False) \
-        -> tuple[tvm.IRModule, list[str]]:
+def prepare_for_inference(mod: tvm.IRModule, takes_attention=lambda probe: False) -> tuple[tvm.IRModule, list[str]]:
     """`mod` with the rewrites above applied to every Relax function, and a note per rewrite kind.
-    `takes_attention(call, grouped)`: whether the accelerator runs a relax.nn.attention call that
-    would replace an attention chain (attention.py); by default none is made."""
+    `takes_attention(probe)`: whether the accelerator runs the relax.nn.attention that would
+    replace an attention chain, given as a module of that op alone (attention.py); by default
+    none is made."""
     counts = dict.fromkeys(NOTES, 0)
     rewrites = [*_index_tensor_rewrites(counts), *_conv1d_rewrites(counts), *_group_norm_rewrites(counts), *_adaptive_pool_rewrites(counts), *_batch_norm_rewrites(counts), *_conv_scale_rewrites(counts),
                 *_broadcast_rewrites(counts), *split_rewrites(counts), *_slice_rewrites(counts)]
