@@ -65,6 +65,7 @@ class _Operand:
     tensor: relax.Expr
     widened: bool = False  # read through an astype of 16-bit data to float32
     group: int = 1  # each key/value head repeated this many times along the head axis (repeat_kv)
+    scale: float = 1.0  # the constants it was multiplied by on its way to the matmul
 
 
 def fuse_attention_chains(func: relax.Function, takes) -> tuple[relax.Function, int]:
@@ -165,9 +166,9 @@ def _widened(expr, bound):
     return None
 
 
-def _operand(expr, bound, *, scale: list, transposed: bool) -> _Operand | None:
-    """Trace a matmul operand back to its 4-D BHSD tensor through reshapes, scalar scales (into
-    `scale[0]`, for Q and K only), one permute_dims swapping the last two axes (K^T:
+def _operand(expr, bound, *, scaled: bool, transposed: bool) -> _Operand | None:
+    """Trace a matmul operand back to its 4-D BHSD tensor through reshapes, scalar scales (Q's
+    and K's: `scaled`), one permute_dims swapping the last two axes (K^T:
     `transposed`), an astype of 16-bit data to float32, and repeat_kv's expand. Where the trace
     ends in a tensor that is not 4-D (nn.MultiheadAttention's heads are merged with the batch
     before the chain: (B H, S, D)), the operand is the deepest 4-D view of it the chain took."""
@@ -180,7 +181,7 @@ def _operand(expr, bound, *, scale: list, transposed: bool) -> _Operand | None:
         if (inner := _view_of(expr, bound)) is not None:
             expr = inner
             continue
-        if scale is not None and (found := _scaled(expr, bound)) is not None:
+        if scaled and (found := _scaled(expr, bound)) is not None:
             expr, c = found
             factor *= c
             continue
@@ -218,9 +219,7 @@ def _operand(expr, bound, *, scale: list, transposed: bool) -> _Operand | None:
         expr, factor, swapped, widened = deepest
     if transposed != swapped:
         return None
-    if scale is not None:
-        scale[0] *= factor
-    return _Operand(expr, widened, group)
+    return _Operand(expr, widened, group, factor)
 
 
 def _probabilities(expr, bound) -> relax.Call | None:
@@ -312,24 +311,26 @@ def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Ex
     mask = None
     add = _call(scores, bound, "relax.add")
     if add is not None:
-        lhs, rhs = (_value(a, bound) for a in add.args)
-        if isinstance(lhs, tvm.ir.GenericConst):
-            lhs, rhs = rhs, lhs
-        if not isinstance(rhs, tvm.ir.GenericConst):
+        scores, added = add.args
+        if isinstance(_value(scores, bound), tvm.ir.GenericConst):
+            scores, added = added, scores
+        added = _value(added, bound)
+        if not isinstance(added, tvm.ir.GenericConst):
             return None  # a mask that is computed (a padding mask): the chain stays
-        scores, mask = add.args[0] if rhs.same_as(_value(add.args[1], bound)) else add.args[1], rhs.value.numpy()
-    scale = [1.0]
+        mask = added.value.numpy()
+    scale = 1.0
     while (found := _scaled(_unreshaped(scores, bound), bound)) is not None:
         scores, c = found
-        scale[0] *= c
+        scale *= c
     product = _call(_unreshaped(scores, bound), bound, "relax.matmul")
     if product is None:
         return None
-    q = _operand(product.args[0], bound, scale=scale, transposed=False)
-    k = _operand(product.args[1], bound, scale=scale, transposed=True)
-    v = _operand(final.args[1], bound, scale=None, transposed=False)
+    q = _operand(product.args[0], bound, scaled=True, transposed=False)
+    k = _operand(product.args[1], bound, scaled=True, transposed=True)
+    v = _operand(final.args[1], bound, scaled=False, transposed=False)
     if q is None or k is None or v is None or q.group != 1 or k.group != v.group:
         return None
+    scale *= q.scale * k.scale
     if not q.widened == k.widened == v.widened:
         return None
     dtypes = {tensor_info(x.tensor)[1] for x in (q, k, v)}
@@ -347,7 +348,7 @@ def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Ex
         if causal is False:
             return None
     operands = [_permuted(x.tensor, bound) for x in (q, k, v)]
-    scale = tvm.tirx.FloatImm("float32", scale[0])
+    scale = tvm.tirx.FloatImm("float32", scale)
     try:
         probe = _probe(operands, k.group, scale, causal, bounds)
     except Exception:  # noqa: BLE001 - Relax refuses the operands (its own shape rules): the chain stays
