@@ -239,28 +239,43 @@ TILE_KERNELS = {(dtype, d, split): with_simulator_twin(_tile_kernel, dtype, d, s
 def _combine_kernel(out, partial, S, H, HKV, splits, DV):
     """out[b, s, h] from its key splits' shares in `partial` (attention.cu's layout): each
     split's output and sum weighed by 2^(its max - the largest), summed, divided. Block (b, s,
-    h) flattened, a thread per value of the head dim. 0 where no key weighed (every max -inf
-    and every sum 0), NaN where a split's sum is (a NaN score)."""
+    h) flattened, a thread per value of the head dim (DV >= MAX_SPLITS). 0 where no key weighed
+    (every max -inf and every sum 0), NaN where a split's sum is (a NaN score).
+
+    Latency, not bandwidth, is this kernel's cost (a few hundred KB in all), so every global
+    load is issued before any is used: thread i < splits loads split i's max and sum, and each
+    thread its MAX_SPLITS values (split indices clamped to the last split, their weights 0), in
+    a loop of constant length that unrolls into independent loads."""
     r = cuda.blockIdx.x
     h, s, b = r % H, (r // H) % S, r // (H * S)
     G = H // HKV
     rows = S * G
     first = ((b * HKV + h // G) * splits) * rows + s * G + h % G  # split i's row: first + i * rows
     width = DV + 2
+    t = cuda.threadIdx.x
+    tops = cuda.shared.array(MAX_SPLITS, float32)
+    sums = cuda.shared.array(MAX_SPLITS, float32)
+    d = min(t, DV - 1)
+    values = cuda.local.array(MAX_SPLITS, float32)
+    for i in range(MAX_SPLITS):
+        values[i] = partial[(first + min(i, splits - 1) * rows) * width + d]
+    if t < MAX_SPLITS:
+        base = (first + min(t, splits - 1) * rows) * width + DV
+        tops[t] = partial[base] if t < splits else float32(-math.inf)
+        sums[t] = partial[base + 1] if t < splits else float32(0)
+    cuda.syncthreads()
     top = float32(-math.inf)
-    for i in range(splits):
-        top = max(top, partial[(first + i * rows) * width + DV])
-    d = cuda.threadIdx.x
-    if d >= DV:
-        return
+    for i in range(MAX_SPLITS):
+        top = max(top, tops[i])
     total = float32(0)
     acc = float32(0)
-    for i in range(splits):
-        base = (first + i * rows) * width
-        w = math.exp((partial[base + DV] - top) * float32(0.6931471805599453)) if top > -math.inf else float32(0)
-        total += w * partial[base + DV + 1]
-        acc += w * partial[base + d]
-    out[b, s, h, d] = acc / total if total != 0 else float32(0)
+    for i in range(MAX_SPLITS):
+        w = math.exp((tops[i] - top) * float32(0.6931471805599453)) if top > -math.inf else float32(0)
+        if i < splits:
+            total += w * sums[i]
+            acc += w * values[i]
+    if t < DV:
+        out[b, s, h, d] = acc / total if total != 0 else float32(0)
 
 
 def launch_attention(target, out, query, key, value, *, scale, causal, bottom_right) -> int:
