@@ -24,7 +24,7 @@ import numba
 import numpy as np
 from numba import cuda, float32
 
-from .dtypes import is_float
+from .dtypes import is_float, lowest as lowest_finite
 from .elementwise import ILP, divmod_fast
 from .grid import BLOCK, MAX_BLOCKS, dims_of, launch_grid
 from .normalization import launch_row_sums
@@ -126,7 +126,7 @@ def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
         target.launch(_split_reduction_kernel, min(-(-total // _COLUMNS), MAX_BLOCKS), BLOCK, flat_out, flat_in, R,
                       inner, 1.0 / inner, int(reduction == "mean"), total)
         return 1
-    lowest = float(np.finfo(np.dtype(data.dtype)).min)
+    lowest = lowest_finite(data.dtype)
     grid, block = launch_grid(total)
     target.launch(_reduction_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner,
                   REDUCTIONS[reduction], lowest, total)

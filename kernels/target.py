@@ -271,19 +271,37 @@ class KernelTarget:
                 from numba import cuda
 
                 self._workspace = cuda.device_array(nbytes, dtype=np.uint8, stream=self.stream)
-        return self.reshape(self._workspace[:nbytes].view(dtype), shape)
+        return self.reshape(self._workspace[:nbytes], shape, dtype)
 
     def reshape(self, array, shape, dtype=None):
-        """A view of contiguous device `array` with a new shape (never a copy), read as `dtype`
-        where given (of the same item size)."""
+        """A view of contiguous device `array` with a new shape (never a copy), its bytes read
+        as `dtype` where given (`reinterpret`)."""
         shape = tuple(int(d) for d in shape)
         if tuple(array.shape) == shape and (dtype is None or array.dtype == dtype):
             return array
-        if self.name == "sim":
-            from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        return reinterpret(array, shape, array.dtype if dtype is None else dtype)
 
-            host = array._ary if isinstance(array, FakeCUDAArray) else array
-            host = host if dtype is None else host.view(dtype)
-            return FakeCUDAArray(host.reshape(shape))
-        array = array if dtype is None else array.view(dtype)
-        return array.reshape(shape)
+
+def reinterpret(array, shape, dtype):
+    """The bytes of C-contiguous `array` (numpy, the simulator's or a Numba device array) as a
+    C-contiguous array of `shape` and `dtype`, no copy; its size in bytes must not grow.
+
+    Device arrays are built here, not through numba-cuda's `DeviceNDArray.view`: in numba-cuda
+    0.30 that gives a 0-d array's strides to a cached constructor as an empty list, which raises
+    "unhashable type: 'list'" (a scalar constant on the cuda engine, seen on an H100)."""
+    import numpy as np
+
+    shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes > array.size * array.dtype.itemsize:
+        raise ValueError(f"{nbytes} bytes of {dtype} {shape} do not fit in {array.dtype} {tuple(array.shape)}")
+    if isinstance(array, np.ndarray):
+        return array.reshape(-1).view(np.uint8)[:nbytes].view(dtype).reshape(shape)
+    if not hasattr(array, "gpu_data"):  # the simulator's FakeCUDAArray, around a numpy array
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(reinterpret(array._ary, shape, dtype))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * dtype.itemsize for i in range(len(shape)))
+    return DeviceNDArray(shape=shape, strides=strides, dtype=dtype, stream=array.stream, gpu_data=array.gpu_data)

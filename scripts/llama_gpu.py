@@ -17,8 +17,9 @@ own (`--case ATTENTION:DTYPE` runs one in this process), and within a case the s
 order that names the one that faulted: simaccel's build and call, torch's, then simaccel and
 torch timed; only then TVM alone's build and call (and, where it ran, the three timed again,
 interleaved). Each step syncs the device before the next starts and is logged to stderr as it
-begins; a step that fails is recorded with its error (`failed_at`), and a case whose process
-dies is recorded with its exit status and the last lines it wrote.
+begins; a step that fails is recorded with its error (`failed_at`), a case whose process dies
+after writing its entry keeps it (with `exit_status`), and one that dies before, its exit
+status and the last lines it wrote.
 """
 
 from __future__ import annotations
@@ -161,8 +162,11 @@ def case_in_own_process(case: str, seq: int, repeat: int) -> dict:
                           capture_output=True, text=True)
     sys.stderr.write(done.stderr[-4000:])
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode == 0 and lines:
-        return json.loads(lines[-1])
+    if lines:  # its entry, even where the process then died (a fault aborts TVM's teardown)
+        entry = json.loads(lines[-1])
+        if done.returncode:
+            entry["exit_status"] = done.returncode
+        return entry
     return {"attention": attention, "dtype": dtype_name, "seq": seq,
             "error": f"the case's process exited with status {done.returncode}",
             "last_output": (done.stdout + done.stderr)[-2000:]}

@@ -358,7 +358,7 @@ def replay(launches, target: LaunchTarget, slots) -> None:
         if view.tensor != WORKSPACE:
             return target.reshape(slots[view.tensor], view.shape, view.dtype)
         nbytes = math.prod(view.shape) * np.dtype(view.dtype).itemsize
-        return target.reshape(slots[WORKSPACE][:nbytes].view(view.dtype), view.shape)
+        return target.reshape(slots[WORKSPACE][:nbytes], view.shape, view.dtype)
 
     for launch in launches:
         args = [array(a) if isinstance(a, View) else a for a in launch.args]

@@ -28,8 +28,9 @@ def to_device(array, stream):
     from numba import cuda
 
     from simaccel.engines.cuda import bits
+    from simaccel.kernels.target import reinterpret
 
-    return cuda.to_device(bits(array), stream=stream).view(array.dtype)
+    return reinterpret(cuda.to_device(bits(array), stream=stream), array.shape, array.dtype)
 
 
 def to_host(array, stream):

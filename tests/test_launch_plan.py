@@ -203,3 +203,36 @@ def test_two_workspace_requests_of_a_direct_launcher_share_memory_as_in_a_region
     large[:] = 1.5
     assert np.shares_memory(again._ary, large._ary) and (again._ary != 0).any()
     assert small.shape == (4,) and large.shape == (10,) and large.dtype == np.float64
+
+
+@pytest.mark.parametrize("shape, dtype, new_shape, new_dtype", [
+    ((), np.float32, (), np.int32),  # a scalar constant: numba-cuda 0.30's own view fails on it
+    ((4, 6), np.float32, (6, 4), np.uint16),
+    ((3, 8), np.uint16, (3, 8), np.float16),
+    ((64,), np.uint8, (2, 4), np.float32),  # the workspace's first bytes as a float32 view
+])
+def test_reinterpret_reads_the_same_bytes_as_another_shape_and_dtype(shape, dtype, new_shape, new_dtype):
+    """`reinterpret` views the bytes of a numpy array, the simulator's device array and a Numba
+    device array (built without memory: no GPU here) with a new shape and dtype, never a copy.
+    numba-cuda's own DeviceNDArray.view raises on a 0-d array (TypeError: unhashable type:
+    'list'), so the cuda engine's scalar constants went through it and failed on the GPU."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    from simaccel.kernels.target import reinterpret
+
+    host = np.arange(max(1, int(np.prod(shape)))).astype(dtype).reshape(shape)
+    got = reinterpret(host, new_shape, new_dtype)
+    want = host.reshape(-1).view(np.uint8)[:got.nbytes].view(new_dtype).reshape(new_shape)
+    assert np.shares_memory(got, host) and got.tobytes() == want.tobytes() and got.shape == want.shape
+    fake = reinterpret(FakeCUDAArray(host), new_shape, new_dtype)
+    assert np.shares_memory(fake._ary, host) and fake._ary.tobytes() == want.tobytes()
+
+    memory = object()
+    device = DeviceNDArray(shape=shape, strides=host.strides, dtype=dtype, gpu_data=memory)
+    if shape == ():
+        with pytest.raises(TypeError, match="unhashable"):
+            device.view(dtype)
+    viewed = reinterpret(device, new_shape, new_dtype)
+    assert viewed.gpu_data is memory and (viewed.shape, viewed.strides, viewed.dtype) == (want.shape, want.strides, want.dtype)
+    with pytest.raises(ValueError, match="do not fit"):
+        reinterpret(host, (host.size + 1,), dtype)

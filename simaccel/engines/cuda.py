@@ -21,6 +21,7 @@ from collections import OrderedDict
 import numpy as np
 
 from ..kernels.dtypes import BFLOAT16
+from ..kernels.target import reinterpret
 from ..launch_plan import WORKSPACE, replay
 from ..tensors import describe
 from .base import Call, Engine
@@ -112,7 +113,7 @@ class CudaEngine(Engine):
 
         with cuda.gpus[device_id]:
             value = spec.value_array()
-            return cuda.to_device(bits(value)).view(value.dtype)
+            return reinterpret(cuda.to_device(bits(value)), value.shape, value.dtype)
 
     def copy(self, call: Call, destination, source) -> None:
         bits(destination).copy_to_device(bits(source), stream=call.target.stream)
@@ -223,7 +224,7 @@ def bits(array):
     uint16 of the same bytes, since numba-cuda moves data through Python's buffer protocol,
     which has no format for ml_dtypes' bfloat16 ("cannot include dtype 'E' in a buffer", seen
     on an H100); every other array as it is."""
-    return array.view(np.uint16) if np.dtype(array.dtype) == BFLOAT16 else array
+    return reinterpret(array, array.shape, np.uint16) if np.dtype(array.dtype) == BFLOAT16 else array
 
 
 def device_view(address: int, spec, owner=None):

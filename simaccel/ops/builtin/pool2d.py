@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ...kernels.dtypes import lowest as lowest_finite
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
@@ -80,7 +81,7 @@ def max_pool2d(data, **attrs):
     So a window entirely in padding gives that lowest value (not -inf), and a NaN survives
     only if no later tap replaces it, exactly as in TVM's CPU build.
     """
-    lowest = np.float32(np.finfo(np.asarray(data).dtype).min)
+    lowest = np.float32(lowest_finite(np.asarray(data).dtype))
     taps = _windows(f32(data), lowest, **attrs)
     acc = np.full(taps[0].shape, lowest)
     for tap in taps:

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
-from ...kernels.dtypes import is_float
+from ...kernels.dtypes import is_float, lowest as lowest_finite
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
@@ -53,7 +53,7 @@ def reduce(data, *, axes, keepdims, reduction):
     if reduction == "mean":
         count = np.prod([x.shape[a] for a in axes])
         return x.sum(axis=axes, keepdims=keepdims, dtype=np.float32) / np.float32(count)
-    lowest = np.float32(np.finfo(np.asarray(data).dtype).min)
+    lowest = np.float32(lowest_finite(np.asarray(data).dtype))
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
     kept = moved.shape[: x.ndim - len(axes)]
     rows = moved.reshape(kept + (math.prod(moved.shape[len(kept):]),))  # not -1: numpy cannot infer it with no rows

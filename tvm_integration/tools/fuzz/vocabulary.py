@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 
 
@@ -139,7 +140,7 @@ def _pool_taps(x, attrs, pad_value):
 def _max_pool(xs, attrs, dtype):
     """TVM starts (and pads) the max from the dtype's lowest finite value."""
     taps = list(_pool_taps(xs[0], attrs, -np.inf))
-    return np.maximum(np.max(taps, axis=0), np.finfo(dtype).min) if taps[0].size else taps[0]
+    return np.maximum(np.max(taps, axis=0), ml_dtypes.finfo(dtype).min) if taps[0].size else taps[0]
 
 
 def _avg_pool(xs, attrs, dtype):
@@ -217,7 +218,7 @@ def _running_max(xs, attrs, dtype):
     axes = sorted(a % x.ndim for a in attrs["axis"])
     moved = np.moveaxis(x, axes, list(range(x.ndim - len(axes), x.ndim)))
     rows = moved.reshape(moved.shape[: x.ndim - len(axes)] + (-1,))
-    acc = np.full(rows.shape[:-1], float(np.finfo(dtype).min))
+    acc = np.full(rows.shape[:-1], float(ml_dtypes.finfo(dtype).min))
     for r in range(rows.shape[-1]):
         acc = np.where(acc > rows[..., r], acc, rows[..., r])
     return acc.reshape(_reduced_shape(x.shape, attrs))
