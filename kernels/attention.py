@@ -7,17 +7,20 @@ memory is dynamic and sized per target (`dynamic_shared_bytes`). On the simulato
 of the block stands in for the C++ (`_simulated_tile`), so the launch geometry and the
 packing of grouped heads are tested on the CPU.
 
-Everything else runs on the one-warp-per-row kernel below. For query row i of batch b and head h, the warp walks the keys once: each lane holds 8 of the
-row's D query values (D <= 256) and 8 of the output's Dv accumulators; per key j the lanes'
-partial dot products are summed across the warp (xor shuffles; on the simulator, through
-shared memory), scaled, and folded into the running max m, the running sum l and the
-accumulators (rescaled by exp(m_old - m_new)), so scores are never stored and any key length
-runs. A causal mask ends the walk at key i + offset. The output is acc / l, 0 where no key
-has weight (none seen, or every score -inf), NaN where a score is. Float32 throughout; loads convert from the input dtype, the store
-rounds to the output's.
+Everything else (float32, other head dims) runs on the one-warp-per-row kernel below. For
+query row i of batch b and head h, the warp walks the keys in chunks of 32: the query row sits
+in shared memory (D <= 256), each lane scores one key of the chunk (its own dot product over
+D), the chunk's max is taken across the warp (xor shuffles; on the simulator, through shared
+memory), and the running max m, each lane's share of the running sum l and the accumulators
+(8 of the output's Dv a lane) are rescaled by exp(m_old - m_new); then each key's weight is
+broadcast from its lane and every lane adds weight * V[j] to its accumulators. So there is one
+warp reduction per 32 keys (not per key), scores are never stored and any key length runs. A
+causal mask ends the walk at key i + offset. The output is acc / l, 0 where no key has weight
+(none seen, or every score -inf), NaN where a score is. Float32 throughout; loads convert from
+the input dtype, the store rounds to the output's.
 
-This one is correct at any length and head dim up to 256, not fast: it reads K and V once per
-query row (from L2 for neighbouring rows), and its loop is latency-bound.
+It reads K and V once per query row (from L2 for the rows that share them), so it suits short
+sequences and decode steps; long float32 prefills would want a tile of their own.
 
 Grouped-query attention (H query heads over HKV key/value heads, H a multiple of HKV): query
 head h reads key/value head h // (H // HKV), in both kernels.
@@ -39,6 +42,14 @@ from .target import with_simulator_twin
 
 WARP = 32
 PER_LANE = 8  # head-dim values a lane keeps: D, Dv <= 256 (simaccel.ops.builtin.attention.MAX_HEAD_DIM)
+ROW = PER_LANE * WARP  # the query row in shared memory
+
+
+@register_jitable
+def _larger(a, b):
+    """max(a, b) where a NaN loses to a number: a row's NaN score spreads through its weight
+    (exp(NaN - max) is NaN), not through the max, unless every score is NaN."""
+    return b if b > a or a != a else a
 
 
 @register_jitable
@@ -47,6 +58,20 @@ def _warp_sum(buf, value, lane):
     for s in range(5):
         value += cuda.shfl_xor_sync(0xFFFFFFFF, value, 16 >> s)
     return value
+
+
+@register_jitable
+def _warp_max(buf, value, lane):
+    """`_larger` of `value` over the warp, every lane getting it: xor shuffles."""
+    for s in range(5):
+        value = _larger(value, cuda.shfl_xor_sync(0xFFFFFFFF, value, 16 >> s))
+    return value
+
+
+@register_jitable
+def _lane_value(buf, value, lane, src):
+    """Lane `src`'s `value`, to every lane."""
+    return cuda.shfl_sync(0xFFFFFFFF, value, src)
 
 
 @register_jitable
@@ -61,41 +86,75 @@ def _simulated_warp_sum(buf, value, lane):
     return total
 
 
+@register_jitable
+def _simulated_warp_max(buf, value, lane):
+    """The simulator's `_warp_max`: through shared memory."""
+    buf[lane] = value
+    cuda.syncthreads()
+    top = buf[0]
+    for other in range(1, WARP):
+        top = _larger(top, buf[other])
+    cuda.syncthreads()
+    return top
+
+
+@register_jitable
+def _simulated_lane_value(buf, value, lane, src):
+    """The simulator's `_lane_value`: through shared memory."""
+    buf[lane] = value
+    cuda.syncthreads()
+    got = buf[src]
+    cuda.syncthreads()
+    return got
+
+
 def _attention_kernel(simulator):
-    reduce = _simulated_warp_sum if simulator else _warp_sum
+    warp_sum, warp_max, lane_value = ((_simulated_warp_sum, _simulated_warp_max, _simulated_lane_value) if simulator
+                                      else (_warp_sum, _warp_max, _lane_value))
 
     def _attention_kernel(out, q, k, v, T, D, DV, G, scale, causal, offset):
         i, h, b = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
         kvh = h // G
         lane = cuda.threadIdx.x
         buf = cuda.shared.array(WARP, float32)
-        qr = cuda.local.array(PER_LANE, float32)
+        row = cuda.shared.array(ROW, float32)  # the query row, read by every lane
         acc = cuda.local.array(PER_LANE, float32)
         for t in range(PER_LANE):
             d = lane + WARP * t
-            qr[t] = float32(q[b, i, h, d]) if d < D else float32(0)
+            if d < D:
+                row[d] = float32(q[b, i, h, d])
             acc[t] = float32(0)
+        cuda.syncthreads()
         limit = T
         if causal:
             limit = min(T, max(i + offset + 1, 0))
         m = float32(-math.inf)
-        total = float32(0)
-        for j in range(limit):
-            part = float32(0)
-            for t in range(PER_LANE):
-                d = lane + WARP * t
-                if d < D:
-                    part += qr[t] * float32(k[b, j, kvh, d])
-            score = reduce(buf, part, lane) * scale
-            top = max(m, score)
+        total = float32(0)  # this lane's keys' share of the row's sum
+        for first in range(0, limit, WARP):
+            j = first + lane  # each lane scores one key of the chunk
+            score = float32(-math.inf)
+            if j < limit:
+                part = float32(0)
+                for d in range(D):
+                    part += row[d] * float32(k[b, j, kvh, d])
+                score = part * float32(scale)
+            top = _larger(m, warp_max(buf, score, lane))
             correction = math.exp(m - top) if m > -math.inf else float32(0)
-            p = math.exp(score - top) if top > -math.inf else float32(0)  # every score so far -inf
+            if top > -math.inf:
+                p = math.exp(score - top)
+            else:  # every score so far -inf (or NaN)
+                p = score if score != score else float32(0)
             total = total * correction + p
             for t in range(PER_LANE):
-                d = lane + WARP * t
-                if d < DV:
-                    acc[t] = acc[t] * correction + p * float32(v[b, j, kvh, d])
+                acc[t] *= correction
+            for n in range(min(WARP, limit - first)):
+                weight = lane_value(buf, p, lane, n)
+                for t in range(PER_LANE):
+                    d = lane + WARP * t
+                    if d < DV:
+                        acc[t] += weight * float32(v[b, first + n, kvh, d])
             m = top
+        total = warp_sum(buf, total, lane)
         for t in range(PER_LANE):
             d = lane + WARP * t
             if d < DV:

@@ -1,6 +1,6 @@
 """Time simaccel.attention's kernel on a GPU against torch's scaled_dot_product_attention.
 
-    python scripts/attention_gpu.py OUT_DIR [--only CASE]
+    python scripts/attention_gpu.py OUT_DIR [--only CASE] [--float32]
 
 Prefill (S = T query rows and keys, causal) and decode (1 query row against T keys) in float16
 and bfloat16, 32 query heads of 128 over 32 key/value heads, or 8 (grouped-query attention,
@@ -9,7 +9,11 @@ dtype's tolerance), then timed with CUDA events (the median of 20 samples of 5 c
 behind a spin kernel, scripts/fp16_gemm_gpu.py's `events_ms`), interleaved with torch's SDPA (flash where torch picks it). Writes
 OUT_DIR/attention.json. With --only CASE (a label below), it runs that case's kernel once in
 float16 and times nothing: what Nsight Compute profiles (`ncu -k regex:attention ...`).
+With --float32, the float32 cases instead (the one-warp-per-row kernel: torch's frontend
+gives 16-bit models float32 attention, and nn.TransformerEncoderLayer's is float32), into
+OUT_DIR/attention-float32.json.
 """
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,17 +31,20 @@ CASES = [("prefill 2048", 1, 2048, 2048, 32, 32, 128, True), ("prefill 512", 4, 
          ("prefill 2048 gqa", 1, 2048, 2048, 32, 8, 128, True), ("prefill 2048 d64", 1, 2048, 2048, 32, 32, 64, True),
          ("decode 4096", 1, 1, 4096, 32, 32, 128, False), ("decode 4096 gqa", 1, 1, 4096, 32, 8, 128, False),
          ("decode 1024 x8", 8, 1, 1024, 32, 32, 128, False), ("decode 4096 gqa x8", 8, 1, 4096, 32, 8, 128, False)]
+FLOAT32_CASES = [("encoder 64", 2, 64, 64, 4, 4, 64, False), ("prefill 256 d64", 1, 256, 256, 8, 8, 64, True),
+                 ("llama 32 d32 gqa", 1, 32, 32, 8, 2, 32, True), ("decode 1024 gqa", 1, 1, 1024, 32, 8, 128, False)]
 
 
-def main(out_dir: Path, only: str | None = None) -> int:
-    if only is not None and only not in {case[0] for case in CASES}:
-        raise SystemExit(f"--only {only!r}: no such case (the cases: {', '.join(case[0] for case in CASES)})")
+def main(out_dir: Path, only: str | None = None, float32: bool = False) -> int:
+    cases = FLOAT32_CASES if float32 else CASES
+    if only is not None and only not in {case[0] for case in cases}:
+        raise SystemExit(f"--only {only!r}: no such case (the cases: {', '.join(case[0] for case in cases)})")
     op = get_op("simaccel.attention")
     target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
     rows, failed = [], 0
-    for dtype_name in ("float16",) if only else ("float16", "bfloat16"):
+    for dtype_name in ("float32",) if float32 else ("float16",) if only else ("float16", "bfloat16"):
         dtype = getattr(torch, dtype_name)
-        for label, b, s, t, h, hkv, d, causal in CASES:
+        for label, b, s, t, h, hkv, d, causal in cases:
             if only and label != only:
                 continue
             torch.manual_seed(0)
@@ -72,9 +79,14 @@ def main(out_dir: Path, only: str | None = None) -> int:
             print(f"{dtype_name:9s} {label:16s} {ms * 1e3:10.1f} us | torch {torch_ms * 1e3:8.1f} us | "
                   f"{row['ratio']:6.2f}x | {'ok' if found.ok else 'MISMATCH ' + found.reason}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "attention.json").write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    (out_dir / ("attention-float32.json" if float32 else "attention.json")).write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), sys.argv[3] if sys.argv[2:3] == ["--only"] else None))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--only", help="run this case's kernel once and time nothing (for Nsight Compute)")
+    parser.add_argument("--float32", action="store_true", help="the float32 cases (the one-warp-per-row kernel)")
+    args = parser.parse_args()
+    sys.exit(main(args.out, args.only, args.float32))

@@ -36,7 +36,8 @@ def _run_kernel(arrays, attrs):
 
 
 # (batch, query rows, keys, heads, head dim, value head dim)
-SHAPES = [(1, 3, 5, 2, 8, 8), (2, 5, 3, 1, 33, 40), (1, 1, 9, 3, 64, 64), (1, 4, 4, 1, 256, 7), (1, 2, 1, 2, 1, 1)]
+SHAPES = [(1, 3, 5, 2, 8, 8), (2, 5, 3, 1, 33, 40), (1, 1, 9, 3, 64, 64), (1, 4, 4, 1, 256, 7), (1, 2, 1, 2, 1, 1),
+          (1, 3, 70, 2, 16, 16), (1, 34, 33, 1, 8, 12)]  # more keys than a warp's chunk of 32, causal rows across chunks
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -59,6 +60,17 @@ def test_an_empty_key_set_gives_zeros_and_nan_spreads_over_its_row():
     out, ref, _ = _run_kernel(arrays, dict(scale=1.0, **CAUSAL["TopLeft"]))
     assert np.isnan(out[0, 2:]).all() and np.isfinite(out[0, :2]).all()
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+
+
+def test_a_nan_key_in_a_later_chunk_spreads_over_the_rows_that_see_it():
+    """The one-warp kernel scores keys 32 at a time: a NaN in the third chunk (key 68) makes
+    the rows that see it NaN (BottomRight: rows 1 and 2 of 3 against 70 keys), not row 0."""
+    arrays = _inputs(np.random.default_rng(2), 1, 3, 70, 2, 16, 16, "float32")
+    arrays[1][0, 68, 1, 5] = np.nan  # head 1 only
+    out, ref, _ = _run_kernel(arrays, dict(scale=0.25, **CAUSAL["BottomRight"]))
+    assert np.isnan(out[0, 1:, 1]).all() and np.isfinite(out[0, 0, 1]).all() and np.isfinite(out[0, :, 0]).all()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_allclose(out, ref, equal_nan=True, **TOL["float32"])
 
 
 @pytest.mark.parametrize("s, t", [(4, 4), (3, 6), (6, 3)])
