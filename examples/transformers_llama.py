@@ -5,8 +5,9 @@ over 2 key/value heads, vocabulary 128) runs its forward over one prompt; it is 
 `torch.export.export` at that length, imported with TVM's `from_exported_program`,
 partitioned for simaccel (the report says what was rewritten, what runs where and why), built,
 run, and its logits compared with torch's own (simaccel.compare's rule). TVM alone is built
-too where it can be: TVM 0.27 cannot build this model (its legalization fails on the mask
-code transformers writes), which the output says. Exit status 0 when simaccel matches torch,
+too where it can be: TVM 0.27 cannot build this model for the CPU (its legalization fails on
+the mask code transformers writes), which the output says; its CUDA build faults on the GPU
+(a misaligned write in its cumsum kernel), so with --engine cuda it is not run. Exit status 0 when simaccel matches torch,
 1 when it does not, 2 when torch or transformers is not installed (the message says how to
 install them) or there is no GPU for `--engine cuda`.
 
@@ -84,13 +85,17 @@ def main(argv=None) -> int:
     with simaccel.get_runtime().use_engine("auto" if device == "cuda" else args.engine):
         got = outputs_as_list(relax.VirtualMachine(executable, dev)["main"](tvm.runtime.tensor(ids.numpy(), dev)))[0]
     got = got.numpy().astype(np.float32)
-    try:
-        theirs = relax.VirtualMachine(build_tvm_only(mod, target), dev)
-        alone = outputs_as_list(theirs["main"](tvm.runtime.tensor(ids.numpy(), dev)))[0].numpy().astype(np.float32)
-        found = array_difference(got, alone, scaled=True, dtype=args.dtype)
-        print(f"    TVM alone: {'matches' if found.ok else 'differs: ' + found.reason}")
-    except Exception as e:  # noqa: BLE001 - TVM alone failing is what this model shows in TVM 0.27
-        print(f"    TVM alone: cannot build this model ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
+    if device == "cuda":
+        print("    TVM alone: not run: TVM 0.27's CUDA build of this model faults on the GPU (a misaligned "
+              "shared-memory write in its cumsum kernel, seen on an H100), which would end this process")
+    else:
+        try:
+            theirs = relax.VirtualMachine(build_tvm_only(mod, target), dev)
+            alone = outputs_as_list(theirs["main"](tvm.runtime.tensor(ids.numpy(), dev)))[0].numpy().astype(np.float32)
+            found = array_difference(got, alone, scaled=True, dtype=args.dtype)
+            print(f"    TVM alone: {'matches' if found.ok else 'differs: ' + found.reason}")
+        except Exception as e:  # noqa: BLE001 - TVM alone failing is what this model shows in TVM 0.27
+            print(f"    TVM alone: cannot build this model ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
     found = array_difference(got, want, scaled=True, dtype=args.dtype)
     print(f"logits {tuple(got.shape)}: max abs error vs torch {found.max_error:.3g}")
     print(f"RESULT: {'match' if found.ok else 'mismatch: ' + found.reason}")

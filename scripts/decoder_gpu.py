@@ -8,7 +8,9 @@ float16 and bfloat16, built for CUDA by simaccel (native regions) and by TVM alo
 default GPU schedules), and written again in torch with the same weights (SDPA with
 enable_gqa; examples/decoder.py `torch_twin`). Each case is a prefill of S tokens onto an empty cache, or a decode step of one
 token onto a cache of M; each is checked (simaccel against torch and TVM alone, logits and
-caches; exit status 1 where one differs) and then timed: wall time of one call and a device sync, medians of interleaved
+caches; TVM alone against torch too, so a step where simaccel matches torch and TVM alone
+matches neither is "TVM numerically off", as `simaccel conformance` judges it; exit status 1
+where a step fails) and then timed: wall time of one call and a device sync, medians of interleaved
 rounds (tvm_integration/tools/model_bench.py `timed`). Writes OUT_DIR/decoder.json and prints
 the table. --profile: each case's simaccel call is also traced once with torch.profiler, and
 its kernels (count, summed GPU time, the longest) recorded beside the wall time.
@@ -24,6 +26,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from simaccel.tvm_integration.tools.common.verdicts import FAIL, PASS, TVM_OFF
 
 CASES = [("prefill", 128, 0), ("prefill", 512, 0), ("decode", 1, 128), ("decode", 1, 129), ("decode", 1, 500),
          ("decode", 1, 1000)]  # (kind, S, M)
@@ -91,13 +95,18 @@ def main() -> int:
                          for g, w in zip(outputs["simaccel"], outputs[peer])]
                 checks[peer] = {"ok": all(f.ok for f in found), "logits_error": float(found[0].scaled_error),
                                 "reason": next((f.reason for f in found if not f.ok), "")}
-            failed += not (checks["torch"]["ok"] and checks["tvm"]["ok"])
+            found = [array_difference(np.asarray(g, np.float32), np.asarray(w, np.float32), dtype=dtype, scaled=True)
+                     for g, w in zip(outputs["tvm"], outputs["torch"])]
+            tvm_vs_torch = all(f.ok for f in found)
+            verdict = step_verdict(checks["tvm"]["ok"], checks["torch"]["ok"], tvm_vs_torch)
+            failed += verdict == FAIL
             times = timed({"simaccel": lambda: vms["simaccel"]["main"](*tvm_args),
                            "tvm": lambda: vms["tvm"]["main"](*tvm_args),
                            "torch": lambda: torch_step(*torch_args)},
                           lambda: (dev.sync(), torch.cuda.synchronize()), args.repeat)
             row = {"dtype": dtype, "case": kind, "S": s, "M": m, "us": times, "vs_tvm": times["simaccel"] / times["tvm"],
-                   "vs_torch": times["simaccel"] / times["torch"], "checks": checks}
+                   "vs_torch": times["simaccel"] / times["torch"], "checks": checks, "tvm_matches_torch": tvm_vs_torch,
+                   "verdict": verdict}
             if args.profile:
                 row["kernels"] = traced_kernels(lambda: vms["simaccel"]["main"](*tvm_args), args.out / f"{dtype}-{kind}-{s}-{m}")
                 print(f"  simaccel's kernels: {row['kernels']}")
@@ -105,12 +114,23 @@ def main() -> int:
             print(f"{dtype:9s} {kind:8s} S={s:4d} M={m:5d} | simaccel {times['simaccel']:9.1f} us | TVM alone "
                   f"{times['tvm']:9.1f} us ({row['vs_tvm']:.2f}x) | torch {times['torch']:9.1f} us ({row['vs_torch']:.2f}x) | "
                   f"vs torch {'ok' if checks['torch']['ok'] else 'MISMATCH ' + checks['torch']['reason']}, "
-                  f"vs TVM alone {'ok' if checks['tvm']['ok'] else 'MISMATCH ' + checks['tvm']['reason']}")
+                  f"vs TVM alone {'ok' if checks['tvm']['ok'] else 'MISMATCH ' + checks['tvm']['reason']} | {verdict}")
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
               "config": dataclasses.asdict(config), "rows": rows}
     (args.out / "decoder.json").write_text(json.dumps(result, indent=1, default=str))
     return 1 if failed else 0
+
+
+def step_verdict(matches_tvm: bool, matches_torch: bool, tvm_matches_torch: bool) -> str:
+    """A step's verdict, as `simaccel conformance` judges a model: passed where simaccel
+    matches TVM alone and torch; TVM numerically off where simaccel matches torch and TVM alone
+    matches neither (TVM alone sums bfloat16 in bfloat16); else failed."""
+    if matches_tvm and matches_torch:
+        return PASS
+    if matches_torch and not tvm_matches_torch:
+        return TVM_OFF
+    return FAIL
 
 
 if __name__ == "__main__":

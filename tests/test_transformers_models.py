@@ -3,11 +3,11 @@ TVM's torch frontend: one region, nothing kept on TVM, its attention one grouped
 and the logits those of torch.
 
 transformers comes with the `torch` extra. Its mask code reaches Relax as integer and bool
-arithmetic of constants (a cumsum of bools among them, which TVM 0.27 cannot legalize:
-tvm_integration/rewrites/constants.py computes it at build time), and its eager or SDPA
+arithmetic of constants (a cumsum of bools among them, which TVM 0.27 cannot legalize for the
+CPU and whose CUDA kernel faults: tvm_integration/rewrites/constants.py computes it at build time), and its eager or SDPA
 attention, with `repeat_kv` for its grouped heads, as the matmul-softmax-matmul chain
-(tvm_integration/rewrites/attention.py). TVM alone fails to build this model in 0.27 (an
-InternalError in its legalization); where a TVM release builds it, the test compares with it
+(tvm_integration/rewrites/attention.py). TVM alone fails to build this model for the CPU in
+0.27 (an InternalError in its legalization); where a TVM release builds it, the test compares with it
 too. The GPU run is scripts/llama_gpu.py's.
 
 Run it with the `pytest` command (the README's) or `python -P -m pytest`: `python -m pytest`
