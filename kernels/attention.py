@@ -19,8 +19,10 @@ causal mask ends the walk at key i + offset. The output is acc / l, 0 where no k
 (none seen, or every score -inf), NaN where a score is. Float32 throughout; loads convert from
 the input dtype, the store rounds to the output's.
 
-It reads K and V once per query row (from L2 for the rows that share them), so it suits short
-sequences and decode steps; long float32 prefills would want a tile of their own.
+It reads K and V once per query row (from L2 for the rows that share them). Where its warps
+are few (a decode step), the keys are split over warps as over the tiles below, through the
+same workspace layout and combining kernel. Long float32 prefills would want a tile of their
+own.
 
 Grouped-query attention (H query heads over HKV key/value heads, H a multiple of HKV): query
 head h reads key/value head h // (H // HKV), in both kernels.
@@ -108,52 +110,64 @@ def _simulated_lane_value(buf, value, lane, src):
     return got
 
 
+@register_jitable
+def _walk_keys(acc, row, buf, k, v, b, kvh, lane, first, stop, D, DV, scale, simulator):
+    """The online softmax of the query row in shared `row` over keys [first, stop) of key/value
+    head `kvh`, 32 keys a chunk: adds this lane's PER_LANE outputs (unnormalised) to `acc` and
+    returns (the scores' max, this lane's share of the sum). `simulator`: the warp's exchanges
+    through shared memory (the simulator has no shuffles)."""
+    m = float32(-math.inf)
+    total = float32(0)
+    for start in range(first, stop, WARP):
+        j = start + lane  # each lane scores one key of the chunk
+        score = float32(-math.inf)
+        if j < stop:
+            part = float32(0)
+            for d in range(D):
+                part += row[d] * float32(k[b, j, kvh, d])
+            score = part * scale
+        top = _larger(m, _simulated_warp_max(buf, score, lane) if simulator else _warp_max(buf, score, lane))
+        correction = math.exp(m - top) if m > -math.inf else float32(0)
+        if top > -math.inf:
+            p = math.exp(score - top)
+        else:  # every score so far -inf (or NaN)
+            p = score if score != score else float32(0)
+        total = total * correction + p
+        for t in range(PER_LANE):
+            acc[t] *= correction
+        for n in range(min(WARP, stop - start)):
+            weight = _simulated_lane_value(buf, p, lane, n) if simulator else _lane_value(buf, p, lane, n)
+            for t in range(PER_LANE):
+                d = lane + WARP * t
+                if d < DV:
+                    acc[t] += weight * float32(v[b, start + n, kvh, d])
+        m = top
+    return m, total
+
+
+@register_jitable
+def _load_row(row, acc, q, b, i, h, D, lane):
+    """Query row (b, i, h) into shared `row` (float32), this lane's accumulators to 0."""
+    for t in range(PER_LANE):
+        d = lane + WARP * t
+        if d < D:
+            row[d] = float32(q[b, i, h, d])
+        acc[t] = float32(0)
+    cuda.syncthreads()
+
+
 def _attention_kernel(simulator):
-    warp_sum, warp_max, lane_value = ((_simulated_warp_sum, _simulated_warp_max, _simulated_lane_value) if simulator
-                                      else (_warp_sum, _warp_max, _lane_value))
+    warp_sum = _simulated_warp_sum if simulator else _warp_sum
 
     def _attention_kernel(out, q, k, v, T, D, DV, G, scale, causal, offset):
         i, h, b = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
-        kvh = h // G
         lane = cuda.threadIdx.x
         buf = cuda.shared.array(WARP, float32)
         row = cuda.shared.array(ROW, float32)  # the query row, read by every lane
         acc = cuda.local.array(PER_LANE, float32)
-        for t in range(PER_LANE):
-            d = lane + WARP * t
-            if d < D:
-                row[d] = float32(q[b, i, h, d])
-            acc[t] = float32(0)
-        cuda.syncthreads()
-        limit = T
-        if causal:
-            limit = min(T, max(i + offset + 1, 0))
-        m = float32(-math.inf)
-        total = float32(0)  # this lane's keys' share of the row's sum
-        for first in range(0, limit, WARP):
-            j = first + lane  # each lane scores one key of the chunk
-            score = float32(-math.inf)
-            if j < limit:
-                part = float32(0)
-                for d in range(D):
-                    part += row[d] * float32(k[b, j, kvh, d])
-                score = part * float32(scale)
-            top = _larger(m, warp_max(buf, score, lane))
-            correction = math.exp(m - top) if m > -math.inf else float32(0)
-            if top > -math.inf:
-                p = math.exp(score - top)
-            else:  # every score so far -inf (or NaN)
-                p = score if score != score else float32(0)
-            total = total * correction + p
-            for t in range(PER_LANE):
-                acc[t] *= correction
-            for n in range(min(WARP, limit - first)):
-                weight = lane_value(buf, p, lane, n)
-                for t in range(PER_LANE):
-                    d = lane + WARP * t
-                    if d < DV:
-                        acc[t] += weight * float32(v[b, first + n, kvh, d])
-            m = top
+        _load_row(row, acc, q, b, i, h, D, lane)
+        limit = min(T, max(i + offset + 1, 0)) if causal else T
+        m, total = _walk_keys(acc, row, buf, k, v, b, h // G, lane, 0, limit, D, DV, float32(scale), simulator)
         total = warp_sum(buf, total, lane)
         for t in range(PER_LANE):
             d = lane + WARP * t
@@ -163,7 +177,42 @@ def _attention_kernel(simulator):
     return _attention_kernel
 
 
+def _attention_split_kernel(simulator):
+    warp_sum = _simulated_warp_sum if simulator else _warp_sum
+
+    def _attention_split_kernel(partial, q, k, v, S, T, D, DV, H, HKV, scale, causal, offset, splits, chunk):
+        """Keys [split * chunk, (split + 1) * chunk) of query row blockIdx.x, head blockIdx.y,
+        batch blockIdx.z // splits (split blockIdx.z % splits): its output (unnormalised), max
+        (base 2) and sum into `partial`, in the tiles' layout (packed row s * G + h % G of
+        key/value head h // G), for `_combine_kernel`."""
+        i, h, z = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
+        b, split = z // splits, z % splits
+        G = H // HKV
+        lane = cuda.threadIdx.x
+        buf = cuda.shared.array(WARP, float32)
+        row = cuda.shared.array(ROW, float32)
+        acc = cuda.local.array(PER_LANE, float32)
+        _load_row(row, acc, q, b, i, h, D, lane)
+        limit = min(T, max(i + offset + 1, 0)) if causal else T
+        first = split * chunk
+        m, total = _walk_keys(acc, row, buf, k, v, b, h // G, lane, first, min(limit, first + chunk), D, DV,
+                              float32(scale), simulator)
+        total = warp_sum(buf, total, lane)
+        base = ((((b * HKV + h // G) * splits + split) * S * G) + i * G + h % G) * (DV + 2)
+        for t in range(PER_LANE):
+            d = lane + WARP * t
+            if d < DV:
+                partial[base + d] = acc[t]
+        if lane == 0:
+            partial[base + DV] = m * float32(LOG2E)
+            partial[base + DV + 1] = total
+
+    return _attention_split_kernel
+
+
 ATTENTION_KERNEL = with_simulator_twin(_attention_kernel)
+ATTENTION_SPLIT_KERNEL = with_simulator_twin(_attention_split_kernel)
+WARPS_A_BLOCK = 8  # the one-warp kernel's warps counted as one block of key_splits' budget
 
 # -- tensor-core tiles (attention.cu) -------------------------------------------------------
 
@@ -339,18 +388,26 @@ def _combine_kernel(out, partial, S, H, HKV, splits, DV):
 
 def launch_attention(target, out, query, key, value, *, scale, causal, bottom_right) -> int:
     """Tensor-core tiles where the dtype and head dims allow (a block per 64 packed query rows,
-    key/value head and batch; where those few leave the GPU idle, per key split too, then a
-    combining launch), else one warp per (query row, head, batch); returns the launch count (0
-    for an empty output)."""
+    key/value head and batch), else one warp per (query row, head, batch); where those few
+    leave the GPU idle, per key split too (WARPS_A_BLOCK warps counting as one block), then a
+    combining launch. Returns the launch count (0 for an empty output)."""
     B, S, H, D = query.shape
     T, HKV, DV = key.shape[1], key.shape[2], value.shape[3]
     if B * S * H * DV == 0:
         return 0
     offset = abs(S - T) if bottom_right else 0
     if D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
-        target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, T, D, DV, H // HKV, float(scale),
-                      int(bool(causal)), offset)
-        return 1
+        splits = key_splits(-(-(B * S * H) // WARPS_A_BLOCK), T)
+        if splits == 1:
+            target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, T, D, DV, H // HKV, float(scale),
+                          int(bool(causal)), offset)
+            return 1
+        chunk = -(-T // (splits * WARP)) * WARP  # keys a split, whole chunks of 32
+        partial = target.workspace((PARTIAL_ROWS * (int(DV) + 2),), np.float32)
+        target.launch(ATTENTION_SPLIT_KERNEL, (S, H, B * splits), WARP, partial, query, key, value, S, T, D, DV, H, HKV,
+                      float(scale), int(bool(causal)), offset, splits, chunk)
+        target.launch(_combine_kernel, B * S * H, max(int(DV), MAX_SPLITS), out, partial, S, H, HKV, splits, DV)
+        return 2
     tiles = -(-(S * (H // HKV)) // TILE_ROWS)
     splits = key_splits(tiles * HKV * B, T)
     if splits == 1:

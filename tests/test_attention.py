@@ -203,11 +203,12 @@ def test_keys_split_where_the_tiles_leave_the_gpu_idle():
 SPLIT_SHAPES = [(1, 1, 600, 8, 2, 64), (3, 1, 1030, 4, 4, 128), (1, 5, 700, 4, 2, 64), (2, 2, 2049, 2, 1, 128)]
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("mask", sorted(CAUSAL, key=str))
-@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=str)
+@pytest.mark.parametrize("shape", SPLIT_SHAPES + [(1, 1, 530, 4, 1, 32)], ids=str)
 def test_split_keys_match_the_reference(shape, mask, dtype):
-    """The tile kernel over key splits, then the combining kernel, on the simulator: the
+    """The tile kernel (float16, bfloat16 at head dims 64 and 128) or the one-warp kernel
+    (float32, head dim 32) over key splits, then the combining kernel, on the simulator: the
     splits' shares in the workspace, weighed by their maxima. TopLeft's rows see only the first
     keys, so most splits have none (max -inf, sum 0)."""
     b, s, t, h, hkv, d = shape
@@ -219,7 +220,7 @@ def test_split_keys_match_the_reference(shape, mask, dtype):
     np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_split_keys_spread_a_nan_and_give_rows_without_keys_zero(dtype):
     """A NaN key in one split makes every row that sees it NaN after the combination, whatever
     the other splits' maxima; rows whose every score is -inf (an -inf query against finite keys)
