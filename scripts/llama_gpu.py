@@ -45,7 +45,6 @@ def _error(e: BaseException) -> str:
 def one_case(attention: str, dtype_name: str, seq: int, repeat: int) -> dict:
     import torch
     import tvm
-    from transformers import LlamaConfig, LlamaForCausalLM
     from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -53,19 +52,9 @@ def one_case(attention: str, dtype_name: str, seq: int, repeat: int) -> dict:
     from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
     from simaccel.tvm_integration.tools.deploy import outputs_as_list
     from simaccel.tvm_integration.tools.model_bench import timed
+    from simaccel.tvm_integration.tools.torch_models import llama_logits
 
-    dtype = getattr(torch, dtype_name)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**CONFIG, attn_implementation=attention)).eval().to(dtype)
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids):
-            return self.model(input_ids=input_ids, use_cache=False).logits
-
+    logits = llama_logits(CONFIG, attention, dtype_name)
     entry: dict = {"attention": attention, "dtype": dtype_name, "seq": seq}
 
     def step(name: str) -> None:
@@ -76,7 +65,7 @@ def one_case(attention: str, dtype_name: str, seq: int, repeat: int) -> dict:
     ids = torch.randint(0, CONFIG["vocab_size"], (1, seq))
     try:
         with torch.no_grad():
-            exported = torch.export.export(Logits(), (ids,))
+            exported = torch.export.export(logits, (ids,))
         mod = from_exported_program(exported, keep_params_as_input=False)
     except Exception as e:  # noqa: BLE001 - recorded: the export is what this case is about
         entry["export_error"] = _error(e)
@@ -101,7 +90,7 @@ def one_case(attention: str, dtype_name: str, seq: int, repeat: int) -> dict:
     data = tvm.runtime.tensor(ids.numpy(), dev)
     got = outputs_as_list(ours["main"](data))[0].numpy()
     step("torch call")
-    model_gpu, ids_gpu = Logits().cuda(), ids.cuda()
+    model_gpu, ids_gpu = logits.cuda(), ids.cuda()
     with torch.no_grad():
         want_torch = model_gpu(ids_gpu).float().cpu().numpy()
     found = array_difference(got.astype(np.float32), want_torch, scaled=True, dtype=dtype_name)

@@ -19,7 +19,7 @@ def one_op_program(name, shapes, dtype, attrs=None):
     tensors = tuple(TensorSpec(f"t{i}", tuple(s), d) for i, (s, d) in enumerate([*((s, dtype) for s in shapes),
                                                                                   (out, out_dtype)]))
     return Program(name.split(".")[1], tensors, tuple(range(len(shapes))), (len(shapes),),
-                   (OpNode(name, tuple(range(len(shapes))), len(shapes), attrs),))
+                   (OpNode(name, tuple(range(len(shapes))), len(shapes), attrs),)).validate()
 
 
 def to_device(array, stream):

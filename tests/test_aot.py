@@ -9,7 +9,8 @@ import forks
 from conftest import HAS_GPU
 from simaccel.aot import abi_params, compile_kernel, compile_program, signature, toolchain_missing
 from simaccel.launch_plan import plan_launches
-from test_launch_plan import CASES, one_op_program
+from gpu_cases import one_op_program
+from test_launch_plan import CASES
 
 SM90 = (9, 0)
 

@@ -14,16 +14,9 @@ from simaccel.kernels.matmul import _SHARED_TILE_KERNELS as SHARED_TILE_KERNELS
 from simaccel.launch_plan import View, plan_launches, replay
 from simaccel.ops import OpFamily, declare, get_op, relax_op
 from simaccel.program import OpNode, Program, TensorSpec
+from gpu_cases import one_op_program
 from kernel_cases import RecordingTarget
 from test_runtime import mlp_program
-
-
-def one_op_program(name: str, shapes, dtype: str, attrs=None) -> Program:
-    op = get_op(name)
-    shape, out_dtype = op.infer(shapes, [dtype] * len(shapes), **op.all_attrs(attrs or {}))
-    tensors = tuple(TensorSpec(f"t{i}", tuple(s), dtype) for i, s in enumerate(shapes)) + (TensorSpec("out", shape, out_dtype),)
-    n = len(shapes)
-    return Program(name, tensors, tuple(range(n)), (n,), (OpNode(name, tuple(range(n)), n, dict(attrs or {})),)).validate()
 
 
 WINDOW = {"strides": [2, 1], "padding": [1, 0, 1, 2], "dilation": [1, 2]}

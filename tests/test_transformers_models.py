@@ -32,24 +32,15 @@ CONFIG = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_
 def _llama(attention: str, dtype: str, seq: int = 8):
     """(mod, token ids, torch's logits) of a LlamaForCausalLM's forward over one prompt."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
     from tvm.relax.frontend.torch import from_exported_program
 
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**CONFIG, attn_implementation=attention)).eval().to(getattr(torch, dtype))
+    from simaccel.tvm_integration.tools.torch_models import llama_logits
 
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids):
-            return self.model(input_ids=input_ids, use_cache=False).logits
-
+    logits = llama_logits(CONFIG, attention, dtype)
     ids = torch.randint(0, CONFIG["vocab_size"], (1, seq))
     with torch.no_grad():
-        exported = torch.export.export(Logits(), (ids,))
-        want = Logits()(ids).float().numpy()
+        exported = torch.export.export(logits, (ids,))
+        want = logits(ids).float().numpy()
     return from_exported_program(exported, keep_params_as_input=False), ids.numpy(), want
 
 

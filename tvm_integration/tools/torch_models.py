@@ -85,6 +85,31 @@ def _torch():
     return torch, torchvision
 
 
+def llama_logits(config: dict, attention: str, dtype: str, seed: int = 0):
+    """transformers' LlamaForCausalLM from `config` (a dict of LlamaConfig's fields; random
+    weights from `seed`) with `attention` ("eager" or "sdpa") in `dtype`, as a module from token
+    ids to the logits of its forward (no KV cache): what torch.export exports. The `torch`
+    extra brings transformers."""
+    torch, _ = _torch()
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as e:
+        raise SimAccelError(f"the LLaMA model needs transformers ({e}); install it with "
+                            "pip install 'simaccel[torch]'") from None
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**config, attn_implementation=attention)).eval().to(getattr(torch, dtype))
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids):
+            return self.model(input_ids=input_ids, use_cache=False).logits
+
+    return Logits()
+
+
 def _mixer_block(nn, tokens: int, channels: int, hidden: int):
     class MixerBlock(nn.Module):
         """One MLP-mixer block: token mixing then channel mixing, each with LayerNorm and a residual."""
