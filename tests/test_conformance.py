@@ -306,3 +306,23 @@ def test_a_fault_at_one_shape_of_a_dynamic_model_fails_it_naming_the_shape(tmp_p
     [result] = _results(tmp_path)["models"]
     entry = result["engines"]["ref"]
     assert entry["verdict"] == "failed" and "at input shape (8, 64)" in entry["reason"], entry
+
+
+def test_the_decoder_gpu_script_judges_a_step_as_conformance_does():
+    """scripts/decoder_gpu.py's verdict of one step: passed where simaccel matches TVM alone and
+    torch; TVM numerically off where simaccel matches torch and TVM alone does not (its bfloat16
+    sums, seen on an H100); failed where simaccel misses torch, or misses TVM alone while TVM
+    alone matches torch."""
+    import importlib.util
+    from pathlib import Path
+
+    from simaccel.tvm_integration.tools.common.verdicts import FAIL, PASS, TVM_OFF
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "decoder_gpu.py"
+    spec = importlib.util.spec_from_file_location("decoder_gpu", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    # (simaccel matches TVM alone, simaccel matches torch, TVM alone matches torch) -> verdict
+    cases = {(True, True, True): PASS, (True, True, False): PASS, (False, True, False): TVM_OFF,
+             (False, True, True): FAIL, (True, False, True): FAIL, (False, False, False): FAIL}
+    assert {args: script.step_verdict(*args) for args in cases} == cases
