@@ -263,11 +263,13 @@ def test_attention_ops_of_a_region_share_one_workspace_natively(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
 @pytest.mark.parametrize("symbolic, sanitize", [(True, False), (False, True), (True, True)],
                          ids=["native", "native-sanitized", "python-sanitized"])
-def test_split_decode_steps_run_on_the_gpu_through_the_workspace(symbolic, sanitize):
-    """A GQA decode step built for CUDA by simaccel: short caches take the tiles alone, long ones
-    (512 keys and more) the key splits through the region's workspace. Over a symbolic cache
+def test_split_decode_steps_run_on_the_gpu_through_the_workspace(symbolic, sanitize, dtype):
+    """A GQA decode step built for CUDA by simaccel: short caches take the tiles (float16) or the
+    one-warp kernel (float32) alone, long ones (512 keys and more) the key splits through the
+    region's workspace. Over a symbolic cache
     natively (size plans), over a fixed one natively and sanitized (the workspace with guard
     bands, checked after every op), over a symbolic one sanitized (a Python region on the cuda
     engine, whose plan allocates the workspace). Each against the reference."""
@@ -275,7 +277,7 @@ def test_split_decode_steps_run_on_the_gpu_through_the_workspace(symbolic, sanit
     from simaccel.tvm_integration.backend.native import has_native_regions
 
     t = tvm.tirx.Var("t", "int64") if symbolic else 1000
-    mod = grouped_module("float16", 1, t, heads=8, kv_heads=2, d=64)
+    mod = grouped_module(dtype, 1, t, heads=8, kv_heads=2, d=64)
     if symbolic:
         mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"t": 4096})
     executable = build(mod, "nvidia/nvidia-h100", sanitize=sanitize)
@@ -284,10 +286,10 @@ def test_split_decode_steps_run_on_the_gpu_through_the_workspace(symbolic, sanit
     rng = np.random.default_rng(11)
     op = get_op("simaccel.attention")
     for keys in (100, 511, 512, 1000, 4096) if symbolic else (1000,):
-        q, k, v = (rng.standard_normal(x).astype("float16") for x in ((2, 1, 8, 64), (2, keys, 2, 64), (2, keys, 2, 64)))
+        q, k, v = (rng.standard_normal(x).astype(dtype) for x in ((2, 1, 8, 64), (2, keys, 2, 64), (2, keys, 2, 64)))
         got = vm["main"](*(tvm.runtime.tensor(a, tvm.cuda(0)) for a in (q, k, v))).numpy()
         want = op.reference(q, k, v, scale=0.125, **CAUSAL["BottomRight"])
-        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), **TOL["float16"])
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), **TOL[dtype])
 
 
 # -- grouped-query attention (GQA) ----------------------------------------------------------
