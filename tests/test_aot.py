@@ -156,6 +156,21 @@ def test_tensor_core_matmul_cubins_for_sm90_use_warpgroup_mma(name, data, weight
 ATTENTION_TILE_CASES = [((2, 70, 8, 128), (2, 90, 2, 128)), ((1, 1, 4, 64), (1, 4096, 4, 64))]
 
 
+@pytest.mark.parametrize("query, kv", ATTENTION_TILE_CASES, ids=str)
+def test_float32_attention_runs_the_one_warp_kernel_without_spills(query, kv):
+    """float32 attention compiles to the one-warp-per-row kernel (shuffles, the query row in
+    shared memory, no local memory); a decode step against 4096 keys to its split kernel and the
+    combining one."""
+    program = one_op_program("simaccel.attention", [query, kv, kv], "float32",
+                             {"scale": 0.1, "causal": True, "bottom_right": True})
+    kernel, *combine = compile_program(program, SM90)
+    split = query[1] == 1
+    assert kernel.kernel.__name__ == ("_attention_split_kernel" if split else "_attention_kernel")
+    assert [c.kernel.__name__ for c in combine] == (["_combine_kernel"] if split else [])
+    assert "shfl.sync" in kernel.ptx and "ld.local" not in kernel.ptx and "st.local" not in kernel.ptx
+    assert no_spills(kernel)["stack"] == 0
+
+
 @pytest.mark.parametrize("arch", [SM90, (8, 0), (7, 5)], ids=lambda a: f"sm_{a[0]}{a[1]}")
 @pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
 @pytest.mark.parametrize("query, kv", ATTENTION_TILE_CASES, ids=str)
