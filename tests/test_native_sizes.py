@@ -195,8 +195,10 @@ def test_size_plans_cover_every_sample_point_with_few_plans():
             assert any(p.covers(point) for p in plans)
 
 
-def test_a_decoders_plans_cover_every_decode_step_and_random_sizes():
-    """examples/decoder.py at its GPU size (s <= 512 tokens onto a cache of m <= 1024): a few
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_a_decoders_plans_cover_every_decode_step_and_random_sizes(dtype):
+    """examples/decoder.py at its GPU size (s <= 512 tokens onto a cache of m <= 1024), in
+    float16 (attention on tiles) and float32 (on the one-warp kernel): a few
     size plans cover every decode step (s = 1, any m; a long cache's keys split over blocks)
     and 3000 random (s, m). Sizes no plan covers run on the Python runtime, 30x slower on an H100: the copy's
     lanes were a power of two found by a loop run to the row's length, so each octave of the
@@ -210,12 +212,12 @@ def test_a_decoders_plans_cover_every_decode_step_and_random_sizes():
     from simaccel.tvm_integration.backend.patterns import sync_patterns
 
     example = decoder_example()
-    partitioned, _ = partition_report(example.decoder("float16", example.GPU))
+    partitioned, _ = partition_report(example.decoder(dtype, example.GPU))
     [(symbol, region)] = [(gv.name_hint, f) for gv, f in partitioned.functions.items()
                           if getattr(f, "attrs", None) and "Codegen" in f.attrs]
     program = region_program(symbol, region, sync_patterns())
     plans = size_plans(program)
-    assert len(plans) <= 24, len(plans)
+    assert len(plans) <= (24 if dtype == "float16" else 28), len(plans)  # float32: the one-warp kernel's splits ask of s too
     rng = random.Random(0)
     points = [{"s": 1, "m": m} for m in range(1025)] + [{"s": rng.randint(0, 512), "m": rng.randint(0, 1024)}
                                                          for _ in range(3000)]
