@@ -9,15 +9,14 @@ ZERO = {"host_to_device": 0, "device_to_host": 0, "device_to_device": 0}
 
 
 def one_op_program(name, shapes, dtype, attrs=None):
-    """A Program running op `name` alone on inputs of `shapes`."""
+    """A Program running op `name` alone on inputs t0, t1, ... of `shapes`, into `out`."""
     from simaccel.ops import get_op
     from simaccel.program import OpNode, Program, TensorSpec
 
     op = get_op(name)
     attrs = attrs or {}
     out, out_dtype = op.infer(shapes, [dtype] * len(shapes), **op.all_attrs(attrs))
-    tensors = tuple(TensorSpec(f"t{i}", tuple(s), d) for i, (s, d) in enumerate([*((s, dtype) for s in shapes),
-                                                                                  (out, out_dtype)]))
+    tensors = (*(TensorSpec(f"t{i}", tuple(s), dtype) for i, s in enumerate(shapes)), TensorSpec("out", tuple(out), out_dtype))
     return Program(name.split(".")[1], tensors, tuple(range(len(shapes))), (len(shapes),),
                    (OpNode(name, tuple(range(len(shapes))), len(shapes), attrs),)).validate()
 

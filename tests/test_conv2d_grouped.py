@@ -228,7 +228,7 @@ def test_grouped_kernels_compile_for_sm90_without_spills(name, shapes, attrs):
     the launch bounds' 128 registers (4 blocks of 128 threads per SM)."""
     from simaccel.aot import compile_program
     from test_aot import SM90, no_spills
-    from test_launch_plan import one_op_program
+    from gpu_cases import one_op_program
 
     dtype = "float16" if "bias" in name else "float32"
     [kernel] = compile_program(one_op_program(name, shapes, dtype, attrs), SM90)

@@ -10,7 +10,7 @@ import pytest
 from simaccel import errors, names
 from simaccel.native.build import HEADERS, compile_object
 from simaccel.native.source import NativeRegion, library_source, runtime_source
-from test_launch_plan import one_op_program
+from gpu_cases import one_op_program
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NATIVE = ROOT / "simaccel" / "native"

@@ -8,7 +8,7 @@ import pytest
 from simaccel import EngineError
 from simaccel.native import build
 from simaccel.native.source import NativeRegion, library_source
-from test_launch_plan import one_op_program
+from gpu_cases import one_op_program
 
 
 @pytest.fixture(scope="module")

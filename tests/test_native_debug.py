@@ -28,7 +28,7 @@ from simaccel.launch_plan import View, plan_launches
 from simaccel.native.source import NativeRegion
 from simaccel.program import OpNode, Program, TensorSpec
 from native_support import FakeDriver, cuda_tensor, stand_in_library
-from test_launch_plan import one_op_program
+from gpu_cases import one_op_program
 from native_cases import _data_word, arrays_for, chain_program, constants_program, dims3, views_program
 
 STREAM = 0x5EED

@@ -21,7 +21,8 @@ from simaccel.program import OpNode, Program, TensorSpec
 from native_cases import arrays_for, chain_program, dims3, views_program
 from native_support import cuda_tensor, region_library, stand_in_library
 from simaccel.ops.rules import FLOAT_DTYPES
-from test_launch_plan import CASES, one_op_program
+from gpu_cases import one_op_program
+from test_launch_plan import CASES
 
 # The region libraries here are generated, AOT-compiled and linked exactly as the codegen does
 # for a CUDA target; the stand-in driver (tests/fake_cuda_driver.c) records every launch. So

@@ -115,7 +115,7 @@ def test_ahead_of_time_kernels_carry_line_information_only_when_asked(monkeypatc
     set: the PTX has .loc lines and the cubin names the kernel's source file."""
     from simaccel.aot import compile_kernel, signature
     from simaccel.launch_plan import plan_launches
-    from test_launch_plan import one_op_program
+    from gpu_cases import one_op_program
 
     program = one_op_program("simaccel.relu", [(3, 5)], "float32")
     [launch] = plan_launches(program)

@@ -13,7 +13,7 @@ import pytest
 from simaccel import DeviceProfile, SimAccelError
 from simaccel.program import OpNode, Program, TensorSpec
 from simaccel.timing import Performance, model_program, op_work
-from test_launch_plan import one_op_program
+from gpu_cases import one_op_program
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "examples" / "profiles"
