@@ -38,9 +38,13 @@ def is_float(dtype) -> bool:
     return dtype.kind == "f" or dtype == BFLOAT16
 
 
-def lowest(dtype) -> float:
-    """The most negative finite value of float `dtype` (ml_dtypes' finfo knows bfloat16 too)."""
-    return float(ml_dtypes.finfo(numpy_dtype(dtype)).min)
+def min_value(dtype) -> float:
+    """TVM's `te.min_value` of float `dtype`, where its max pooling and max reductions start (and
+    pad) from: the most negative finite value, but for bfloat16 float32's, which TVM gives a
+    bfloat16 immediate and which rounds to -inf where it is stored (a window all padding).
+    ml_dtypes' finfo, not numpy's: older ml_dtypes do not teach numpy's bfloat16."""
+    dtype = numpy_dtype(dtype)
+    return float(ml_dtypes.finfo(np.float32 if dtype == BFLOAT16 else dtype).min)
 
 
 def round_bfloat16(x):

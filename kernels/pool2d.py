@@ -5,8 +5,9 @@ Called by the simaccel runtime's "sim"/"cuda" engines through the op registry
 fastest. Padding is (top, left, bottom, right). The average divides by the window area
 (KH * KW) when count_include_pad, else by the number of in-bounds elements (TVM / PyTorch
 semantics), and gives 0 for a window entirely in padding. Max pooling is TVM's: a running `best = best if best > v else v` over every tap
-of the window in row-major order, padded taps included as `lowest` (the dtype's lowest finite
-value, also the start value), so NaN and all-padding windows come out as in TVM's CPU build.
+of the window in row-major order, padded taps included as `lowest` (TVM's min_value of the
+dtype, also the start value: its lowest finite value, float32's for bfloat16, which is -inf
+once stored; kernels/dtypes.py), so NaN and all-padding windows come out as in TVM's CPU build.
 Math is float32. A window that lies entirely in the image (all but the border's) takes the
 same taps in the same order with no bounds checks, unrolled for 2x2 and 3x3 windows so that
 its loads are all in flight before the first compare or add.
@@ -19,7 +20,7 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda.extending import register_jitable
 
-from .dtypes import lowest as float_lowest
+from .dtypes import min_value
 from .elementwise import divmod_fast
 from .grid import dims_of, launch_grid
 
@@ -154,7 +155,7 @@ def launch_max_pool2d(target, out, data, *, pool_size, strides, padding, dilatio
         return 0
     grid, block, o1, x1, dims = prep
     total = dims_of(o1.shape)[0]
-    lowest = float_lowest(out.dtype)
+    lowest = min_value(out.dtype)
     target.launch(_max_pool2d_kernel, grid, block, o1, x1, *dims, lowest, total)
     return 1
 

@@ -8,7 +8,7 @@ thread per output element (outer, inner), consecutive threads on consecutive inn
 accumulator, ILP values loaded before any is combined. Sums and means of too few outputs to
 fill the GPU so (below MIN_THREAD_OUTPUTS) give each output SLICES threads instead, each adding
 every SLICES-th value, their partial sums added in a fixed order (deterministic, as the rest). max is TVM's running
-``acc if acc > v else v`` from the dtype's lowest finite value, so NaN and empty reductions
+``acc if acc > v else v`` from TVM's min_value of the dtype (kernels/dtypes.py), so NaN and empty reductions
 match TVM's CPU build (a NaN survives only where no later element replaces it: an order
 a parallel reduction would not keep, so max stays on this kernel). A sum or mean over the innermost
 axes (inner = 1: a spatial mean) is one block per output instead, whose threads read the
@@ -24,7 +24,7 @@ import numba
 import numpy as np
 from numba import cuda, float32
 
-from .dtypes import is_float, lowest as lowest_finite
+from .dtypes import is_float, min_value
 from .elementwise import ILP, divmod_fast
 from .grid import BLOCK, MAX_BLOCKS, dims_of, launch_grid
 from .normalization import launch_row_sums
@@ -126,7 +126,7 @@ def launch_reduction(target, out, data, *, axes, keepdims, reduction) -> int:
         target.launch(_split_reduction_kernel, min(-(-total // _COLUMNS), MAX_BLOCKS), BLOCK, flat_out, flat_in, R,
                       inner, 1.0 / inner, int(reduction == "mean"), total)
         return 1
-    lowest = lowest_finite(data.dtype)
+    lowest = min_value(data.dtype)
     grid, block = launch_grid(total)
     target.launch(_reduction_kernel, grid, block, flat_out, flat_in, R, inner, 1.0 / inner,
                   REDUCTIONS[reduction], lowest, total)

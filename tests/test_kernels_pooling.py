@@ -71,3 +71,26 @@ def test_avg_pool2d_count_include_pad_differs():
     incl, _ = check("simaccel.avg_pool2d", [data], {**attrs, "count_include_pad": True})
     np.testing.assert_allclose(excl, 1.0, rtol=1e-6)
     assert incl[0, 0, 0, 0] == pytest.approx(4 / 9) and incl[0, 0, 1, 1] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_window_all_in_padding_gives_tvms_min_value(dtype):
+    """A max pool window that lies entirely in padding gives TVM's te.min_value of the dtype:
+    its lowest finite value, but for bfloat16 float32's, which rounds to -inf when stored (a
+    fuzz case found simaccel giving bfloat16's own lowest value there). Against TVM alone,
+    exactly, on ref and sim."""
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from simaccel.tvm_integration.tools.testing import assert_matches_tvm
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", R.Tensor((1, 2, 3, 2), dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.max_pool2d(x, pool_size=(1, 1), padding=(0, 0, 0, 1)))
+        bb.emit_func_output(out)
+    data = _random(np.random.default_rng(3), (1, 2, 3, 2), dtype)
+    for match in assert_matches_tvm(bb.get(), [data], engines=["ref", "sim"], rtol=0, atol=0):
+        edge = match.outputs[0][..., -1].astype(np.float32)
+        assert (edge == (-np.inf if dtype == "bfloat16" else np.finfo(dtype).min)).all(), (match.engine, edge)

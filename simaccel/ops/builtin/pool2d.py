@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
-from ...kernels.dtypes import lowest as lowest_finite
+from ...kernels.dtypes import min_value
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
@@ -76,12 +76,13 @@ def _windows(x: np.ndarray, pad_value, *, pool_size, strides, padding, dilation)
 
 def max_pool2d(data, **attrs):
     """TVM's max pooling: a running max(acc, v) = (acc if acc > v else v) over the window's taps
-    in row-major order, starting from (and padding with) the dtype's lowest finite value.
+    in row-major order, starting from (and padding with) TVM's min_value of the dtype (its
+    lowest finite value; for bfloat16 float32's, kernels/dtypes.py).
 
-    So a window entirely in padding gives that lowest value (not -inf), and a NaN survives
-    only if no later tap replaces it, exactly as in TVM's CPU build.
+    So a window entirely in padding gives that value (not -inf, but for bfloat16 -inf once
+    rounded), and a NaN survives only if no later tap replaces it, exactly as in TVM's CPU build.
     """
-    lowest = np.float32(lowest_finite(np.asarray(data).dtype))
+    lowest = np.float32(min_value(np.asarray(data).dtype))
     taps = _windows(f32(data), lowest, **attrs)
     acc = np.full(taps[0].shape, lowest)
     for tap in taps:

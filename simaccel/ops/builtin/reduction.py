@@ -4,7 +4,7 @@ the running sum ``simaccel.cumsum`` along one axis.
 The reduced axes must be neighbours (one run, e.g. the spatial axes (2, 3) of NCHW, or the
 last axis): the tensor is then (outer, reduced, inner) in memory. `keepdims` keeps them as
 size 1. Sums accumulate in float32 in index order; max is TVM's running
-``acc if acc > v else v`` from the dtype's lowest finite value (as TVM's max pooling and
+``acc if acc > v else v`` from TVM's min_value of the dtype (kernels/dtypes.py; as TVM's max pooling and
 reduction on CPU), so NaN comes out as TVM's, and a max of no terms is TVM's initial value
 (TVM alone leaves a reduction of no terms unwritten: its initialisation sits in the empty loop).
 """
@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
-from ...kernels.dtypes import is_float, lowest as lowest_finite
+from ...kernels.dtypes import is_float, min_value
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
@@ -53,7 +53,7 @@ def reduce(data, *, axes, keepdims, reduction):
     if reduction == "mean":
         count = np.prod([x.shape[a] for a in axes])
         return x.sum(axis=axes, keepdims=keepdims, dtype=np.float32) / np.float32(count)
-    lowest = np.float32(lowest_finite(np.asarray(data).dtype))
+    lowest = np.float32(min_value(np.asarray(data).dtype))
     moved = np.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
     kept = moved.shape[: x.ndim - len(axes)]
     rows = moved.reshape(kept + (math.prod(moved.shape[len(kept):]),))  # not -1: numpy cannot infer it with no rows

@@ -5,7 +5,7 @@ Where it sits: the bottom of `simaccel fuzz`'s models. A drawn model (fuzz/case.
 ops by these names, or by a user family's (fuzz/user_ops.py); the builder (fuzz/build.py)
 draws nodes of them. The semantics are written independently of simaccel's own op references,
 in float64, as TVM computes them (its clip and max as selects, its pooling's padding and ceil
-mode, the dtype's lowest finite value as the start of a max); `FuzzOp.exact` says where they
+mode, TVM's min_value of the dtype as the start of a max); `FuzzOp.exact` says where they
 are not known to be TVM's (ceil-mode pooling).
 """
 
@@ -137,10 +137,16 @@ def _pool_taps(x, attrs, pad_value):
             yield xp[:, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
 
 
+def _min_value(dtype) -> float:
+    """TVM's te.min_value of float `dtype`: its lowest finite value, float32's for bfloat16
+    (which rounds to -inf when stored)."""
+    return float(ml_dtypes.finfo("float32" if str(dtype) == "bfloat16" else dtype).min)
+
+
 def _max_pool(xs, attrs, dtype):
-    """TVM starts (and pads) the max from the dtype's lowest finite value."""
+    """TVM starts (and pads) the max from the dtype's `te.min_value` (_min_value)."""
     taps = list(_pool_taps(xs[0], attrs, -np.inf))
-    return np.maximum(np.max(taps, axis=0), ml_dtypes.finfo(dtype).min) if taps[0].size else taps[0]
+    return np.maximum(np.max(taps, axis=0), _min_value(dtype)) if taps[0].size else taps[0]
 
 
 def _avg_pool(xs, attrs, dtype):
@@ -218,7 +224,7 @@ def _running_max(xs, attrs, dtype):
     axes = sorted(a % x.ndim for a in attrs["axis"])
     moved = np.moveaxis(x, axes, list(range(x.ndim - len(axes), x.ndim)))
     rows = moved.reshape(moved.shape[: x.ndim - len(axes)] + (-1,))
-    acc = np.full(rows.shape[:-1], float(ml_dtypes.finfo(dtype).min))
+    acc = np.full(rows.shape[:-1], _min_value(dtype))
     for r in range(rows.shape[-1]):
         acc = np.where(acc > rows[..., r], acc, rows[..., r])
     return acc.reshape(_reduced_shape(x.shape, attrs))
