@@ -403,11 +403,9 @@ def launch_attention(target, out, query, key, value, *, scale, causal, bottom_ri
                           int(bool(causal)), offset)
             return 1
         chunk = -(-T // (splits * WARP)) * WARP  # keys a split, whole chunks of 32
-        partial = target.workspace((PARTIAL_ROWS * (int(DV) + 2),), np.float32)
-        target.launch(ATTENTION_SPLIT_KERNEL, (S, H, B * splits), WARP, partial, query, key, value, S, T, D, DV, H, HKV,
-                      float(scale), int(bool(causal)), offset, splits, chunk)
-        target.launch(_combine_kernel, B * S * H, max(int(DV), MAX_SPLITS), out, partial, S, H, HKV, splits, DV)
-        return 2
+        return _split_and_combine(target, out, ATTENTION_SPLIT_KERNEL, (S, H, B * splits), WARP,
+                                  (query, key, value, S, T, D, DV, H, HKV, float(scale), int(bool(causal)), offset,
+                                   splits, chunk), HKV, splits)
     tiles = -(-(S * (H // HKV)) // TILE_ROWS)
     splits = key_splits(tiles * HKV * B, T)
     if splits == 1:
@@ -415,8 +413,17 @@ def launch_attention(target, out, query, key, value, *, scale, causal, bottom_ri
                       S, T, H, HKV, float(scale), int(bool(causal)), offset)
         return 1
     chunk = -(-T // (splits * TILE_ROWS)) * TILE_ROWS  # keys a split, whole tiles of 64
-    partial = target.workspace((PARTIAL_ROWS * (int(D) + 2),), np.float32)  # D == DV, a tile's (so a plain number)
-    target.launch(TILE_KERNELS[str(query.dtype), D, True], (tiles, HKV, B * splits), TILE_THREADS, partial, query,
-                  key, value, S, T, H, HKV, float(scale), int(bool(causal)), offset, splits, chunk)
-    target.launch(_combine_kernel, B * S * H, DV, out, partial, S, H, HKV, splits, DV)
+    return _split_and_combine(target, out, TILE_KERNELS[str(query.dtype), D, True], (tiles, HKV, B * splits),
+                              TILE_THREADS, (query, key, value, S, T, H, HKV, float(scale), int(bool(causal)), offset,
+                                             splits, chunk), HKV, splits)
+
+
+def _split_and_combine(target, out, kernel, grid, block, args, HKV, splits) -> int:
+    """Launch split `kernel` (`grid`'s z counting the splits) on the workspace, its first
+    argument, and `args`, each split writing its share there; then the combining kernel weighs
+    them into `out` (B, S, H, DV). Returns the launch count, 2."""
+    B, S, H, DV = out.shape
+    partial = target.workspace((PARTIAL_ROWS * (int(DV) + 2),), np.float32)  # a head dim: a plain number
+    target.launch(kernel, grid, block, partial, *args)
+    target.launch(_combine_kernel, B * S * H, max(int(DV), MAX_SPLITS), out, partial, S, H, HKV, splits, DV)
     return 2
