@@ -22,7 +22,7 @@ import sys
 
 try:
     import torch
-    import transformers
+    import transformers  # noqa: F401 - the model comes from it (tools/torch_models.llama_logits)
 except ModuleNotFoundError as e:
     if e.name not in ("torch", "transformers"):  # installed but broken: show the real error
         raise
@@ -38,6 +38,7 @@ import simaccel
 from simaccel.compare import array_difference
 from simaccel.tvm_integration import build, build_tvm_only, default_target, partition_report
 from simaccel.tvm_integration.tools.deploy import outputs_as_list
+from simaccel.tvm_integration.tools.torch_models import llama_logits
 
 CONFIG = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False)
@@ -55,24 +56,13 @@ def main(argv=None) -> int:
         print("--engine cuda: TVM finds no CUDA GPU on this machine", file=sys.stderr)
         return 2
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(**CONFIG, attn_implementation=args.attention)
-    model = transformers.LlamaForCausalLM(config).eval().to(getattr(torch, args.dtype))
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids):
-            return self.model(input_ids=input_ids, use_cache=False).logits
-
+    logits = llama_logits(CONFIG, args.attention, args.dtype)  # LlamaForCausalLM's forward to its logits, seed 0
     ids = torch.randint(0, CONFIG["vocab_size"], (1, args.seq))
     print(f"[1] LlamaForCausalLM ({args.attention} attention, {args.dtype}): torch.export, then TVM's "
           "from_exported_program")
     with torch.no_grad():
-        mod = from_exported_program(torch.export.export(Logits(), (ids,)), keep_params_as_input=False)
-        want = Logits()(ids).float().numpy()
+        mod = from_exported_program(torch.export.export(logits, (ids,)), keep_params_as_input=False)
+        want = logits(ids).float().numpy()
 
     print("[2] partition for simaccel")
     _, report = partition_report(mod)
