@@ -31,6 +31,17 @@ ROOT = os.environ.get("SIMACCEL_REPO") or os.path.dirname(HERE)  # as docs/conf.
 MANIFEST = "results/current.json"
 GPU_RESULTS = "results/gpu"
 H200_PROFILE = "examples/profiles/h200.json"
+# The device profile with each GPU's own figures, for the timing model's validation against that
+# GPU's kernel run (docs/timing-model.md).
+GPU_PROFILES = {"NVIDIA H200": H200_PROFILE, "NVIDIA H100 80GB HBM3": "examples/profiles/h100.json"}
+
+
+def kernels_profile() -> str:
+    """The profile of the device the current kernel run was made on."""
+    device = entry("kernels")["device"]
+    if device not in GPU_PROFILES:
+        raise ResultsError(f"no device profile for {device} (the current kernel run's): add one to GPU_PROFILES")
+    return GPU_PROFILES[device]
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->)(.*?)(<!-- /results:\2 -->)", re.S)
 
 
@@ -237,8 +248,8 @@ def kernel_table() -> str:
     limits = data.get("limits", {})
     ok = sum(1 for _, row in kernel_rows() if row.get("matches_reference"))
     lines = [f"{data['method']}. The limits: the FP32 peak ({limits['flops'] / 1e12:.1f} TFLOP/s) for GEMM-like ops, "
-             f"the float16 tensor-core peak ({limits['flops_float16'] / 1e12:.0f} TFLOP/s) for float16 ones, the "
-             f"memory bandwidth ({limits['bytes'] / 1e12:.1f} TB/s) for the rest. {ok} of {len(data['ops'])} "
+             f"the 16-bit tensor-core peak ({limits['flops_float16'] / 1e12:.0f} TFLOP/s) for 16-bit ones, the "
+             f"memory bandwidth ({limits['bytes'] / 1e12:.2f} TB/s) for the rest, GEMVs included. {ok} of {len(data['ops'])} "
              f"kernels match their numpy reference.", "",
              "| case | simaccel | achieved | of the limit | torch | simaccel / torch |",
              "| --- | --- | --- | --- | --- | --- |"]
@@ -424,13 +435,13 @@ def timing_rows() -> list[dict]:
     from simaccel import DeviceProfile
     from simaccel.tvm_integration.tools.timing_validation import rows
 
-    return rows(current("kernels")[1], DeviceProfile.load(os.path.join(ROOT, H200_PROFILE)))
+    return rows(current("kernels")[1], DeviceProfile.load(os.path.join(ROOT, kernels_profile())))
 
 
 def timing_source() -> str:
     return (f"Compared with the kernel times of the current `simaccel bench --ops` run ({source('kernels')}: "
             f"simaccel's kernels and torch's in the same run). Made by `python -m "
-            f"simaccel.tvm_integration.tools.timing_validation {entry('kernels')['file']} {H200_PROFILE}`:")
+            f"simaccel.tvm_integration.tools.timing_validation {entry('kernels')['file']} {kernels_profile()}`:")
 
 
 def timing_table() -> str:
@@ -530,6 +541,48 @@ def decoder_table() -> str:
                                   f"{source('decoder')})."])
 
 
+def targets_table() -> str:
+    """docs/llm.md's table of the LLM issue's targets: each one's figure from the current kernels,
+    attention and decoder files, and whether it is met."""
+    _, ops = current("kernels")
+    _, attention = current("attention")
+    _, decoder = current("decoder")
+    rows = []
+
+    def add(target: str, figure: str, met: bool) -> None:
+        rows.append(f"| {target} | {figure} | {'yes' if met else '**no**'} |")
+
+    for kind in ("prefill", "decode"):
+        steps = [r for r in decoder["rows"] if r["case"] == kind]
+        worst = max(steps, key=lambda r: r["vs_tvm"])
+        dtypes = ", ".join(dict.fromkeys(r["dtype"] for r in steps))
+        add(f"the decoder's {kind} at or below TVM alone's time ({len(steps)} steps: {dtypes})",
+            f"{worst['vs_tvm']:.2f}x at most ({worst['dtype']}, "
+            f"{'a prompt of ' + str(worst['S']) if kind == 'prefill' else 'a cache of ' + str(worst['M'])})",
+            worst["vs_tvm"] <= 1.0)
+    gemvs = {case: row for case, row in ops["ops"].items() if case.startswith("gemv")}
+    if gemvs:
+        low = min(gemvs, key=lambda case: gemvs[case]["fraction_of_limit"])
+        add(f"decode GEMVs at 80% or more of HBM's bandwidth ({len(gemvs)} layers)",
+            f"{gemvs[low]['fraction_of_limit']:.0%} at least ({low}, {gemvs[low]['achieved'] / 1e12:.2f} TB/s)",
+            gemvs[low]["fraction_of_limit"] >= 0.8)
+    for dtype in ("bfloat16", "float16"):
+        row = ops["ops"].get(f"gemm 4096^3 {dtype}")
+        if row and row.get("torch_us"):
+            speed = row["torch_us"] / row["median_us"]
+            add(f"the {dtype} GEMM at 4096^3 at 0.9x cuBLAS's speed or more",
+                f"{speed:.2f}x ({row['median_us']:.0f} us against {row['torch_us']:.0f} us)", speed >= 0.9)
+    for case in ("prefill 2048", "decode 4096", "decode 4096 gqa"):
+        found = [r for r in attention["rows"] if r["case"] == case]
+        if found:
+            worst = max(found, key=lambda r: r["ratio"])
+            add(f"attention, {case}, at most 1.5x torch's SDPA",
+                f"{worst['ratio']:.2f}x ({worst['dtype']}: {worst['ms'] * 1e3:.1f} us against {worst['torch_ms'] * 1e3:.1f} us)",
+                worst["ratio"] <= 1.5)
+    return "\n".join(["| target | measured | met |", "| --- | --- | --- |", *rows, "",
+                      f"From {source('decoder')}, {source('kernels')} and {source('attention')}."])
+
+
 def readme_sentence() -> str:
     from simaccel.tvm_integration.tools.torch_models import UNTUNED_NAMES
 
@@ -551,7 +604,7 @@ PAGES = {
                     "models": model_table, "regions": regions_table, "runs": runs_list, "history": history_table},
     "docs/pytorch.md": {"pytorch-models": pytorch_models_table},
     "docs/symbolic-shapes.md": {"symbolic-models": symbolic_table},
-    "docs/llm.md": {"llm-attention": attention_table, "llm-decoder": decoder_table},
+    "docs/llm.md": {"llm-targets": targets_table, "llm-attention": attention_table, "llm-decoder": decoder_table},
     "docs/timing-model.md": {"timing-source": timing_source, "timing": timing_table,
                              "timing-conclusions": timing_conclusions},
 }

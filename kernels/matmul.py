@@ -9,16 +9,18 @@ block where even those would, and 4x8 GEMV tiles for matrices of at most 4 rows:
 through shared memory in K slices, float32 accumulation, bias and activation fused into the
 epilogue, bounds checks everywhere so any M, N, K works. The K loop is CUDA C++
 (matmul_f32.cu, see kernels/main_loop.py); the epilogue, and the steps conv2d's implicit GEMM
-shares (`tile_steps`: its K loop is Numba), are here. float16 operands go to the tensor-core
-kernel instead (kernels/tensor_core.py), int8 ones to kernels/matmul_int8.py: both take the
-same arguments.
+shares (`tile_steps`: its K loop is Numba), are here. The GEMV's loop (kernels/gemv.cu) also
+takes float16 and bfloat16 operands: a 16-bit GEMM of at most 4 rows (a decoder step's linear
+layer) streams its weight there; larger ones go to the tensor-core kernel
+(kernels/tensor_core.py), int8 ones to kernels/matmul_int8.py: both take the same arguments.
 """
 
 from __future__ import annotations
 
 import math
 
-from numba import cuda, float32
+from numba import cuda, float32, types
+from numba.cuda.types import bfloat16
 from numba.cuda.extending import register_jitable
 
 from . import matmul_int8, tensor_core
@@ -64,8 +66,10 @@ SLICED = 32
 SLICED_LD = SLICED + 1  # the shared result tile's row stride
 MIN_SMALL_TILES = 200
 MIN_SLICED_K = SMALL[2] + 1
-# - GEMV: 4 x 8 tiles for matrices of at most 4 rows (matmul_f32.cu `gemv`): B streamed once
-#   with 16-byte loads, no shared staging, reductions in a fixed order.
+# - GEMV: 4 x 8 tiles for matrices of at most 4 rows (gemv.cu), in float32, float16 and
+#   bfloat16: B streamed once with 16-byte loads, no shared staging, float32 sums reduced in a
+#   fixed order. A 128-row tensor-core tile would give such a GEMM N / 128 blocks (32 for a
+#   4096-wide layer on 132 SMs); the GEMV gives N / 8.
 GEMV = (4, 8)
 
 # CUDA caps gridDim.y and gridDim.z at 65535; row tiles and matrices beyond that get launches
@@ -255,13 +259,13 @@ def result_tile_store(rows, cols, bias_on_rows, epilogue):
     return store
 
 
-def _shared_tile_kernel(name, rows, cols, ld, transpose_b, epilogue, simulator):
-    """A float32 kernel whose C++ main loop (`simaccel_f32_{name}_{nk|kn}`) leaves the block's
-    rows x cols result tile in shared memory (row stride `ld`), for one form of B, with
-    `epilogue` fused: the sliced-K kernel (SLICED) and the GEMV (GEMV). From the tile each
-    thread stores elements tid, tid + 256, ... (consecutive threads, consecutive columns)
-    through the epilogue."""
-    source = "matmul_f32.cu"
+def _shared_tile_kernel(name, rows, cols, ld, source, transpose_b, dtype, epilogue, simulator):
+    """A kernel whose C++ main loop (`simaccel_{f32|f16|bf16}_{name}_{nk|kn}` of `source`)
+    leaves the block's rows x cols float32 result tile in shared memory (row stride `ld`), for
+    one form of B and operand `dtype`, with `epilogue` fused: the sliced-K kernel (SLICED,
+    float32) and the GEMV (GEMV, float32 and 16-bit). From the tile each thread stores elements
+    tid, tid + 256, ... (consecutive threads, consecutive columns) through the epilogue, rounded
+    to the output's dtype."""
     size = rows * cols
     store = result_tile_store(rows, cols, False, epilogue)
     if simulator:
@@ -271,7 +275,8 @@ def _shared_tile_kernel(name, rows, cols, ld, transpose_b, epilogue, simulator):
 
         main_loop, pointer = simulated_main_loop(transpose_b, positions), same
     else:
-        main_loop = declare(f"simaccel_f32_{name}_{'nk' if transpose_b else 'kn'}", float32, source)
+        numba_type, prefix = _SHARED_TILE_DTYPES[dtype]
+        main_loop = declare(f"simaccel_{prefix}_{name}_{'nk' if transpose_b else 'kn'}", numba_type, source)
         pointer = data_pointer
 
     def kernel(out, a, b, bias, M, N, K, has_bias, act, z0, tile0, d1, sa0, sa1, sb0, sb1,
@@ -286,14 +291,21 @@ def _shared_tile_kernel(name, rows, cols, ld, transpose_b, epilogue, simulator):
         store(out, result, cuda.threadIdx.y * THREADS_X + cuda.threadIdx.x, m_left, n_left, z * M + row0, col0, N,
               bias, has_bias, 0, act, e0, e1, e2, ed1, ed2, ed3, einv1, einv2, einv3, es00, es01, es02, es03, es10, es11, es12, es13, es20, es21, es22, es23)
 
-    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_{name}_kernel_{rows}x{cols}"
+    suffix = "" if dtype == "float32" else f"_{dtype}"
+    kernel.__name__ = kernel.__qualname__ = f"_{'dense' if transpose_b else 'matmul'}_{name}_kernel_{rows}x{cols}{suffix}"
     if not simulator:
         kernel.link = (str(HERE / source),)
     return kernel
 
 
-# tiling -> (the C++ main loop's name, rows, cols, row stride of the shared result tile)
-_SHARED_TILES = {"sliced": (f"sliced_{SLICED}", SLICED, SLICED, SLICED_LD), "gemv": ("gemv", *GEMV, GEMV[1])}
+# tiling -> (the C++ main loop's name, rows, cols, row stride of the shared result tile, its file)
+_SHARED_TILES = {"sliced": (f"sliced_{SLICED}", SLICED, SLICED, SLICED_LD, "matmul_f32.cu"),
+                 "gemv": ("gemv", *GEMV, GEMV[1], "gemv.cu")}
+# operand dtype -> (Numba type of the C++ entry's pointers, the entry's prefix); the sliced-K
+# loop is float32 only, the GEMV takes all three.
+_SHARED_TILE_DTYPES = {"float32": (float32, "f32"), "float16": (types.float16, "f16"), "bfloat16": (bfloat16, "bf16")}
+# the (tiling, operand dtype) pairs with a kernel
+_SHARED_TILE_FORMS = (("sliced", "float32"), *(("gemv", dtype) for dtype in _SHARED_TILE_DTYPES))
 
 
 # (transpose_b, large tiles) -> kernel, without a fused group
@@ -301,9 +313,10 @@ _KERNELS = {(t, large): with_simulator_twin(_tiled_kernel, *(LARGE if large else
             for t in (False, True) for large in (False, True)}
 
 
-# (tiling, transpose_b) -> kernel, without a fused group
-_SHARED_TILE_KERNELS = {(tiling, t): with_simulator_twin(_shared_tile_kernel, *_SHARED_TILES[tiling], t, IDENTITY)
-                        for tiling in _SHARED_TILES for t in (False, True)}
+# (tiling, transpose_b, operand dtype) -> kernel, without a fused group
+_SHARED_TILE_KERNELS = {(tiling, t, dtype): with_simulator_twin(_shared_tile_kernel, *_SHARED_TILES[tiling], t, dtype,
+                                                                IDENTITY)
+                        for tiling, dtype in _SHARED_TILE_FORMS for t in (False, True)}
 
 
 def _kernel(transpose_b: bool, large: bool, epilogue):
@@ -314,13 +327,14 @@ def _kernel(transpose_b: bool, large: bool, epilogue):
                         lambda fn: with_simulator_twin(_tiled_kernel, *(LARGE if large else SMALL), transpose_b, fn))
 
 
-def _shared_tile(tiling: str, transpose_b: bool, epilogue):
-    """The sliced-K or GEMV float32 kernel (`tiling`) for one form of B, with `epilogue`'s group
-    fused (None: none)."""
+def _shared_tile(tiling: str, transpose_b: bool, dtype: str, epilogue):
+    """The sliced-K or GEMV kernel (`tiling`) for one form of B and operand `dtype`, with
+    `epilogue`'s group fused (None: none)."""
     if epilogue is None:
-        return _SHARED_TILE_KERNELS[tiling, transpose_b]
-    return fused_kernel(("matmul_" + tiling, transpose_b), epilogue,
-                        lambda fn: with_simulator_twin(_shared_tile_kernel, *_SHARED_TILES[tiling], transpose_b, fn))
+        return _SHARED_TILE_KERNELS[tiling, transpose_b, dtype]
+    return fused_kernel(("matmul_" + tiling, transpose_b, dtype), epilogue,
+                        lambda fn: with_simulator_twin(_shared_tile_kernel, *_SHARED_TILES[tiling], transpose_b, dtype,
+                                                       fn))
 
 
 def tiling(M: int, N: int, K: int, batches: int) -> str:
@@ -411,12 +425,15 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
             raise ValueError("matmul: int8 operands take no fused bias, activation or epilogue")
         kernel, block = matmul_int8.KERNELS[transpose_b], (matmul_int8.THREADS, matmul_int8.THREADS)
         BM, BN = matmul_int8.BM, matmul_int8.BN
+    elif dtype in tensor_core.DTYPES and M <= GEMV[0]:  # a 16-bit GEMV: streams B, no tensor cores
+        kernel, block = _shared_tile("gemv", transpose_b, dtype, epilogue), (THREADS_X, THREADS_Y)
+        BM, BN = GEMV
     elif dtype in tensor_core.DTYPES:  # tensor cores (kernels/tensor_core.py)
         BM, BN = tensor_core.BM, tensor_core.width(M, N, batches)
         kernel, block = tensor_core.kernel(transpose_b, BN, dtype, epilogue), (tensor_core.THREADS,)
     elif (choice := tiling_override or tiling(M, N, K, batches)) in _SHARED_TILES:
-        kernel, block = _shared_tile(choice, transpose_b, epilogue), (THREADS_X, THREADS_Y)
-        _, BM, BN, _ = _SHARED_TILES[choice]
+        kernel, block = _shared_tile(choice, transpose_b, "float32", epilogue), (THREADS_X, THREADS_Y)
+        _, BM, BN, _, _ = _SHARED_TILES[choice]
     else:
         large = choice == "large"
         kernel, block = _kernel(transpose_b, large, epilogue), (THREADS_X, THREADS_Y)

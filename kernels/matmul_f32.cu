@@ -274,127 +274,6 @@ __device__ __forceinline__ void sliced(float* out, const float* a, int lda, cons
 }
 
 
-// GEMV, for GEMMs of at most 4 rows (a batch-1 linear layer, a classifier, a decoder's step):
-// nothing is reused across rows, so what counts is streaming B once with enough loads in
-// flight. A block of 256 threads computes a 4 x 8 tile (8 columns: four times the blocks of a
-// 32-column tile, so a 1000-way classifier fills the GPU) and leaves it in `out`, the Numba
-// kernel's shared 4 x 8 tile. Sums are reduced in a fixed order (deterministic).
-// - B (N, K), the dense form: warp w takes column w, its lanes consecutive k (16 bytes each
-//   where aligned), then a shuffle reduction.
-// - B (K, N): thread t takes k rows t / 2 + 128 i and 4 columns (t % 2) * 4.. (16-byte loads;
-//   element by element where unaligned, then t / 8 and column t % 8): each warp load covers
-//   whole 32-byte sectors of B's rows. The lanes of a warp that share columns are reduced by
-//   shuffles, the 8 warps through shared memory.
-constexpr int GEMV_ROWS = 4, GEMV_COLS = 8;
-
-__device__ __forceinline__ float warp_sum(float v, int from) {  // over lanes that differ in bits >= `from`
-#pragma unroll
-    for (int offset = 16; offset >= from; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-}
-
-template <bool kFast>
-__device__ __forceinline__ void gemv_nk(float* out, const float* a, int lda, const float* b, int ldb, int m_left,
-                                        int n_left, int K) {
-    const int warp = (threadIdx.y * 16 + threadIdx.x) / 32, lane = threadIdx.x + (threadIdx.y % 2) * 16;
-    float c[GEMV_ROWS] = {0.f, 0.f, 0.f, 0.f};
-    if (warp < n_left) {
-        const float* w = b + (long long)warp * ldb;
-        if (kFast) {
-#pragma unroll 4
-            for (int k = lane * 4; k < K; k += 128) {
-                const float4 wv = *reinterpret_cast<const float4*>(w + k);
-#pragma unroll
-                for (int r = 0; r < GEMV_ROWS; ++r)
-                    if (r < m_left) {
-                        const float4 x = *reinterpret_cast<const float4*>(a + (long long)r * lda + k);
-                        c[r] = fmaf(x.x, wv.x, fmaf(x.y, wv.y, fmaf(x.z, wv.z, fmaf(x.w, wv.w, c[r]))));
-                    }
-            }
-        } else {
-#pragma unroll 4
-            for (int k = lane; k < K; k += 32) {
-                const float wk = w[k];
-#pragma unroll
-                for (int r = 0; r < GEMV_ROWS; ++r)
-                    if (r < m_left) c[r] = fmaf(a[(long long)r * lda + k], wk, c[r]);
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < GEMV_ROWS; ++r) c[r] = warp_sum(c[r], 1);
-    if (lane == 0) {
-#pragma unroll
-        for (int r = 0; r < GEMV_ROWS; ++r) out[r * GEMV_COLS + warp] = c[r];
-    }
-    __syncthreads();
-}
-
-template <bool kFast>
-__device__ __forceinline__ void gemv_kn(float* out, const float* a, int lda, const float* b, int ldb, int m_left,
-                                        int n_left, int K) {
-    constexpr int WIDTH = kFast ? 4 : 1, PER_ROW = GEMV_COLS / WIDTH, STEP = 256 / PER_ROW;
-    __shared__ float partial[8][GEMV_ROWS][GEMV_COLS];
-    const int tid = threadIdx.y * 16 + threadIdx.x, warp = tid / 32;
-    const int n = (tid % PER_ROW) * WIDTH;
-    float c[GEMV_ROWS][WIDTH] = {};
-#pragma unroll 4
-    for (int k = tid / PER_ROW; k < K; k += STEP) {
-        float w[WIDTH];
-        const float* row = b + (long long)k * ldb + n;
-        if (kFast && n + WIDTH <= n_left) {
-            const float4 v = *reinterpret_cast<const float4*>(row);
-            w[0] = v.x, w[WIDTH > 1 ? 1 : 0] = v.y, w[WIDTH > 2 ? 2 : 0] = v.z, w[WIDTH > 3 ? 3 : 0] = v.w;
-        } else {
-#pragma unroll
-            for (int q = 0; q < WIDTH; ++q) w[q] = n + q < n_left ? row[q] : 0.f;
-        }
-#pragma unroll
-        for (int r = 0; r < GEMV_ROWS; ++r)
-            if (r < m_left) {
-                const float x = a[(long long)r * lda + k];
-#pragma unroll
-                for (int q = 0; q < WIDTH; ++q) c[r][q] = fmaf(x, w[q], c[r][q]);
-            }
-    }
-#pragma unroll
-    for (int r = 0; r < GEMV_ROWS; ++r)
-#pragma unroll
-        for (int q = 0; q < WIDTH; ++q) c[r][q] = warp_sum(c[r][q], PER_ROW);
-    if (tid % 32 < PER_ROW) {
-#pragma unroll
-        for (int r = 0; r < GEMV_ROWS; ++r)
-#pragma unroll
-            for (int q = 0; q < WIDTH; ++q) partial[warp][r][n + q] = c[r][q];
-    }
-    __syncthreads();
-    if (tid < GEMV_ROWS * GEMV_COLS) {
-        float sum = 0.f;
-#pragma unroll
-        for (int w = 0; w < 8; ++w) sum += partial[w][tid / GEMV_COLS][tid % GEMV_COLS];
-        out[tid] = sum;
-    }
-    __syncthreads();
-}
-
-template <bool kTransB>
-__device__ __forceinline__ void gemv(float* out, const float* a, int lda, const float* b, int ldb, int m_left,
-                                     int n_left, int K) {
-    const bool aligned = ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b)) & 15) == 0 &&
-                         lda % 4 == 0 && ldb % 4 == 0;
-    if (kTransB) {
-        if (aligned)
-            gemv_nk<true>(out, a, lda, b, ldb, m_left, n_left, K);
-        else
-            gemv_nk<false>(out, a, lda, b, ldb, m_left, n_left, K);
-    } else {
-        if (aligned)
-            gemv_kn<true>(out, a, lda, b, ldb, m_left, n_left, K);
-        else
-            gemv_kn<false>(out, a, lda, b, ldb, m_left, n_left, K);
-    }
-}
-
 }  // namespace
 
 // C ABI entry points (cuda.declare_device(..., abi="c")), one per tiling and form of B; the int
@@ -413,8 +292,8 @@ SIMACCEL_F32_TILE(simaccel_f32_tile_128_kn, 128, 8, false)
 SIMACCEL_F32_TILE(simaccel_f32_tile_64_nk, 64, 16, true)
 SIMACCEL_F32_TILE(simaccel_f32_tile_64_kn, 64, 16, false)
 
-// The sliced-K and GEMV kernels': `acc` is the block's shared result tile (32 x 33 and 4 x 8;
-// every thread of the block calls this, and the tile is complete when it returns).
+// The sliced-K kernel's: `acc` is the block's shared result tile (32 x 33; every thread of the
+// block calls this, and the tile is complete when it returns). The GEMV's is gemv.cu.
 #define SIMACCEL_F32_SHARED_TILE(NAME, LOOP, TRANS)                                                                   \
     extern "C" __device__ int NAME(float* acc, const float* a, long long a_off, long long lda, const float* b,        \
                                    long long b_off, long long ldb, long long m_left, long long n_left, long long K) { \
@@ -424,5 +303,3 @@ SIMACCEL_F32_TILE(simaccel_f32_tile_64_kn, 64, 16, false)
 
 SIMACCEL_F32_SHARED_TILE(simaccel_f32_sliced_32_nk, sliced, true)
 SIMACCEL_F32_SHARED_TILE(simaccel_f32_sliced_32_kn, sliced, false)
-SIMACCEL_F32_SHARED_TILE(simaccel_f32_gemv_nk, gemv, true)
-SIMACCEL_F32_SHARED_TILE(simaccel_f32_gemv_kn, gemv, false)

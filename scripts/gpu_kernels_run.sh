@@ -11,14 +11,6 @@ out=${1:?usage: scripts/gpu_kernels_run.sh OUT_DIR ops|tests|bench}
 what=${2:?usage: scripts/gpu_kernels_run.sh OUT_DIR ops|tests|bench}
 source "$(dirname "$0")/gpu_step.sh"  # step NAME COMMAND...; devices.txt, date.txt
 
-ncu_case() {  # ncu_case LABEL KERNEL_REGEX: one launch of the kernel, appended to OUT/ncu.txt
-  local sections="--section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats"
-  echo "===== $1 (kernel $2)" >> "$out/ncu.txt"
-  timeout "${NCU_TIMEOUT:-45}" /usr/local/cuda/bin/ncu $sections -k "regex:$2" -c 1 \
-    python3 -P scripts/profile_ops_gpu.py "$1" >> "$out/ncu.txt" 2>&1
-  echo "===== rc=$?" >> "$out/ncu.txt"
-}
-
 case $what in
   ops) step ops python3 -P -m simaccel.tvm_integration.tools.cli bench --ops --out "$out/ops"
        IFS=';' read -ra cases <<< "${NCU_CASES:-}"

@@ -3,6 +3,8 @@ an H100/H200 (sm_90) on this machine, which has no GPU and no driver."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import forks
@@ -74,6 +76,25 @@ def test_matmul_kernels_keep_their_accumulators_in_registers(name, data, weight,
                                           "gemv": "gemv_kernel_4x8"}[want])
     used = no_spills(kernel)
     assert used["stack"] == 0 and used["registers"] <= 128, (kernel.kernel.__name__, used)
+
+
+@pytest.mark.parametrize("arch", [SM90, (7, 5)], ids=lambda a: f"sm_{a[0]}{a[1]}")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name, data, weight", [("simaccel.dense_bias_gelu", (1, 4096), (14336, 4096)),
+                                               ("simaccel.matmul", (4, 4096), (4096, 1000))])
+def test_16_bit_gemvs_stream_their_weight_in_16_byte_loads(name, data, weight, dtype, arch):
+    """A 16-bit GEMM of at most 4 rows (a decoder step's linear layer) takes the GEMV
+    (kernels/gemv.cu), not a 128-row tensor-core tile: its C++ loop inlined, the weight read 8
+    values to a 16-byte load, float32 sums, no local memory; sm_75, without bfloat16
+    arithmetic, converts in software."""
+    n = weight[-1] if "matmul" in name else weight[-2]
+    program = one_op_program(name, [data, weight] + [(n,)] * ("_bias" in name), dtype)
+    [kernel] = compile_program(program, arch)
+    assert kernel.kernel.__name__.endswith(f"gemv_kernel_4x8_{dtype}"), kernel.kernel.__name__
+    assert re.search(r"ld\.global(\.nc)?\.v4\.[bu]32", kernel.ptx), "no 16-byte loads"
+    assert "call" not in kernel.ptx.replace("callseq", "")  # all inlined
+    used = no_spills(kernel)
+    assert used["stack"] == 0 and used["registers"] <= 128, used
 
 
 # (op, data, weight, tile width): 4096 x 4096 results take 128 x 256 tiles, 1024 x 1024 ones 128 x 128.

@@ -159,20 +159,25 @@ GEMV_CASES = [("simaccel.dense", (1, 1280), 37, None), ("simaccel.matmul_bias_re
               ("simaccel.dense", (4, 3), 70, None)]
 
 
-@pytest.mark.parametrize("tiling,name,data_shape,n,weight_shape",
-                         [("sliced", *c) for c in SLICED_CASES] + [("gemv", *c) for c in GEMV_CASES], ids=str)
-def test_matmul_shared_tile_tilings(tiling, name, data_shape, n, weight_shape):
+# The GEMV takes 16-bit operands too (kernels/gemv.cu: 8 values a 16-byte load, float32 sums):
+# every GEMV case runs in all three dtypes, the sliced-K ones in float32 (16-bit GEMMs of more
+# rows go to the tensor cores).
+@pytest.mark.parametrize("tiling,name,data_shape,n,weight_shape,dtype",
+                         [("sliced", *c, "float32") for c in SLICED_CASES]
+                         + [("gemv", *c, dtype) for c in GEMV_CASES for dtype in DTYPES], ids=str)
+def test_matmul_shared_tile_tilings(tiling, name, data_shape, n, weight_shape, dtype):
     from simaccel.kernels import matmul as matmul_kernels
 
     rng = np.random.default_rng(17)
-    arrays = _matmul_inputs(name, data_shape, n, "float32", rng)
+    arrays = _matmul_inputs(name, data_shape, n, dtype, rng)
     if weight_shape is not None:
-        arrays[1] = _random(rng, weight_shape, "float32")
+        arrays[1] = _random(rng, weight_shape, dtype)
     op = get_op(name)
     target = PlanOnlyTarget()
-    out = np.empty(op.infer([a.shape for a in arrays], ["float32"] * len(arrays), **op.all_attrs({}))[0], np.float32)
+    out_shape, out_dtype = op.infer([a.shape for a in arrays], [dtype] * len(arrays), **op.all_attrs({}))
+    out = np.empty(out_shape, arrays[0].dtype)
     op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays), **op.all_attrs({}))
-    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SHARED_TILE_KERNELS[tiling, "dense" in name]]
+    assert [fn for fn, *_ in target.launches] == [matmul_kernels._SHARED_TILE_KERNELS[tiling, "dense" in name, dtype]]
     check(name, arrays)
 
 
@@ -220,18 +225,18 @@ def test_batched_matmul_beyond_grid_z(monkeypatch):
     check("simaccel.matmul", [_random(rng, (5, 3, 4), "float32"), _random(rng, (5, 4, 2), "float32")], expected_launches=3)
 
 
-# float16 matmuls run on the tensor-core kernel (kernels/tensor_core.py); on the simulator its
+# float16 matmuls of at least 5 rows run on the tensor-core kernel (kernels/tensor_core.py); on the simulator its
 # C++ main loop is stood in for by a numpy model that fills each thread's accumulators in the
 # C++ layout, so the kernel around it (batch offsets, fragment positions, epilogue) runs here.
 TENSOR_CORE_CASES = [
     ("simaccel.dense_bias_relu", (130, 40), 131, None),  # 2 x 2 tiles with 2- and 3-wide tails
     ("simaccel.matmul_gelu", (129, 3), 130, None),  # K < 8
     ("simaccel.matmul_bias", (2, 5, 33), 9, None),  # batch dims folded into rows
-    ("simaccel.matmul", (3, 2, 17), 5, (1, 3, 17, 5)),  # batched weight, broadcast batch dim
-    ("simaccel.matmul_bias_relu", (3, 2, 9), 130, (3, 9, 130)),  # batched weight, two column tiles
+    ("simaccel.matmul", (3, 5, 17), 5, (1, 3, 17, 5)),  # batched weight, broadcast batch dim
+    ("simaccel.matmul_bias_relu", (3, 6, 9), 130, (3, 9, 130)),  # batched weight, two column tiles
     ("simaccel.dense_gelu", (131, 70), 259, None),  # two row and two 256-wide column tiles, tails
-    ("simaccel.matmul_bias", (2, 3, 33), 257, (2, 33, 257)),  # batched, a 1-wide column tail
-]
+    ("simaccel.matmul_bias", (2, 7, 33), 257, (2, 33, 257)),  # batched, a 1-wide column tail
+]  # (at least 5 rows a matrix: fewer take the GEMV)
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["128x128", "128x256"])

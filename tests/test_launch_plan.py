@@ -71,7 +71,7 @@ def test_a_plan_names_tensors_and_views():
     plan = plan_launches(mlp_program())
     assert [launch.op for launch in plan] == [0, 1]
     matmul = plan[0]
-    assert matmul.kernel is SHARED_TILE_KERNELS["gemv", True]  # the dense form; a 4x6 result: one GEMV tile of 4 rows
+    assert matmul.kernel is SHARED_TILE_KERNELS["gemv", True, "float32"]  # the dense form; a 4x6 result: one GEMV tile of 4 rows
     views = [a for a in matmul.args if isinstance(a, View)]
     # out (4, 6) and data (4, 8) as 2-D views, the weight as it is, the bias flattened; then the
     # epilogue's three tensors (kernels/epilogue.py), here none: out flat, never read

@@ -41,14 +41,15 @@ LIMITS = {
 LAUNCHES_PER_SAMPLE = 10
 
 # A case whose kernel differs from its reference by more than this (of the result's scale) is
-# reported as a mismatch (exit 1): its time would not be the op's. float16 results carry
-# their own rounding (2^-11 relative) on top of the float32 accumulation's.
-MAX_REL_ERROR = 1e-3
-MAX_REL_ERROR_FLOAT16 = 4e-3
+# reported as a mismatch (exit 1): its time would not be the op's. 16-bit results carry
+# their own rounding (float16 2^-11, bfloat16 2^-8 relative) on top of the float32
+# accumulation's.
+MAX_REL_ERROR = {"float32": 1e-3, "float16": 4e-3, "bfloat16": 1.6e-2}
+SIXTEEN_BIT = ("float16", "bfloat16")  # on the tensor cores where GEMM-like: against their peak
 
 
 def max_rel_error(case) -> float:
-    return MAX_REL_ERROR_FLOAT16 if case.dtype == "float16" else MAX_REL_ERROR
+    return MAX_REL_ERROR[case.dtype]
 
 @dataclass(frozen=True)
 class OpCase:
@@ -66,6 +67,15 @@ CASES = [
     OpCase("gemm 1024^3", "simaccel.matmul", ((1024, 1024), (1024, 1024)), {}, "flops"),
     # float16 inputs, float32 accumulation, on the tensor cores: against their peak.
     OpCase("gemm 4096^3 float16", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops", "float16"),
+    OpCase("gemm 4096^3 bfloat16", "simaccel.matmul", ((4096, 4096), (4096, 4096)), {}, "flops", "bfloat16"),
+    # A decoder step's linear layers (kernels/gemv.cu): LLaMA-3-8B's MLP projections (the
+    # dense form, W as torch keeps it, and W^T as (K, N)), its vocabulary's logits, a batch of
+    # 4; every weight larger than an H100's or H200's L2 cache (50 MB), so it streams from HBM.
+    OpCase("gemv 1x4096->14336 bfloat16", "simaccel.dense", ((1, 4096), (14336, 4096)), {}, "bytes", "bfloat16"),
+    OpCase("gemv 1x14336->4096 bfloat16", "simaccel.dense", ((1, 14336), (4096, 14336)), {}, "bytes", "bfloat16"),
+    OpCase("gemv 1x4096->14336 (K, N) bfloat16", "simaccel.matmul", ((1, 4096), (4096, 14336)), {}, "bytes", "bfloat16"),
+    OpCase("gemv 1x4096->128256 float16", "simaccel.dense", ((1, 4096), (128256, 4096)), {}, "bytes", "float16"),
+    OpCase("gemv 4x4096->14336 float16", "simaccel.dense", ((4, 4096), (14336, 4096)), {}, "bytes", "float16"),
     OpCase("dense+bias+gelu 8192x3072x768", "simaccel.dense_bias_gelu", ((8192, 768), (3072, 768), (3072,)), {}, "flops"),
     OpCase("conv 56x56x64->64 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 64, 56, 56), (64, 64, 3, 3), (1, 64, 1, 1)), CONV, "flops"),
     OpCase("conv 28x28x128->128 3x3 b8", "simaccel.conv2d_bias_relu", ((8, 128, 28, 28), (128, 128, 3, 3), (1, 128, 1, 1)), CONV, "flops"),
@@ -124,7 +134,7 @@ def roofline_row(case: OpCase, out_shape, us: float, limits: dict | None) -> dic
     if case.work == "flops":
         row["achieved"] = flops / (us * 1e-6)
         row["unit"] = "FLOP/s"
-        row["limit"] = limits["flops_float16" if case.dtype == "float16" else "flops"] if limits else None
+        row["limit"] = limits["flops_float16" if case.dtype in SIXTEEN_BIT else "flops"] if limits else None
     else:
         row["achieved"] = nbytes / (us * 1e-6)
         row["unit"] = "B/s"
@@ -159,7 +169,7 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None,
     for case in CASES:
         run = prepare_case(case, target)
         us = _median_us(run.launch, repeat, warmup)
-        error = _relative_error(run.op, run.arrays, run.attrs, run.out.copy_to_host())
+        error = _relative_error(run.op, run.arrays, run.attrs, to_host(run.out))
         rows[case.label] = {"dtype": case.dtype} | roofline_row(case, run.out.shape, us, limits) | {
             "max_rel_error": error, "matches_reference": error <= max_rel_error(case)}
         peer = _torch_peer(case, run.arrays)
@@ -173,7 +183,7 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None,
         "versions": {pkg: package_version(pkg) for pkg in ("simaccel", "numba-cuda", "numpy", "torch")},
         "method": f"GPU time: CUDA events around {LAUNCHES_PER_SAMPLE} back-to-back launches queued behind a spin "
         f"kernel, time per launch, median of {repeat} such samples after {warmup} warm-ups; float32 unless "
-        "a case says float16; "
+        "a case names its dtype; "
         "torch peers with TF32 off, timed in the same run",
         "ops": rows,
     }
@@ -183,8 +193,9 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None,
     regressed = 0 if old is None else compare_reports(out / "ops.json", compare_with, log=log)
     wrong = [label for label, row in rows.items() if not row["matches_reference"]]
     if wrong:
-        log(f"RESULT: MISMATCH: {', '.join(wrong)} differ from their references by more than {MAX_REL_ERROR:g} "
-            f"(float16: {MAX_REL_ERROR_FLOAT16:g}) of the result's scale")
+        bounds = ", ".join(f"{dtype} {bound:g}" for dtype, bound in MAX_REL_ERROR.items())
+        log(f"RESULT: MISMATCH: {', '.join(wrong)} differ from their references by more than ({bounds}) "
+            "of the result's scale")
         return 1
     return regressed
 
@@ -206,19 +217,29 @@ def prepare_case(case: OpCase, target) -> PreparedCase:
     from numba import cuda
 
     from ...data import random_arrays
+    from ...engines.cuda import bits
+    from ...kernels import dtypes
+    from ...kernels.target import reinterpret
     from ...ops import get_op
 
     op = get_op(case.op)
     attrs = op.all_attrs(case.attrs)
     arrays = random_arrays([(f"t{i}", s, case.dtype) for i, s in enumerate(case.shapes)], seed=1)
     shape, dtype = op.infer([a.shape for a in arrays], [case.dtype] * len(arrays), **attrs)
-    device_in = [cuda.to_device(a) for a in arrays]
-    device_out = cuda.device_array(shape, dtype=dtype)
+    device_in = [reinterpret(cuda.to_device(bits(a)), a.shape, a.dtype) for a in arrays]
+    device_out = cuda.device_array(shape, dtype=np.dtype(dtypes.numpy_dtype(dtype)))
 
     def launch():
         op.kernel(target, device_out, *device_in, **attrs)
 
     return PreparedCase(op, attrs, arrays, device_out, launch)
+
+
+def to_host(array):
+    """A device array's values on the host (bfloat16 moved as its bits: simaccel.engines.cuda.bits)."""
+    from ...engines.cuda import bits
+
+    return bits(array).copy_to_host().view(array.dtype)
 
 
 def _median_us(fn, repeat: int, warmup: int, launches: int = LAUNCHES_PER_SAMPLE) -> float:
@@ -300,6 +321,7 @@ def _torch_peer(case: OpCase, arrays):
     a = case.attrs
     peers = {
         "simaccel.matmul": lambda: t[0] @ t[1],
+        "simaccel.dense": lambda: F.linear(t[0], t[1]),
         "simaccel.dense_bias_gelu": lambda: F.gelu(F.linear(t[0], t[1], t[2])),
         "simaccel.conv2d_bias_relu": lambda: F.relu(_torch_conv2d(F, t[0], t[1], t[2].reshape(-1), a)),
         "simaccel.conv2d": lambda: _torch_conv2d(F, t[0], t[1], None, a),

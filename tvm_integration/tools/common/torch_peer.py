@@ -18,4 +18,13 @@ def torch_on_gpu(arrays):
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    return torch, F, [torch.from_numpy(a).cuda() for a in arrays]
+    return torch, F, [tensor(torch, a).cuda() for a in arrays]
+
+
+def tensor(torch, array):
+    """A numpy array as a torch tensor (bfloat16, which torch cannot take from numpy, as its bits)."""
+    import numpy as np
+
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
