@@ -7,7 +7,8 @@ memory is dynamic and sized per target (`dynamic_shared_bytes`). On the simulato
 of the block stands in for the C++ (`_simulated_tile`), so the launch geometry and the
 packing of grouped heads are tested on the CPU.
 
-Everything else (float32, other head dims) runs on the one-warp-per-row kernel below. For
+Everything else (float32, other head dims, and attention with a bias: `simaccel.attention_bias`,
+whose bias the tiles do not read) runs on the one-warp-per-row kernel below. For
 query row i of batch b and head h, the warp walks the keys in chunks of 32: the query row sits
 in shared memory (D <= 256), each lane scores one key of the chunk (its own dot product over
 D), the chunk's max is taken across the warp (xor shuffles; on the simulator, through shared
@@ -15,7 +16,8 @@ memory), and the running max m, each lane's share of the running sum l and the a
 (8 of the output's Dv a lane) are rescaled by exp(m_old - m_new); then each key's weight is
 broadcast from its lane and every lane adds weight * V[j] to its accumulators. So there is one
 warp reduction per 32 keys (not per key), scores are never stored and any key length runs. A
-causal mask ends the walk at key i + offset. The output is acc / l, 0 where no key has weight
+causal mask ends the walk at key i + offset; a bias (rank 4, broadcast to (B, H, S, T) through
+strides of 0) is added to each score after the scaling, as Relax's attention_bias does. The output is acc / l, 0 where no key has weight
 (none seen, or every score -inf), NaN where a score is. Float32 throughout; loads convert from
 the input dtype, the store rounds to the output's.
 
@@ -39,6 +41,7 @@ from numba.cuda.extending import intrinsic, register_jitable
 from numba.cuda.types import bfloat16
 
 from .main_loop import HERE, data_pointer, declare_cpp, same
+from .grid import dims_of
 from .simulator import host_array
 from .target import with_simulator_twin
 
@@ -111,10 +114,12 @@ def _simulated_lane_value(buf, value, lane, src):
 
 
 @register_jitable
-def _walk_keys(acc, row, buf, k, v, b, kvh, lane, first, stop, D, DV, scale, simulator):
+def _walk_keys(acc, row, buf, k, v, b, kvh, lane, first, stop, D, DV, scale, bias, bias_row, bias_step, has_bias,
+               simulator):
     """The online softmax of the query row in shared `row` over keys [first, stop) of key/value
     head `kvh`, 32 keys a chunk: adds this lane's PER_LANE outputs (unnormalised) to `acc` and
-    returns (the scores' max, this lane's share of the sum). `simulator`: the warp's exchanges
+    returns (the scores' max, this lane's share of the sum). With `has_bias`, key j's score gets
+    bias[bias_row + j * bias_step] added after the scaling. `simulator`: the warp's exchanges
     through shared memory (the simulator has no shuffles)."""
     m = float32(-math.inf)
     total = float32(0)
@@ -126,6 +131,8 @@ def _walk_keys(acc, row, buf, k, v, b, kvh, lane, first, stop, D, DV, scale, sim
             for d in range(D):
                 part += row[d] * float32(k[b, j, kvh, d])
             score = part * scale
+            if has_bias:
+                score += float32(bias[bias_row + j * bias_step])
         top = _larger(m, _simulated_warp_max(buf, score, lane) if simulator else _warp_max(buf, score, lane))
         correction = math.exp(m - top) if m > -math.inf else float32(0)
         if top > -math.inf:
@@ -159,7 +166,7 @@ def _load_row(row, acc, q, b, i, h, D, lane):
 def _attention_kernel(simulator):
     warp_sum = _simulated_warp_sum if simulator else _warp_sum
 
-    def _attention_kernel(out, q, k, v, T, D, DV, G, scale, causal, offset):
+    def _attention_kernel(out, q, k, v, bias, T, D, DV, G, scale, causal, offset, has_bias, bs0, bs1, bs2, bs3):
         i, h, b = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
         lane = cuda.threadIdx.x
         buf = cuda.shared.array(WARP, float32)
@@ -167,7 +174,8 @@ def _attention_kernel(simulator):
         acc = cuda.local.array(PER_LANE, float32)
         _load_row(row, acc, q, b, i, h, D, lane)
         limit = min(T, max(i + offset + 1, 0)) if causal else T
-        m, total = _walk_keys(acc, row, buf, k, v, b, h // G, lane, 0, limit, D, DV, float32(scale), simulator)
+        m, total = _walk_keys(acc, row, buf, k, v, b, h // G, lane, 0, limit, D, DV, float32(scale), bias,
+                              b * bs0 + h * bs1 + i * bs2, bs3, has_bias, simulator)
         total = warp_sum(buf, total, lane)
         for t in range(PER_LANE):
             d = lane + WARP * t
@@ -180,7 +188,8 @@ def _attention_kernel(simulator):
 def _attention_split_kernel(simulator):
     warp_sum = _simulated_warp_sum if simulator else _warp_sum
 
-    def _attention_split_kernel(partial, q, k, v, S, T, D, DV, H, HKV, scale, causal, offset, splits, chunk):
+    def _attention_split_kernel(partial, q, k, v, bias, S, T, D, DV, H, HKV, scale, causal, offset, splits, chunk,
+                                has_bias, bs0, bs1, bs2, bs3):
         """Keys [split * chunk, (split + 1) * chunk) of query row blockIdx.x, head blockIdx.y,
         batch blockIdx.z // splits (split blockIdx.z % splits): its output (unnormalised), max
         (base 2) and sum into `partial`, in the tiles' layout (packed row s * G + h % G of
@@ -196,7 +205,7 @@ def _attention_split_kernel(simulator):
         limit = min(T, max(i + offset + 1, 0)) if causal else T
         first = split * chunk
         m, total = _walk_keys(acc, row, buf, k, v, b, h // G, lane, first, min(limit, first + chunk), D, DV,
-                              float32(scale), simulator)
+                              float32(scale), bias, b * bs0 + h * bs1 + i * bs2, bs3, has_bias, simulator)
         total = warp_sum(buf, total, lane)
         base = ((((b * HKV + h // G) * splits + split) * S * G) + i * G + h % G) * (DV + 2)
         for t in range(PER_LANE):
@@ -386,26 +395,41 @@ def _combine_kernel(out, partial, S, H, HKV, splits, DV):
         out[b, s, h, d] = acc / total if total != 0 else float32(0)
 
 
-def launch_attention(target, out, query, key, value, *, scale, causal, bottom_right) -> int:
-    """Tensor-core tiles where the dtype and head dims allow (a block per 64 packed query rows,
-    key/value head and batch), else one warp per (query row, head, batch); where those few
-    leave the GPU idle, per key split too (WARPS_A_BLOCK warps counting as one block), then a
-    combining launch. Returns the launch count (0 for an empty output)."""
+def bias_operand(target, bias, query):
+    """(flat bias, has_bias, its element strides along (B, H, S, T)) as the one-warp kernels take
+    them: a C-contiguous rank-4 bias broadcast to the scores (stride 0 along its dims of 1); with
+    no bias, a flat view of the query that is never read."""
+    if bias is None:
+        return target.reshape(query, (math.prod(dims_of(query.shape)),)), 0, (0, 0, 0, 0)
+    shape = dims_of(bias.shape)
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step if d != 1 else 0)
+        step *= d
+    return target.reshape(bias, (math.prod(shape),)), 1, tuple(reversed(strides))
+
+
+def launch_attention(target, out, query, key, value, bias=None, *, scale, causal, bottom_right) -> int:
+    """Tensor-core tiles where the dtype and head dims allow and there is no bias (a block per 64
+    packed query rows, key/value head and batch), else one warp per (query row, head, batch);
+    where those few leave the GPU idle, per key split too (WARPS_A_BLOCK warps counting as one
+    block), then a combining launch. Returns the launch count (0 for an empty output)."""
     B, S, H, D = query.shape
     T, HKV, DV = key.shape[1], key.shape[2], value.shape[3]
     if B * S * H * DV == 0:
         return 0
     offset = abs(S - T) if bottom_right else 0
-    if D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
+    if bias is not None or D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
+        flat, has_bias, strides = bias_operand(target, bias, query)
         splits = key_splits(-(-(B * S * H) // WARPS_A_BLOCK), T)
         if splits == 1:
-            target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, T, D, DV, H // HKV, float(scale),
-                          int(bool(causal)), offset)
+            target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, flat, T, D, DV, H // HKV,
+                          float(scale), int(bool(causal)), offset, has_bias, *strides)
             return 1
         chunk = -(-T // (splits * WARP)) * WARP  # keys a split, whole chunks of 32
         return _split_and_combine(target, out, ATTENTION_SPLIT_KERNEL, (S, H, B * splits), WARP,
-                                  (query, key, value, S, T, D, DV, H, HKV, float(scale), int(bool(causal)), offset,
-                                   splits, chunk), HKV, splits)
+                                  (query, key, value, flat, S, T, D, DV, H, HKV, float(scale), int(bool(causal)),
+                                   offset, splits, chunk, has_bias, *strides), HKV, splits)
     tiles = -(-(S * (H // HKV)) // TILE_ROWS)
     splits = key_splits(tiles * HKV * B, T)
     if splits == 1:

@@ -518,6 +518,12 @@ FAMILY_CASES = [
     ("simaccel.attention", [(1, 5, 2, 128), (1, 9, 2, 128), (1, 9, 2, 64)], {"scale": 0.1, "causal": True, "bottom_right": True}),
     ("simaccel.attention", [(1, 5, 4, 128), (1, 9, 2, 128), (1, 9, 2, 128)], {"scale": 0.1, "causal": True, "bottom_right": True}),
     ("simaccel.grouped_attention", [(1, 5, 4, 64), (1, 9, 2, 64), (1, 9, 2, 64)], {"scale": 0.1, "causal": False, "bottom_right": False}),
+    ("simaccel.attention_bias", [(1, 5, 4, 64), (1, 9, 4, 64), (1, 9, 4, 64), (1, 1, 5, 9)],
+     {"scale": 0.1, "causal": True, "bottom_right": True}),
+    ("simaccel.attention_bias", [(1, 1, 8, 64), (1, 700, 2, 64), (1, 700, 2, 64), (1, 1, 1, 700)],
+     {"scale": 0.1, "causal": False, "bottom_right": False}),  # split keys: the split kernel reads the bias
+    ("simaccel.grouped_attention_bias", [(1, 5, 4, 64), (1, 9, 2, 64), (1, 9, 2, 64), (1, 4, 5, 9)],
+     {"scale": 0.1, "causal": False, "bottom_right": False}),
     ("simaccel.conv2d_transpose", [(1, 4, 5, 6), (4, 3, 3, 3)],
      {"strides": [2, 2], "padding": [1, 1, 1, 1], "output_padding": [1, 1], "dilation": [1, 1], "groups": 1}),
     ("simaccel.max_pool2d", [(1, 2, 9, 9)], POOL), ("simaccel.avg_pool2d", [(1, 2, 9, 9)], {**POOL, "count_include_pad": True}),

@@ -132,16 +132,94 @@ def test_what_the_kernel_cannot_take_stays_on_tvm_with_its_reason(d, reason):
     assert not report.regions and any(reason in why for _, _, why in report.kept), report.format()
 
 
-def test_attention_with_a_bias_stays_on_tvm():
+# -- an additive bias (relax.nn.attention_bias: torch's float attn_mask) ----------------------
+
+def bias_module(dtype, s, t, bias_shape, heads=2, kv_heads=None, d=8, mask=None, scale=None):
+    """relax.nn.attention with a bias input of `bias_shape` (broadcast to (1, heads, s, t)); with
+    `kv_heads`, keys and values of fewer heads repeated per group (GQA as Relax writes it)."""
     bb = relax.BlockBuilder()
-    q, k, v = (relax.Var(n, R.Tensor((1, 4, 2, 8), "float32")) for n in "qkv")
-    bias = relax.Var("bias", R.Tensor((1, 2, 4, 4), "float32"))
+    kv = kv_heads or heads
+    q = relax.Var("q", R.Tensor((1, s, heads, d), dtype))
+    k, v = (relax.Var(n, R.Tensor((1, t, kv, d), dtype)) for n in "kv")
+    bias = relax.Var("bias", R.Tensor(bias_shape, dtype))
     with bb.function("main", [q, k, v, bias]):
         with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.attention(q, k, v, bias))
+            if kv_heads:
+                k, v = (bb.emit(relax.op.repeat(x, heads // kv, axis=2)) for x in (k, v))
+            out = bb.emit_output(relax.op.nn.attention(q, k, v, bias, scale=scale, causal_mask=mask))
         bb.emit_func_output(out)
-    _, report = partition_report(bb.get())
-    assert not report.regions and [op for _, op, _ in report.kept] == ["relax.nn.attention_bias"], report.format()
+    return bb.get()
+
+
+# Bias shapes: per score, a padding mask per batch (B, 1, 1, T), one per query row (1, 1, S, T),
+# per head (1, H, 1, T); with causal masks both ways, grouped heads, keys past a warp's chunk.
+BIAS_CASES = [((1, 2, 5, 7), None, None), ((1, 1, 1, 7), "TopLeft", None), ((1, 1, 5, 7), "BottomRight", None),
+              ((1, 2, 1, 7), None, 1), ((1, 4, 5, 40), "BottomRight", 2)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias_shape, mask, kv_heads", BIAS_CASES, ids=str)
+def test_the_kernel_adds_the_bias_as_its_reference_does(bias_shape, mask, kv_heads, dtype):
+    """The one-warp kernel (every dtype: the tiles take no bias) against the reference, which
+    adds the bias to the scaled scores before the mask; a bias of -inf drops a key from its rows,
+    and dropping it by hand gives the same output."""
+    _, heads, _, t = bias_shape
+    heads, s = max(heads, 2 * (kv_heads or 1)), 5
+    rng = np.random.default_rng(t)
+    arrays = [rng.standard_normal(shape).astype(dtype) for shape in
+              ((1, s, heads, 64), (1, t, kv_heads or heads, 64), (1, t, kv_heads or heads, 64))]
+    bias = rng.standard_normal(bias_shape).astype(dtype)
+    bias[..., 3] = -np.inf  # key 3 takes no part anywhere
+    attrs = dict(scale=0.2, **CAUSAL[mask])
+    op = get_op("simaccel.attention_bias")
+    shape, out_dtype = op.infer([a.shape for a in arrays + [bias]], [dtype] * 4, **attrs)
+    out = np.full(shape, np.nan, out_dtype)
+    launches = op.kernel(RecordingTarget(), FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs)
+    assert launches == 1
+    ref = op.reference(*arrays, bias, **attrs)
+    np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[dtype])
+    unbiased = get_op("simaccel.attention").reference(*arrays, **attrs)
+    assert np.abs(ref.astype(np.float32) - unbiased).max() > 0.01  # the bias changed the output
+    if mask is None:  # without key 3 and its bias, by hand: the same output
+        keep = [j for j in range(t) if j != 3]
+        dropped = op.reference(arrays[0], arrays[1][:, keep], arrays[2][:, keep], bias[..., keep], **attrs)
+        np.testing.assert_allclose(ref, dropped, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_decode_step_s_bias_is_read_by_every_key_split(dtype):
+    """One query row against 600 keys: the one-warp kernel splits the keys (then combines), each
+    split reading the bias of its own keys."""
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(shape).astype(dtype) for shape in ((1, 1, 8, 32), (1, 600, 2, 32), (1, 600, 2, 32))]
+    bias = (rng.standard_normal((1, 1, 1, 600)) * 3).astype(dtype)
+    attrs = dict(scale=0.2, **CAUSAL["BottomRight"])
+    op = get_op("simaccel.attention_bias")
+    out = np.full((1, 1, 8, 32), np.nan, dtype)
+    assert op.kernel(RecordingTarget(), FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 2
+    np.testing.assert_allclose(out.astype(np.float32), op.reference(*arrays, bias, **attrs).astype(np.float32),
+                               **TOL[dtype])
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("bias_shape, mask, kv_heads", BIAS_CASES[:4], ids=str)
+def test_attention_with_a_bias_offloads_and_matches_tvm_alone(bias_shape, mask, kv_heads, dtype, engine):
+    _, _, s, t = bias_shape
+    mod = bias_module(dtype, 5, t, bias_shape, kv_heads=kv_heads, mask=mask)
+    assert_offloads(mod, ["simaccel.grouped_attention_bias" if kv_heads else "simaccel.attention_bias"])
+    assert_matches_tvm(mod, engines=[engine])
+
+
+@pytest.mark.parametrize("bias_shape", [(1, 2, 5, 1), (2, 2, 5, 7), (1, 3, 5, 7), (2, 5, 7)], ids=str)
+def test_a_bias_that_does_not_fit_the_scores_is_refused_naming_it(bias_shape):
+    """Relax refuses such a bias itself; a Program given one is refused by the op's shape rule."""
+    from simaccel.errors import ShapeError
+
+    op = get_op("simaccel.attention_bias")
+    shapes = [(1, 5, 2, 8), (1, 7, 2, 8), (1, 7, 2, 8), bias_shape]
+    with pytest.raises(ShapeError, match="bias"):
+        op.infer(shapes, ["float32"] * 4, scale=0.1, causal=False, bottom_right=False)
 
 
 def test_a_cuda_build_of_the_bfloat16_decoder_is_all_native(tmp_path, caplog):

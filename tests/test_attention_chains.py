@@ -22,7 +22,8 @@ from simaccel.testing import assert_matches_tvm, assert_offloads  # noqa: E402
 from simaccel.tvm_integration import partition_report  # noqa: E402
 from simaccel.tvm_integration.rewrites.attention import MASKED, _causal  # noqa: E402
 
-FUSED = {"simaccel.attention", "simaccel.grouped_attention"}
+FUSED = {"simaccel.attention", "simaccel.grouped_attention", "simaccel.attention_bias",
+         "simaccel.grouped_attention_bias"}
 
 
 def _mask(kind: str, s: int, t: int):
@@ -54,7 +55,7 @@ def _chain(form: str, mask: str, *, dtype="float32", heads=4, kv_heads=4, s=7, t
             k, v = repeat_kv(k), repeat_kv(v)
             additive = given[0] if given else _mask(mask, q.shape[2], k.shape[2])
             if form == "sdpa":
-                if additive is not None:
+                if additive is not None and not given:  # a constant's -inf as transformers writes it
                     additive = torch.maximum(additive, torch.tensor(torch.finfo(q.dtype).min)).to(q.dtype)
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive)
             if form == "scaled_q":  # the scale applied to the query and the keys' transpose, as SDPA's decomposition
@@ -114,15 +115,37 @@ def test_a_chain_becomes_one_attention_op_and_matches_tvm_alone_and_torch(form, 
         assert_same(run.outputs[0].astype(np.float32), want, dtype)
 
 
-@pytest.mark.parametrize("form,mask,dtype,cast", [("eager", "window", "float32", True), ("eager", "input", "float32", True),
-                                                 ("sdpa", "input", "float32", True),
-                                                 ("eager", "top_left", "float16", False)])
+BIASED = [
+    # (form, mask, dtype, kv_heads): a mask given as an input (padding), a sliding window (a
+    # constant of no causal pattern)
+    ("eager", "input", "float32", 4), ("sdpa", "input", "float32", 4), ("eager", "window", "float32", 4),
+    ("eager", "input", "float16", 2), ("sdpa", "input", "bfloat16", 2), ("eager", "window", "bfloat16", 4),
+    ("sdpa", "window", "float16", 4),
+]
+
+
+@pytest.mark.parametrize("form,mask,dtype,kv_heads", BIASED, ids=["-".join(map(str, c)) for c in BIASED])
+def test_a_chain_with_any_other_mask_becomes_one_attention_op_with_a_bias(form, mask, dtype, kv_heads):
+    """A mask that is an input or a constant of no causal pattern is the op's bias
+    (simaccel.attention_bias: added to the scaled scores), read in the operands' dtype; the
+    chain is one op, matching TVM alone (which runs the chain) and torch."""
+    mod, inputs, want = _chain(form, mask, dtype=dtype, kv_heads=kv_heads)
+    ops, rewritten = _offloaded(mod)
+    assert any("rewritten as relax.nn.attention" in note for note in rewritten), rewritten
+    fused = "simaccel.grouped_attention_bias" if kv_heads < 4 else "simaccel.attention_bias"
+    assert fused in ops and not {"simaccel.matmul", "simaccel.softmax"} & set(ops), ops
+    assert_offloads(mod, regions=1, kept=0)
+    for run in assert_matches_tvm(mod, inputs, engines=["ref", "sim"]):
+        assert_same(run.outputs[0].astype(np.float32), want, dtype)
+
+
+@pytest.mark.parametrize("form,mask,dtype,cast", [("eager", "top_left", "float16", False),
+                                                 ("eager", "input", "bfloat16", False)])
 def test_a_chain_the_op_does_not_compute_stays_a_chain_and_matches(form, mask, dtype, cast):
-    """A sliding-window constant mask, or a mask given as an input (padding): the attention op
-    has no such mask. A 16-bit chain whose float32 result the model keeps: the op rounds its
-    result to its operands' dtype, which the chain does not. Each stays as written, offloaded
-    op by op, and matches TVM alone to the output's own (float32) tolerance."""
-    mod, inputs, want = _chain(form, mask, dtype=dtype, kv_heads=2 if dtype == "float16" else 4, cast=cast)
+    """A 16-bit chain whose float32 result the model keeps: the op rounds its result to its
+    operands' dtype, which the chain does not. It stays as written, offloaded op by op, and
+    matches TVM alone to the output's own (float32) tolerance."""
+    mod, inputs, want = _chain(form, mask, dtype=dtype, kv_heads=2, cast=cast)
     ops, rewritten = _offloaded(mod)
     assert not FUSED & set(ops) and "simaccel.softmax" in ops, ops
     assert not any("relax.nn.attention" in note for note in rewritten)

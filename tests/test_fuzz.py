@@ -170,9 +170,10 @@ def test_draws_without_user_ops_are_those_of_before(monkeypatch):
     # Changed on purpose when the generator learnt the PyTorch ISA's ops (reductions, slices,
     # take, broadcast_to, clip, divide, silu, sqrt, rsqrt, leaky_relu), again for concat, and
     # again for a decoder's ops (rms_norm, negative, sin, cos, take of an index array), and
-    # again for attention (causal masks, grouped-query heads as repeats); results before then
-    # were drawn by older generators.
-    assert digest == "77035dbe1a375ea0"
+    # again for attention (causal masks, grouped-query heads as repeats), and again for
+    # attention's bias (relax.nn.attention_bias); results before then were drawn by older
+    # generators.
+    assert digest == "ee2762ed3bc76980"
 
 
 def test_models_with_a_user_op_are_valid_relax_and_its_reference_matches_tvm(rms_norm_op):
@@ -460,6 +461,22 @@ def _sequence_case(batch_upper=0, seq_upper=0):
     values = [Value((2, 3, 8), name="x"), Value((2, 3, 8), name="y"), Value((8, 4), name="w"),
               Value((2, 3, 8), "add", (0, 1)), Value((2, 3, 4), "matmul", (3, 2))]
     return Case("float32", values, [4], data_seed=1, batch_upper=batch_upper, seq_upper=seq_upper)
+
+
+def test_a_constant_is_the_same_at_every_size_point_of_a_symbolic_case():
+    """A symbolic case's build binds its constants once; the float64 reference at each size point
+    must read those same values, whatever the sizes of the parameters drawn before them (it did
+    not: a bfloat16 layer norm's gamma, drawn after the batch-sized input, differed at n = 3)."""
+    from simaccel.tvm_integration.tools.fuzz.case import Case, Value, symbolic_twin
+
+    values = [Value((2, 8), name="x"), Value((8,), name="g", constant=True), Value((8,), name="b"),
+              Value((2, 8), "layer_norm", (0, 1, 2), {"axes": [-1], "epsilon": 1e-5})]
+    twin = symbolic_twin(Case("bfloat16", values, [3], data_seed=4))
+    assert twin.batch_upper
+    gammas = [twin.at(point).constants()["g"] for point in twin.size_points()]
+    assert len(gammas) > 1 and all(np.array_equal(g, gammas[0]) for g in gammas)
+    betas = [twin.at(point).arrays()[2] for point in twin.size_points()]
+    assert all(np.array_equal(b, betas[0]) for b in betas)
 
 
 def test_a_case_with_a_sequence_dim_takes_a_batch_and_a_sequence_var():

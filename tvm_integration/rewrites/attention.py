@@ -1,4 +1,5 @@
-"""The attention chain torch's frontend writes, rewritten as one ``relax.nn.attention``.
+"""The attention chain torch's frontend writes, rewritten as one ``relax.nn.attention``
+(``attention_bias`` where the chain adds a bias).
 
 Where it sits: an inference rewrite (`prepare_for_inference`), after constant masks are folded
 and broadcasts into matmuls dropped. A model that writes attention without SDPA
@@ -7,7 +8,7 @@ Relax as a chain in BHSD layout (batch, heads, sequence, head dim):
 
     scores = matmul(Q, permute_dims(K, [0, 1, 3, 2]))      batch and heads merged by reshapes
     scores = scores * c  (or / c; or Q and K^T each scaled)
-    scores = scores + M                                     a constant mask, optional
+    scores = scores + M                                     a mask or a bias, optional
     P = softmax(scores, axis=-1)                            then astype to 16 bits, optional
     P = where(row has no key, 0, P)                         SDPA's guard, optional
     O = matmul(P, V)
@@ -17,12 +18,18 @@ in one kernel that never stores the scores. The rewrite gives that op the chain'
 each permuted to BSNH (a permute_dims right before it is composed with that one, so the
 frontend's own BSNH -> BHSD permute and ours cancel), and permutes the result back:
 
-* the mask must be a constant that is 0 where a query row sees a key and at most float16's
-  lowest value (-65504) or -inf elsewhere, in the same pattern for every batch and head, and
-  that pattern must be no mask, or causal TopLeft (key j for query i where j <= i) or
-  BottomRight (j <= i + |S - T|). A finite mask value stands for -inf: exp(score + mask - max)
+* a constant mask that is 0 where a query row sees a key and at most float16's lowest value
+  (-65504) or -inf elsewhere, in the same pattern for every batch and head, that pattern being
+  no mask, causal TopLeft (key j for query i where j <= i) or BottomRight (j <= i + |S - T|),
+  becomes the op's causal mask. A finite mask value stands for -inf: exp(score + mask - max)
   is 0 in float32 wherever the row's largest seen score exceeds that masked score by less
   than 65000, which holds for any score a 16-bit model can produce;
+* any other M (a padding mask given as an input, a sliding window, a constant of any other
+  pattern) is the op's bias: ``relax.nn.attention_bias`` (`simaccel.attention_bias`), which
+  adds it to the scaled scores in float32, as the chain does. It is read in float32 or the
+  operands' dtype (before an astype of such data to float32: the same values), made 4-D
+  with leading dims of 1; M added to scores whose batch and heads are merged ((B H, S, T)) is
+  taken only where it is at most 2-D (a broadcast over those dims alone);
 * Q, K and V are the same dtype, read before any astype to float32 the chain applied to all
   three (SDPA's decomposition computes 16-bit attention in float32); the result is cast to
   the chain's dtype. The fused kernel computes in float32 and rounds once to the operands'
@@ -37,9 +44,10 @@ frontend's own BSNH -> BHSD permute and ours cancel), and permutes the result ba
   a real match meets applies; simaccel.attention's head dims are at most 256, say), so that
   it never lands on TVM's own legalization of relax.nn.attention instead of the chain.
 
-What does not qualify (a mask that is an input, as a padding mask; another mask pattern;
-softmax over another axis; a scale that is a tensor) stays the chain it was, offloaded op by
-op.
+What does not qualify (softmax over another axis, a scale that is a tensor, a bias of
+another dtype) stays the chain it was, offloaded op by op. A row whose every score is -inf
+(a bias hiding every key) gives 0, as SDPA's guard gives; an eager chain without that guard
+gives NaN there.
 """
 
 from __future__ import annotations
@@ -308,16 +316,14 @@ def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Ex
     if softmax is None:
         return None
     scores = _unreshaped(softmax.args[0], bound)
-    mask = None
+    added = None  # what the chain adds to its scores: a mask, or a bias
     add = _call(scores, bound, "relax.add")
     if add is not None:
         scores, added = add.args
         if isinstance(_value(scores, bound), tvm.ir.GenericConst):
             scores, added = added, scores
-        added = _value(added, bound)
-        if not isinstance(added, tvm.ir.GenericConst):
-            return None  # a mask that is computed (a padding mask): the chain stays
-        mask = added.value.numpy()
+        if len(relax_dims(add) or []) != 4 and len(relax_dims(added) or []) > 2:
+            return None  # added to scores whose batch and heads are merged: its broadcast is not the op's
     scale = 1.0
     while (found := _scaled(_unreshaped(scores, bound), bound)) is not None:
         scores, c = found
@@ -340,17 +346,20 @@ def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Ex
         return None
     if dtype != str(final.ty.dtype) and rounded_to(final) != dtype:
         return None  # 16-bit operands, a float32 result the model keeps: the op would round it to 16 bits
-    causal = None
-    if mask is not None:
-        if not (hasattr(qd[2], "value") and hasattr(kd[2], "value")):
-            return None
-        causal = _causal(mask, int(qd[2].value), int(kd[2].value))
-        if causal is False:
-            return None
+    causal, bias = None, None
+    if added is not None:
+        constant = _value(added, bound)
+        causal = False
+        if isinstance(constant, tvm.ir.GenericConst) and hasattr(qd[2], "value") and hasattr(kd[2], "value"):
+            causal = _causal(constant.value.numpy(), int(qd[2].value), int(kd[2].value))
+        if causal is False:  # computed, or a constant of no causal pattern: the op adds it
+            causal, bias = None, _bias(added, bound, dtype)
+            if bias is None:
+                return None
     operands = [_permuted(x.tensor, bound) for x in (q, k, v)]
     scale = tvm.tirx.FloatImm("float32", scale)
     try:
-        probe = _probe(operands, k.group, scale, causal, bounds)
+        probe = _probe(operands, k.group, scale, causal, bounds, bias)
     except Exception:  # noqa: BLE001 - Relax refuses the operands (its own shape rules): the chain stays
         return None
     if not takes(probe):
@@ -358,26 +367,41 @@ def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Ex
     query, key, value = operands
     if k.group > 1:
         key, value = (relax.op.repeat(x, k.group, axis=2) for x in (key, value))
-    out = relax.op.nn.attention(query, key, value, scale=scale, causal_mask=causal)
+    out = relax.op.nn.attention(query, key, value, bias=bias, scale=scale, causal_mask=causal)
     out = relax.op.permute_dims(out, BSNH)
     if dtype != str(final.ty.dtype):
         out = relax.op.astype(out, str(final.ty.dtype))
     return relax.op.reshape(out, relax_dims(final))
 
 
-def _probe(operands: list, group: int, scale, causal, bounds: dict) -> tvm.IRModule:
+def _bias(added: relax.Expr, bound, dtype: str) -> relax.Expr | None:
+    """What the chain adds to its scores, as attention's bias (which takes float32 or the
+    operands' `dtype`): read before an astype of `dtype` data to float32 (the same values), 4-D
+    (leading dims of 1 added); None where it is neither dtype or of rank over 4."""
+    if (inner := _widened(added, bound)) is not None and tensor_info(inner)[1] == dtype:
+        added = inner
+    dims = relax_dims(added)
+    if tensor_info(added)[1] not in (dtype, "float32") or dims is None or len(dims) > 4:
+        return None
+    return added if len(dims) == 4 else relax.op.reshape(added, [1] * (4 - len(dims)) + list(dims))
+
+
+def _probe(operands: list, group: int, scale, causal, bounds: dict, bias=None) -> tvm.IRModule:
     """A module whose one function computes, from stand-ins of the chain's operands (BSNH, their
-    types as Relax gives them), the attention that would replace the chain, its keys and
-    values repeated per group where the chain repeated them: what `takes` is asked about. It
-    carries the chain's function's size bounds."""
+    types as Relax gives them) and its bias, the attention that would replace the chain, its
+    keys and values repeated per group where the chain repeated them: what `takes` is asked
+    about. It carries the chain's function's size bounds."""
     params = [relax.Var(role, _typed(x).ty) for role, x in zip(("query", "key", "value"), operands)]
+    if bias is not None:
+        params.append(relax.Var("bias", _typed(bias).ty))
     bb = relax.BlockBuilder()
     with bb.function("main", params, attrs=bounds):
         with bb.dataflow():
-            query, key, value = params
+            query, key, value, *given = params
             if group > 1:
                 key, value = (bb.emit(relax.op.repeat(x, group, axis=2)) for x in (key, value))
-            out = bb.emit_output(relax.op.nn.attention(query, key, value, scale=scale, causal_mask=causal))
+            out = bb.emit_output(relax.op.nn.attention(query, key, value, bias=given[0] if given else None,
+                                                       scale=scale, causal_mask=causal))
         bb.emit_func_output(out)
     return bb.get()
 

@@ -6,8 +6,10 @@ scale 1 / sqrt(D). HKV < H is grouped-query attention: query head h reads key/va
 h // (H // HKV) (Relax's op itself has HKV = H; `simaccel.grouped_attention`'s pattern folds
 a repeat of the keys and values into it). A causal mask keeps key j for query i where j <= i + offset: 0 for "TopLeft",
 |S - T| for "BottomRight" (TVM's legalization's own definition, abs included). TVM's torch and
-ONNX frontends and `relax.frontend.nn` emit it (torch's scaled_dot_product_attention). A bias
-(`attention_bias`) and sliding windows stay on TVM. Computed in float32 with an online softmax
+ONNX frontends and `relax.frontend.nn` emit it (torch's scaled_dot_product_attention).
+`simaccel.attention_bias` is Relax's `attention_bias`, the same with an additive bias (torch's
+float `attn_mask`): a 4-D tensor broadcast to (B, H, S, T), float32 or the operands' dtype,
+added to the scaled scores (in float32) before the causal mask. Sliding windows stay on TVM. Computed in float32 with an online softmax
 (one pass over the keys), rounded once to the output's dtype. A key a query row's mask
 excludes takes no part in that row, so a NaN or inf in its value row is not read there (TVM's
 legalization and the numpy reference multiply it by 0, which gives NaN: the kernels are
@@ -22,6 +24,7 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
+from ...shapes import broadcast_shapes
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op
 from ..registry import declare
@@ -47,7 +50,7 @@ def attention_from_relax(match):
 
 
 def infer_attention(shapes, *, scale, causal, bottom_right):
-    q, k, v = (tuple(s) for s in shapes)
+    q, k, v = (tuple(s) for s in shapes[:3])
     for role, shape in (("query", q), ("key", k), ("value", v)):
         check_rank(role, shape, 4, 4)
     if not (q[0] == k[0] == v[0] and k[2] == v[2]):
@@ -59,7 +62,22 @@ def infer_attention(shapes, *, scale, causal, bottom_right):
     for role, d in (("query", q[3]), ("value", v[3])):
         if not at_least(MAX_HEAD_DIM, d):
             raise ShapeError(f"{role} head dim {d} is over {MAX_HEAD_DIM}")
+    if len(shapes) == 4:
+        check_bias(tuple(shapes[3]), (q[0], q[2], q[1], k[1]))
     return (q[0], q[1], q[2], v[3])
+
+
+def check_bias(bias, scores) -> None:
+    """`bias` must broadcast to the scores' (B, H, S, T): rank 4, each dim 1 or the scores'
+    (a symbolic one the same var), the last the key length (Relax's rule)."""
+    check_rank("bias", bias, 4, 4)
+    try:
+        fits = broadcast_shapes(bias, scores) == tuple(scores) and bias[3] == scores[3]
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ShapeError(f"bias {bias} does not broadcast to the scores (batch, heads, queries, keys) {scores} "
+                         "ending with the keys")
 
 
 def causal_offset(s: int, t: int, bottom_right: bool) -> int:
@@ -67,14 +85,17 @@ def causal_offset(s: int, t: int, bottom_right: bool) -> int:
     return abs(s - t) if bottom_right else 0
 
 
-def attention(query, key, value, *, scale, causal, bottom_right):
-    """The numpy reference (float32): masked entries take no part in the softmax."""
+def attention(query, key, value, bias=None, *, scale, causal, bottom_right):
+    """The numpy reference (float32): the bias added to the scaled scores, then masked entries
+    take no part in the softmax."""
     group = query.shape[2] // max(key.shape[2], 1)
     q, k, v = (np.transpose(f32(a), (0, 2, 1, 3)) for a in (query, key, value))  # (B, H, ., .)
     k, v = (np.repeat(a, group, axis=1) for a in (k, v))  # grouped-query: each key/value head G times
     s, t = q.shape[2], k.shape[2]
     with np.errstate(all="ignore"):
         scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale)
+        if bias is not None:
+            scores = scores + f32(bias)
         if causal:
             keep = np.arange(t)[None, :] <= np.arange(s)[:, None] + causal_offset(s, t, bottom_right)
             scores = np.where(keep, scores, -np.inf)
@@ -129,4 +150,25 @@ declare(dataclasses.replace(
                      relax_op("relax.repeat", "value", name="value_repeat")),
     from_relax=grouped_attention_from_relax,
     doc="grouped-query attention: relax.nn.attention of keys and values repeated per query-head group (GQA)",
+))
+
+
+# Relax's attention with an additive bias (torch's float attn_mask), and the same over keys and
+# values repeated per query-head group: the one-warp kernel, which reads the bias per score.
+ATTENTION_BIAS = declare(dataclasses.replace(
+    ATTENTION,
+    name="simaccel.attention_bias",
+    inputs=("query", "key", "value", "bias"),
+    pattern=relax_op("relax.nn.attention_bias", "query", "key", "value", "bias"),
+    role_dtypes={"bias": ("float32", "float16", "bfloat16")},
+    doc="softmax(Q K^T * scale + bias [causal]) V, BSNH (relax.nn.attention_bias)",
+))
+
+declare(dataclasses.replace(
+    ATTENTION_BIAS,
+    name="simaccel.grouped_attention_bias",
+    pattern=relax_op("relax.nn.attention_bias", "query", relax_op("relax.repeat", "key", name="key_repeat"),
+                     relax_op("relax.repeat", "value", name="value_repeat"), "bias"),
+    from_relax=grouped_attention_from_relax,
+    doc="grouped-query attention with a bias: relax.nn.attention_bias of keys and values repeated per group",
 ))

@@ -7,7 +7,8 @@ group that fits its rank and builds it: the op (a built-in of fuzz/vocabulary.py
 family of fuzz/user_ops.py), its attributes, and new parameters where the op needs them
 (weights, biases, other operands), sometimes followed by a bias and an activation. The ops mix
 what simaccel offloads (matmul/dense, batched too, with bias and activation, conv2d with
-groups, pooling, attention (causal masks, grouped-query heads as repeated keys and values), softmax,
+groups, pooling, attention (causal masks, grouped-query heads as repeated keys and values, an
+additive bias), softmax,
 layer_norm, rms_norm, elementwise ops (negative, sin and cos too), clip,
 reductions, reshape, permute_dims, strided_slice, take of a constant index or index array,
 broadcast_to, concat) with what it must
@@ -289,8 +290,12 @@ class Builder:
         k, v = self.param((b, t, kv, d), "k"), self.param((b, t, kv, dv), "v")
         if kv != h:
             k, v = (self.add("repeat", [a], {"repeats": h // kv, "axis": 2}) for a in (k, v))
-        self.add("attention", [x, k, v], {"scale": None if self.draw.chance(60) else self.draw.choice((0.05, 0.3, 1.0)),
-                                          "causal_mask": self.draw.choice((None, "TopLeft", "BottomRight"))})
+        attrs = {"scale": None if self.draw.chance(60) else self.draw.choice((0.05, 0.3, 1.0)),
+                 "causal_mask": self.draw.choice((None, "TopLeft", "BottomRight"))}
+        given = [x, k, v]
+        if self.draw.chance(30):  # an additive bias (relax.nn.attention_bias): per score, batch, row or head
+            given.append(self.param(self.draw.choice(((b, h, s, t), (b, 1, 1, t), (1, 1, s, t), (1, h, 1, t))), "bias"))
+        self.add("attention", given, attrs)
 
 
 # The kinds of op group `Builder.node()` draws, each built by its method. The kinds that fit a

@@ -167,10 +167,12 @@ class Case:
         return {v.name: arrays[i] for i, v in enumerate(self.params) if v.constant}
 
     def arrays(self) -> list[np.ndarray]:
-        """Seeded values for every parameter, in order (NaN/inf in the first if `specials`)."""
-        rng = np.random.default_rng(self.data_seed)
+        """Seeded values for every parameter, in order (NaN/inf in the first if `specials`). Each
+        parameter has a generator of its own, so its values do not depend on the others' sizes:
+        a constant bound once into a symbolic case's build is the same at every size point."""
         arrays = []
         for i, v in enumerate(self.params):
+            rng = np.random.default_rng([self.data_seed, i])
             a = rng.standard_normal(v.shape).astype(np.float32)
             if i == 0 and self.specials and a.size:
                 mask = rng.random(v.shape) < 0.1

@@ -258,17 +258,21 @@ def _take_shape(shapes, attrs):
 def _attention_make(exprs, attrs, dtype):
     from tvm import relax
 
-    return relax.op.nn.attention(*exprs, scale=attrs["scale"], causal_mask=attrs["causal_mask"])
+    bias = exprs[3] if len(exprs) > 3 else None
+    return relax.op.nn.attention(*exprs[:3], bias=bias, scale=attrs["scale"], causal_mask=attrs["causal_mask"])
 
 
 def _attention(xs, attrs, dtype):
     """TVM's relax.nn.attention in float64, BSNH: softmax over the keys each query row keeps
     (TopLeft: key j <= row i; BottomRight: j <= i + |S - T|, TVM's offset), scale 1 / sqrt(D)
-    where none is given; a row that keeps no key is 0 (only where there are no keys)."""
-    q, k, v = (np.transpose(x, (0, 2, 1, 3)) for x in xs)  # (B, H, rows, D)
+    where none is given, a bias (B, H, S, T broadcast) added to the scaled scores; a row that
+    keeps no key is 0 (only where there are no keys)."""
+    q, k, v = (np.transpose(x, (0, 2, 1, 3)) for x in xs[:3])  # (B, H, rows, D)
     s, t, d = q.shape[2], k.shape[2], q.shape[3]
     scale = attrs["scale"] if attrs["scale"] is not None else 1.0 / math.sqrt(d)
     scores = q @ np.swapaxes(k, -1, -2) * scale
+    if len(xs) > 3:
+        scores = scores + xs[3]
     mask = attrs["causal_mask"]
     if mask:
         offset = abs(s - t) if mask == "BottomRight" else 0
