@@ -110,6 +110,10 @@ CASES = [
     ("attention", lambda q, k, v: op.nn.attention(q, k, v, causal_mask="BottomRight"), [(1, 2, 2, 4), (1, 3, 2, 4), (1, 3, 2, 4)]),
     ("grouped_attention", lambda q, k, v: op.nn.attention(q, op.repeat(k, 2, axis=2), op.repeat(v, 2, axis=2), causal_mask="TopLeft"),
      [(1, 3, 4, 4), (1, 3, 2, 4), (1, 3, 2, 4)]),
+    ("attention_bias", lambda q, k, v, b: op.nn.attention(q, k, v, b, causal_mask="BottomRight"),
+     [(1, 2, 2, 4), (1, 3, 2, 4), (1, 3, 2, 4), (1, 1, 2, 3)]),
+    ("grouped_attention_bias", lambda q, k, v, b: op.nn.attention(q, op.repeat(k, 2, axis=2), op.repeat(v, 2, axis=2), b),
+     [(1, 3, 4, 4), (1, 3, 2, 4), (1, 3, 2, 4), (1, 4, 1, 3)]),
 ]
 BY_ID = {case[0]: case for case in CASES}
 

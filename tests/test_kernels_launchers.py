@@ -19,7 +19,8 @@ def test_every_op_has_a_kernel_test():
         "simaccel.max_pool2d", "simaccel.avg_pool2d", "simaccel.softmax", "simaccel.layer_norm", "simaccel.rms_norm", "simaccel.clip",
         "simaccel.broadcast_to", "simaccel.permute_dims", "simaccel.strided_slice", "simaccel.sum", "simaccel.mean",
         "simaccel.max", "simaccel.concat", "simaccel.take", "simaccel.cumsum",
-        "simaccel.attention", "simaccel.grouped_attention",  # tests/test_attention.py
+        "simaccel.attention", "simaccel.grouped_attention", "simaccel.attention_bias",  # tests/test_attention.py
+        "simaccel.grouped_attention_bias",
         "simaccel.conv2d_transpose",  # tests/test_kernels_conv2d.py
     }
     from test_mask_ops import mask_kernel_ops  # the mask and index ops' kernels: tests/test_mask_ops.py
