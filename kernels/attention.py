@@ -40,8 +40,8 @@ from numba import cuda, float32, types
 from numba.cuda.extending import intrinsic, register_jitable
 from numba.cuda.types import bfloat16
 
+from .grid import broadcast_strides, dims_of
 from .main_loop import HERE, data_pointer, declare_cpp, same
-from .grid import dims_of
 from .simulator import host_array
 from .target import with_simulator_twin
 
@@ -395,18 +395,14 @@ def _combine_kernel(out, partial, S, H, HKV, splits, DV):
         out[b, s, h, d] = acc / total if total != 0 else float32(0)
 
 
-def bias_operand(target, bias, query):
-    """(flat bias, has_bias, its element strides along (B, H, S, T)) as the one-warp kernels take
-    them: a C-contiguous rank-4 bias broadcast to the scores (stride 0 along its dims of 1); with
-    no bias, a flat view of the query that is never read."""
+def bias_operand(target, bias, query, scores):
+    """(flat bias, has_bias, its element strides along `scores`' (B, H, S, T)) as the one-warp
+    kernels take them: a C-contiguous rank-4 bias broadcast to the scores (stride 0 along its
+    dims of 1); with no bias, a flat view of the query that is never read."""
     if bias is None:
         return target.reshape(query, (math.prod(dims_of(query.shape)),)), 0, (0, 0, 0, 0)
     shape = dims_of(bias.shape)
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step if d != 1 else 0)
-        step *= d
-    return target.reshape(bias, (math.prod(shape),)), 1, tuple(reversed(strides))
+    return target.reshape(bias, (math.prod(shape),)), 1, tuple(broadcast_strides(shape, scores))
 
 
 def launch_attention(target, out, query, key, value, bias=None, *, scale, causal, bottom_right) -> int:
@@ -420,7 +416,7 @@ def launch_attention(target, out, query, key, value, bias=None, *, scale, causal
         return 0
     offset = abs(S - T) if bottom_right else 0
     if bias is not None or D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
-        flat, has_bias, strides = bias_operand(target, bias, query)
+        flat, has_bias, strides = bias_operand(target, bias, query, (B, H, S, T))
         splits = key_splits(-(-(B * S * H) // WARPS_A_BLOCK), T)
         if splits == 1:
             target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, flat, T, D, DV, H // HKV,

@@ -15,8 +15,7 @@
 // 16-byte loads need 16-byte aligned rows; where a pointer or a leading dimension is not (K or
 // N not a multiple of 16 bytes, a view at an odd offset) elements are loaded one by one.
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "mma.cuh"  // Element<T>: the 16-bit operand types' float32 values
 
 namespace {
 
@@ -27,32 +26,15 @@ template <typename T>
 constexpr int kVector = 16 / sizeof(T);
 
 __device__ __forceinline__ float value(float x) { return x; }
-__device__ __forceinline__ float value(__half x) { return __half2float(x); }
-__device__ __forceinline__ float value(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ float value(T x) { return Element<T>::value(x); }
 
-__device__ __forceinline__ void load_vector(const float* p, float (&v)[4]) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
-}
-
-__device__ __forceinline__ void load_vector(const __half* p, float (&v)[8]) {
+template <typename T>  // the kVector<T> values of the 16 bytes at p (16-byte aligned), as float32
+__device__ __forceinline__ void load_vector(const T* p, float (&v)[kVector<T>]) {
     const uint4 q = *reinterpret_cast<const uint4*>(p);
-    const __half2* h = reinterpret_cast<const __half2*>(&q);
+    const T* x = reinterpret_cast<const T*>(&q);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(h[i]);
-        v[2 * i] = f.x, v[2 * i + 1] = f.y;
-    }
-}
-
-__device__ __forceinline__ void load_vector(const __nv_bfloat16* p, float (&v)[8]) {
-    const uint4 q = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&q);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        v[2 * i] = f.x, v[2 * i + 1] = f.y;
-    }
+    for (int i = 0; i < kVector<T>; ++i) v[i] = value(x[i]);
 }
 
 template <typename T, int WIDTH>  // the first `left` of WIDTH elements at p, zeros after

@@ -425,14 +425,13 @@ def launch_gemm(target, o2, a2, b2, b1, has_bias, act, M, N, K, batches, d1, sa,
             raise ValueError("matmul: int8 operands take no fused bias, activation or epilogue")
         kernel, block = matmul_int8.KERNELS[transpose_b], (matmul_int8.THREADS, matmul_int8.THREADS)
         BM, BN = matmul_int8.BM, matmul_int8.BN
-    elif dtype in tensor_core.DTYPES and M <= GEMV[0]:  # a 16-bit GEMV: streams B, no tensor cores
-        kernel, block = _shared_tile("gemv", transpose_b, dtype, epilogue), (THREADS_X, THREADS_Y)
-        BM, BN = GEMV
-    elif dtype in tensor_core.DTYPES:  # tensor cores (kernels/tensor_core.py)
+    elif dtype in tensor_core.DTYPES and M > GEMV[0]:  # tensor cores (kernels/tensor_core.py)
         BM, BN = tensor_core.BM, tensor_core.width(M, N, batches)
         kernel, block = tensor_core.kernel(transpose_b, BN, dtype, epilogue), (tensor_core.THREADS,)
-    elif (choice := tiling_override or tiling(M, N, K, batches)) in _SHARED_TILES:
-        kernel, block = _shared_tile(choice, transpose_b, "float32", epilogue), (THREADS_X, THREADS_Y)
+    # A 16-bit GEMM of at most GEMV[0] rows streams B on the GEMV, as a float32 one does.
+    elif (choice := "gemv" if dtype in tensor_core.DTYPES else tiling_override or tiling(M, N, K, batches)) \
+            in _SHARED_TILES:
+        kernel, block = _shared_tile(choice, transpose_b, dtype, epilogue), (THREADS_X, THREADS_Y)
         _, BM, BN, _, _ = _SHARED_TILES[choice]
     else:
         large = choice == "large"

@@ -1,8 +1,9 @@
 // What the two tensor-core files share (tensor_core.cu, the GEMM's main loop; attention.cu,
 // the attention tile): the 16-bit element types, and the sm_80 instructions both use (cp.async
-// staging, ldmatrix, mma.sync m16n8k16 with float32 accumulators) as inline functions.
+// staging, ldmatrix, mma.sync m16n8k16 with float32 accumulators) as inline functions. gemv.cu
+// reads its 16-bit operands through the element types too.
 //
-// Included by both: everything is __forceinline__ and internal to the file that includes it, so
+// Included by each: everything is __forceinline__ and internal to the file that includes it, so
 // each compiles to the code it had with these written out in it (the same PTX). NVRTC finds
 // this header beside the file that includes it, as sliced_k.cuh (simaccel.aot and
 // kernels/target.py's `cpp_link` name a file by its path).

@@ -112,17 +112,15 @@ class CudaEngine(Engine):
         from numba import cuda
 
         with cuda.gpus[device_id]:
-            value = spec.value_array()
-            return reinterpret(cuda.to_device(bits(value)), value.shape, value.dtype)
+            return to_device(spec.value_array())
 
     def copy(self, call: Call, destination, source) -> None:
         bits(destination).copy_to_device(bits(source), stream=call.target.stream)
 
     def to_host(self, call: Call, array):
-        stream = call.target.stream
-        host = bits(array).copy_to_host(stream=stream)
-        stream.synchronize()
-        return host.view(array.dtype)
+        host = to_host(array, call.target.stream)
+        call.target.stream.synchronize()
+        return host
 
     def from_host(self, call: Call, array, host) -> None:
         bits(array).copy_to_device(bits(host), stream=call.target.stream)
@@ -225,6 +223,18 @@ def bits(array):
     which has no format for ml_dtypes' bfloat16 ("cannot include dtype 'E' in a buffer", seen
     on an H100); every other array as it is."""
     return reinterpret(array, array.shape, np.uint16) if np.dtype(array.dtype) == BFLOAT16 else array
+
+
+def to_device(array, stream=0):
+    """A Numba device copy of numpy `array`, bfloat16 too (its bytes moved as `bits`)."""
+    from numba import cuda
+
+    return reinterpret(cuda.to_device(bits(array), stream=stream), array.shape, array.dtype)
+
+
+def to_host(array, stream=0):
+    """The host copy of Numba device `array`, bfloat16 too (its bytes moved as `bits`)."""
+    return bits(array).copy_to_host(stream=stream).view(array.dtype)
 
 
 def device_view(address: int, spec, owner=None):

@@ -149,6 +149,7 @@ def run_bench_ops(out_dir, repeat: int = 20, warmup: int = 3, compare_with=None,
     Returns 1 when a kernel differs from its reference or is more than 10% worse than before."""
     from numba import cuda
 
+    from ...engines.cuda import to_host
     from ...kernels import KernelTarget
     from .bench import compare_reports, output_folder, package_version
     from .bench_compare import KERNEL_PEER, load_report
@@ -217,29 +218,21 @@ def prepare_case(case: OpCase, target) -> PreparedCase:
     from numba import cuda
 
     from ...data import random_arrays
-    from ...engines.cuda import bits
+    from ...engines.cuda import to_device
     from ...kernels import dtypes
-    from ...kernels.target import reinterpret
     from ...ops import get_op
 
     op = get_op(case.op)
     attrs = op.all_attrs(case.attrs)
     arrays = random_arrays([(f"t{i}", s, case.dtype) for i, s in enumerate(case.shapes)], seed=1)
     shape, dtype = op.infer([a.shape for a in arrays], [case.dtype] * len(arrays), **attrs)
-    device_in = [reinterpret(cuda.to_device(bits(a)), a.shape, a.dtype) for a in arrays]
+    device_in = [to_device(a) for a in arrays]
     device_out = cuda.device_array(shape, dtype=np.dtype(dtypes.numpy_dtype(dtype)))
 
     def launch():
         op.kernel(target, device_out, *device_in, **attrs)
 
     return PreparedCase(op, attrs, arrays, device_out, launch)
-
-
-def to_host(array):
-    """A device array's values on the host (bfloat16 moved as its bits: simaccel.engines.cuda.bits)."""
-    from ...engines.cuda import bits
-
-    return bits(array).copy_to_host().view(array.dtype)
 
 
 def _median_us(fn, repeat: int, warmup: int, launches: int = LAUNCHES_PER_SAMPLE) -> float:
