@@ -211,6 +211,18 @@ def test_attention_with_a_bias_offloads_and_matches_tvm_alone(bias_shape, mask, 
     assert_matches_tvm(mod, engines=[engine])
 
 
+def test_a_bias_over_symbolic_lengths_takes_one_build_at_every_length():
+    """A decode step's padding mask (1, 1, s, t) over s query rows and a cache of t keys, both
+    symbolic: one build, checked at 1, middle sizes and the upper bounds (a split decode step
+    among them: 1 row against 600 keys)."""
+    s, t = tvm.tirx.Var("s", "int64"), tvm.tirx.Var("t", "int64")
+    mod = bias_module("float32", s, t, (1, 1, s, t), mask="BottomRight")
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"s": 16, "t": 600})
+    assert_offloads(mod, ["simaccel.attention_bias"])
+    assert_matches_tvm(mod, sizes=[{"s": 1, "t": 1}, {"s": 1, "t": 600}, {"s": 5, "t": 37}, {"s": 16, "t": 600}],
+                       engines=["ref", "sim"])
+
+
 @pytest.mark.parametrize("bias_shape", [(1, 2, 5, 1), (2, 2, 5, 7), (1, 3, 5, 7), (2, 5, 7)], ids=str)
 def test_a_bias_that_does_not_fit_the_scores_is_refused_naming_it(bias_shape):
     """Relax refuses such a bias itself; a Program given one is refused by the op's shape rule."""
