@@ -10,11 +10,13 @@ op is accepted and its region checks the requirement at every call (`Program.req
 1 are not assumed: rules ask them to choose a case (an empty tensor, a broadcast axis), so a
 symbolic dim is never taken to be 0 or 1 (simaccel.shapes).
 
-An order of sizes (`n - 2 >= 1`, a convolution's output height) is decided by the bounds where
+An order of sizes (`n - 3 >= 0`, a convolution's output height) is decided by the bounds where
 they decide it (`Assumptions.order`). Where they do not, a rule's range check written with
-`at_least` (a slice inside its axis, a window's output at least 1) records a requirement
+`at_least` (a slice inside its axis, a window's output at least 0) records a requirement
 `lhs >= rhs`; any other order needs the values (SymbolicError: the op stays on TVM), since a
-rule may ask it to choose a case.
+rule may ask it to choose a case. A requirement is only what TVM alone needs too, so that no
+call it runs is refused: a limit of a kernel (attention's head dim) is an order the bounds must
+decide, never a requirement.
 
 A requirement reads `lhs == rhs` or `lhs >= rhs` in messages and in the Program's JSON; two are
 the same when their relation is and their differences are the same up to a positive factor
@@ -146,7 +148,7 @@ def _simplest(lhs, rhs) -> tuple:
 
 def at_least(lhs, rhs) -> bool:
     """Whether `lhs >= rhs`, for a shape rule's check that a size is in range (a slice's end
-    within its axis, a window's output at least 1): ints compare; sizes are decided by the vars'
+    within its axis, a window's output at least 0): ints compare; sizes are decided by the vars'
     bounds where they decide it, else, while rules run `assuming`, required at every call, else
     SymbolicError (the op stays on TVM)."""
     if not isinstance(lhs - rhs, Dim):

@@ -132,6 +132,21 @@ def test_what_the_kernel_cannot_take_stays_on_tvm_with_its_reason(d, reason):
     assert not report.regions and any(reason in why for _, _, why in report.kept), report.format()
 
 
+@pytest.mark.parametrize("upper, offloaded", [(256, True), (257, False)])
+def test_a_symbolic_head_dim_offloads_only_where_its_bounds_keep_it_within_the_kernel(upper, offloaded):
+    """The head dim limit is the kernel's, not the op's (TVM alone runs larger heads), so it is
+    decided by the bounds, never required per call: no call within the bounds is refused."""
+    d = tvm.tirx.Var("d", "int64")
+    mod = attention_module("float32", 4, 4, d=d, dv=8, scale=0.125)  # the default scale reads d's value
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", {"d": upper})
+    _, report = partition_report(mod)
+    if offloaded:
+        assert_offloads(mod, ["simaccel.attention"])
+        assert_matches_tvm(mod, sizes=[{"d": 1}, {"d": 256}], engines=["ref"])
+    else:
+        assert not report.regions and "d" in report.format() and "256" in report.format(), report.format()
+
+
 # -- an additive bias (relax.nn.attention_bias: torch's float attn_mask) ----------------------
 
 def bias_module(dtype, s, t, bias_shape, heads=2, kv_heads=None, d=8, mask=None, scale=None):

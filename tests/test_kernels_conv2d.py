@@ -110,10 +110,12 @@ def _random_conv(rng):
         dshape, wshape = (int(rng.integers(1, 3)), cg * groups, h, w), (og * groups, cg, kh, kw)
         attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
         try:
-            get_op("simaccel.conv2d").infer([dshape, wshape], ["float32"] * 2, **get_op("simaccel.conv2d").all_attrs(attrs))
+            out, _ = get_op("simaccel.conv2d").infer([dshape, wshape], ["float32"] * 2,
+                                                    **get_op("simaccel.conv2d").all_attrs(attrs))
         except Exception:
             continue
-        return dshape, wshape, attrs
+        if 0 not in out:  # an empty output launches nothing (tests/test_zero_size.py has those)
+            return dshape, wshape, attrs
 
 
 @pytest.mark.parametrize("seed", range(8))

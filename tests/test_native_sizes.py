@@ -64,7 +64,7 @@ MODELS = {
     "r_redundant": (with_redundant_shape_arg().validate(), [{"n": 1}, {"n": 33}, {"n": 64}]),
     "r_pinned": (pinned_matmul().requiring(), [{"n": 5}]),
     "r_viewed": (viewed().requiring(), [{"p": 1, "q": 1}, {"p": 33, "q": 33}, {"p": 64, "q": 64}]),
-    "r_windowed": (windowed().requiring(), [{"h": 3}, {"h": 9}, {"h": 16}]),
+    "r_windowed": (windowed().requiring(), [{"h": 2}, {"h": 3}, {"h": 9}, {"h": 16}]),
 }
 
 
@@ -174,7 +174,8 @@ def test_a_shape_argument_that_disagrees_with_a_tensor_it_repeats_is_a_shape_err
 @pytest.mark.parametrize("symbol, arrays, broken", [
     ("r_pinned", [(31, 6), (5, 8), (31, 8)], r"n = 6 .* breaks n == 5"),
     ("r_viewed", [(7, 4), (8, 4)], r"p = 7 .* q = 8 .* breaks q == p"),
-    ("r_windowed", [(1, 3, 2, 8), (4, 3, 3, 3), (1, 4, 0, 6)], r"h = 2 .* breaks h - 2 >= 1"),
+    # h = 1 breaks h - 2 >= 0: no output tensor can have its height, -1, and the message says so
+    ("r_windowed", [(1, 3, 1, 8), (4, 3, 3, 3), (1, 4, 0, 6)], r"\(1, 4, h - 2, 6\) is \(1, 4, -1, 6\) where h = 1"),
 ])
 def test_sizes_that_break_a_requirement_launch_nothing_and_are_a_shape_error(fake, symbol, arrays, broken):
     """No size plan holds where a requirement breaks: the call goes to the Python runtime, which

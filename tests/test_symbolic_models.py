@@ -262,7 +262,7 @@ def test_a_cnn_with_a_dynamic_batch_offloads_as_its_static_twin():
 
 def test_convolutions_over_a_dynamic_height_and_width_offload_as_their_static_twin():
     """A convolution's output height (h + 2 - 3)//1 + 1 and a pooling's (h - 2)//2 + 1 are
-    expressions whose order against 1 the bounds decide (h >= 8), so the whole net is one region,
+    expressions whose order against 0 the bounds decide (h >= 8), so the whole net is one region,
     as its static twin, and matches TVM alone and torch at three sizes."""
     import torch
 
@@ -273,6 +273,42 @@ def test_convolutions_over_a_dynamic_height_and_width_offload_as_their_static_tw
     assert len(dynamic_report.regions) == 1 and not dynamic_report.kept
     check_at_shapes(mod, lambda shape: [_rng(shape).standard_normal(shape).astype("float32")], shapes,
                     reference=_torch_reference(model))
+
+
+@tvm.script.ir_module
+class WindowsPastTheData:
+    """A 1x2 convolution and a 1x2 pooling over a width w in [1, 11]: their output width w - 1 is
+    0 at w = 1, where TVM alone gives an empty tensor."""
+
+    @R.function
+    def main(x: R.Tensor((1, 2, 4, "w"), "float32"), k: R.Tensor((3, 2, 1, 2), "float32")):
+        w = T.int64()
+        R.func_attr({"tir_var_upper_bound": {"w": 11}})
+        with R.dataflow():
+            y = R.nn.relu(R.nn.conv2d(x, k))
+            z = R.nn.max_pool2d(x, pool_size=[1, 2])
+            R.output(y, z)
+        return (y, z)
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_a_window_past_the_data_gives_an_empty_output_as_tvm_alone(engine):
+    """A window's output is required to be at least 0 at each call (what TVM alone runs), not at
+    least 1: every width the bounds allow runs, the empty one included."""
+    import simaccel
+
+    report = partition_report(WindowsPastTheData)[1]
+    assert len(report.regions) == 2 and not report.kept, report.format()
+    ours, theirs = build(WindowsPastTheData, "llvm"), build_tvm_only(WindowsPastTheData, "llvm")
+    k = _rng((3,)).standard_normal((3, 2, 1, 2)).astype("float32")
+    for width in (1, 2, 11):
+        x = _rng((width,)).standard_normal((1, 2, 4, width)).astype("float32")
+        with simaccel.get_runtime().use_engine(engine):
+            got = relax.VirtualMachine(ours, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(k))
+        want = relax.VirtualMachine(theirs, tvm.cpu())["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(k))
+        for g, t in zip(got, want):
+            assert g.numpy().shape == t.numpy().shape == (1, g.numpy().shape[1], 4, width - 1)
+            assert array_difference(g.numpy(), t.numpy(), scaled=True).ok
 
 
 def test_split_heads_and_the_last_token_offload_as_their_static_twin():
