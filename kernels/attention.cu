@@ -18,6 +18,10 @@
 //
 // Warps whose 16 rows are all past the packed sequence's end (a decode tile's) only stage.
 //
+// A bias (simaccel.attention_bias: rank 4, broadcast to (B, H, S, T) through element strides,
+// 0 along its dims of 1) is read per score, float32 or the operands' dtype, and added after the
+// scaling, before the causal mask (in base 2: times log2 e, as the scores).
+//
 // Split keys (flash-decoding): where the tiles alone would leave the GPU idle (a decode step's
 // few rows), the keys are split into `splits` ranges of `chunk` keys, one block each, and a
 // block writes its rows' unnormalised float32 output, running max (base 2) and sum to
@@ -27,12 +31,14 @@
 // FMAs, one thread a row: correct, not fast.
 //
 // Entry: simaccel_attention_{f16,bf16}_d{64,128}(out, q, k, v, partial, S, T, H, HKV, scale,
-// causal, offset, splits, chunk), block (64-row tile, key/value head, batch * splits + split)
+// causal, offset, splits, chunk, bias, bias_kind, bs0, bs1, bs2, bs3), block (64-row tile, key/value head, batch * splits + split)
 // = (blockIdx.x, blockIdx.y, blockIdx.z), 128 threads, `shared_bytes<D>()` of dynamic shared
 // memory (attention.py's `dynamic_shared_bytes`; less traps). Tensors are contiguous BSNH: q
 // and out (B, S, H, D), k and v (B, T, HKV, D). A causal mask keeps key j for query row i where
 // j <= i + offset. Rows that see no key are 0. With splits > 1, `partial` holds a row of D + 2
 // floats (output, max, sum) for each (batch, key/value head, split, packed row), in that order.
+// bias_kind: 0 no bias (`bias` is not read), 1 a float32 bias, 2 one of the operands' dtype;
+// bs0..bs3 its element strides along (batch, query head, query row, key).
 
 #include "mma.cuh"  // Element<T> (the operand types), cp.async, ldmatrix, mma.sync
 
@@ -56,6 +62,9 @@ struct Problem {
     int offset;
     int b, kvh, m0, rows;  // rows: S * G, the packed sequence's length
     int splits, split, chunk;  // this block's keys: [split * chunk, (split + 1) * chunk), where splits > 1
+    const void* bias;
+    int bias_kind;  // 0 none, 1 float32, 2 the operands' dtype
+    long long bs0, bs1, bs2, bs3;  // the bias' element strides along (batch, query head, query row, key)
 
     // Element offset of packed row p's query (and output) row, p < rows.
     __device__ __forceinline__ long long q_row(int p, int D) const {
@@ -78,6 +87,15 @@ struct Problem {
             end = stop < end ? static_cast<int>(stop) : end;
         }
         return end;
+    }
+    // Element offset of packed row p's bias row (its key 0), p < rows.
+    __device__ __forceinline__ long long bias_row(int p) const {
+        return b * bs0 + static_cast<long long>(kvh * G + p % G) * bs1 + static_cast<long long>(p / G) * bs2;
+    }
+    // The bias at element offset i, as a float.
+    template <typename T>
+    __device__ __forceinline__ float bias_at(long long i) const {
+        return bias_kind == 1 ? static_cast<const float*>(bias)[i] : Element<T>::value(static_cast<const T*>(bias)[i]);
     }
     // The first key of the block's range (0 without splits).
     __device__ __forceinline__ int first_key() const { return splits > 1 ? split * chunk : 0; }
@@ -204,18 +222,28 @@ __device__ __forceinline__ void attention_tile(T* out, float* partial, const T* 
                 mma16816<T>(s[2 * p + 1], qf[kk], b[2], b[3]);
             }
 
-        // Scale, mask where this tile crosses a row's last key, and the new running max.
+        // Scale, add the bias, mask where this tile crosses a row's last key (keys past it have
+        // no bias to read), and the new running max.
         const int n0 = t * BLOCK_N;
         const bool masked = n0 + BLOCK_N - 1 > (last[0] < last[1] ? last[0] : last[1]);
+        // Where each row's bias starts (-1: no bias, or a row past the end): found per tile, not
+        // held across the loop (a tile of head dim 128 has no registers to spare).
+        long long bias_row[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) bias_row[i] = pr.bias_kind != 0 && row[i] < pr.rows ? pr.bias_row(row[i]) : -1;
         float next[2] = {top[0], top[1]};
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
+                const int i = r >> 1, j = n0 + n * 8 + 2 * (lane & 3) + (r & 1);
                 float x = s[n][r] * scale;
-                if (masked && n0 + n * 8 + 2 * (lane & 3) + (r & 1) > last[r >> 1]) x = NEG_INF;
+                if (masked && j > last[i])
+                    x = NEG_INF;
+                else if (bias_row[i] >= 0)
+                    x += pr.bias_at<T>(bias_row[i] + j * pr.bs3) * LOG2E;
                 s[n][r] = x;
-                next[r >> 1] = fmaxf(next[r >> 1], x);
+                next[i] = fmaxf(next[i], x);
             }
         float correction[2];
 #pragma unroll
@@ -306,6 +334,7 @@ __device__ __forceinline__ void attention_tile(T* out, float* partial, const T* 
     const long long diagonal = static_cast<long long>(p / pr.G) + pr.offset;
     const int end = pr.keys();
     const int last = pr.causal && diagonal < end - 1 ? static_cast<int>(diagonal) : end - 1;
+    const long long bias_row = pr.bias_kind != 0 ? pr.bias_row(p) : -1;
     float acc[D], top = NEG_INF, sum = 0.0f;
     for (int d = 0; d < D; ++d) acc[d] = 0.0f;
     for (int j = pr.first_key(); j <= last; ++j) {
@@ -314,6 +343,7 @@ __device__ __forceinline__ void attention_tile(T* out, float* partial, const T* 
         float x = 0.0f;
         for (int d = 0; d < D; ++d) x += Element<T>::value(qr[d]) * Element<T>::value(kr[d]);
         x *= pr.scale;
+        if (bias_row >= 0) x += pr.bias_at<T>(bias_row + j * pr.bs3);
         const float next = fmaxf(top, x), correction = top == NEG_INF ? 0.0f : expf(top - next);
         const float e = next == NEG_INF ? 0.0f : expf(x - next);  // every score so far -inf: no weight
         sum = sum * correction + e;
@@ -336,12 +366,15 @@ __device__ __forceinline__ void attention_tile(T* out, float* partial, const T* 
 template <typename T, int D>
 __device__ __forceinline__ int attention(T* out, const T* q, const T* k, const T* v, float* partial, long long S,
                                          long long T_, long long H, long long HKV, float scale, long long causal,
-                                         long long offset, long long splits, long long chunk) {
+                                         long long offset, long long splits, long long chunk, const void* bias,
+                                         long long bias_kind, long long bs0, long long bs1, long long bs2,
+                                         long long bs3) {
     const int G = static_cast<int>(H / HKV), n = static_cast<int>(splits);
     const int z = static_cast<int>(blockIdx.z);
     const Problem pr{static_cast<int>(S), static_cast<int>(T_), static_cast<int>(H), static_cast<int>(HKV), G, scale,
                      causal != 0, static_cast<int>(offset), z / n, static_cast<int>(blockIdx.y),
-                     static_cast<int>(blockIdx.x) * BLOCK_M, static_cast<int>(S) * G, n, z % n, static_cast<int>(chunk)};
+                     static_cast<int>(blockIdx.x) * BLOCK_M, static_cast<int>(S) * G, n, z % n, static_cast<int>(chunk),
+                     bias, static_cast<int>(bias_kind), bs0, bs1, bs2, bs3};
     attention_tile<T, D>(out, partial, q, k, v, pr);
     return 0;
 }
@@ -351,8 +384,11 @@ __device__ __forceinline__ int attention(T* out, const T* q, const T* k, const T
 #define SIMACCEL_ATTENTION_ENTRY(name, T, D)                                                                 \
     extern "C" __device__ int name(T* out, const T* q, const T* k, const T* v, float* partial, long long S,      \
                                    long long T_, long long H, long long HKV, float scale, long long causal,     \
-                                   long long offset, long long splits, long long chunk) {                       \
-        return attention<T, D>(out, q, k, v, partial, S, T_, H, HKV, scale, causal, offset, splits, chunk);     \
+                                   long long offset, long long splits, long long chunk, const void* bias,       \
+                                   long long bias_kind, long long bs0, long long bs1, long long bs2,            \
+                                   long long bs3) {                                                             \
+        return attention<T, D>(out, q, k, v, partial, S, T_, H, HKV, scale, causal, offset, splits, chunk, bias,  \
+                               bias_kind, bs0, bs1, bs2, bs3);                                                  \
     }
 SIMACCEL_ATTENTION_ENTRY(simaccel_attention_f16_d64, __half, 64)
 SIMACCEL_ATTENTION_ENTRY(simaccel_attention_f16_d128, __half, 128)

@@ -3,12 +3,13 @@
 float16 and bfloat16 with query and value head dims both 64 or both 128 run on tensor cores:
 a Numba kernel around attention.cu's flash-attention tile (64 query rows of one key/value head
 a block, the rows packed with their query-head group for GQA; see that file), whose shared
-memory is dynamic and sized per target (`dynamic_shared_bytes`). On the simulator a numpy model
-of the block stands in for the C++ (`_simulated_tile`), so the launch geometry and the
-packing of grouped heads are tested on the CPU.
+memory is dynamic and sized per target (`dynamic_shared_bytes`). A bias
+(`simaccel.attention_bias`) reaches the tile as an untyped pointer, its dtype's code and its
+four broadcast strides (`bias_operand`). On the simulator a numpy model of the block stands in
+for the C++ (`_simulated_tile`), so the launch geometry, the packing of grouped heads and the
+bias' strides are tested on the CPU.
 
-Everything else (float32, other head dims, and attention with a bias: `simaccel.attention_bias`,
-whose bias the tiles do not read) runs on the one-warp-per-row kernel below. For
+Everything else (float32, other head dims) runs on the one-warp-per-row kernel below. For
 query row i of batch b and head h, the warp walks the keys in chunks of 32: the query row sits
 in shared memory (D <= 256), each lane scores one key of the chunk (its own dot product over
 D), the chunk's max is taken across the warp (xor shuffles; on the simulator, through shared
@@ -41,7 +42,7 @@ from numba.cuda.extending import intrinsic, register_jitable
 from numba.cuda.types import bfloat16
 
 from .grid import broadcast_strides, dims_of
-from .main_loop import HERE, data_pointer, declare_cpp, same
+from .main_loop import HERE, data_address, data_pointer, declare_cpp, same
 from .simulator import host_array
 from .target import with_simulator_twin
 
@@ -262,11 +263,13 @@ def key_splits(tiles, keys) -> int:
     return splits
 
 
-def _simulated_tile(out, q, k, v, partial, S, T, H, HKV, scale, causal, offset, splits, chunk):
+def _simulated_tile(out, q, k, v, partial, S, T, H, HKV, scale, causal, offset, splits, chunk, bias, bias_kind,
+                    bs0, bs1, bs2, bs3):
     """The simulator's stand-in for attention.cu's entry: block (x, y, z)'s 64 packed rows of
     key/value head y of batch z // splits, computed by thread 0 with numpy (float32, an exact
     softmax), against keys [split * chunk, (split + 1) * chunk) of split z % splits where
-    splits > 1, whose output, max (base 2) and sum go to `partial`, as attention.cu writes them."""
+    splits > 1, whose output, max (base 2) and sum go to `partial`, as attention.cu writes them;
+    with `bias_kind`, the flat `bias` read through its strides and added after the scaling."""
     if cuda.threadIdx.x != 0:
         return 0
     G = H // HKV
@@ -278,6 +281,9 @@ def _simulated_tile(out, q, k, v, partial, S, T, H, HKV, scale, causal, offset, 
     keys, values = (host_array(a)[b, first:stop, kvh].astype(np.float32) for a in (k, v))
     with np.errstate(all="ignore"):
         scores = queries @ keys.T * np.float32(scale)
+        if bias_kind:
+            at = b * bs0 + h[:, None] * bs1 + s[:, None] * bs2 + np.arange(first, stop)[None, :] * bs3
+            scores = scores + host_array(bias)[at].astype(np.float32)
         if causal:
             scores = np.where(np.arange(first, stop)[None, :] <= s[:, None] + offset, scores, -np.inf)
         top = scores.max(axis=1, keepdims=True, initial=-np.inf)
@@ -310,34 +316,37 @@ def _no_floats(typingctx):
 def _tile_kernel(dtype: str, d: int, split: bool, simulator: bool):
     """The kernel around attention.cu's tile for operand `dtype` and head dim `d`, writing the
     output or (`split`) its split's share to a float32 `partial`; on the simulator, around its
-    numpy model."""
+    numpy model. `bias` is a flat array read where `bias_kind` is not 0 (`bias_operand`)."""
     if simulator:
-        entry, pointer, none = _simulated_tile, same, None
+        entry, pointer, address, none = _simulated_tile, same, same, None
     else:
         numba_type, infix = TILE_DTYPES[dtype]
-        operand = types.CPointer(numba_type)
-        sig = types.int32(operand, operand, operand, operand, types.CPointer(types.float32), types.int64, types.int64,
-                          types.int64, types.int64, types.float32, types.int64, types.int64, types.int64, types.int64)
-        entry, pointer = declare_cpp(f"simaccel_attention_{infix}_d{d}", sig, SOURCE), data_pointer
+        operand, i64 = types.CPointer(numba_type), types.int64
+        sig = types.int32(operand, operand, operand, operand, types.CPointer(types.float32), i64, i64, i64, i64,
+                          types.float32, i64, i64, i64, i64, types.voidptr, i64, i64, i64, i64, i64)
+        entry = declare_cpp(f"simaccel_attention_{infix}_d{d}", sig, SOURCE)
+        pointer, address = data_pointer, data_address
 
     if split:
-        def kernel(partial, q, k, v, S, T, H, HKV, scale, causal, offset, splits, chunk):
-            """Split z % splits of softmax(Q K^T * scale) V for the 64 packed query rows
+        def kernel(partial, q, k, v, S, T, H, HKV, scale, causal, offset, splits, chunk, bias, bias_kind,
+                   bs0, bs1, bs2, bs3):
+            """Split z % splits of softmax(Q K^T * scale + bias) V for the 64 packed query rows
             (blockIdx.x) of key/value head blockIdx.y of batch blockIdx.z // splits, into `partial`."""
             # The entry's output is not written where the keys are split: q stands in for it.
             entry(pointer(q), pointer(q), pointer(k), pointer(v), pointer(partial), S, T, H, HKV, float32(scale),
-                  causal, offset, splits, chunk)
+                  causal, offset, splits, chunk, address(bias), bias_kind, bs0, bs1, bs2, bs3)
     elif simulator:
-        def kernel(out, q, k, v, S, T, H, HKV, scale, causal, offset):
-            """softmax(Q K^T * scale) V for the 64 packed query rows (blockIdx.x) of key/value
-            head blockIdx.y of batch blockIdx.z."""
-            entry(out, q, k, v, none, S, T, H, HKV, float32(scale), causal, offset, 1, 0)
+        def kernel(out, q, k, v, S, T, H, HKV, scale, causal, offset, bias, bias_kind, bs0, bs1, bs2, bs3):
+            """softmax(Q K^T * scale + bias) V for the 64 packed query rows (blockIdx.x) of
+            key/value head blockIdx.y of batch blockIdx.z."""
+            entry(out, q, k, v, none, S, T, H, HKV, float32(scale), causal, offset, 1, 0, bias, bias_kind,
+                  bs0, bs1, bs2, bs3)
     else:
-        def kernel(out, q, k, v, S, T, H, HKV, scale, causal, offset):
-            """softmax(Q K^T * scale) V for the 64 packed query rows (blockIdx.x) of key/value
-            head blockIdx.y of batch blockIdx.z."""
+        def kernel(out, q, k, v, S, T, H, HKV, scale, causal, offset, bias, bias_kind, bs0, bs1, bs2, bs3):
+            """softmax(Q K^T * scale + bias) V for the 64 packed query rows (blockIdx.x) of
+            key/value head blockIdx.y of batch blockIdx.z."""
             entry(pointer(out), pointer(q), pointer(k), pointer(v), _no_floats(), S, T, H, HKV, float32(scale),
-                  causal, offset, 1, 0)
+                  causal, offset, 1, 0, address(bias), bias_kind, bs0, bs1, bs2, bs3)
 
     kernel.__name__ = kernel.__qualname__ = (f"_attention_{'split' if split else 'tile'}_kernel_d{d}"
                                              + ("" if dtype == "float16" else f"_{dtype}"))
@@ -396,18 +405,20 @@ def _combine_kernel(out, partial, S, H, HKV, splits, DV):
 
 
 def bias_operand(target, bias, query, scores):
-    """(flat bias, has_bias, its element strides along `scores`' (B, H, S, T)) as the one-warp
-    kernels take them: a C-contiguous rank-4 bias broadcast to the scores (stride 0 along its
-    dims of 1); with no bias, a flat view of the query that is never read."""
+    """(flat bias, its kind, its element strides along `scores`' (B, H, S, T)) as the kernels
+    take them: a C-contiguous rank-4 bias broadcast to the scores (stride 0 along its dims of 1),
+    of kind 1 where it is float32 and 2 where it is the operands' dtype (the one-warp kernels
+    read any kind alike); with no bias, kind 0 and a flat view of the query that is never read."""
     if bias is None:
         return target.reshape(query, (math.prod(dims_of(query.shape)),)), 0, (0, 0, 0, 0)
     shape = dims_of(bias.shape)
-    return target.reshape(bias, (math.prod(shape),)), 1, tuple(broadcast_strides(shape, scores))
+    kind = 1 if str(bias.dtype) == "float32" else 2
+    return target.reshape(bias, (math.prod(shape),)), kind, tuple(broadcast_strides(shape, scores))
 
 
 def launch_attention(target, out, query, key, value, bias=None, *, scale, causal, bottom_right) -> int:
-    """Tensor-core tiles where the dtype and head dims allow and there is no bias (a block per 64
-    packed query rows, key/value head and batch), else one warp per (query row, head, batch);
+    """Tensor-core tiles where the dtype and head dims allow (a block per 64 packed query rows,
+    key/value head and batch), else one warp per (query row, head, batch);
     where those few leave the GPU idle, per key split too (WARPS_A_BLOCK warps counting as one
     block), then a combining launch. Returns the launch count (0 for an empty output)."""
     B, S, H, D = query.shape
@@ -415,27 +426,27 @@ def launch_attention(target, out, query, key, value, bias=None, *, scale, causal
     if B * S * H * DV == 0:
         return 0
     offset = abs(S - T) if bottom_right else 0
-    if bias is not None or D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
-        flat, has_bias, strides = bias_operand(target, bias, query, (B, H, S, T))
+    flat, bias_kind, strides = bias_operand(target, bias, query, (B, H, S, T))
+    if D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
         splits = key_splits(-(-(B * S * H) // WARPS_A_BLOCK), T)
         if splits == 1:
             target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, flat, T, D, DV, H // HKV,
-                          float(scale), int(bool(causal)), offset, has_bias, *strides)
+                          float(scale), int(bool(causal)), offset, int(bias_kind != 0), *strides)
             return 1
         chunk = -(-T // (splits * WARP)) * WARP  # keys a split, whole chunks of 32
         return _split_and_combine(target, out, ATTENTION_SPLIT_KERNEL, (S, H, B * splits), WARP,
                                   (query, key, value, flat, S, T, D, DV, H, HKV, float(scale), int(bool(causal)),
-                                   offset, splits, chunk, has_bias, *strides), HKV, splits)
+                                   offset, splits, chunk, int(bias_kind != 0), *strides), HKV, splits)
     tiles = -(-(S * (H // HKV)) // TILE_ROWS)
     splits = key_splits(tiles * HKV * B, T)
     if splits == 1:
         target.launch(TILE_KERNELS[str(query.dtype), D, False], (tiles, HKV, B), TILE_THREADS, out, query, key, value,
-                      S, T, H, HKV, float(scale), int(bool(causal)), offset)
+                      S, T, H, HKV, float(scale), int(bool(causal)), offset, flat, bias_kind, *strides)
         return 1
     chunk = -(-T // (splits * TILE_ROWS)) * TILE_ROWS  # keys a split, whole tiles of 64
     return _split_and_combine(target, out, TILE_KERNELS[str(query.dtype), D, True], (tiles, HKV, B * splits),
                               TILE_THREADS, (query, key, value, S, T, H, HKV, float(scale), int(bool(causal)), offset,
-                                             splits, chunk), HKV, splits)
+                                             splits, chunk, flat, bias_kind, *strides), HKV, splits)
 
 
 def _split_and_combine(target, out, kernel, grid, block, args, HKV, splits) -> int:

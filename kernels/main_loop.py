@@ -34,6 +34,19 @@ def data_pointer(typingctx, array):
     return sig, codegen
 
 
+@intrinsic
+def data_address(typingctx, array):
+    """`array`'s first element as an untyped pointer (a C++ function's `const void*`, for an
+    argument whose dtype the call chooses)."""
+    sig = types.voidptr(array)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        return builder.bitcast(data, context.get_value_type(types.voidptr))
+
+    return sig, codegen
+
+
 def same(array):
     """The simulator's `data_pointer`: its models take the arrays themselves."""
     return array

@@ -172,25 +172,33 @@ BIAS_CASES = [((1, 2, 5, 7), None, None), ((1, 1, 1, 7), "TopLeft", None), ((1, 
               ((1, 2, 1, 7), None, 1), ((1, 4, 5, 40), "BottomRight", 2)]
 
 
+def _kernel_names(target):
+    return [fn.__name__ for fn, *_ in target.launches]
+
+
+@pytest.mark.parametrize("bias_dtype", ["operands", "float32"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias_shape, mask, kv_heads", BIAS_CASES, ids=str)
-def test_the_kernel_adds_the_bias_as_its_reference_does(bias_shape, mask, kv_heads, dtype):
-    """The one-warp kernel (every dtype: the tiles take no bias) against the reference, which
-    adds the bias to the scaled scores before the mask; a bias of -inf drops a key from its rows,
-    and dropping it by hand gives the same output."""
+def test_the_kernel_adds_the_bias_as_its_reference_does(bias_shape, mask, kv_heads, dtype, bias_dtype):
+    """The kernel (16-bit: the tensor-core tile's model; float32: the one-warp kernel) against the
+    reference, which adds the bias (float32 or the operands' dtype) to the scaled scores before
+    the mask; a bias of -inf drops a key from its rows, and dropping it by hand gives the same
+    output."""
     _, heads, _, t = bias_shape
     heads, s = max(heads, 2 * (kv_heads or 1)), 5
     rng = np.random.default_rng(t)
     arrays = [rng.standard_normal(shape).astype(dtype) for shape in
               ((1, s, heads, 64), (1, t, kv_heads or heads, 64), (1, t, kv_heads or heads, 64))]
-    bias = rng.standard_normal(bias_shape).astype(dtype)
+    bias = rng.standard_normal(bias_shape).astype(dtype if bias_dtype == "operands" else "float32")
     bias[..., 3] = -np.inf  # key 3 takes no part anywhere
     attrs = dict(scale=0.2, **CAUSAL[mask])
     op = get_op("simaccel.attention_bias")
-    shape, out_dtype = op.infer([a.shape for a in arrays + [bias]], [dtype] * 4, **attrs)
+    shape, out_dtype = op.infer([a.shape for a in arrays + [bias]], [dtype] * 3 + [str(bias.dtype)], **attrs)
     out = np.full(shape, np.nan, out_dtype)
-    launches = op.kernel(RecordingTarget(), FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs)
-    assert launches == 1
+    target = RecordingTarget()
+    assert op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 1
+    [name] = _kernel_names(target)
+    assert name.startswith("_attention_tile_kernel_d64" if dtype != "float32" else "_attention_kernel"), name
     ref = op.reference(*arrays, bias, **attrs)
     np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[dtype])
     unbiased = get_op("simaccel.attention").reference(*arrays, **attrs)
@@ -201,17 +209,44 @@ def test_the_kernel_adds_the_bias_as_its_reference_does(bias_shape, mask, kv_hea
         np.testing.assert_allclose(ref, dropped, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("d", [32, 64])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_a_decode_step_s_bias_is_read_by_every_key_split(dtype):
-    """One query row against 600 keys: the one-warp kernel splits the keys (then combines), each
-    split reading the bias of its own keys."""
+def test_a_decode_step_s_bias_is_read_by_every_key_split(dtype, d):
+    """One query row of 8 heads over 2 key/value heads against 600 keys: the keys split (then
+    combine), on the one-warp kernel (head dim 32, or float32) or the tensor-core tiles (16-bit
+    at 64), each split reading the bias of its own keys."""
     rng = np.random.default_rng(5)
-    arrays = [rng.standard_normal(shape).astype(dtype) for shape in ((1, 1, 8, 32), (1, 600, 2, 32), (1, 600, 2, 32))]
+    arrays = [rng.standard_normal(shape).astype(dtype) for shape in ((1, 1, 8, d), (1, 600, 2, d), (1, 600, 2, d))]
     bias = (rng.standard_normal((1, 1, 1, 600)) * 3).astype(dtype)
+    bias[..., 100:130] = -np.inf  # masked keys inside one split
     attrs = dict(scale=0.2, **CAUSAL["BottomRight"])
     op = get_op("simaccel.attention_bias")
-    out = np.full((1, 1, 8, 32), np.nan, dtype)
-    assert op.kernel(RecordingTarget(), FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 2
+    out = np.full((1, 1, 8, d), np.nan, dtype)
+    target = RecordingTarget()
+    assert op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 2
+    tiles = dtype != "float32" and d == 64
+    assert _kernel_names(target)[0] == (f"_attention_split_kernel_d64{'' if dtype == 'float16' else '_' + dtype}"
+                                        if tiles else "_attention_split_kernel"), _kernel_names(target)
+    np.testing.assert_allclose(out.astype(np.float32), op.reference(*arrays, bias, **attrs).astype(np.float32),
+                               **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_tiles_read_a_bias_per_score_over_grouped_heads_and_several_tiles(dtype):
+    """A bias per (batch, head, row, key) over 130 query rows of 4 heads grouped 2 to a key/value
+    head (260 packed rows: 5 tiles of 64, the last part full) and 150 keys (3 key tiles, the
+    last part full), causal from the bottom right: every packed row reads its own head's and
+    row's bias."""
+    rng = np.random.default_rng(11)
+    b, s, t, h, hkv = 2, 130, 150, 4, 2
+    arrays = [rng.standard_normal(shape).astype(dtype) for shape in ((b, s, h, 64), (b, t, hkv, 64), (b, t, hkv, 64))]
+    bias = (rng.standard_normal((b, h, s, t)) * 2).astype(dtype)
+    attrs = dict(scale=0.125, **CAUSAL["BottomRight"])
+    op = get_op("simaccel.grouped_attention_bias")
+    out = np.full((b, s, h, 64), np.nan, dtype)
+    target = RecordingTarget()
+    assert op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 1
+    assert _kernel_names(target)[0].startswith("_attention_tile_kernel_d64")
     np.testing.assert_allclose(out.astype(np.float32), op.reference(*arrays, bias, **attrs).astype(np.float32),
                                **TOL[dtype])
 

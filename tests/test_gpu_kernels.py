@@ -57,8 +57,9 @@ KERNEL_CASES = [
     ("simaccel.attention", [(2, 200, 8, 128), (2, 200, 2, 128), (2, 200, 2, 128)], {"scale": 0.09, "causal": True, "bottom_right": True}),
     ("simaccel.attention", [(3, 1, 32, 128), (3, 4097, 8, 128), (3, 4097, 8, 128)], {"scale": 0.09, "causal": True, "bottom_right": True}),
     ("simaccel.attention", [(1, 130, 6, 64), (1, 70, 3, 64), (1, 70, 3, 64)], {"scale": 0.2, "causal": True, "bottom_right": True}),
-    # Attention with a bias (the one-warp kernel): a padding mask per batch over grouped heads,
-    # a bias per score, and a decode step whose keys split (the split kernel reads the bias).
+    # Attention with a bias (16-bit: the tiles; float32: the one-warp kernel): a padding mask per
+    # batch over grouped heads, a bias per score, and a decode step whose keys split (the split
+    # kernels read the bias).
     ("simaccel.attention_bias", [(2, 77, 8, 64), (2, 90, 2, 64), (2, 90, 2, 64), (2, 1, 1, 90)],
      {"scale": 0.125, "causal": True, "bottom_right": True}),
     ("simaccel.attention_bias", [(1, 33, 4, 128), (1, 33, 4, 128), (1, 33, 4, 128), (1, 4, 33, 33)],

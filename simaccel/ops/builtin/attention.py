@@ -160,7 +160,7 @@ declare(dataclasses.replace(
 
 
 # Relax's attention with an additive bias (torch's float attn_mask), and the same over keys and
-# values repeated per query-head group: the one-warp kernel, which reads the bias per score.
+# values repeated per query-head group: the same kernels, which read the bias per score.
 ATTENTION_BIAS = declare(dataclasses.replace(
     ATTENTION,
     name="simaccel.attention_bias",
