@@ -236,15 +236,16 @@ def per_thread(total: int) -> int:
 
 
 def _launch_binary(target, out, a, b, op) -> int:
-    """Shapes come validated by the ISA: `a` and `b` broadcast (numpy rules) to `out`, rank <= 4."""
+    """Shapes come validated by the ISA: `a` and `b` broadcast (numpy rules) to `out`, at most
+    RANK dims once merged (collapse_dims)."""
     a_shape = dims_of(a.shape)
     b_shape = dims_of(b.shape)
     out_shape = dims_of(out.shape)
     total = size(out_shape)
     if total == 0:
         return 0
-    o4 = padded(out_shape)
-    nd, dims, (sa, sb) = collapse_dims(o4, broadcast_strides(a_shape, o4), broadcast_strides(b_shape, o4))
+    space = padded(out_shape)
+    nd, dims, (sa, sb) = collapse_dims(space, broadcast_strides(a_shape, space), broadcast_strides(b_shape, space))
     a1 = target.reshape(a, (size(a_shape),))
     b1 = target.reshape(b, (size(b_shape),))
     o1 = target.reshape(out, (total,))
@@ -268,13 +269,13 @@ def _launch_unary(target, out, data, act) -> int:
 
 
 def launch_binary(target, out, a, b, *, operation) -> int:
-    """out = a <operation> b (a key of BINARY_OPS) with numpy broadcasting (rank <= 4);
+    """out = a <operation> b (a key of BINARY_OPS) with numpy broadcasting;
     returns the launch count."""
     return _launch_binary(target, out, a, b, BINARY_OPS[operation])
 
 
 def launch_broadcast_to(target, out, data, *, shape) -> int:
-    """out = data broadcast (numpy rules) to out's shape, rank <= 4."""
+    """out = data broadcast (numpy rules) to out's shape."""
     return _launch_binary(target, out, data, data, OP_FIRST)
 
 

@@ -1,5 +1,6 @@
 """Launch geometry the kernel modules share: element counts, grids of grid-stride kernels, and
-the rank-4 broadcast index space of the elementwise, mask and epilogue kernels.
+the broadcast index space of the elementwise, mask and epilogue kernels (at most RANK dims
+once merged).
 
 Host-side only (the launchers call it; no kernel does): elementwise, masks, epilogue, layout,
 reduction, pool2d, conv2d and normalization size their launches with it. A broadcasting
@@ -60,16 +61,18 @@ def pow2_at_least(n: int, cap: int | None = None) -> int:
 
 
 def padded(shape) -> tuple:
-    """`shape` (rank <= RANK) left-padded with 1s to RANK."""
+    """`shape` left-padded with 1s to RANK (a shape of more dims as it is)."""
     return (1,) * (RANK - len(shape)) + dims_of(shape)
 
 
 def broadcast_strides(shape, out_shape):
-    """Element strides of a C-contiguous array of `shape` broadcast to rank-4 `out_shape`."""
-    shape = padded(shape)
-    strides = [0] * RANK
+    """Element strides of a C-contiguous array of `shape` broadcast to `out_shape` (of at least
+    its rank: RANK where it comes `padded`)."""
+    rank = len(out_shape)
+    shape = (1,) * (rank - len(shape)) + dims_of(shape)
+    strides = [0] * rank
     s = 1
-    for i in range(RANK - 1, -1, -1):
+    for i in range(rank - 1, -1, -1):
         if shape[i] != 1:
             if shape[i] != out_shape[i]:
                 raise ValueError(f"shape {shape} does not broadcast to {out_shape}")
@@ -79,10 +82,12 @@ def broadcast_strides(shape, out_shape):
 
 
 def collapse_dims(out_shape, *strides):
-    """The rank-4 iteration space with size-1 dims dropped and a dim merged into its inner
-    neighbour where every input continues contiguously across them (or is broadcast along
-    both): (nd, dims, [strides per input]), `nd` dims used, right-aligned and left-padded to
-    RANK with size 1 / stride 0. The element offsets stay those of the original strides."""
+    """The iteration space of `out_shape` (rank RANK or more) with size-1 dims dropped and a
+    dim merged into its inner neighbour where every input continues contiguously across them
+    (or is broadcast along both): (nd, dims, [strides per input]), `nd` dims used,
+    right-aligned and left-padded to RANK with size 1 / stride 0. The element offsets stay
+    those of the original strides. ValueError where more than RANK dims remain (the ISA's
+    rule, simaccel.ops.rules.broadcast_result, refuses those shapes)."""
     merged: list = []
     for k, d in enumerate(out_shape):
         if d == 1:
@@ -93,5 +98,7 @@ def collapse_dims(out_shape, *strides):
             continue
         merged.append((d, ss))
     nd = len(merged)
+    if nd > RANK:
+        raise ValueError(f"{tuple(out_shape)} is {nd} broadcast dims once merged (at most {RANK})")
     merged = [(1, [0] * len(strides))] * (RANK - nd) + merged
     return nd, [d for d, _ in merged], [[ss[i] for _, ss in merged] for i in range(len(strides))]

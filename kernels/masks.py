@@ -189,14 +189,14 @@ def _fill_kernel(out, value, total):
 
 
 def _broadcast_args(target, out, *arrays):
-    """(flat out, flat inputs, index arguments, total) for `arrays` broadcast to `out`, rank <= 4
-    (validated by the ISA); None where `out` is empty."""
+    """(flat out, flat inputs, index arguments, total) for `arrays` broadcast to `out` (at most
+    RANK dims once merged, validated by the ISA); None where `out` is empty."""
     out_shape = dims_of(out.shape)
     total = size(out_shape)
     if total == 0:
         return None
-    o4 = padded(out_shape)
-    nd, dims, strides = collapse_dims(o4, *(broadcast_strides(a.shape, o4) for a in arrays))
+    space = padded(out_shape)
+    nd, dims, strides = collapse_dims(space, *(broadcast_strides(a.shape, space) for a in arrays))
     flats = [target.reshape(a, (size(a.shape),)) for a in arrays]
     index = [nd, dims[1], dims[2], dims[3], 1.0 / dims[1], 1.0 / dims[2], 1.0 / dims[3]]
     return target.reshape(out, (total,)), flats, index, [s for ss in strides for s in ss], total

@@ -129,6 +129,8 @@ def _grow(program: Program, first: int, readers, owners, outputs) -> Group | Non
     if not producer and elementwise(head.op) is None:
         return None
     shape = tensors[head.output].shape
+    if len(shape) > 4:  # the group kernels index a rank-4 space (kernels/epilogue.py)
+        return None
     values = {head.output: 0} if producer else {}
     extras: list[int] = []
     steps: list[Step] = []

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
+from simaccel.errors import ShapeError
 from simaccel.kernels.activation import ACTIVATIONS, apply_activation
 from simaccel.ops import get_op
 from kernel_cases import DTYPES, PlanOnlyTarget, RecordingTarget, _misaligned, _random, check, run_op
@@ -168,7 +169,11 @@ def test_clip(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape,to", [((3,), (2, 3)), ((2, 1), (2, 4)), ((1, 3, 1), (2, 2, 3, 4)), ((), (2, 2)), ((4,), (4,))],
+@pytest.mark.parametrize("shape,to", [((3,), (2, 3)), ((2, 1), (2, 4)), ((1, 3, 1), (2, 2, 3, 4)), ((), (2, 2)), ((4,), (4,)),
+                                      # repeat_kv (B, KV, 1, S, D) -> (B, KV, G, S, D); GPT-J's rotary interleave;
+                                      # rank 6: 3 broadcast dims once merged
+                                      ((1, 2, 1, 8, 16), (1, 2, 3, 8, 16)), ((1, 8, 1, 4, 1), (1, 8, 1, 4, 2)),
+                                      ((2, 1, 3, 5, 1, 1), (2, 4, 3, 5, 2, 3))],
                          ids=str)
 def test_broadcast_to(shape, to, dtype):
     x = _random(np.random.default_rng(1), shape, dtype)
@@ -179,7 +184,8 @@ def test_broadcast_to(shape, to, dtype):
 @pytest.mark.parametrize(
     "a_shape,b_shape,nd",
     [((2, 3, 4), (2, 3, 4), 1), ((), (3, 2), 1), ((2, 3, 4), (4,), 2), ((1, 4), (3, 2, 1, 1), 2),
-     ((2, 3, 1, 2), (2, 3, 4, 2), 3), ((2, 1, 3, 1), (1, 4, 1, 5), 4)],
+     ((2, 3, 1, 2), (2, 3, 4, 2), 3), ((2, 1, 3, 1), (1, 4, 1, 5), 4),
+     ((1, 2, 1, 8, 16), (1, 2, 3, 8, 16), 3), ((2, 1, 3, 4, 5, 6), (1, 5, 1, 1, 5, 6), 4)],
 )
 def test_binary_collapses_dims(a_shape, b_shape, nd):
     # Same shapes run as one flat loop, a bias add as two dims: checked on the launch args.
@@ -190,6 +196,30 @@ def test_binary_collapses_dims(a_shape, b_shape, nd):
     add.kernel(target, FakeCUDAArray(out), FakeCUDAArray(a), FakeCUDAArray(b), **add.all_attrs({}))
     (_, _, _, args), = target.launches
     assert args[3] == nd
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["simaccel.add", "simaccel.less", "simaccel.where"])
+def test_rank_5_and_6_broadcasts_run_in_their_merged_dims(name, dtype):
+    """Shapes of rank 5 and 6 that merge into at most 4 broadcast dims, against the reference."""
+    rng = np.random.default_rng(3)
+    for a_shape, b_shape in (((1, 2, 1, 8, 16), (1, 2, 3, 8, 16)), ((2, 1, 3, 4, 5, 6), (1, 5, 1, 1, 5, 6))):
+        a, b = _random(rng, a_shape, dtype), _random(rng, b_shape, dtype)
+        if name.endswith("add"):
+            check(name, [a, b])
+            continue
+        arrays = [np.asarray(_random(rng, a_shape, "float32") > 0), a, b] if name.endswith("where") else [a, b]
+        out, ref = run_op(name, arrays)
+        np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 1, 2, 1, 2), (1, 2, 1, 2, 1)), ((2, 3, 1, 4, 5, 6), (1, 3, 7, 1, 5, 6)),
+                                              ((1, 2, 3, 4, 5, 6, 7), (7,))],
+                         ids=str)
+def test_broadcasts_of_more_merged_dims_or_ranks_are_refused_by_the_rule(a_shape, b_shape):
+    """Five dims that alternate between the inputs stay five once merged; rank 7 is past the ISA."""
+    with pytest.raises(ShapeError, match="broadcast dims once merged|rank 0..6"):
+        get_op("simaccel.add").infer([a_shape, b_shape], ["float32"] * 2)
 
 
 def test_divmod_fast():

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..requirements import at_least  # noqa: F401  (a rule's range check of sizes: ints, or symbolic ones)
+from ..shapes import broadcast_shapes
 
 # Float dtypes are stored as they are and computed in float32, rounded once on store.
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -37,6 +38,35 @@ def check_rank(role: str, shape, low: int, high: int) -> None:
     if not low <= len(shape) <= high:
         want = f"rank {low}" if low == high else f"rank {low}..{high}"
         raise ShapeError(f"{role} must have {want}, got shape {tuple(shape)}")
+
+
+BROADCAST_RANK = 6  # the highest rank of a broadcasting op's result
+BROADCAST_INDEX_DIMS = 4  # the dims its kernel divides an index into (kernels/grid.py's RANK)
+
+
+def broadcast_result(shapes) -> tuple:
+    """The numpy broadcast of `shapes`, for the broadcasting kernels: rank <= 6, and at most 4
+    index dims once its dims of 1 are dropped and each pair of neighbours that every input
+    walks alike (broadcast along both, or along neither) is merged, as kernels/grid.py's
+    `collapse_dims` merges them: (B, G, 1, S, D) -> (B, G, R, S, D) is 3 such dims. A symbolic
+    dim is never taken to be 1. ShapeError otherwise."""
+    shapes = [tuple(s) for s in shapes]
+    try:
+        out = tuple(broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(f"shapes {', '.join(map(str, shapes))} do not broadcast") from None
+    check_rank("result", out, 0, BROADCAST_RANK)
+    one = lambda d: isinstance(d, (int, np.integer)) and d == 1  # noqa: E731
+    runs, last = 0, None
+    for k, d in enumerate(out):
+        if one(d):
+            continue
+        walk = tuple(k < len(out) - len(s) or one(s[k - len(out) + len(s)]) for s in shapes)
+        runs, last = runs + (walk != last), walk
+    if runs > BROADCAST_INDEX_DIMS:
+        raise ShapeError(f"result {out} of {', '.join(map(str, shapes))} is {runs} broadcast dims once merged "
+                         f"(at most {BROADCAST_INDEX_DIMS})")
+    return out
 
 
 def is_bias_for(kind: str, bias_shape, out_shape) -> bool:

@@ -1,5 +1,5 @@
 """Integer families: ``simaccel.integer_add``, ``integer_subtract``, ``integer_multiply``
-(numpy broadcasting, rank <= 4) and ``simaccel.integer_max`` (relax.max over neighbouring axes).
+(numpy broadcasting, as simaccel.ops.rules.broadcast_result allows) and ``simaccel.integer_max`` (relax.max over neighbouring axes).
 
 Where it sits: built-in declarations (simaccel.ops.declare) for the index arithmetic of
 masks (``arange(T)[None, :] - arange(T)[:, None]``; an "any" over a mask cast to int8 is a
@@ -49,7 +49,7 @@ for _name, _fn in INTEGER_OPS.items():
         kernel=f"{KERNELS}:launch_integer_binary",
         fixed={"operation": _name},
         dtypes=INT_DTYPES,
-        doc=f"{_name} of integers, exact (wrapping), numpy broadcasting, rank <= {MAX_RANK}",
+        doc=f"{_name} of integers, exact (wrapping), numpy broadcasting, rank <= {MAX_RANK} (at most 4 broadcast dims once merged)",
     ))
 
 

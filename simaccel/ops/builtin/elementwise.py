@@ -1,5 +1,5 @@
 """Elementwise families: ``simaccel.add``, ``subtract``, ``multiply``, ``divide`` and ``power`` (numpy
-broadcasting, rank <= 4), ``simaccel.clip``, ``simaccel.broadcast_to``, and one op per ISA
+broadcasting, rank <= 6 in at most 4 broadcast dims: simaccel.ops.rules.broadcast_result), ``simaccel.clip``, ``simaccel.broadcast_to``, and one op per ISA
 activation (``simaccel.relu``, ``gelu``, ``gelu_tanh``, ``sigmoid``, ``tanh``, ``silu``, ``exp``, ``sqrt``,
 ``rsqrt``, ``negative``, ``sin``, ``cos``). Computed in float32, stored in the input dtype."""
 
@@ -10,21 +10,15 @@ import math
 import numpy as np
 
 from ...errors import ShapeError
-from ...shapes import broadcast_shapes
 from ..activation import ACTIVATIONS, activate
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op, relax_value
 from ..registry import declare
-from ..rules import check_rank, f32
+from ..rules import broadcast_result, check_rank, f32
 
 
 def broadcast_shape(shapes, **_):
-    try:
-        shape = broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
-    except ValueError:
-        raise ShapeError(f"shapes {tuple(shapes[0])} and {tuple(shapes[1])} do not broadcast") from None
-    check_rank("result", shape, 0, 4)
-    return tuple(shape)
+    return broadcast_result(shapes[:2])
 
 
 def same_shape(shapes, **_):
@@ -66,7 +60,7 @@ for _name, _fn, _scalar in (("add", np.add, add), ("subtract", np.subtract, subt
         kernel="simaccel.kernels.elementwise:launch_binary",
         elementwise=_scalar,
         fixed={"operation": _name},
-        doc=f"{_name} with numpy broadcasting, rank <= 4",
+        doc=f"{_name} with numpy broadcasting, rank <= 6 (at most 4 broadcast dims once merged)",
     ))
 
 
@@ -128,7 +122,7 @@ declare(OpFamily(
     reference=lambda data, *, shape: np.broadcast_to(data, tuple(shape)),
     kernel="simaccel.kernels.elementwise:launch_broadcast_to",
     elementwise=lambda data: data,
-    doc="broadcast_to a shape (numpy rules), rank <= 4",
+    doc="broadcast_to a shape (numpy rules), rank <= 6 (at most 4 broadcast dims once merged)",
 ))
 
 for _name, (_relax, _) in ACTIVATIONS.items():

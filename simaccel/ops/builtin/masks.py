@@ -27,25 +27,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ShapeError
-from ...shapes import broadcast_shapes
 from .. import attrs as kinds
 from ..declare import OpFamily, relax_op, relax_value
 from ..registry import declare
-from ..rules import ISA_DTYPES, check_rank
+from ..rules import BROADCAST_RANK, ISA_DTYPES, broadcast_result, check_rank
 
 KERNELS = "simaccel.kernels.masks"
-MAX_RANK = 4  # the broadcasting kernels index up to four dims, as the elementwise ones
+MAX_RANK = BROADCAST_RANK  # the broadcasting kernels index up to four dims once merged, as the elementwise ones
 
 
 def broadcast(shapes, **_):
-    """numpy broadcasting of any count of inputs, rank <= 4."""
-    try:
-        shape = broadcast_shapes(*(tuple(s) for s in shapes))
-    except ValueError:
-        raise ShapeError(f"shapes {', '.join(str(tuple(s)) for s in shapes)} do not broadcast") from None
-    check_rank("result", shape, 0, MAX_RANK)
-    return tuple(shape)
+    """numpy broadcasting of any count of inputs (simaccel.ops.rules.broadcast_result)."""
+    return broadcast_result(shapes)
 
 
 COMPARISONS = {"less": np.less, "less_equal": np.less_equal, "greater": np.greater,
@@ -62,7 +55,7 @@ for _name, _fn in COMPARISONS.items():
         fixed={"operation": _name},
         dtypes=ISA_DTYPES,
         out_dtype="bool",
-        doc=f"{_name} with numpy broadcasting, a bool result, rank <= {MAX_RANK}",
+        doc=f"{_name} with numpy broadcasting, a bool result, rank <= {MAX_RANK} (at most 4 broadcast dims once merged)",
     ))
 
 LOGICAL = {"logical_and": ("lhs", "rhs"), "logical_or": ("lhs", "rhs"), "logical_not": ("data",),
@@ -99,7 +92,7 @@ declare(OpFamily(
     kernel=f"{KERNELS}:launch_where",
     dtypes=ISA_DTYPES,
     role_dtypes={"condition": ("bool",)},
-    doc=f"where(condition, lhs, rhs): a bool condition, branches of one dtype, broadcast, rank <= {MAX_RANK}",
+    doc=f"where(condition, lhs, rhs): a bool condition, branches of one dtype, broadcast, rank <= {MAX_RANK} (at most 4 broadcast dims once merged)",
 ))
 
 def _dtype_attr(match, default: str) -> str:
