@@ -32,7 +32,10 @@ frontend's own BSNH -> BHSD permute and ours cancel), and permutes the result ba
   taken only where it is at most 2-D (a broadcast over those dims alone);
 * Q, K and V are the same dtype, read before any astype to float32 the chain applied to all
   three (SDPA's decomposition computes 16-bit attention in float32); the result is cast to
-  the chain's dtype. The fused kernel computes in float32 and rounds once to the operands'
+  the chain's dtype. Where the chain widens some of them and finds the others float32
+  already (TVM's torch frontend keeps a 16-bit linear layer's float32 result: Qwen3's values
+  beside its normed 16-bit queries and keys), the op computes in float32 on the values the
+  chain computes on, the widened ones cast again. The fused kernel computes in float32 and rounds once to the operands'
   dtype (16-bit chains: the weights are rounded to 16 bits before P V, as the eager chain's
   own astype does);
 * keys and values repeated per query-head group as transformers' ``repeat_kv`` writes them
@@ -337,8 +340,8 @@ def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Ex
     if q is None or k is None or v is None or q.group != 1 or k.group != v.group:
         return None
     scale *= q.scale * k.scale
-    if not q.widened == k.widened == v.widened:
-        return None
+    if not q.widened == k.widened == v.widened:  # some operands float32 already: the op computes on the chain's values
+        q, k, v = (_in_float32(x) for x in (q, k, v))
     dtypes = {tensor_info(x.tensor)[1] for x in (q, k, v)}
     qd, kd, vd = (relax_dims(x.tensor) for x in (q, k, v))
     dtype = dtypes.pop() if len(dtypes) == 1 else None
@@ -372,6 +375,14 @@ def _fuse(final: relax.Call, bound, rounded_to, takes, bounds: dict) -> relax.Ex
     if dtype != str(final.ty.dtype):
         out = relax.op.astype(out, str(final.ty.dtype))
     return relax.op.reshape(out, relax_dims(final))
+
+
+def _in_float32(x: _Operand) -> _Operand:
+    """`x` as the float32 values the chain computes on: a widened operand's astype, made again
+    from its tensor (unrepeated, before the chain's permutes)."""
+    if not x.widened:
+        return x
+    return dataclasses.replace(x, tensor=relax.BlockBuilder().normalize(relax.op.astype(x.tensor, "float32")), widened=False)
 
 
 def _bias(added: relax.Expr, bound, dtype: str) -> relax.Expr | None:
