@@ -4,8 +4,9 @@ float16 and bfloat16 with query and value head dims both 64 or both 128 run on t
 a Numba kernel around attention.cu's flash-attention tile (64 query rows of one key/value head
 a block, the rows packed with their query-head group for GQA; see that file), whose shared
 memory is dynamic and sized per target (`dynamic_shared_bytes`). A bias
-(`simaccel.attention_bias`) reaches the tile as an untyped pointer, its dtype's code and its
-four broadcast strides (`bias_operand`). On the simulator a numpy model of the block stands in
+(`simaccel.attention_bias`) reaches the tile's `_bias` entries (compiled apart: the tile
+without one has no code for it) as an untyped pointer, its dtype's code and its four
+broadcast strides (`bias_operand`). On the simulator a numpy model of the block stands in
 for the C++ (`_simulated_tile`), so the launch geometry, the packing of grouped heads and the
 bias' strides are tested on the CPU.
 
@@ -313,10 +314,11 @@ def _no_floats(typingctx):
     return sig, codegen
 
 
-def _tile_kernel(dtype: str, d: int, split: bool, simulator: bool):
+def _tile_kernel(dtype: str, d: int, split: bool, biased: bool, simulator: bool):
     """The kernel around attention.cu's tile for operand `dtype` and head dim `d`, writing the
     output or (`split`) its split's share to a float32 `partial`; on the simulator, around its
-    numpy model. `bias` is a flat array read where `bias_kind` is not 0 (`bias_operand`)."""
+    numpy model. `biased`: around the entry that reads `bias`, a flat array of kind
+    `bias_kind` (`bias_operand`); the other entry never reads it."""
     if simulator:
         entry, pointer, address, none = _simulated_tile, same, same, None
     else:
@@ -324,7 +326,7 @@ def _tile_kernel(dtype: str, d: int, split: bool, simulator: bool):
         operand, i64 = types.CPointer(numba_type), types.int64
         sig = types.int32(operand, operand, operand, operand, types.CPointer(types.float32), i64, i64, i64, i64,
                           types.float32, i64, i64, i64, i64, types.voidptr, i64, i64, i64, i64, i64)
-        entry = declare_cpp(f"simaccel_attention_{infix}_d{d}", sig, SOURCE)
+        entry = declare_cpp(f"simaccel_attention_{'bias_' if biased else ''}{infix}_d{d}", sig, SOURCE)
         pointer, address = data_pointer, data_address
 
     if split:
@@ -348,7 +350,8 @@ def _tile_kernel(dtype: str, d: int, split: bool, simulator: bool):
             entry(pointer(out), pointer(q), pointer(k), pointer(v), _no_floats(), S, T, H, HKV, float32(scale),
                   causal, offset, 1, 0, address(bias), bias_kind, bs0, bs1, bs2, bs3)
 
-    kernel.__name__ = kernel.__qualname__ = (f"_attention_{'split' if split else 'tile'}_kernel_d{d}"
+    kernel.__name__ = kernel.__qualname__ = (f"_attention_{'split' if split else 'tile'}_kernel"
+                                             + f"{'_bias' if biased else ''}_d{d}"
                                              + ("" if dtype == "float16" else f"_{dtype}"))
     if not simulator:
         kernel.link = (str(HERE / SOURCE),)
@@ -357,9 +360,9 @@ def _tile_kernel(dtype: str, d: int, split: bool, simulator: bool):
     return kernel
 
 
-# (dtype, head dim, split) -> kernel
-TILE_KERNELS = {(dtype, d, split): with_simulator_twin(_tile_kernel, dtype, d, split)
-                for dtype in TILE_DTYPES for d in TILE_HEAD_DIMS for split in (False, True)}
+# (dtype, head dim, split, biased) -> kernel
+TILE_KERNELS = {(dtype, d, split, biased): with_simulator_twin(_tile_kernel, dtype, d, split, biased)
+                for dtype in TILE_DTYPES for d in TILE_HEAD_DIMS for split in (False, True) for biased in (False, True)}
 
 
 def _combine_kernel(out, partial, S, H, HKV, splits, DV):
@@ -427,7 +430,8 @@ def launch_attention(target, out, query, key, value, bias=None, *, scale, causal
         return 0
     offset = abs(S - T) if bottom_right else 0
     flat, bias_kind, strides = bias_operand(target, bias, query, (B, H, S, T))
-    if D != DV or (str(query.dtype), D, False) not in TILE_KERNELS:
+    biased = bias_kind != 0
+    if D != DV or (str(query.dtype), D, False, biased) not in TILE_KERNELS:
         splits = key_splits(-(-(B * S * H) // WARPS_A_BLOCK), T)
         if splits == 1:
             target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, flat, T, D, DV, H // HKV,
@@ -440,11 +444,11 @@ def launch_attention(target, out, query, key, value, bias=None, *, scale, causal
     tiles = -(-(S * (H // HKV)) // TILE_ROWS)
     splits = key_splits(tiles * HKV * B, T)
     if splits == 1:
-        target.launch(TILE_KERNELS[str(query.dtype), D, False], (tiles, HKV, B), TILE_THREADS, out, query, key, value,
+        target.launch(TILE_KERNELS[str(query.dtype), D, False, biased], (tiles, HKV, B), TILE_THREADS, out, query, key, value,
                       S, T, H, HKV, float(scale), int(bool(causal)), offset, flat, bias_kind, *strides)
         return 1
     chunk = -(-T // (splits * TILE_ROWS)) * TILE_ROWS  # keys a split, whole tiles of 64
-    return _split_and_combine(target, out, TILE_KERNELS[str(query.dtype), D, True], (tiles, HKV, B * splits),
+    return _split_and_combine(target, out, TILE_KERNELS[str(query.dtype), D, True, biased], (tiles, HKV, B * splits),
                               TILE_THREADS, (query, key, value, S, T, H, HKV, float(scale), int(bool(causal)), offset,
                                              splits, chunk, flat, bias_kind, *strides), HKV, splits)
 

@@ -192,24 +192,27 @@ def test_float32_attention_runs_the_one_warp_kernel_without_spills(query, kv):
     assert no_spills(kernel)["stack"] == 0
 
 
+@pytest.mark.parametrize("biased", [False, True], ids=["", "bias"])
 @pytest.mark.parametrize("arch", [SM90, (8, 0), (7, 5)], ids=lambda a: f"sm_{a[0]}{a[1]}")
 @pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
 @pytest.mark.parametrize("query, kv", ATTENTION_TILE_CASES, ids=str)
-def test_attention_tiles_use_tensor_cores_without_spills(query, kv, dtype, arch):
+def test_attention_tiles_use_tensor_cores_without_spills(query, kv, dtype, arch, biased):
     """float16 and bfloat16 attention with equal head dims 64 or 128 runs kernels/attention.cu's
     tile, inlined into the Numba kernel: mma.sync, ldmatrix(.trans) and cp.async from sm_80 on,
     no spill and no stack (its accumulators live in registers), dynamic shared memory as the
     kernel function says; below sm_80 the same entry without tensor cores, staging nothing (a
     thread's row of accumulators is then a stack frame of 4 bytes each). A decode step against
-    4096 keys takes the split kernel (the same tile writing float32 shares) and the combining one."""
+    4096 keys takes the split kernel (the same tile writing float32 shares) and the combining one.
+    With a padding mask as its bias, the tile's `_bias` entry, under the same limits."""
     from simaccel.kernels.attention import dynamic_shared_bytes
 
-    program = one_op_program("simaccel.attention", [query, kv, kv], dtype,
-                             {"scale": 0.1, "causal": True, "bottom_right": True})
+    bias = [(query[0], 1, 1, kv[1])] if biased else []
+    program = one_op_program("simaccel.attention_bias" if biased else "simaccel.attention", [query, kv, kv, *bias],
+                             dtype, {"scale": 0.1, "causal": True, "bottom_right": True})
     kernel, *combine = compile_program(program, arch)
     d, split = query[-1], query[1] == 1  # the decode step's keys are split over blocks, then combined
-    name = "split" if split else "tile"
-    assert kernel.kernel.__name__ == f"_attention_{name}_kernel_d{d}" + ("" if dtype == "float16" else f"_{dtype}")
+    name = ("split" if split else "tile") + ("_kernel_bias" if biased else "_kernel")
+    assert kernel.kernel.__name__ == f"_attention_{name}_d{d}" + ("" if dtype == "float16" else f"_{dtype}")
     assert [c.kernel.__name__ for c in combine] == (["_combine_kernel"] if split else [])
     assert "simaccel_attention" not in kernel.ptx and "call" not in kernel.ptx.replace("callseq", "")  # inlined
     used = no_spills(kernel)

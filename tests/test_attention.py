@@ -198,7 +198,7 @@ def test_the_kernel_adds_the_bias_as_its_reference_does(bias_shape, mask, kv_hea
     target = RecordingTarget()
     assert op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 1
     [name] = _kernel_names(target)
-    assert name.startswith("_attention_tile_kernel_d64" if dtype != "float32" else "_attention_kernel"), name
+    assert name.startswith("_attention_tile_kernel_bias_d64" if dtype != "float32" else "_attention_kernel"), name
     ref = op.reference(*arrays, bias, **attrs)
     np.testing.assert_allclose(out.astype(np.float32), ref.astype(np.float32), **TOL[dtype])
     unbiased = get_op("simaccel.attention").reference(*arrays, **attrs)
@@ -225,7 +225,7 @@ def test_a_decode_step_s_bias_is_read_by_every_key_split(dtype, d):
     target = RecordingTarget()
     assert op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 2
     tiles = dtype != "float32" and d == 64
-    assert _kernel_names(target)[0] == (f"_attention_split_kernel_d64{'' if dtype == 'float16' else '_' + dtype}"
+    assert _kernel_names(target)[0] == (f"_attention_split_kernel_bias_d64{'' if dtype == 'float16' else '_' + dtype}"
                                         if tiles else "_attention_split_kernel"), _kernel_names(target)
     np.testing.assert_allclose(out.astype(np.float32), op.reference(*arrays, bias, **attrs).astype(np.float32),
                                **TOL[dtype])
@@ -246,7 +246,7 @@ def test_the_tiles_read_a_bias_per_score_over_grouped_heads_and_several_tiles(dt
     out = np.full((b, s, h, 64), np.nan, dtype)
     target = RecordingTarget()
     assert op.kernel(target, FakeCUDAArray(out), *map(FakeCUDAArray, arrays + [bias]), **attrs) == 1
-    assert _kernel_names(target)[0].startswith("_attention_tile_kernel_d64")
+    assert _kernel_names(target)[0].startswith("_attention_tile_kernel_bias_d64")
     np.testing.assert_allclose(out.astype(np.float32), op.reference(*arrays, bias, **attrs).astype(np.float32),
                                **TOL[dtype])
 
