@@ -4,7 +4,9 @@
 
 Prefill (S = T query rows and keys, causal) and decode (1 query row against T keys) in float16
 and bfloat16, 32 query heads of 128 over 32 key/value heads, or 8 (grouped-query attention,
-torch's enable_gqa): each checked against torch (simaccel.compare's rule with the
+torch's enable_gqa), and two "padded" cases whose last eighth of keys a padding mask hides
+(simaccel.attention_bias with a (B, 1, 1, T) bias; torch's SDPA given the same mask, causal
+diagonal included, as its float attn_mask): each checked against torch (simaccel.compare's rule with the
 dtype's tolerance), then timed with CUDA events (the median of 20 samples of 5 calls queued
 behind a spin kernel, scripts/fp16_gemm_gpu.py's `events_ms`), interleaved with torch's SDPA (flash where torch picks it). Writes
 OUT_DIR/attention.json. With --only CASE (a label below), it runs that case's kernel once in
@@ -26,11 +28,13 @@ from simaccel.compare import array_difference
 from simaccel.kernels import KernelTarget
 from simaccel.ops import get_op
 
-# (label, batch, query rows, keys, query heads, key/value heads, head dim, causal)
+# (label, batch, query rows, keys, query heads, key/value heads, head dim, causal[, padded])
 CASES = [("prefill 2048", 1, 2048, 2048, 32, 32, 128, True), ("prefill 512", 4, 512, 512, 32, 32, 128, True),
          ("prefill 2048 gqa", 1, 2048, 2048, 32, 8, 128, True), ("prefill 2048 d64", 1, 2048, 2048, 32, 32, 64, True),
          ("decode 4096", 1, 1, 4096, 32, 32, 128, False), ("decode 4096 gqa", 1, 1, 4096, 32, 8, 128, False),
-         ("decode 1024 x8", 8, 1, 1024, 32, 32, 128, False), ("decode 4096 gqa x8", 8, 1, 4096, 32, 8, 128, False)]
+         ("decode 1024 x8", 8, 1, 1024, 32, 32, 128, False), ("decode 4096 gqa x8", 8, 1, 4096, 32, 8, 128, False),
+         ("prefill 2048 gqa padded", 1, 2048, 2048, 32, 8, 128, True, True),
+         ("decode 4096 gqa padded", 1, 1, 4096, 32, 8, 128, False, True)]
 FLOAT32_CASES = [("encoder 64", 2, 64, 64, 4, 4, 64, False), ("prefill 256 d64", 1, 256, 256, 8, 8, 64, True),
                  ("llama 32 d32 gqa", 1, 32, 32, 8, 2, 32, True), ("decode 1024 gqa", 1, 1, 1024, 32, 8, 128, False)]
 
@@ -39,12 +43,11 @@ def main(out_dir: Path, only: str | None = None, float32: bool = False) -> int:
     cases = FLOAT32_CASES if float32 else CASES
     if only is not None and only not in {case[0] for case in cases}:
         raise SystemExit(f"--only {only!r}: no such case (the cases: {', '.join(case[0] for case in cases)})")
-    op = get_op("simaccel.attention")
     target = KernelTarget("cuda", cuda.external_stream(torch.cuda.current_stream().cuda_stream))
     rows, failed = [], 0
     for dtype_name in ("float32",) if float32 else ("float16",) if only else ("float16", "bfloat16"):
         dtype = getattr(torch, dtype_name)
-        for label, b, s, t, h, hkv, d, causal in cases:
+        for label, b, s, t, h, hkv, d, causal, *padded in cases:
             if only and label != only:
                 continue
             torch.manual_seed(0)
@@ -52,14 +55,21 @@ def main(out_dir: Path, only: str | None = None, float32: bool = False) -> int:
             out = torch.empty(b, s, h, d, device="cuda", dtype=dtype)
             attrs = {"scale": d ** -0.5, "causal": causal, "bottom_right": True}
             args = [numba_array(x) for x in (out, q, k, v)]
+            op, mask = get_op("simaccel.attention"), None
+            if padded:  # the last eighth of the keys hidden; torch takes the causal diagonal in the same mask
+                bias = torch.zeros(b, 1, 1, t, device="cuda", dtype=dtype)
+                bias[..., t - t // 8:] = float("-inf")
+                op, args = get_op("simaccel.attention_bias"), args + [numba_array(bias)]
+                diagonal = torch.full((s, t), float("-inf"), device="cuda", dtype=dtype).triu(t - s + 1)
+                mask = bias + (diagonal if causal else 0)
 
             def ours():
                 op.kernel(target, *args, **attrs)
 
             def theirs():
                 return torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal and s > 1,
-                    enable_gqa=hkv != h)
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
+                    is_causal=causal and s > 1 and mask is None, enable_gqa=hkv != h)
 
             ours()
             if only:
