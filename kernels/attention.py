@@ -243,7 +243,10 @@ def dynamic_shared_bytes(d: int, target: tuple) -> int:
 
 SPLIT_BLOCKS = 256  # blocks a split launch aims at: about two per SM of a large GPU
 SPLIT_MIN_KEYS = 512  # keys below which a launch is never split
-MAX_SPLITS = 16
+# At most 32 ranges: a single-sequence grouped-query decode step (8 key/value heads: 8 tiles)
+# then fills SPLIT_BLOCKS, two blocks an SM, and took 14.5 us on an H100 where 16 splits took
+# 18.0 (torch's SDPA: 11.5; results/gpu/2026-12-07-h100-bias-tile-gemv/).
+MAX_SPLITS = 32
 # The workspace a split launch asks for: a row of Dv + 2 floats (output, max, sum) per (batch,
 # key/value head, split, packed query row). Splitting needs tiles * splits <= SPLIT_BLOCKS (so
 # B * S * H * splits <= 64 SPLIT_BLOCKS), a bound that holds at any size of a symbolic region.

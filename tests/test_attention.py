@@ -328,12 +328,12 @@ def test_the_decoder_runs_natively_on_the_gpu_and_matches_tvm_alone(dtype):
 # -- keys split over blocks (flash-decoding) ------------------------------------------------
 
 def test_keys_split_where_the_tiles_leave_the_gpu_idle():
-    """A decode step's few tiles get the largest power of two of splits (at most 16) whose blocks
+    """A decode step's few tiles get the largest power of two of splits (at most 32) whose blocks
     stay within SPLIT_BLOCKS; a launch that fills the GPU, or few keys, none."""
     from simaccel.kernels.attention import SPLIT_BLOCKS, key_splits
 
-    assert [key_splits(tiles, 4096) for tiles in (1, 8, 9, 16, 24, 64, 65, 128, 129)] == [16, 16, 16, 16, 8, 4, 2, 2, 1]
-    assert key_splits(8, 511) == 1 and key_splits(8, 512) == 16
+    assert [key_splits(tiles, 4096) for tiles in (1, 8, 9, 16, 24, 64, 65, 128, 129)] == [32, 32, 16, 16, 8, 4, 2, 2, 1]
+    assert key_splits(8, 511) == 1 and key_splits(8, 512) == 32
     splits = {tiles: key_splits(tiles, 10**6) for tiles in range(1, 1000)}
     assert all(n == 1 or tiles * n <= SPLIT_BLOCKS for tiles, n in splits.items())  # what PARTIAL_ROWS is sized for
 
