@@ -32,9 +32,9 @@
 // Below sm_80 (no mma.sync, no cp.async) the same entry computes the same rows with float32
 // FMAs, one thread a row: correct, not fast.
 //
-// Entry: simaccel_attention[_bias]_{f16,bf16}_d{64,128}(out, q, k, v, partial, S, T, H, HKV, scale,
-// causal, offset, splits, chunk, bias, bias_kind, bs0, bs1, bs2, bs3), block (64-row tile, key/value head, batch * splits + split)
-// = (blockIdx.x, blockIdx.y, blockIdx.z), 128 threads, `shared_bytes<D>()` of dynamic shared
+// Entry: simaccel_attention[_bias]_{f16,bf16}_d{64,128}(out, q, k, v, partial, S, T, H, HKV,
+// scale, causal, offset, splits, chunk, bias, bias_kind, bs0, bs1, bs2, bs3), block (64-row
+// tile, key/value head, batch * splits + split) = (blockIdx.x, blockIdx.y, blockIdx.z), 128 threads, `shared_bytes<D>()` of dynamic shared
 // memory (attention.py's `dynamic_shared_bytes`; less traps). Tensors are contiguous BSNH: q
 // and out (B, S, H, D), k and v (B, T, HKV, D). A causal mask keeps key j for query row i where
 // j <= i + offset. Rows that see no key are 0. With splits > 1, `partial` holds a row of D + 2

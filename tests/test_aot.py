@@ -224,6 +224,21 @@ def test_attention_tiles_use_tensor_cores_without_spills(query, kv, dtype, arch,
     assert kernel.shared_bytes == dynamic_shared_bytes(d, kernel.cubin_target) == (320 * d * 2 if tensor_cores else 0)
 
 
+def test_the_attention_tile_without_a_bias_has_no_code_to_read_one():
+    """The bias is a template parameter of attention.cu's tile: only the `_bias` entries load
+    it (reading it in every tile made unbiased attention 38% slower on an H100,
+    results/gpu/2026-12-07-h100-bias-tile-gemv/), so the plain tile has fewer global loads."""
+    import re
+
+    query, kv = ATTENTION_TILE_CASES[0]
+    loads = {}
+    for name, bias in (("simaccel.attention", []), ("simaccel.attention_bias", [(query[0], 1, 1, kv[1])])):
+        program = one_op_program(name, [query, kv, kv, *bias], "float16", {"scale": 0.1, "causal": True, "bottom_right": True})
+        kernel, *_ = compile_program(program, SM90)
+        loads[name] = len(re.findall(r"\bld\.global", kernel.ptx))
+    assert loads["simaccel.attention"] < loads["simaccel.attention_bias"], loads
+
+
 @pytest.mark.parametrize("dtype", sorted(MMA_TYPES))
 def test_tensor_core_matmul_kernels_compile_for_gpus_without_tensor_cores(dtype):
     # sm_75 has neither m16n8k16 nor cp.async: the same C++ entry computes with float32 FMAs.
