@@ -519,6 +519,19 @@ def test_a_conv_whose_channels_would_follow_a_sequence_var_takes_a_batch_var_onl
     assert (twin.batch_upper, twin.seq_upper) == (5, 0)
 
 
+def test_a_grouped_conv_whose_output_channels_would_follow_the_batch_var_stays_static():
+    """x (4, 4, 3, 3) and a (4, 1, 1, 1) weight in 4 groups: the weight's output channels have
+    the batch's size, so a batch var would make them n, which 4 groups do not divide at most
+    sizes. TVM alone's build then divides by n // 4 = 0 and the process dies (SIGFPE: fuzz seed
+    55 on the ref and sim engines); the reference refuses such a conv, so the case stays static."""
+    from simaccel.tvm_integration.tools.fuzz.case import Case, Value, symbolic_twin
+
+    attrs = {"strides": [1, 1], "padding": [0, 0, 0, 0], "dilation": [1, 1], "groups": 4}
+    values = [Value((4, 4, 3, 3), name="x"), Value((4, 1, 1, 1), name="w"), Value((4, 4, 3, 3), "conv2d", (0, 1), attrs)]
+    case = Case("float32", values, [2], data_seed=0)
+    assert symbolic_twin(case) is case
+
+
 @pytest.mark.parametrize("engine", ["ref", "sim"])
 def test_a_case_with_two_size_vars_matches_tvm_alone_at_every_point(engine):
     from simaccel.tvm_integration.tools.fuzz import Checker

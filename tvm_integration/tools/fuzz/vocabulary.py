@@ -112,6 +112,10 @@ def _conv2d(xs, attrs, dtype):
     o, cg, kh, kw = w.shape
     if c != cg * groups:  # slicing below would quietly read part of x, or broadcast one channel
         raise ValueError(f"conv2d: data has {c} channels, weight {w.shape} with {groups} group(s) takes {cg * groups}")
+    if o % groups:  # the slices below would quietly drop output channels (and TVM alone's build
+        # divides by o // groups: SIGFPE where it is 0), so a symbolic twin whose size var is the
+        # output channels stays static (Case.sizes_consistent)
+        raise ValueError(f"conv2d: {o} output channels are not a multiple of {groups} group(s)")
     oh, ow = window_out((h, wd), (kh, kw), attrs)
     xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     out = np.zeros((n, o, oh, ow))
