@@ -438,12 +438,12 @@ def launch_attention(target, out, query, key, value, bias=None, *, scale, causal
         splits = key_splits(-(-(B * S * H) // WARPS_A_BLOCK), T)
         if splits == 1:
             target.launch(ATTENTION_KERNEL, (S, H, B), WARP, out, query, key, value, flat, T, D, DV, H // HKV,
-                          float(scale), int(bool(causal)), offset, int(bias_kind != 0), *strides)
+                          float(scale), int(bool(causal)), offset, int(biased), *strides)
             return 1
         chunk = -(-T // (splits * WARP)) * WARP  # keys a split, whole chunks of 32
         return _split_and_combine(target, out, ATTENTION_SPLIT_KERNEL, (S, H, B * splits), WARP,
                                   (query, key, value, flat, S, T, D, DV, H, HKV, float(scale), int(bool(causal)),
-                                   offset, splits, chunk, int(bias_kind != 0), *strides), HKV, splits)
+                                   offset, splits, chunk, int(biased), *strides), HKV, splits)
     tiles = -(-(S * (H // HKV)) // TILE_ROWS)
     splits = key_splits(tiles * HKV * B, T)
     if splits == 1:

@@ -33,7 +33,7 @@ from ..registry import declare
 from ..rules import BROADCAST_RANK, ISA_DTYPES, broadcast_result, check_rank
 
 KERNELS = "simaccel.kernels.masks"
-MAX_RANK = BROADCAST_RANK  # the broadcasting kernels index up to four dims once merged, as the elementwise ones
+MAX_RANK = BROADCAST_RANK  # results of rank <= 6 in at most 4 broadcast dims once merged (rules.broadcast_result)
 
 
 def broadcast(shapes, **_):
