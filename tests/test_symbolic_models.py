@@ -311,6 +311,38 @@ def test_a_window_past_the_data_gives_an_empty_output_as_tvm_alone(engine):
             assert array_difference(g.numpy(), t.numpy(), scaled=True).ok
 
 
+@tvm.script.ir_module
+class RepeatedHeads:
+    """repeat_kv as transformers writes it, over a symbolic batch: (b, 2, 1, 8, 16) broadcast to
+    (b, 2, 3, 8, 16) (rank 5, 3 broadcast dims once merged), then a rank-6 add of a scale per
+    (head, group, channel) (4 dims once merged); and a rank-5 where between (b, 2, 1, 8, 16)
+    and a (1, 1, 1, 8, 16) branch."""
+
+    @R.function
+    def main(x: R.Tensor(("b", 2, 8, 16), "float32"), g: R.Tensor((1, 1, 2, 3, 1, 16), "float32"),
+             h: R.Tensor((1, 1, 8, 16), "float32")):
+        b = T.int64()
+        R.func_attr({"tir_var_upper_bound": {"b": 9}})
+        with R.dataflow():
+            e = R.expand_dims(x, axis=[2])
+            r: R.Tensor((b, 2, 3, 8, 16), "float32") = R.broadcast_to(e, R.shape([b, 2, 3, 8, 16]))
+            s = R.add(R.expand_dims(r, axis=[0]), g)
+            y = R.expand_dims(R.multiply(x, R.const(2.0, "float32")), axis=[2])
+            m = R.where(R.less(y, R.const(0.0, "float32")), y, R.expand_dims(h, axis=[0]))
+            R.output(s, m)
+        return (s, m)
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_broadcasts_of_rank_5_and_6_offload_and_match_tvm_alone_at_every_size(engine):
+    """Broadcasting ops of rank 5 and 6 (shapes that merge into at most 4 broadcast dims) offload,
+    nothing kept on TVM, one build run at batch 1, a middle size and the upper bound."""
+    from simaccel.testing import assert_matches_tvm, assert_offloads
+
+    assert_offloads(RepeatedHeads, ["simaccel.broadcast_to", "simaccel.add", "simaccel.where"], kept=0)
+    assert_matches_tvm(RepeatedHeads, sizes=[{"b": 1}, {"b": 4}, {"b": 9}], engines=[engine])
+
+
 def test_split_heads_and_the_last_token_offload_as_their_static_twin():
     """A split of a static axis, x[:, -1] on the dynamic sequence (a slice from its length,
     required to be at least 1 at each call), and broadcasts that only repeat what a matmul
