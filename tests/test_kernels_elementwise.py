@@ -132,7 +132,7 @@ def test_power_special_values_are_cs():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", UNARY_OPS)
-@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 1, 3, 4)], ids=str)
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 1, 3, 4), (2, 1, 3, 2, 2), (1, 2, 1, 2, 3, 2)], ids=str)
 def test_unary(name, shape, dtype):
     rng = np.random.default_rng(len(shape))
     x = _random(rng, shape, dtype, scale=3.0)
@@ -220,6 +220,15 @@ def test_broadcasts_of_more_merged_dims_or_ranks_are_refused_by_the_rule(a_shape
     """Five dims that alternate between the inputs stay five once merged; rank 7 is past the ISA."""
     with pytest.raises(ShapeError, match="broadcast dims once merged|rank 0..6"):
         get_op("simaccel.add").infer([a_shape, b_shape], ["float32"] * 2)
+
+
+@pytest.mark.parametrize("name", ["simaccel.exp", "simaccel.clip"])
+def test_unary_ops_take_rank_6_and_refuse_rank_7(name):
+    op = get_op(name)
+    attrs = op.all_attrs({"min": 0.0, "max": 1.0} if name.endswith("clip") else {})
+    assert op.infer([(1, 2, 1, 2, 3, 2)], ["float32"], **attrs)[0] == (1, 2, 1, 2, 3, 2)
+    with pytest.raises(ShapeError, match="rank 0..6"):
+        op.infer([(1,) * 7], ["float32"], **attrs)
 
 
 def test_divmod_fast():

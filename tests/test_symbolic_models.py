@@ -343,6 +343,46 @@ def test_broadcasts_of_rank_5_and_6_offload_and_match_tvm_alone_at_every_size(en
     assert_matches_tvm(RepeatedHeads, sizes=[{"b": 1}, {"b": 4}, {"b": 9}], engines=[engine])
 
 
+@tvm.script.ir_module
+class ReadsOfSymbolicShapes:
+    """Ops of several kinds reading results whose shape is given by a shape value of size vars:
+    a rank-4 and a rank-5 `broadcast_to` and a `reshape` (FuseOpsByPattern types such a call by
+    rank only; the retyping passes give it, and what reads it, the shape back)."""
+
+    @R.function
+    def main(x: R.Tensor(("b", 8, 16), "float32"), k: R.Tensor(("b", 2, 8, 16), "float32"),
+             w: R.Tensor((16, 16), "float32")):
+        b = T.int64()
+        R.func_attr({"tir_var_upper_bound": {"b": 9}})
+        with R.dataflow():
+            r = R.broadcast_to(R.expand_dims(x, axis=[1]), R.shape([b, 3, 8, 16]))
+            m = R.where(R.less(r, R.const(0.0, "float32")), R.multiply(r, R.const(2.0, "float32")), r)
+            p = R.nn.softmax(R.matmul(m, w), axis=-1)
+            q = R.broadcast_to(R.expand_dims(k, axis=[2]), R.shape([b, 2, 3, 8, 16]))
+            g = R.sum(R.exp(R.subtract(q, R.const(1.0, "float32"))), axis=[4])
+            f = R.reshape(q, R.shape([b, 2, 3, 128]))
+            h = R.add(f, R.reshape(p, R.shape([b, 1, 3, 128])))
+            R.output(g, h)
+        return (g, h)
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_ops_reading_a_symbolic_broadcast_or_reshape_offload_and_match_tvm_alone(engine):
+    """Elementwise ops, a where, a matmul, a softmax and a sum reading symbolic broadcast_to and
+    reshape results offload (nothing kept on TVM, one region) and match TVM alone at batch 1,
+    a middle size and the upper bound, from one build."""
+    from simaccel.testing import assert_matches_tvm
+
+    _, report = partition_report(ReadsOfSymbolicShapes)
+    assert report.kept == [], report.kept
+    assert len(report.regions) == 1, report.regions
+    ops = next(iter(report.regions.values()))
+    for op in ("simaccel.broadcast_to", "simaccel.where", "simaccel.matmul", "simaccel.softmax", "simaccel.sum",
+               "simaccel.reshape", "simaccel.add"):
+        assert op in ops, (op, ops)
+    assert_matches_tvm(ReadsOfSymbolicShapes, sizes=[{"b": 1}, {"b": 4}, {"b": 9}], engines=[engine])
+
+
 def test_split_heads_and_the_last_token_offload_as_their_static_twin():
     """A split of a static axis, x[:, -1] on the dynamic sequence (a slice from its length,
     required to be at least 1 at each call), and broadcasts that only repeat what a matmul

@@ -260,8 +260,9 @@ def retype_composite_calls(mod: tvm.IRModule) -> tvm.IRModule | None:
 
 @relax.expr_functor.mutator
 class _Retype(relax.PyExprMutator):
-    """Bindings of composite calls whose result has no shape get a var typed with the shape the
-    composite's result type gives for the call's arguments (in the caller's size vars)."""
+    """Bindings of composite calls whose result has no shape get a var and a call typed with the
+    shape the composite's result type gives for the call's arguments (in the caller's size vars);
+    bindings of other calls that read them get the var of the shape TVM now infers."""
 
     def __init__(self, mod, composites: dict, size_vars: dict):
         super().__init__(mod)
@@ -269,7 +270,13 @@ class _Retype(relax.PyExprMutator):
 
     def visit_var_binding_(self, binding):
         value = self.visit_expr(binding.value)
-        ty = self._shape_of(value) if tensor_dims(binding.var)[0] is None else None
+        ty = None
+        if isinstance(binding.var.ty, relax.TensorType) and tensor_dims(binding.var)[0] is None:
+            ty = self._shape_of(value)
+            if ty is not None:  # the call is typed too: the matcher reads a var's bound value
+                value = relax.Call(value.op, value.args, value.attrs, value.ty_args, value.span, ret_ty=ty)
+            elif tensor_dims(value)[0] is not None:  # an op whose inputs were retyped above
+                ty = value.ty
         if ty is None:
             self.builder_.emit_normalized(relax.VarBinding(binding.var, value))
             return

@@ -1,7 +1,8 @@
 """Elementwise families: ``simaccel.add``, ``subtract``, ``multiply``, ``divide`` and ``power`` (numpy
 broadcasting, rank <= 6 in at most 4 broadcast dims: simaccel.ops.rules.broadcast_result), ``simaccel.clip``, ``simaccel.broadcast_to``, and one op per ISA
 activation (``simaccel.relu``, ``gelu``, ``gelu_tanh``, ``sigmoid``, ``tanh``, ``silu``, ``exp``, ``sqrt``,
-``rsqrt``, ``negative``, ``sin``, ``cos``). Computed in float32, stored in the input dtype."""
+``rsqrt``, ``negative``, ``sin``, ``cos``; these and clip up to rank 6, walked flat). Computed in float32,
+stored in the input dtype."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ..activation import ACTIVATIONS, activate
 from .. import attrs as kinds
 from ..declare import OpFamily, Reject, relax_op, relax_value
 from ..registry import declare
-from ..rules import broadcast_result, check_rank, f32
+from ..rules import BROADCAST_RANK, broadcast_result, check_rank, f32
 
 
 def broadcast_shape(shapes, **_):
@@ -22,7 +23,7 @@ def broadcast_shape(shapes, **_):
 
 
 def same_shape(shapes, **_):
-    check_rank("data", shapes[0], 0, 4)
+    check_rank("data", shapes[0], 0, BROADCAST_RANK)  # the kernels walk the data flat
     return tuple(shapes[0])
 
 
