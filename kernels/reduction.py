@@ -155,19 +155,20 @@ def _float_scan_kernel(out, x, R, inner, exclusive, total):
 def _int_scan_kernel(out, x, R, inner, exclusive, total, bits):
     """The integer twin of `_float_scan_kernel`: an int64 sum, each stored value wrapped to the
     output's `bits` (so int32 and int8 sums wrap as their own arithmetic does, on the simulator
-    too, whose numpy stores refuse a value out of range)."""
+    too, whose numpy stores refuse a value out of range); `bits` 1 is bool, the sum's != 0
+    (numpy's bool cumsum, a running or)."""
     half = numba.int64(1) << (bits - 1) if bits < 64 else numba.int64(0)
     for t in range(cuda.grid(1), total, cuda.gridsize(1)):
         at = (t // inner) * R * inner + t % inner
         acc = numba.int64(0)
         for _ in range(R):
-            value = numba.int64(x[at])
-            if exclusive:
-                out[at] = acc if bits == 64 else ((acc + half) & (2 * half - 1)) - half
-                acc += value
+            before = acc
+            acc += numba.int64(x[at])
+            kept = before if exclusive else acc
+            if bits == 1:
+                out[at] = kept != 0
             else:
-                acc += value
-                out[at] = acc if bits == 64 else ((acc + half) & (2 * half - 1)) - half
+                out[at] = kept if bits == 64 else ((kept + half) & (2 * half - 1)) - half
             at += inner
 
 
@@ -184,6 +185,7 @@ def launch_cumsum(target, out, data, *, axis, exclusive) -> int:
     if is_float(data.dtype):
         target.launch(_float_scan_kernel, grid, block, *args)
     else:
-        target.launch(_int_scan_kernel, grid, block, *args, np.dtype(data.dtype).itemsize * 8)
+        bits = 1 if np.dtype(data.dtype) == np.bool_ else np.dtype(data.dtype).itemsize * 8
+        target.launch(_int_scan_kernel, grid, block, *args, bits)
     return 1
 

@@ -33,7 +33,7 @@ from ...ops.activation import ACTIVATIONS
 from ...profile import DEFAULT_PROFILE, DeviceProfile
 from ...requirements import assuming, same_shape
 from ...shapes import Dim, SymbolicError, at_upper_bounds, shape_text, shape_vars
-from .sizes import dim_of, is_size_expression, tensor_dims, value_dims
+from .sizes import dim_of, is_size_expression, plain_vars, tensor_dims, value_dims
 
 logger = logging.getLogger("simaccel.partition")
 
@@ -358,6 +358,9 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
         if shape is None:
             return f"{role} has {why}"
         infos.append((shape, dtype))
+    reason = undefined_size_vars(annotated, inputs)
+    if reason:
+        return reason
     try:
         for (role, _), (shape, dtype) in zip(inputs, infos):
             reason = profile.why_not_tensor(role, largest(shape, role), dtype)
@@ -391,6 +394,22 @@ def why_not(spec: OpPattern, annotated, context=None) -> str | None:
     except (Reject, SimAccelError) as e:
         return str(e)
     return profile.why_not_region(nbytes, f"{op.name} alone")
+
+
+def undefined_size_vars(annotated, inputs) -> str | None:
+    """Why a match whose index values (strided_slice's begin and end) read a size
+    var that no input has as a whole dim stays on TVM, or None. FuseOpsByPattern cannot make a
+    function of it: TVM 0.27 fails inside (``Cannot find the FInferType attribute registered
+    to op: prim.if_then_else``), as for ``y[:, :s]`` of a (b, s + 1) tensor. A shape value
+    (reshape's) is no such case: it becomes a parameter that defines its vars."""
+    defined = set().union(*(plain_vars(expr) for _, expr in inputs))
+    for name, expr in annotated.items():
+        value = constant_value(expr) if isinstance(expr, relax.Tuple) or is_size_expression(expr) else None
+        used = set(shape_vars(value if isinstance(value, list) else [value]))
+        if used - defined:
+            return (f"its {name} reads the size var(s) {', '.join(sorted(used - defined))}, which no input has as a "
+                    "whole dim (TVM cannot make a composite function of it)")
+    return None
 
 
 def tensor_bytes(shape, dtype: str) -> int:

@@ -17,7 +17,9 @@ same function, once at build time; where constants are folded, only float roundi
   a 2-D weight. A broadcast that widens a matrix dim (M, K or N) stays;
 * ``relax.take`` of one constant index (torch's ``x[i]``) becomes strided_slice + squeeze of
   the element TVM's take reads in its mode (clip, wrap or fast), and every strided_slice gets
-  its steps written out;
+  its steps written out and its axes counted from 0;
+* dims that the size bounds decide (``min(1, s)`` where s >= 1) are cast to their simplified
+  shape first (bounded_dims.py);
 * ``relax.nn.conv1d`` (NCW data, OIW weight) becomes ``conv2d`` of the data and weight
   viewed with a height of 1 (reshapes), the window along the width, then a reshape back: the
   same sums, so a conv1d feature extractor offloads as convolutions;
@@ -58,6 +60,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from .attention import fuse_attention_chains
+from .bounded_dims import bound_dims
 from .constants import fold_constant_masks
 from .tuples import forward_tuple_fields, split_rewrites
 from .types import axis_length, relax_dims, tensor_info
@@ -67,6 +70,7 @@ GROUP_NORM_MAX_ROW = 1 << 20  # elements of a group a group_norm rewrite takes (
 
 
 NOTES = {  # what each rewrite's count means, in the partition report
+    "bounded_dims": "min/max dim(s) that the size bounds decide cast to their simplified shape (bounded_dims.py)",
     "batch_norm": f"{BATCH_NORM} (inference, constant statistics) rewritten as multiply + add",
     "conv_scale": "multiply by a per-channel constant folded into the weights of the conv2d before it",
     "broadcast": "relax.broadcast_to dropped (to its own shape, or of batch dims into a matmul, which broadcasts them itself)",
@@ -92,6 +96,8 @@ def prepare_for_inference(mod: tvm.IRModule, takes_attention=lambda probe: False
     out = tvm.IRModule({}, attrs=mod.attrs)
     for gvar, func in mod.functions.items():
         if isinstance(func, relax.Function):
+            func, cast = bound_dims(func)
+            counts["bounded_dims"] += cast
             func = forward_tuple_fields(func)
             func, folded = fold_constant_masks(func)
             counts["masks"] += folded
@@ -272,7 +278,8 @@ def _conv_scale_rewrites(counts: dict) -> list:
 def _slice_rewrites(counts: dict) -> list:
     """`take(x, i, axis)` with one constant index -> `squeeze(strided_slice(x, axis, i, i + 1), axis)`
     (torch.export's ``x[i]``); every strided_slice gets its steps written out (1s where it
-    has none), so that one pattern matches them all."""
+    has none), so that one pattern matches them all, and its axes counted from 0 (TVM 0.27
+    cannot legalize a slice with a symbolic end on a negative axis: "axis < src_tensor_dim")."""
     data, index = wildcard(), is_const()
     take = is_op("relax.take")(data, index)
 
@@ -309,7 +316,17 @@ def _slice_rewrites(counts: dict) -> list:
             return expr
         return relax.Call(call.op, [*call.args, steps], call.attrs)
 
-    return [(take, take_one), (sliced, with_steps)]
+    stepped = is_op("relax.strided_slice")(wildcard(), wildcard(), wildcard(), wildcard(), wildcard())
+
+    def counted_from_zero(expr, matches):
+        call = matches[stepped]
+        axes, dims = call.args[1], relax_dims(call.args[0])
+        if not isinstance(axes, relax.Tuple) or dims is None or all(int(a) >= 0 for a in axes.fields):
+            return expr
+        fields = [tvm.tirx.IntImm("int64", int(a) % len(dims)) for a in axes.fields]
+        return relax.Call(call.op, [call.args[0], relax.Tuple(fields), *call.args[2:]], call.attrs)
+
+    return [(take, take_one), (sliced, with_steps), (stepped, counted_from_zero)]
 
 
 def _take_index(index: int, length: int, mode: str) -> int | None:

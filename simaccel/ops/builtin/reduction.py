@@ -102,8 +102,9 @@ def infer_cumsum(shapes, *, axis, exclusive):
 
 def cumsum(data, *, axis, exclusive):
     """The running sum along `axis` in index order: float32 for floats (rounded once on store),
-    the dtype's own wrapping arithmetic for integers; `exclusive`: each element's sum of the
-    ones before it."""
+    the dtype's own wrapping arithmetic for integers, a running or for bool (numpy's bool sum;
+    TVM 0.27 alone cannot build a bool cumsum for the CPU); `exclusive`: each element's sum of
+    the ones before it."""
     x = np.asarray(data)
     floats = is_float(x.dtype)
     total = np.cumsum(f32(x) if floats else x, axis=axis, dtype=np.float32 if floats else x.dtype)
@@ -127,7 +128,7 @@ declare(OpFamily(
     infer=infer_cumsum,
     reference=cumsum,
     kernel="simaccel.kernels.reduction:launch_cumsum",
-    dtypes=FLOAT_DTYPES + INT_DTYPES,
-    doc=f"running sum along one axis (exclusive too), rank <= {MAX_RANK}; integers exact, wrapping",
+    dtypes=FLOAT_DTYPES + INT_DTYPES + ("bool",),
+    doc=f"running sum along one axis (exclusive too), rank <= {MAX_RANK}; integers exact, wrapping; bool a running or",
 ))
 
