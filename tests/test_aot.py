@@ -552,10 +552,10 @@ FAMILY_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["int64", "int32", "int8"])
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int8", "bool"])
 def test_the_integer_cumsum_kernel_compiles_without_spills(dtype):
-    """cumsum's integer kernel (an int64 sum wrapped to the output's width), which FAMILY_CASES'
-    float dtypes do not reach."""
+    """cumsum's integer kernel (an int64 sum wrapped to the output's width, or for bool its
+    != 0), which FAMILY_CASES' float dtypes do not reach."""
     [kernel] = compile_program(one_op_program("simaccel.cumsum", [(4, 9)], dtype, {"axis": 1, "exclusive": False}), SM90)
     assert kernel.kernel.__name__ == "_int_scan_kernel" and kernel.cubin[:4] == b"\x7fELF"
     assert no_spills(kernel)["stack"] == 0

@@ -149,6 +149,23 @@ def test_cumsum_of_integers_is_exact_and_wraps_as_its_type(dtype, exclusive):
         assert (np.cumsum(x.astype(np.int64), axis=1) != np.cumsum(x, axis=1, dtype=dtype)).any()  # it did wrap
 
 
+@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
+def test_cumsum_of_bools_is_a_running_or(exclusive):
+    """bool sums as numpy's: true from the first true on (the one before it, exclusive), however
+    many trues follow (300 of them would wrap a byte's count to 44, and 256 to 0)."""
+    x = np.zeros((3, 300), bool)
+    x[0, 5] = True
+    x[1, 7:] = True
+    x[2, 0] = x[2, 299] = True
+    out, ref = run_op("simaccel.cumsum", [x], {"axis": 1, "exclusive": exclusive})
+    first = np.argmax(x, axis=1)[:, None] + int(exclusive)
+    want = np.arange(300)[None, :] >= first
+    assert out.dtype == np.bool_
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(ref, want)
+    np.testing.assert_array_equal(np.cumsum(x, axis=1, dtype=bool), np.arange(300)[None, :] >= first - int(exclusive))
+
+
 def test_cumsum_spreads_nan_and_inf_from_where_they_enter():
     x = np.ones((2, 6), np.float32)
     x[0, 2], x[1, 3] = np.nan, np.inf

@@ -383,6 +383,90 @@ def test_ops_reading_a_symbolic_broadcast_or_reshape_offload_and_match_tvm_alone
     assert_matches_tvm(ReadsOfSymbolicShapes, sizes=[{"b": 1}, {"b": 4}, {"b": 9}], engines=[engine])
 
 
+@tvm.script.ir_module
+class PackedSequences:
+    """transformers' packed-sequence check over a symbolic sequence: each row's position diffs
+    (the positions sliced, shifted and subtracted on axis -1, with min/max dims that only the
+    bound s >= 2 makes equal), the places where a diff is not 1, their running or (a bool
+    cumsum), then a float mask of it. TVM 0.27 builds none of it: the subtract is typed by rank
+    only, a slice on axis -1 with a symbolic end does not legalize, nor does a bool cumsum."""
+
+    @R.function
+    def main(pos: R.Tensor(("b", "s"), "int64"), h: R.Tensor(("b", "s"), "float32")):
+        b = T.int64()
+        s = T.int64()
+        R.func_attr({"tir_var_lower_bound": {"s": 2}, "tir_var_upper_bound": {"b": 4, "s": 64}})
+        with R.dataflow():
+            first = R.subtract(R.strided_slice(pos, (1,), (0,), (1,), (1,)), R.const(1, "int64"))
+            shifted = R.concat((first, pos), axis=-1)
+            diff = R.subtract(R.strided_slice(shifted, (-1,), (1,), (s + 1,), (1,)),
+                              R.strided_slice(shifted, (-1,), (0,), (s,), (1,)))
+            packed = R.cumsum(R.not_equal(diff, R.const(1, "int64")), axis=-1)
+            out = R.multiply(R.where(packed, R.const(-1.0, "float32"), R.const(1.0, "float32")), h)
+            R.output(out)
+        return out
+
+
+def packed_sequences(pos, h):
+    diff = np.diff(pos, axis=-1, prepend=pos[:, :1] - 1)
+    return np.where(np.cumsum(diff != 1, axis=-1, dtype=bool), -1.0, 1.0).astype(np.float32) * h
+
+
+@pytest.mark.parametrize("engine", ["ref", "sim"])
+def test_dims_the_bounds_decide_are_cast_and_a_symbolic_mask_chain_builds_and_matches_numpy(engine):
+    """The min/max dims are cast to what the bounds give (one match_cast), so the subtract, the
+    comparison, the cumsum (bool) and the float ops after them have shapes and offload; the
+    slices whose end reads s (which no input has as a whole dim) stay on TVM, with their axis
+    counted from 0. One build, at the lower bound, a middle size and the upper bounds, with
+    positions that restart (packed sequences) and ones that do not."""
+    import simaccel
+
+    _, report = partition_report(PackedSequences)
+    assert any("min/max dim(s) that the size bounds decide" in note for note in report.rewritten), report.rewritten
+    offloaded = {op for ops in report.regions.values() for op in ops}
+    assert {"simaccel.cumsum", "simaccel.not_equal", "simaccel.integer_subtract", "simaccel.where"} <= offloaded, offloaded
+    kept = {op: why for _, op, why in report.kept}
+    assert set(kept) == {"relax.strided_slice"} and "no input has as a whole dim" in kept["relax.strided_slice"], kept
+    executable = build(PackedSequences, "llvm")
+    rng = np.random.default_rng(0)
+    with simaccel.get_runtime().use_engine(engine):
+        for b, s in ((1, 2), (3, 9), (4, 64)):
+            pos = np.tile(np.arange(s, dtype=np.int64), (b, 1))
+            pos[b - 1, s // 2:] -= s // 2  # a second sequence packed after the first
+            h = rng.standard_normal((b, s)).astype(np.float32)
+            got = run(executable, pos, h)
+            np.testing.assert_array_equal(got, packed_sequences(pos, h))
+            signs = packed_sequences(pos, np.ones_like(h))  # both kinds of row are there
+            assert signs[b - 1].min() < 0 and (b == 1 or signs[0].min() > 0)
+
+
+@tvm.script.ir_module
+class SliceOfAGrownAxis:
+    """``y[:, :s]`` of a (b, s + 1) tensor: its end reads s, which only z defines."""
+
+    @R.function
+    def main(y: R.Tensor(("b", "s + 1"), "float32"), z: R.Tensor(("b", "s"), "float32")):
+        b = T.int64()
+        s = T.int64()
+        R.func_attr({"tir_var_upper_bound": {"b": 4, "s": 16}})
+        with R.dataflow():
+            out = R.nn.relu(R.add(R.strided_slice(y, (1,), (0,), (s,), (1,)), z))
+            R.output(out)
+        return out
+
+
+def test_a_slice_tvm_cannot_fuse_stays_on_tvm_with_its_reason_and_the_rest_matches():
+    """FuseOpsByPattern failed inside on this slice (prim.if_then_else has no type rule), and so
+    did partitioning the model; the slice now stays on TVM and what reads it offloads."""
+    from simaccel.testing import assert_matches_tvm
+
+    _, report = partition_report(SliceOfAGrownAxis)
+    assert [(op, "its end reads the size var(s) s" in why) for _, op, why in report.kept] == [("relax.strided_slice", True)]
+    assert_matches_tvm(SliceOfAGrownAxis, inputs=[np.ones((2, 6), np.float32), -np.ones((2, 5), np.float32) / 2],
+                       engines=["ref", "sim"])
+    assert_matches_tvm(SliceOfAGrownAxis, sizes=[{"b": 1, "s": 1}, {"b": 4, "s": 16}], engines=["ref"])
+
+
 def test_split_heads_and_the_last_token_offload_as_their_static_twin():
     """A split of a static axis, x[:, -1] on the dynamic sequence (a slice from its length,
     required to be at least 1 at each call), and broadcasts that only repeat what a matmul

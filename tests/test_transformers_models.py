@@ -77,13 +77,15 @@ def test_llama_is_one_region_with_one_attention_op_and_matches_torch(attention, 
     assert_same(got.astype(np.float32), alone.astype(np.float32), dtype)
 
 
-def _family(name: str, attention: str = "eager", dtype: str = "float32"):
+def _family(name: str, attention: str = "eager", dtype: str = "float32", symbolic: bool = False):
     """(mod, token ids, torch's output) of one layer of another transformers family: GPT-2
     (learned positions, a bias on every linear layer), BERT (an encoder: its all-ones padding
     mask folds to no mask), Qwen2 (grouped-query attention, biases on q, k and v), Qwen3 (an
     RMSNorm on each head's queries and keys), Gemma2 (its scores soft-capped by a tanh: no
-    attention op, its repeat_kv a rank-5 broadcast) and GPT-J (rotary embeddings interleaved
-    through rank-5 broadcasts)."""
+    attention op, its repeat_kv a rank-5 broadcast), GPT-J (rotary embeddings interleaved
+    through rank-5 broadcasts), LLaMA and OPT (positions from a cumsum of the mask).
+    `symbolic`: exported with a symbolic batch (up to 8) and sequence (2 to 64), and the
+    torch module returned in place of its output."""
     import torch
     import transformers
     from tvm.relax.frontend.torch import from_exported_program
@@ -99,6 +101,12 @@ def _family(name: str, attention: str = "eager", dtype: str = "float32"):
     elif name == "gemma2":
         config = transformers.Gemma2Config(**CONFIG, head_dim=16)
         model = transformers.Gemma2ForCausalLM(config)
+    elif name == "opt":
+        config = transformers.OPTConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                        ffn_dim=128, max_position_embeddings=64, word_embed_proj_dim=64)
+        model = transformers.OPTForCausalLM(config)
+    elif name == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))
     elif name == "gptj":
         config = transformers.GPTJConfig(vocab_size=128, n_embd=64, n_layer=1, n_head=4, rotary_dim=8, n_positions=64)
         model = transformers.GPTJForCausalLM(config)
@@ -119,10 +127,11 @@ def _family(name: str, attention: str = "eager", dtype: str = "float32"):
             out = self.model(input_ids=input_ids) if name == "bert" else self.model(input_ids=input_ids, use_cache=False)
             return out.last_hidden_state if name == "bert" else out.logits
 
-    ids = torch.randint(0, 128, (1, 8))
+    ids = torch.randint(0, 128, (2 if symbolic else 1, 8))
+    dims = {"input_ids": {0: torch.export.Dim("b", max=8), 1: torch.export.Dim("s", min=2, max=64)}} if symbolic else None
     with torch.no_grad():
-        exported = torch.export.export(Output(), (ids,))
-        want = Output()(ids).float().numpy()
+        exported = torch.export.export(Output(), (ids,), dynamic_shapes=dims)
+        want = Output() if symbolic else Output()(ids).float().numpy()
     return from_exported_program(exported, keep_params_as_input=False), ids.numpy(), want
 
 
@@ -152,3 +161,36 @@ def test_other_transformers_families_are_one_region_and_match_torch(name, attent
         assert {"simaccel.attention", "simaccel.grouped_attention"} & set(ops) and "simaccel.softmax" not in ops, ops
     got = outputs_as_list(relax.VirtualMachine(build(mod, "llvm"), tvm.cpu())["main"](tvm.runtime.tensor(ids)))[0]
     assert_same(got.numpy().astype(np.float32), want, dtype)
+
+
+@pytest.mark.parametrize("name, attention, dtype", [("llama", "eager", "float32"), ("llama", "sdpa", "bfloat16"),
+                                                    ("opt", "eager", "float32"), ("gemma2", "eager", "float32")])
+def test_families_with_a_symbolic_batch_and_sequence_build_once_and_match_torch_at_each_size(name, attention, dtype):
+    """Exported with a symbolic batch and sequence, these could not be built (by simaccel or
+    TVM 0.27 alone): the mask code's min/max dims (its packed-sequence check), a slice with a
+    symbolic end on axis -1, a bool cumsum, OPT's position cumsum whose shape a region result
+    lost. One build runs at the lower bound and at a middle size, matching torch. The mask is
+    then an input of attention, computed per call (`simaccel.grouped_attention_bias`); ops
+    simaccel has no pattern for (arange, index_tensor) stay on TVM."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from simaccel.tvm_integration import build
+    from simaccel.tvm_integration.backend.partition import partition_report
+    from simaccel.tvm_integration.tools.deploy import outputs_as_list
+
+    mod, _, model = _family(name, attention, dtype, symbolic=True)
+    _, report = partition_report(mod)
+    ops = {op for region in report.regions.values() for op in region}
+    if name == "llama":
+        assert "simaccel.cumsum" in ops and "simaccel.grouped_attention_bias" in ops, ops
+        assert any("min/max dim(s)" in note for note in report.rewritten), report.rewritten
+    executable = build(mod, "llvm")
+    for b, s in ((1, 2), (3, 11)):
+        ids = torch.randint(0, 128, (b, s))
+        with torch.no_grad():
+            want = model(ids).float().numpy()
+        got = outputs_as_list(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(ids.numpy())))[0]
+        assert got.numpy().shape == want.shape
+        assert_same(got.numpy().astype(np.float32), want, dtype)

@@ -244,8 +244,9 @@ def retype_composite_calls(mod: tvm.IRModule) -> tvm.IRModule | None:
     typed by their shapes again, from the composite's own result type and its arguments; None
     where there is none to retype. Ops reading such results can then be matched."""
     composites = {gv: f for gv, f in mod.functions.items() if isinstance(f, relax.Function) and _attr(f, "Composite")}
-    changed = False
-    updated = {}
+    updated = {gv: typed for gv, typed in ((gv, _typed_result(f)) for gv, f in composites.items()) if typed is not None}
+    changed = bool(updated)
+    composites.update(updated)
     for gvar, func in mod.functions.items():
         size_vars = relax.analysis.defined_symbolic_vars(func) if isinstance(func, relax.Function) else ()
         if size_vars and gvar not in composites:  # a function with no size vars has nothing to retype
@@ -256,6 +257,24 @@ def retype_composite_calls(mod: tvm.IRModule) -> tvm.IRModule | None:
         return None
     return tvm.IRModule({gv: updated.get(gv, f) for gv, f in mod.functions.items()}, attrs=mod.attrs,
                         global_infos=mod.global_infos)
+
+
+def _typed_result(composite: relax.Function) -> relax.Function | None:
+    """The composite with its result typed by the shape its body gives (``R.Tensor(param_0)``,
+    param_0 a shape parameter ``R.Shape([b, s])``: full's and broadcast_to's) where its own result
+    type has none, so that TVM types every call of it (in the caller and in the region it ends up
+    in) by its arguments; None where there is nothing to add or the dims read vars that its
+    parameters do not define."""
+    ret = composite.ret_ty
+    if not isinstance(ret, relax.TensorType) or _shape_values(ret) is not None:
+        return None
+    values = _shape_values(composite.body.body.ty)
+    dims = value_dims(relax.ShapeExpr(values)) if values is not None else None
+    defined = set().union(*(plain_vars(p) for p in composite.params))
+    if dims is None or not shape_vars(dims) <= defined:
+        return None
+    return relax.Function(composite.params, composite.body, relax.TensorType(values, ret.dtype), composite.is_pure,
+                          composite.attrs)
 
 
 @relax.expr_functor.mutator
