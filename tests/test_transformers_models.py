@@ -106,7 +106,8 @@ def _family(name: str, attention: str = "eager", dtype: str = "float32", symboli
                                         ffn_dim=128, max_position_embeddings=64, word_embed_proj_dim=64)
         model = transformers.OPTForCausalLM(config)
     elif name == "llama":
-        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**CONFIG))
+        config = transformers.LlamaConfig(**CONFIG)
+        model = transformers.LlamaForCausalLM(config)
     elif name == "gptj":
         config = transformers.GPTJConfig(vocab_size=128, n_embd=64, n_layer=1, n_head=4, rotary_dim=8, n_positions=64)
         model = transformers.GPTJForCausalLM(config)
