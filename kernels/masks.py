@@ -25,7 +25,7 @@ from .dtypes import is_float, numpy_dtype
 from .layout import _launch_gather
 
 COMPARE = {"less": 0, "less_equal": 1, "greater": 2, "greater_equal": 3, "equal": 4, "not_equal": 5}
-LOGICAL = {"logical_and": 0, "logical_or": 1, "logical_not": 2, "bitwise_not": 2}
+LOGICAL = {"logical_and": 0, "logical_or": 1, "logical_not": 2, "bitwise_not": 2, "bitwise_and": 0, "bitwise_or": 1}
 INTEGER = {"add": 0, "subtract": 1, "multiply": 2}
 
 
@@ -219,8 +219,8 @@ def launch_compare(target, out, lhs, rhs, *, operation) -> int:
 
 
 def launch_logical(target, out, *data, operation) -> int:
-    """out = logical_and / logical_or of two bool tensors (broadcast), or logical_not /
-    bitwise_not of one."""
+    """out = logical_and / logical_or (bitwise_and / bitwise_or: the same of bools) of two bool
+    tensors (broadcast), or logical_not / bitwise_not of one."""
     return _launch_pair(target, _logical_kernel, out, data[0], data[-1], LOGICAL[operation])
 
 

@@ -85,9 +85,9 @@ def test_comparisons_are_exact_for_large_integers_and_nan():
     assert list(exact("simaccel.equal", [flags, np.array([True, True, False, False])])) == [True, False, False, True]
 
 
-@pytest.mark.parametrize("name", ["logical_and", "logical_or", "logical_not", "bitwise_not"])
+@pytest.mark.parametrize("name", ["logical_and", "logical_or", "logical_not", "bitwise_not", "bitwise_and", "bitwise_or"])
 def test_logical_ops_on_sim(name):
-    arrays = [bools((2, 1, 5))] + ([bools((3, 1))] if name in ("logical_and", "logical_or") else [])
+    arrays = [bools((2, 1, 5))] + ([bools((3, 1))] if name.endswith(("_and", "_or")) else [])
     exact(f"simaccel.{name}", arrays)
 
 
@@ -184,7 +184,7 @@ def test_a_declaration_with_a_bad_dtype_is_refused():
 MASK_FAMILY_CASES = [  # (op, input shapes, input dtypes, attrs)
     *[(f"simaccel.{n}", [(4, 1, 8), (3, 1)], d, {}) for n in COMPARISONS
       for d in (["float32"] * 2, ["float16"] * 2, ["int64"] * 2)],
-    *[(f"simaccel.{n}", [(4, 8), (8,)], ["bool"] * 2, {}) for n in ("logical_and", "logical_or")],
+    *[(f"simaccel.{n}", [(4, 8), (8,)], ["bool"] * 2, {}) for n in ("logical_and", "logical_or", "bitwise_and", "bitwise_or")],
     *[(f"simaccel.{n}", [(4, 8)], ["bool"], {}) for n in ("logical_not", "bitwise_not")],
     ("simaccel.where", [(4, 1), (4, 8), ()], ["bool", "float32", "float32"], {}),
     ("simaccel.where", [(4, 1), (4, 8), ()], ["bool", "float16", "float16"], {}),
@@ -241,6 +241,7 @@ def mask_families() -> set[str]:
 def mask_kernel_ops() -> set[str]:
     """The ops this file's simulator tests cover (test_kernels_launchers' coverage check adds them)."""
     return {f"simaccel.{n}" for n in COMPARISONS + ["logical_and", "logical_or", "logical_not", "bitwise_not",
+                                                     "bitwise_and", "bitwise_or",
                                                      "where", "integer_add", "integer_subtract", "integer_multiply",
                                                      "integer_max", "astype", "full", "full_like", "zeros_like",
                                                      "ones_like"]}

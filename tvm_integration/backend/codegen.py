@@ -31,7 +31,8 @@ from ...ops import Reject
 from ...profile import DeviceProfile, active_profile
 from .forwarder import forwarder_module
 from .native import gpu_hint, native_choice, native_module
-from .sizes import size_bounds, tensor_dims, value_dims
+from ..rewrites.types import size_bounds
+from .sizes import tensor_dims, value_dims
 from .patterns import match_infos, matched_inputs, op_name, program_attrs, sync_patterns
 
 logger = logging.getLogger("simaccel.codegen")

@@ -26,7 +26,8 @@ import tvm
 from tvm import relax
 
 from ..rewrites import tensor_info
-from .sizes import dim_of, plain_vars, prim_of, size_bounds, tensor_dims, value_dims
+from ..rewrites.types import size_bounds
+from .sizes import dim_of, plain_vars, prim_of, tensor_dims, value_dims
 from ...shapes import SymbolicError, evaluate, shape_vars, var_name
 
 from ...errors import SimAccelError

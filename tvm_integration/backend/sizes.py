@@ -3,8 +3,8 @@
 Where it sits: in the backend, for partitioning (patterns, partition) and the codegen. TVM
 writes a symbolic dim as a TIR expression over size vars (`s77 * s27`); `dim_of` reads it as a
 `simaccel.shapes.Dim` over the vars' names, `tensor_dims` a tensor's shape, `value_dims` a
-shape value's, `plain_vars` the vars a parameter's type defines, and `size_bounds` the bounds a
-function gives its vars (`tir_var_lower_bound` / `tir_var_upper_bound`, docs/symbolic-shapes.md).
+shape value's and `plain_vars` the vars a parameter's type defines (the bounds a function gives
+its vars are `rewrites.types.size_bounds`, docs/symbolic-shapes.md).
 """
 
 from __future__ import annotations
@@ -63,16 +63,6 @@ def tensor_dims(expr) -> tuple[tuple | None, str | None, str | None]:
         return tuple(dim_of(d) for d in shape.values), dtype, None
     except ValueError as e:
         return None, dtype, f"a dim that is {e}"
-
-
-def size_bounds(func) -> dict[str, tuple[int, int | None]]:
-    """name -> (lower, upper or None) of the size vars a Relax function bounds through its
-    `tir_var_lower_bound` / `tir_var_upper_bound` attributes (what torch.export's Dim(max=...)
-    and MLC-LLM give); a var with no lower bound gets 0."""
-    attrs = func.attrs if func.attrs is not None else {}
-    lower = {str(k): int(v) for k, v in (attrs.get("tir_var_lower_bound") or {}).items()}
-    upper = {str(k): int(v) for k, v in (attrs.get("tir_var_upper_bound") or {}).items()}
-    return {name: (max(lower.get(name, 0), 0), upper.get(name)) for name in set(lower) | set(upper)}
 
 
 def value_dims(expr) -> list | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import relax, sym, tirx
 
-from ..backend.sizes import size_bounds
+from .types import size_bounds
 
 
 def bound_dims(func: relax.Function) -> tuple[relax.Function, int]:

@@ -1,4 +1,5 @@
-"""Reading Relax types: the static shape and dtype of a tensor expression (every layer above uses it).
+"""Reading Relax types: the static shape and dtype of a tensor expression, and the bounds a
+function gives its size vars (every layer above uses them).
 
 Symbolic dims are read by the backend (simaccel.tvm_integration.backend.sizes).
 """
@@ -42,3 +43,12 @@ def tensor_info(expr) -> tuple[tuple[int, ...] | None, str | None]:
         dims.append(int(dim.value))
     return tuple(dims), dtype
 
+
+def size_bounds(func) -> dict[str, tuple[int, int | None]]:
+    """name -> (lower, upper or None) of the size vars a Relax function bounds through its
+    `tir_var_lower_bound` / `tir_var_upper_bound` attributes (what torch.export's Dim(max=...)
+    and MLC-LLM give); a var with no lower bound gets 0."""
+    attrs = func.attrs if func.attrs is not None else {}
+    lower = {str(k): int(v) for k, v in (attrs.get("tir_var_lower_bound") or {}).items()}
+    upper = {str(k): int(v) for k, v in (attrs.get("tir_var_upper_bound") or {}).items()}
+    return {name: (max(lower.get(name, 0), 0), upper.get(name)) for name in set(lower) | set(upper)}

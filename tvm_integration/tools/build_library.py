@@ -75,7 +75,8 @@ def check_sizes(path: str, mod, sizes: dict | None) -> None:
     `sizes` None: the command takes no --sizes, so every dim must be static."""
     from tvm import relax
 
-    from ..backend.sizes import size_bounds, tensor_dims
+    from ..backend.sizes import tensor_dims
+    from ..rewrites.types import size_bounds
     from ...shapes import shape_vars
 
     for param in mod["main"].params:

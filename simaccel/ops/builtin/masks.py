@@ -8,8 +8,9 @@ families, for the integer and bool arithmetic that attention masks compile to
 * comparisons ``simaccel.less``, ``less_equal``, ``greater``, ``greater_equal``, ``equal``,
   ``not_equal``: two inputs of one dtype (float, integer or bool), numpy broadcasting, a
   bool result (`out_dtype`);
-* ``simaccel.logical_not``, ``logical_and``, ``logical_or`` and ``bitwise_not`` of bools
-  (``~mask`` exports as bitwise_not);
+* ``simaccel.logical_not``, ``logical_and``, ``logical_or``, ``bitwise_not``, ``bitwise_and``
+  and ``bitwise_or`` of bools (``~mask`` exports as bitwise_not; transformers' ``and_masks``
+  as bitwise_and);
 * ``simaccel.where``: a bool condition (`role_dtypes`) and two branches of one dtype, all
   three broadcast;
 * integer arithmetic (``simaccel.integer_add``, ...) is declared in discrete.py;
@@ -59,7 +60,7 @@ for _name, _fn in COMPARISONS.items():
     ))
 
 LOGICAL = {"logical_and": ("lhs", "rhs"), "logical_or": ("lhs", "rhs"), "logical_not": ("data",),
-           "bitwise_not": ("data",)}
+           "bitwise_not": ("data",), "bitwise_and": ("lhs", "rhs"), "bitwise_or": ("lhs", "rhs")}
 
 
 def logical(*arrays, operation):
@@ -67,7 +68,7 @@ def logical(*arrays, operation):
     if operation in ("logical_not", "bitwise_not"):
         return ~a
     b = np.asarray(arrays[1], dtype=bool)
-    return a & b if operation == "logical_and" else a | b
+    return a & b if operation.endswith("_and") else a | b
 
 
 for _name, _roles in LOGICAL.items():
