@@ -157,7 +157,7 @@ CASES = [
     *[(f"{name}_no_rows", lambda x, y, name=name: op.astype(getattr(op, name)(x, y), "float32"), [(0, 3), (1, 3)])
       for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal")],
     *[(f"{name}_no_rows", lambda x, y, name=name: op.astype(getattr(op, name)(op.less(x, y), op.greater(x, y)), "float32"),
-       [(0, 3), (1, 3)]) for name in ("logical_and", "logical_or")],
+       [(0, 3), (1, 3)]) for name in ("logical_and", "logical_or", "bitwise_and", "bitwise_or")],
     *[(f"{name}_no_rows", lambda x, y, name=name: op.astype(getattr(op, name)(op.less(x, y)), "float32"), [(0, 3), (1, 3)])
       for name in ("logical_not", "bitwise_not")],
     ("where_no_rows", lambda x, y: op.where(op.less(x, y), x, y), [(0, 3), (1, 3)]),
