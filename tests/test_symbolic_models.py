@@ -441,6 +441,32 @@ def test_dims_the_bounds_decide_are_cast_and_a_symbolic_mask_chain_builds_and_ma
 
 
 @tvm.script.ir_module
+class SliceToTheBound:
+    """``x[:, :8]`` of a (b, s) tensor where s <= 8: TVM types it (b, min(8, s)), which the bound
+    makes s. A match_cast to a bare size var sends TVM 0.27's build into endless recursion (a
+    segfault), so that dim is left as TVM wrote it."""
+
+    @R.function
+    def main(x: R.Tensor(("b", "s"), "float32")):
+        b = T.int64()
+        s = T.int64()
+        R.func_attr({"tir_var_upper_bound": {"b": 4, "s": 8}})
+        with R.dataflow():
+            w = R.strided_slice(x, (1,), (0,), (8,), (1,))
+            q = R.add(w, w)
+            R.output(q)
+        return q
+
+
+def test_a_dim_the_bound_makes_a_bare_size_var_is_not_cast_and_the_model_builds():
+    from simaccel.testing import assert_matches_tvm
+
+    _, report = partition_report(SliceToTheBound)
+    assert not any("min/max dim(s)" in note for note in report.rewritten), report.rewritten
+    assert_matches_tvm(SliceToTheBound, sizes=[{"b": 1, "s": 1}, {"b": 4, "s": 8}], engines=["ref"], expect_offload=False)
+
+
+@tvm.script.ir_module
 class SliceOfAGrownAxis:
     """``y[:, :s]`` of a (b, s + 1) tensor: its end reads s, which only z defines."""
 

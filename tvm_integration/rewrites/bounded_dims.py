@@ -80,9 +80,13 @@ class _CastBounded(relax.PyExprMutator):
         self.count += 1
 
     def _bounded(self, ty):
-        """The dims of `ty` with each min/max the bounds decide simplified away; None if none is."""
+        """The dims of `ty` with each min/max the bounds decide simplified away; None if none is.
+        A dim that would become a bare size var (``min(8, s)`` where s <= 8) is left as it is:
+        TVM 0.27's build of a match_cast to it recurses without end (KillAfterLastUse, a
+        segfault)."""
         before = _min_max_count(ty)
         if not before:
             return None
-        dims = [self.analyzer.simplify(d) for d in ty.shape.values]
+        dims = [d if isinstance(new, tirx.Var) else new for d, new in
+                ((d, self.analyzer.simplify(d)) for d in ty.shape.values)]
         return dims if _min_max_count(relax.TensorType(dims, ty.dtype)) < before else None
