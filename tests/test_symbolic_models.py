@@ -467,6 +467,35 @@ def test_a_dim_the_bound_makes_a_bare_size_var_is_not_cast_and_the_model_builds(
 
 
 @tvm.script.ir_module
+class BroadcastAcrossAKeptOp:
+    """A symbolic broadcast_to (its shape value reads b, which x lacks) before an op kept on TVM
+    (sort), grouped with ops after it: TVM's MergeCompositeFunctions made a region without the
+    broadcast's binding, and the build failed (CodegenError)."""
+
+    @R.function
+    def main(x: R.Tensor((1, "s"), "float32"), a: R.Tensor(("b", "s"), "float32")):
+        b = T.int64()
+        s = T.int64()
+        R.func_attr({"tir_var_lower_bound": {"s": 2}, "tir_var_upper_bound": {"s": 16, "b": 4}})
+        with R.dataflow():
+            bt = R.broadcast_to(x, R.shape([b, s]))
+            sl = R.sort(R.strided_slice(a, (1,), (0,), (1,), (1,), assume_inbound=True), axis=1)
+            out = R.nn.relu(R.concat((R.subtract(sl, R.const(1.0, "float32")), bt), axis=-1))
+            R.output(out)
+        return out
+
+
+def test_a_region_that_would_lose_a_shape_argument_call_keeps_those_calls_on_tvm_and_matches():
+    from simaccel.testing import assert_matches_tvm
+
+    _, report = partition_report(BroadcastAcrossAKeptOp)
+    kept = {op: why for _, op, why in report.kept}
+    assert "MergeCompositeFunctions dropped" in kept["relax.broadcast_to"], kept
+    assert "simaccel.concat" in {op for ops in report.regions.values() for op in ops}
+    assert_matches_tvm(BroadcastAcrossAKeptOp, sizes=[{"b": 1, "s": 2}, {"b": 4, "s": 16}], engines=["ref", "sim"])
+
+
+@tvm.script.ir_module
 class SliceOfAGrownAxis:
     """``y[:, :s]`` of a (b, s + 1) tensor: its end reads s, which only z defines."""
 

@@ -129,7 +129,14 @@ def _partition(mod, profile, rejections, splits=None, rewritten=None):
                 break
             del rejections[:]
             fused = fuse(typed or sized)
-    merged, notes = split_regions(merge_regions(bind_scalar_constants(fused), mod), profile.max_region_bytes)
+    bound = bind_scalar_constants(fused)
+    merged = merge_regions(bound, mod)
+    if _has_broken_region(merged):
+        # TVM's MergeCompositeFunctions can drop the binding of a composite that takes a shape
+        # argument (a symbolic broadcast_to before an op kept on TVM, grouped with ops after
+        # it): the region then reads a var it never defines. Such composites stay on TVM.
+        merged = merge_regions(_unfuse_shape_composites(bound, rejections), mod)
+    merged, notes = split_regions(merged, profile.max_region_bytes)
     if splits is not None:
         splits += notes
     return merged
@@ -408,6 +415,56 @@ class _BindScalars(relax.PyExprMutator):
         bound = self.builder_.add_func(func.bind_params({func.params[i]: values[i] for i in indices}),
                                        call.op.name_hint)
         return relax.Call(bound, [a for i, a in enumerate(call.args) if i not in indices], call.attrs)
+
+
+SHAPE_ARGUMENT_MERGE = ("it takes a shape argument, and TVM's MergeCompositeFunctions dropped such a call from "
+                        "a region it made of this function (a var the region never defines)")
+
+
+def _has_broken_region(mod: tvm.IRModule) -> bool:
+    """Whether a region reads a var that it does not define."""
+    return any(_attr(f, "Codegen") and relax.analysis.free_vars(f) for f in mod.functions.values()
+               if isinstance(f, relax.Function))
+
+
+def _unfuse_shape_composites(mod: tvm.IRModule, rejections: list) -> tvm.IRModule:
+    """`mod` with each call of a one-op composite that takes a shape argument replaced by the op
+    itself (each such op kept on TVM, with a Rejection saying why)."""
+    shaped = {gv for gv, f in mod.functions.items()
+              if isinstance(f, relax.Function) and _attr(f, "Composite") and any(_is_shape(p) for p in f.params)
+              and len(f.body.blocks) == 1 and len(f.body.blocks[0].bindings) == 1
+              and not relax.analysis.free_symbolic_vars(f)}
+    if not shaped:
+        return mod
+    unfuse = _Unfuse(mod, shaped, rejections)
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function) and not _attr(func, "Composite"):
+            unfuse.builder_.update_func(gvar, unfuse.visit_expr(func))
+    result = unfuse.builder_.get()
+    for gvar in shaped:
+        if gvar in result.functions and not any(_calls(f, {gvar}) for f in result.functions.values()
+                                                 if isinstance(f, relax.Function) and not _attr(f, "Composite")):
+            del result[gvar]
+    return result
+
+
+@relax.expr_functor.mutator
+class _Unfuse(relax.PyExprMutator):
+    """Calls of the composites in `shaped` become their one op, on the call's arguments."""
+
+    def __init__(self, mod, shaped, rejections):
+        super().__init__(mod)
+        self.mod, self.shaped, self.rejections = mod, shaped, rejections
+
+    def visit_var_binding_(self, binding):
+        value = self.visit_expr(binding.value)
+        if isinstance(value, relax.Call) and value.op in self.shaped:
+            composite = self.mod[value.op]
+            inner = composite.body.blocks[0].bindings[0].value
+            args = {p: a for p, a in zip(composite.params, value.args)}
+            value = relax.Call(inner.op, [args.get(a, a) for a in inner.args], inner.attrs, inner.ty_args)
+            self.rejections.append(Rejection(binding.var.name, _attr(composite, "Composite"), SHAPE_ARGUMENT_MERGE))
+        self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(value)))
 
 
 def merge_regions(mod: tvm.IRModule, original: tvm.IRModule) -> tvm.IRModule:
