@@ -318,7 +318,7 @@ class _Retype(relax.PyExprMutator):
             return None
         composite = self.composites[value.op]
         ret = composite.ret_ty
-        values = _shape_values(ret) or _shape_values(composite.body.body.ty)  # the type, else its result's
+        values = _shape_values(ret)  # given by `_typed_result` where the body states it
         if not isinstance(ret, relax.TensorType) or values is None:
             return None
         names = {}  # the composite's size var -> the dim the call gives it
@@ -440,12 +440,7 @@ def _unfuse_shape_composites(mod: tvm.IRModule, rejections: list) -> tvm.IRModul
     for gvar, func in list(mod.functions.items()):
         if isinstance(func, relax.Function) and not _attr(func, "Composite"):
             unfuse.builder_.update_func(gvar, unfuse.visit_expr(func))
-    result = unfuse.builder_.get()
-    for gvar in shaped:
-        if gvar in result.functions and not any(_calls(f, {gvar}) for f in result.functions.values()
-                                                 if isinstance(f, relax.Function) and not _attr(f, "Composite")):
-            del result[gvar]
-    return result
+    return unfuse.builder_.get()
 
 
 @relax.expr_functor.mutator
